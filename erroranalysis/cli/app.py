@@ -1,0 +1,57 @@
+"""The `erroranalysis` command: a Typer app with one module per command."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from erroranalysis import __version__
+
+app = typer.Typer(
+    name="erroranalysis",
+    help="Error analysis and failure clustering for ML and LLM models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"erroranalysis {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    if debug:
+        os.environ["ERRORANALYSIS_DEBUG"] = "1"
+
+
+def _register() -> None:
+    """Each command lives in its own module under erroranalysis/cli/ and exposes `register(app)`."""
+    import importlib
+
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"erroranalysis.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"erroranalysis.cli.{name}":
+                continue  # a command still being written
+            raise
+        module.register(app)
+
+
+COMMANDS = ["run", "analyze", "metrics", "show", "cluster", "slices", "ui", "export", "checks", "training",
+            "overfit", "doctor", "compare", "apply_taxonomy", "import_taxonomy"]
+_register()
+
+
+def main() -> None:
+    app()
