@@ -74,6 +74,26 @@ def write_npy(path: str | Path, array: np.ndarray) -> Path:
     return atomic_write(path, _save)
 
 
+@contextmanager
+def atomic_files(*paths: str | Path) -> Iterator[list[Path]]:
+    """Temporary paths for several files written together; all are moved into place only if the block succeeds."""
+    finals = [Path(p) for p in paths]
+    temps = []
+    for final in finals:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+        os.close(fd)
+        temps.append(Path(tmp))
+    try:
+        yield temps
+        for tmp, final in zip(temps, finals):
+            if tmp.exists():
+                os.replace(tmp, final)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()

@@ -1,0 +1,37 @@
+"""`erroranalysis analyze`: bring your own predictions (vLLM, an API, another framework)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from erroranalysis.cli import common
+from erroranalysis.cli.run import Encoding, IdColumn, LabelColumn, NoCluster, Split, TextColumn, data_options, report
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("analyze")
+    @common.handle_errors
+    def analyze_command(
+        predictions: Annotated[Path, typer.Option("--predictions", "-p", help="File with text, label, pred and optional prob_<label> columns.")],
+        out: common.OutDir,
+        text_column: TextColumn = "text",
+        label_column: LabelColumn = "label",
+        pred_column: Annotated[str, typer.Option("--pred-column", help="Column holding the predicted label.")] = "pred",
+        id_column: IdColumn = None,
+        encoding: Encoding = "utf-8",
+        split: Split = None,
+        no_cluster: NoCluster = False,
+        seed: common.Seed = 0,
+        overwrite: common.Overwrite = False,
+    ) -> None:
+        """Analyze predictions made elsewhere: metrics and failure clusters, in a run directory."""
+        from erroranalysis.pipeline import AfterOptions, analyze_predictions
+
+        run = analyze_predictions(predictions, out,
+                                  data_opts=data_options(text_column, label_column, id_column, encoding, split),
+                                  pred_column=pred_column, after=AfterOptions(cluster=not no_cluster, seed=seed),
+                                  overwrite=overwrite)
+        report(run)

@@ -1,0 +1,74 @@
+"""`erroranalysis show RUN`: overall metrics, the per-class table and the confusion matrix in the terminal."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from erroranalysis.cli import common
+
+
+def _interval(ci) -> str:
+    return f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+
+
+def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
+    from rich.table import Table
+
+    out = common.console()
+    o = metrics["overall"]
+    out.print(f"[bold]{run.path}[/bold]  {o['n']} examples, {o['n_failures']} failures")
+    out.print(f"accuracy {o['accuracy']:.3f}{_interval(o.get('accuracy_ci'))}   macro F1 {o['macro_f1']:.3f}   "
+              f"weighted F1 {o['weighted_f1']:.3f}"
+              + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}" if o.get("ece") is not None else ""))
+
+    per_class = Table(title="Per class", title_justify="left")
+    for column in ("label", "precision", "recall", "F1 [95% CI]", "support"):
+        per_class.add_column(column, justify="left" if column == "label" else "right")
+    for row in sorted(metrics["per_class"], key=lambda r: r["f1"] if r["f1"] is not None else 0):
+        per_class.add_row(row["label"], f"{row['precision']:.3f}", f"{row['recall']:.3f}",
+                          f"{row['f1']:.3f}{_interval(row.get('f1_ci'))}", str(row["support"]))
+    out.print(per_class)
+
+    confusion = metrics["confusion"]
+    matrix = Table(title="Confusion (rows: true, columns: predicted)", title_justify="left")
+    matrix.add_column("true \\ pred")
+    for label in confusion["labels"]:
+        matrix.add_column(label, justify="right")
+    for label, row in zip(confusion["labels"], confusion["matrix"]):
+        matrix.add_row(label, *[f"[bold]{v}[/bold]" if label == col else (f"[red]{v}[/red]" if v else "·")
+                                for col, v in zip(confusion["labels"], row)])
+    out.print(matrix)
+    _print_clusters(run, out, top_clusters)
+
+
+def _print_clusters(run, out, limit: int) -> None:
+    from erroranalysis import runs
+
+    if run.stage_status("cluster") != "done" or not run.has(runs.CLUSTERS):
+        return
+    from rich.table import Table
+
+    clusters = run.read_parquet(runs.CLUSTERS, "cluster")
+    table = Table(title=f"Error clusters (top {min(limit, len(clusters))} of {len(clusters)})", title_justify="left")
+    for column in ("id", "size", "name"):
+        table.add_column(column, justify="right" if column != "name" else "left")
+    for row in clusters.head(limit).itertuples():
+        table.add_row(str(row.cluster_id), str(row.size), str(row.name))
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("show")
+    @common.handle_errors
+    def show_command(
+        run_dir: common.RunDir,
+        clusters: Annotated[int, typer.Option("--clusters", help="How many error clusters to list.")] = 10,
+    ) -> None:
+        """Print a run's overall metrics, per-class table, confusion matrix and top error clusters."""
+        from erroranalysis.runs import Run
+
+        run = Run.open(run_dir)
+        run.require("metrics", f"run 'erroranalysis metrics {run_dir}'")
+        print_summary(run.metrics(), run, clusters)

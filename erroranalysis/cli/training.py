@@ -1,0 +1,61 @@
+"""`erroranalysis training LOG_OR_CHECKPOINT [--json FILE]`: what went wrong in the training run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from erroranalysis.cli.common import console, handle_errors
+
+STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("training", help="Check a training log: loss trend, NaN/inf, grad-norm spikes, learning-rate "
+                                 "schedule, overfitting onset and train/val gap.")(training)
+
+
+@handle_errors
+def training(
+    log: Annotated[Path, typer.Argument(metavar="LOG_OR_CHECKPOINT", help="trainer_state.json, a checkpoint or "
+                                        "output folder, TensorBoard events, or a CSV/JSONL log with step and loss.")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
+) -> None:
+    from erroranalysis import runs
+    from erroranalysis.errors import check_param
+    from erroranalysis.training import load_training_log, training_report
+
+    if json_out is not None:
+        check_param("--json", str(json_out), not json_out.is_dir(), "a file path, not a folder")
+    report = training_report(load_training_log(log))
+    if json_out is not None:
+        runs.write_json(json_out, report)
+    _print(report)
+    if json_out is not None:
+        typer.echo(f"wrote {json_out}")
+
+
+def _print(report: dict) -> None:
+    from rich.table import Table
+
+    out = console()
+    out.print(f"[bold]Training log[/bold] {report['source']} ({report['format']})")
+    signals = Table("signal", "points", "steps", "first", "last", "min (step)", box=None)
+    for name, s in report["signals"].items():
+        low = "-" if s["min"] is None else f"{s['min']:.4g} ({s['min_step']})"
+        signals.add_row(name, str(s["points"]), f"{s['first_step']}-{s['last_step']}", _num(s["first"]),
+                        _num(s["last"]), low)
+    out.print(signals)
+    findings = report["findings"]
+    if not findings:
+        out.print("[green]No problems found[/green] in the logged signals.")
+        return
+    for f in findings:
+        out.print(f"\n[{STYLES[f['severity']]}]{f['severity'].upper()}[/] {f['message']}.", soft_wrap=True)
+        out.print(f"  what to do: {f['advice']}", soft_wrap=True)
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,256 @@
+"""Load and validate eval sets: JSONL, CSV, Parquet, or a Hugging Face dataset saved with `save_to_disk`.
+
+Every problem is reported as one line naming the file, the line (or row) and column, and the fix. Line numbers
+are 1-based lines of the file (a CSV's header is line 1); Parquet and datasets folders report 1-based rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from erroranalysis.errors import DataError, preview, where
+from erroranalysis.runs import CORE_COLUMNS
+
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "csv",
+           ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass
+class EvalSet:
+    """An eval set in a standard shape: example_id, text, label (may be absent), then metadata columns."""
+
+    frame: pd.DataFrame
+    path: Path
+    format: str
+    sha256: str
+    columns: dict = field(default_factory=dict)  # {"text": ..., "label": ..., "id": ...} as mapped
+    metadata_columns: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def line_of(self, row: int) -> int:
+        """The line (or row) number a user sees for 0-based row `row`."""
+        return int(self.frame["_line"].iat[row])
+
+    def describe(self) -> dict:
+        return {"path": str(self.path), "sha256": self.sha256, "rows": len(self), "format": self.format,
+                "columns": self.columns, "metadata_columns": self.metadata_columns}
+
+
+def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: str | None = "label",
+                  id_column: str | None = None, encoding: str = "utf-8", split: str | None = None,
+                  required: tuple[str, ...] = ()) -> EvalSet:
+    """Read an eval set and map its columns to example_id, text, label; `required` columns are kept by name.
+
+    Every other column becomes metadata (for slices); a name that clashes with a predictions column gets `meta_`.
+    """
+    path = Path(path)
+    raw, fmt = read_table(path, encoding=encoding, split=split)
+    wanted = [c for c in (text_column, label_column, *required) if c]
+    missing = [c for c in wanted if c not in raw.columns]
+    if missing:
+        flag = {text_column: "--text-column", label_column: "--label-column"}.get(missing[0], "")
+        raise DataError(f"{path}: no column {missing[0]!r}; columns found: {preview(c for c in raw.columns if c != '_line')}"
+                        + (f"; name the right one with {flag}." if flag else "."))
+    if id_column and id_column not in raw.columns:
+        raise DataError(f"{path}: no id column {id_column!r}; columns found: "
+                        f"{preview(c for c in raw.columns if c != '_line')}; fix --id-column or drop it.")
+    frame = pd.DataFrame({"_line": raw["_line"].to_numpy()})
+    frame["example_id"] = _ids(raw, id_column, path)
+    frame["text"] = _texts(raw[text_column])
+    if label_column:
+        frame["label"] = _labels(raw, label_column, path)
+    for column in required:
+        frame[column] = raw[column].to_numpy()
+    kept = {"_line", text_column, label_column, id_column, *required}
+    metadata = []
+    for column in raw.columns:
+        if column in kept:
+            continue
+        name = f"meta_{column}" if column in CORE_COLUMNS or column in ("pred", "output") else str(column)
+        frame[name] = raw[column].to_numpy()
+        metadata.append(name)
+    return EvalSet(frame=frame, path=path, format=fmt, sha256=file_sha256(path),
+                   columns={"text": text_column, "label": label_column, "id": id_column},
+                   metadata_columns=metadata)
+
+
+def read_table(path: Path, *, encoding: str = "utf-8", split: str | None = None) -> tuple[pd.DataFrame, str]:
+    """Read any supported file into a DataFrame with a `_line` column of user-facing line/row numbers."""
+    if not path.exists():
+        raise DataError(f"{path}: no such file; check the path.")
+    if path.is_dir():
+        return _read_dataset_dir(path, split), "hf_dataset"
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"{path}: unknown file type {path.suffix!r}; use .jsonl, .csv, .parquet or a "
+                        "folder saved with datasets' save_to_disk.")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: the file is empty; it needs a header or at least one example.")
+    reader = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}[fmt]
+    frame = reader(path, encoding)
+    if len(frame) == 0:
+        raise DataError(f"{path}: no examples (only a header or blank lines); add at least one row.")
+    return frame, fmt
+
+
+def _decode(path: Path, encoding: str) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode(encoding)
+    except LookupError:
+        raise DataError(f"--encoding {encoding!r} is not a known text encoding; try utf-8, latin-1 or cp1252.") from None
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise DataError(f"{where(path, line)}: byte 0x{raw[exc.start]:02x} is not valid {encoding}; "
+                        "pass the file's real encoding with --encoding (for example latin-1).") from None
+
+
+def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
+    records, lines = [], []
+    for number, line in enumerate(_decode(path, encoding).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where(path, number)}: not valid JSON ({exc.msg} at character {exc.colno}); "
+                            "fix or remove that line.") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{where(path, number)}: expected a JSON object per line, got "
+                            f"{type(record).__name__}; write one {{...}} object per line.")
+        records.append(record)
+        lines.append(number)
+    frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
+    frame["_line"] = np.asarray(lines, dtype=np.int64)
+    return frame
+
+
+def _read_csv(path: Path, encoding: str) -> pd.DataFrame:
+    text = _decode(path, encoding)
+    sep = "\t" if path.suffix.lower() == ".tsv" else ","
+    try:
+        frame = pd.read_csv(io.StringIO(text), sep=sep, skip_blank_lines=True)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: no header and no rows; the first line must name the columns.") from None
+    except pd.errors.ParserError as exc:
+        raise DataError(f"{path}: not valid CSV ({str(exc).strip()}); check quoting on that line.") from None
+    frame["_line"] = np.arange(2, len(frame) + 2, dtype=np.int64)
+    return frame
+
+
+def _read_parquet(path: Path, encoding: str) -> pd.DataFrame:
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise DataError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}).") from None
+    frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
+    return frame
+
+
+def _read_dataset_dir(path: Path, split: str | None) -> pd.DataFrame:
+    """A datasets `save_to_disk` folder, read with pyarrow alone (no `datasets` import needed)."""
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
+        if split is None:
+            if len(splits) != 1:
+                raise DataError(f"{path}: a DatasetDict with splits {preview(splits)}; choose one with --split.")
+            split = splits[0]
+        if split not in splits:
+            raise DataError(f"{path}: no split {split!r}; splits found: {preview(splits)}.")
+        path = path / split
+    state = path / "state.json"
+    if not state.is_file():
+        raise DataError(f"{path}: is a directory, not an eval-set file; pass a .jsonl, .csv or .parquet file "
+                        "or a folder saved with datasets' save_to_disk.")
+    import pyarrow as pa
+
+    files = [path / f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
+    if not files:
+        raise DataError(f"{state}: lists no data files; re-save the dataset with save_to_disk.")
+    try:
+        tables = [pa.ipc.open_stream(pa.memory_map(str(f))).read_all() for f in files]
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DataError(f"{path}: unreadable Arrow data ({str(exc).splitlines()[0]}); re-save the dataset.") from None
+    frame = pa.concat_tables(tables).to_pandas()
+    if len(frame) == 0:
+        raise DataError(f"{path}: the dataset has no rows; add at least one example.")
+    frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
+    return frame
+
+
+def _ids(raw: pd.DataFrame, id_column: str | None, path: Path) -> np.ndarray:
+    if not id_column:
+        return np.arange(len(raw)).astype(str).astype(object)
+    values = raw[id_column]
+    empty = values.isna().to_numpy()
+    if empty.any():
+        line = int(raw["_line"].iat[int(np.argmax(empty))])
+        raise DataError(f"{where(path, line, id_column)}: empty id; every example needs a unique id.")
+    ids = values.astype(str).to_numpy(dtype=object)
+    duplicated = pd.Series(ids).duplicated(keep=False).to_numpy()
+    if duplicated.any():
+        dup_rows = np.flatnonzero(duplicated)
+        first = dup_rows[0]
+        second = next(r for r in dup_rows[1:] if ids[r] == ids[first])
+        raise DataError(f"{where(path, int(raw['_line'].iat[second]), id_column)}: duplicate id {ids[first]!r} "
+                        f"(first on line {int(raw['_line'].iat[first])}); ids must be unique.")
+    return ids
+
+
+def _texts(values: pd.Series) -> np.ndarray:
+    # A missing text is an empty input, not an error: the model still predicts something for it.
+    return values.where(values.notna(), "").astype(str).to_numpy(dtype=object)
+
+
+def _labels(raw: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    values = raw[column]
+    empty = values.isna().to_numpy() | (values.astype(str).str.strip() == "").to_numpy()
+    if empty.any():
+        line = int(raw["_line"].iat[int(np.argmax(empty))])
+        raise DataError(f"{where(path, line, column)}: empty label; every example needs a gold label "
+                        "(drop the row or fill it in).")
+    if pd.api.types.is_float_dtype(values) and np.all(np.mod(values.to_numpy(), 1) == 0):
+        values = values.astype(np.int64)  # CSV readers turn integer labels into floats when any cell is odd
+    return values.astype(str).to_numpy(dtype=object)
+
+
+def map_labels(values: np.ndarray, known: list[str], *, source: str, lines: np.ndarray | None = None,
+               column: str = "label") -> np.ndarray:
+    """Map gold labels (names, or integer ids into `known`) onto `known` names; unknown labels are an error."""
+    known_set = set(known)
+    values = np.asarray(values, dtype=object)
+    mapped = values.copy()
+    unknown = ~np.isin(values, list(known_set))
+    if unknown.any():
+        as_ids = np.array([v.isdigit() and int(v) < len(known) for v in values[unknown]], dtype=bool)
+        if as_ids.all():
+            mapped[unknown] = [known[int(v)] for v in values[unknown]]
+            unknown[:] = False
+    if unknown.any():
+        bad = list(dict.fromkeys(values[unknown]))
+        first = int(np.argmax(unknown))
+        loc = where(source, int(lines[first]) if lines is not None else None, column)
+        raise DataError(f"{loc}: label {values[first]!r} is not one the model knows "
+                        f"(unknown: {preview(bad, 3)}; known: {preview(known, 8)}); fix the labels or use the "
+                        "matching checkpoint.")
+    return mapped
+
+
+def file_sha256(path: Path) -> str:
+    """Hash of a file, or of a folder's files in name order."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
