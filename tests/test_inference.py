@@ -1,0 +1,119 @@
+"""Batched inference against a plain per-example forward pass, and checkpoints that must be refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from erroranalysis.errors import ModelError, ParameterError
+from erroranalysis.inference import infer, load_classifier
+
+from conftest import eval_rows
+
+
+def plain_forward(clf, text: str, max_length: int):
+    """The independent computation: one example, no padding, no sorting."""
+    import torch
+
+    enc = clf.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        out = clf.model(**enc, output_hidden_states=True)
+    probs = torch.softmax(out.logits[0], -1).numpy()
+    return probs, out.hidden_states[-1][0].mean(0).numpy(), enc["input_ids"].shape[1]
+
+
+def test_batched_results_equal_a_plain_forward_pass(tiny_checkpoint):
+    clf = load_classifier(tiny_checkpoint, device="cpu")
+    rows = eval_rows(23)
+    texts = [r["text"] for r in rows]
+    gold = np.array([clf.labels.index(r["label"]) for r in rows])
+    chunks = list(infer(clf, texts, gold, batch_size=4, max_length=32, chunk_size=10))
+    assert [len(c["probs"]) for c in chunks] == [10, 10, 3]
+    got = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    for i, text in enumerate(texts):
+        probs, hidden, n_tokens = plain_forward(clf, text, 32)
+        np.testing.assert_allclose(got["probs"][i], probs, atol=1e-5)
+        np.testing.assert_allclose(got["hidden"][i], hidden, atol=1e-4)
+        assert got["n_tokens"][i] == n_tokens
+        assert got["loss"][i] == pytest.approx(-np.log(probs[gold[i]]), abs=1e-4)
+    long_texts = np.array(["very long" in t for t in texts])
+    np.testing.assert_array_equal(got["truncated"], long_texts)
+    assert got["n_tokens"].max() == 32
+
+
+def test_bf16_autocast_stays_close(tiny_checkpoint):
+    clf = load_classifier(tiny_checkpoint, device="cpu")
+    texts = [r["text"] for r in eval_rows(12)]
+    fp32 = next(infer(clf, texts, None, max_length=32))
+    bf16 = next(infer(clf, texts, None, max_length=32, precision="bf16"))
+    np.testing.assert_allclose(bf16["probs"], fp32["probs"], atol=0.03)
+    assert np.isnan(fp32["loss"]).all()
+
+
+@pytest.mark.parametrize("param, value", [("batch_size", 0), ("max_length", 1), ("precision", "fp8")])
+def test_parameters_out_of_range(tiny_checkpoint, param, value):
+    clf = load_classifier(tiny_checkpoint, device="cpu")
+    with pytest.raises(ParameterError, match=f"{param}="):
+        next(infer(clf, ["a"], None, **{param: value}))
+
+
+def copy_checkpoint(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(ModelError, match="no such checkpoint folder"):
+        load_classifier(tmp_path / "nope")
+
+
+def test_file_instead_of_folder(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(ModelError, match="is a file; --model takes the checkpoint folder"):
+        load_classifier(tmp_path / "model.safetensors")
+
+
+def test_no_weights(tiny_checkpoint, tmp_path):
+    folder = copy_checkpoint(tiny_checkpoint, tmp_path / "ck")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ModelError, match=r"no model weights \(model.safetensors\)"):
+        load_classifier(folder)
+
+
+def test_pickled_weights_refused(tiny_checkpoint, tmp_path):
+    folder = copy_checkpoint(tiny_checkpoint, tmp_path / "ck")
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    with pytest.raises(ModelError, match="only pickled weights"):
+        load_classifier(folder)
+
+
+def test_truncated_weights(tiny_checkpoint, tmp_path):
+    folder = copy_checkpoint(tiny_checkpoint, tmp_path / "ck")
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match="truncated weights file"):
+        load_classifier(folder)
+
+
+def test_remote_code_is_refused_and_never_runs(tiny_checkpoint, tmp_path):
+    folder = copy_checkpoint(tiny_checkpoint, tmp_path / "ck")
+    marker = tmp_path / "code-ran"
+    (folder / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="asks to run code shipped with the checkpoint.*--trust-remote-code"):
+        load_classifier(folder)
+    assert not marker.exists()
+
+
+def test_device_auto_is_cpu_here(tiny_checkpoint):
+    import torch
+
+    clf = load_classifier(tiny_checkpoint)
+    assert clf.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert clf.labels == ["negative", "neutral", "positive"]
