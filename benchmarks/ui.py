@@ -1,0 +1,208 @@
+"""How fast the app renders a large run: 100k examples, 10k failures, 40 clusters, 3k labeled examples.
+
+Prints, per page, the time to first render with cold caches (the first visit after `erroranalysis ui` starts: every
+artifact read from disk), the first render in a new session while the caches are warm (another visit, another
+user), and a rerun in the same session; then the time of a cluster switch and of a labeling action. The peer is
+the same app with its caches cleared before every render (what a Streamlit app without st.cache_data costs on
+every interaction), shown as a ratio.
+
+Times are server-side script times measured with streamlit.testing.v1.AppTest, in this process: they exclude the
+browser drawing the page and the websocket transfer. The map's Plotly payload size is printed as a proxy for the
+browser's share.
+
+    .venv/bin/python benchmarks/ui.py [--n 100000] [--failures 10000] [--clusters 40] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "ui"))
+
+PAGES = ["runs", "overview", "confusion", "clusters", "label", "taxonomy"]
+
+
+def build(workdir: Path, n: int, failures: int, clusters: int) -> Path:
+    """The synthetic run (reused when already built with the same sizes) and a labels db with 3k labels."""
+    from ui_fixtures import make_run
+
+    from erroranalysis import taxonomy
+    from erroranalysis.labels import LabelStore
+    from erroranalysis.runs import Run
+
+    stamp = workdir / "sizes.json"
+    sizes = {"n": n, "failures": failures, "clusters": clusters}
+    run_dir = workdir / "bench"
+    if not (stamp.is_file() and json.loads(stamp.read_text()) == sizes and (run_dir / "manifest.json").is_file()):
+        shutil.rmtree(workdir, ignore_errors=True)
+        t = time.perf_counter()
+        make_run(run_dir, n=n, n_failures=failures, n_clusters=clusters, seed=0)
+        print(f"built a synthetic run of {n:,} examples in {time.perf_counter() - t:.1f} s")
+        stamp.write_text(json.dumps(sizes))
+    db = workdir / "labels.sqlite"
+    db.unlink(missing_ok=True)
+    for suffix in ("-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    store = LabelStore(db, user="bench")
+    table = taxonomy.base_table(Run.open(run_dir))
+    fail = table[~table["correct"]]
+    for i, name in enumerate(["Vocabulary overlap", "Sarcasm", "Negation", "Long input", "Label noise"]):
+        store.create_error_type(name, f"benchmark type {i}", ["low", "medium", "high", "critical", "medium"][i])
+    labeled = fail[fail["cluster_id"] >= 0].head(3000)
+    for i, (cid, group) in enumerate(labeled.groupby("cluster_id")):
+        store.assign("bench", group["example_id"].tolist(), ["Vocabulary overlap", "Sarcasm", "Negation",
+                                                             "Long input", "Label noise"][i % 5])
+    return run_dir
+
+
+def clear_caches() -> None:
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def new_session(run: str = "bench"):
+    from streamlit.testing.v1 import AppTest
+
+    from eaui import state
+
+    at = AppTest.from_file(str(ROOT / "ui" / "app.py"), default_timeout=600)
+    at.session_state[state.RUN] = run
+    return at
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def check(at) -> None:
+    if at.exception:
+        raise SystemExit(f"the app raised: {at.exception[0].value}")
+    if at.error:
+        raise SystemExit(f"the app showed an error: {at.error[0].value}")
+
+
+def measure_page(page: str, repeat: int) -> dict[str, float]:
+    cold, first, rerun = [], [], []
+    for _ in range(repeat):
+        clear_caches()
+        at = new_session()
+        at.run()  # the Runs page (the router's default); then the page under test, caches as the Runs page left them
+        clear_caches()
+        at.switch_page(f"views/{page}.py")
+        cold.append(timed(at.run))
+        check(at)
+        other = new_session()
+        other.run()
+        other.switch_page(f"views/{page}.py")
+        first.append(timed(other.run))
+        check(other)
+        rerun.append(timed(other.run))
+    return {"cold": statistics.median(cold), "first": statistics.median(first), "rerun": statistics.median(rerun)}
+
+
+def measure_cluster_switch(repeat: int) -> dict[str, float]:
+    from eaui import state
+
+    at = new_session()
+    at.run()
+    at.switch_page("views/clusters.py").run()
+    check(at)
+    ids = list(at.dataframe[0].value["cluster_id"])
+    warm, naive = [], []
+    for i in range(repeat * 2):
+        at.selectbox(key=state.CLUSTER).set_value(int(ids[(i + 1) % len(ids)]))
+        warm.append(timed(at.run))
+        check(at)
+    for i in range(repeat):
+        at.selectbox(key=state.CLUSTER).set_value(int(ids[(i + 3) % len(ids)]))
+        clear_caches()
+        naive.append(timed(at.run))
+        check(at)
+    return {"cached": statistics.median(warm), "uncached": statistics.median(naive)}
+
+
+def measure_label_action(repeat: int) -> float:
+    from eaui import state
+
+    at = new_session()
+    at.run()
+    at.switch_page("views/label.py").run()
+    check(at)
+    times = []
+    for i in range(repeat):
+        at.session_state[state.LABEL_CLUSTER] = None  # next cluster each time
+        ids = at.selectbox(key=state.LABEL_CLUSTER).options
+        at.selectbox(key=state.LABEL_CLUSTER).set_value(at.selectbox(key=state.LABEL_CLUSTER).options[0])
+        at.run()
+        btn = next(b for b in at.button if b.label.startswith("Assign whole cluster"))
+        btn.click()
+        times.append(timed(at.run))
+        check(at)
+        del ids
+    return statistics.median(times)
+
+
+def map_payload(run_dir: Path) -> int:
+    import plotly.io
+
+    from eaui import charts
+
+    from erroranalysis import taxonomy
+    from erroranalysis.runs import Run
+
+    table = taxonomy.base_table(Run.open(run_dir))
+    clusters = taxonomy.read_clusters(Run.open(run_dir))
+    fig = charts.cluster_map(table[~table["correct"]], dict(zip(clusters["cluster_id"], clusters["name"])),
+                             highlight=0)
+    return len(plotly.io.to_json(fig, validate=False))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--failures", type=int, default=10_000)
+    parser.add_argument("--clusters", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, default=ROOT / "benchmarks" / "out" / "ui")
+    args = parser.parse_args()
+
+    run_dir = build(args.workdir, args.n, args.failures, args.clusters)
+    os.environ["ERRORANALYSIS_RUNS"] = str(args.workdir)
+    os.environ["ERRORANALYSIS_LABELS_DB"] = str(args.workdir / "labels.sqlite")
+    os.environ["ERRORANALYSIS_USER"] = "bench"
+    from streamlit import logger as st_logger
+
+    st_logger.set_log_level("error")
+
+    new_session().run()  # import Streamlit, Plotly and the app once, outside the timings
+
+    print(f"\nerroranalysis app, {args.n:,} examples, {args.failures:,} failures, {args.clusters} clusters, "
+          f"3,000 labeled; median of {args.repeat}; AppTest server-side time\n")
+    print(f"{'page':<12} {'first, cold':>12} {'first, cached':>14} {'rerun':>8} {'cold / cached':>14}")
+    for page in PAGES:
+        m = measure_page(page, args.repeat)
+        print(f"{page:<12} {m['cold']:>10.2f} s {m['first']:>12.2f} s {m['rerun']:>6.2f} s "
+              f"{m['cold'] / max(m['first'], 1e-9):>13.1f}x")
+    s = measure_cluster_switch(args.repeat)
+    print(f"\ncluster switch (Clusters page): {s['cached']:.2f} s cached; {s['uncached']:.2f} s with caches cleared "
+          f"(an app without st.cache_data): {s['uncached'] / max(s['cached'], 1e-9):.1f}x slower")
+    a = measure_label_action(args.repeat)
+    print(f"assign a whole cluster (Label page, write + rerender): {a:.2f} s")
+    print(f"map payload: {map_payload(run_dir) / 1e6:.1f} MB of Plotly JSON for {args.failures:,} points (WebGL)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""`erroranalysis export RUN --format json|csv|markdown --out FILE`: the labeled taxonomy of a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from erroranalysis.cli.common import RunDir, handle_errors
+
+FORMATS = ("json", "csv", "markdown")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export", help="Export a run's labeled error taxonomy as JSON, CSV or a Markdown report.")(export)
+
+
+@handle_errors
+def export(
+    run: RunDir,
+    format: Annotated[str, typer.Option("--format", "-f", help="json (versioned schema, see docs/taxonomy.md), "
+                                        "csv (one row per labeled example) or markdown (a report for a PR).")
+                      ] = "json",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="File to write; default "
+                                                "<RUN>/taxonomy.<json|csv|md>.")] = None,
+    labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database; default "
+                                                      "<RUN's folder>/labels.sqlite.")] = None,
+) -> None:
+    from erroranalysis import taxonomy
+    from erroranalysis.errors import check_param
+
+    fmt = format.strip().lower()
+    if fmt == "md":
+        fmt = "markdown"
+    check_param("--format", format, fmt in FORMATS, "json, csv or markdown")
+    target = out if out is not None else Path(run) / f"taxonomy{taxonomy.EXTENSIONS[fmt]}"
+    path = taxonomy.export(run, fmt, target, labels_db=labels_db)
+    typer.echo(f"wrote {path}")

@@ -1,0 +1,64 @@
+"""The erroranalysis app: `erroranalysis ui runs/` or `streamlit run ui/app.py -- runs/ [--user NAME] [--open RUN]`.
+
+This file is the router (st.navigation) and the frame around every page: the run picker and who is labeling.
+Pages under pages/ only render; data comes from eaui.data, work from the erroranalysis library.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:  # so pages can `import eaui` however the app was started
+    sys.path.insert(0, str(_HERE))
+
+import streamlit as st  # noqa: E402
+
+st.set_page_config(page_title="erroranalysis", page_icon=":material/troubleshoot:", layout="wide",
+                   initial_sidebar_state="expanded")
+
+from eaui import components, config, data, state  # noqa: E402
+
+if state.CONFIG not in st.session_state:
+    st.session_state[state.CONFIG] = config.parse()
+cfg = st.session_state[state.CONFIG]
+components.style()
+st.logo(str(_HERE / "logo.svg"), icon_image=str(_HERE / "icon.svg"), size="large")
+
+runs_page = st.Page("views/runs.py", title="Runs", icon=":material/folder_open:", default=True)
+pages = {
+    "Workspace": [runs_page],
+    "Analyze": [
+        st.Page("views/overview.py", title="Overview", icon=":material/monitoring:"),
+        st.Page("views/confusion.py", title="Confusion matrix", icon=":material/grid_on:"),
+        st.Page("views/clusters.py", title="Clusters", icon=":material/bubble_chart:"),
+    ],
+    "Labeling": [
+        st.Page("views/label.py", title="Label", icon=":material/sell:"),
+        st.Page("views/taxonomy.py", title="Taxonomy", icon=":material/account_tree:"),
+    ],
+}
+page = st.navigation(pages)
+
+with st.sidebar:
+    if cfg.problem:
+        st.error(cfg.problem)
+    keys = data.discover(cfg.runs_root)
+    if state.RUN not in st.session_state:
+        wanted = st.query_params.get(state.RUN) or cfg.open_run
+        st.session_state[state.RUN] = wanted if wanted in keys else (keys[0] if keys else None)
+    if state.PENDING_RUN in st.session_state:
+        st.session_state[state.RUN] = st.session_state.pop(state.PENDING_RUN)
+    if st.session_state.get(state.RUN) not in keys:
+        st.session_state[state.RUN] = keys[0] if keys else None
+    st.selectbox("Run", keys, key=state.RUN, placeholder="No runs in this folder", help=f"Runs under {cfg.runs_root}")
+    if st.session_state.get(state.RUN) and st.query_params.get(state.RUN) != st.session_state[state.RUN]:
+        st.query_params[state.RUN] = st.session_state[state.RUN]  # so the address names the run (shareable)
+    if state.USER not in st.session_state:
+        st.session_state[state.USER] = cfg.user
+    st.text_input("Labeling as", key=state.USER, help="Every label you make is recorded under this name.")
+    st.caption(f"Workspace `{cfg.runs_root}`  \nLabels `{cfg.labels_db.name}`")
+
+components.show_flash()
+page.run()

@@ -1,0 +1,173 @@
+"""Button callbacks of the Label page. Each one reads the widgets' values from session state, makes one call to the
+labels store (one transaction, one logged event) and queues a message for the next render. A refused change (a
+UserError) becomes an error message; nothing is half-done."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import streamlit as st
+
+from erroranalysis.errors import UserError
+
+from eaui import components as ui
+from eaui import state
+
+
+def _run(action: Callable[[], str | None]) -> None:
+    try:
+        message = action()
+    except UserError as exc:
+        state.flash("error", str(exc).splitlines()[0])
+        return
+    if message:
+        state.flash("success", message)
+
+
+def _selected_ids() -> list[str]:
+    """Example ids of the rows selected in the Label page's table, as it was rendered."""
+    event = st.session_state.get(state.label_table_key()) or {}
+    rows = (event.get("selection") or {}).get("rows") or []
+    shown = st.session_state.get(state.LABEL_ROWS) or []
+    return [shown[i][0] for i in rows if 0 <= i < len(shown)]
+
+
+def _clusters_of(ids: list[str]) -> dict[str, int]:
+    shown = dict(st.session_state.get(state.LABEL_ROWS) or [])
+    return {i: shown[i] for i in ids if i in shown and shown[i] is not None and shown[i] >= 0}
+
+
+def _done(change) -> str:
+    state.reset_label_selection()
+    return change.summary[:1].upper() + change.summary[1:] + "." if change.changed else "Nothing changed."
+
+
+def create_type() -> None:
+    def act() -> str:
+        name = st.session_state.get(state.NEW_TYPE_NAME, "")
+        created = ui.labels().create_error_type(name, st.session_state.get(state.NEW_TYPE_DEFINITION, ""),
+                                                st.session_state.get(state.NEW_TYPE_SEVERITY) or "medium")
+        st.session_state[state.LABEL_TARGET] = created.id
+        return f"Created error type “{created.name}”."
+
+    _run(act)
+
+
+def assign_selected(run_key: str) -> None:
+    def act() -> str:
+        ids = _selected_ids()
+        if not ids:
+            raise UserError("select examples in the table first (tick the boxes on the left).")
+        target = _target()
+        return _done(ui.labels().assign(run_key, ids, target, cluster_ids=_clusters_of(ids)))
+
+    _run(act)
+
+
+def assign_ids(run_key: str, ids: list[str], clusters: dict[str, int], summary: str | None = None) -> None:
+    def act() -> str:
+        if not ids:
+            raise UserError("there are no examples to assign here.")
+        target = _target()
+        name = ui.labels().error_type(target).name
+        text = summary.replace("{type}", repr(name)) if summary else None
+        return _done(ui.labels().assign(run_key, ids, target, cluster_ids=clusters, summary=text))
+
+    _run(act)
+
+
+def unassign_selected(run_key: str) -> None:
+    def act() -> str:
+        ids = _selected_ids()
+        if not ids:
+            raise UserError("select the examples to move out first.")
+        return _done(ui.labels().unassign(run_key, ids, summary=f"moved {len(ids)} examples out of their error type"))
+
+    _run(act)
+
+
+def flag_selected(run_key: str, flag: str, value: bool = True) -> None:
+    def act() -> str:
+        ids = _selected_ids()
+        if not ids:
+            raise UserError("select examples in the table first.")
+        return _done(ui.labels().set_flag(run_key, ids, flag, value))
+
+    _run(act)
+
+
+def save_note(run_key: str, example_id: str) -> None:
+    def act() -> str:
+        change = ui.labels().set_note(run_key, example_id, st.session_state.get(state.LABEL_NOTE, ""))
+        return _done(change)
+
+    _run(act)
+
+
+def merge_clusters(run_key: str, members: dict[int, list[tuple[str, int]]]) -> None:
+    def act() -> str:
+        picked = [int(c) for c in st.session_state.get(state.MERGE_CLUSTERS) or []]
+        if not picked:
+            raise UserError("pick the clusters to merge first.")
+        target = st.session_state.get(state.MERGE_TARGET)
+        if target is None:
+            raise UserError("pick the error type to merge the clusters into (create one first).")
+        pairs = [p for c in picked for p in members.get(c, [])]
+        ids = [i for i, _ in pairs]
+        name = ui.labels().error_type(int(target)).name
+        summary = (f"merged clusters {', '.join('#' + str(c) for c in picked)} into {name!r} "
+                   f"({len(ids)} examples)")
+        change = ui.labels().assign(run_key, ids, int(target), cluster_ids=dict(pairs), summary=summary)
+        st.session_state[state.MERGE_CLUSTERS] = []
+        return _done(change)
+
+    _run(act)
+
+
+def undo() -> None:
+    _run(lambda: _done(ui.labels().undo()))
+
+
+def update_type() -> None:
+    def act() -> str:
+        type_id = st.session_state.get(state.EDIT_TYPE)
+        if type_id is None:
+            raise UserError("pick the error type to edit.")
+        updated = ui.labels().update_error_type(int(type_id), name=st.session_state.get(state.EDIT_NAME),
+                                                definition=st.session_state.get(state.EDIT_DEFINITION),
+                                                severity=st.session_state.get(state.EDIT_SEVERITY))
+        return f"Saved “{updated.name}”."
+
+    _run(act)
+
+
+def merge_types() -> None:
+    def act() -> str:
+        type_id = st.session_state.get(state.EDIT_TYPE)
+        sources = st.session_state.get(state.MERGE_TYPES) or []
+        if type_id is None or not sources:
+            raise UserError("pick the error types to merge into this one.")
+        change = ui.labels().merge_error_types([int(s) for s in sources], int(type_id))
+        st.session_state[state.MERGE_TYPES] = []
+        return _done(change)
+
+    _run(act)
+
+
+def delete_type() -> None:
+    def act() -> str:
+        type_id = st.session_state.get(state.EDIT_TYPE)
+        if type_id is None:
+            raise UserError("pick the error type to delete.")
+        change = ui.labels().delete_error_type(int(type_id))
+        st.session_state.pop(state.EDIT_TYPE, None)
+        return change.summary[:1].upper() + change.summary[1:] + ". Undo brings it back."
+
+    _run(act)
+
+
+def _target() -> int:
+    target = st.session_state.get(state.LABEL_TARGET)
+    if target is None:
+        raise UserError("pick an error type to assign to, or create one under Error types.")
+    return int(target)

@@ -1,0 +1,307 @@
+"""Plotly figures of the app, built from plain arrays and DataFrames (no Streamlit here, so they are testable)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+PRIMARY = "#4F46E5"
+MUTED = "#94A3B8"
+GRID = "rgba(148,163,184,0.25)"
+FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', sans-serif"
+# A calm qualitative palette with enough distinct hues for many clusters (Tableau 20-like, reordered).
+PALETTE = ["#4F46E5", "#F59E0B", "#10B981", "#EF4444", "#06B6D4", "#8B5CF6", "#EC4899", "#84CC16", "#F97316",
+           "#14B8A6", "#6366F1", "#EAB308", "#22C55E", "#E11D48", "#0EA5E9", "#A855F7", "#D946EF", "#65A30D",
+           "#FB923C", "#2DD4BF"]
+SEVERITY_COLORS = {"low": "#94A3B8", "medium": "#F59E0B", "high": "#F97316", "critical": "#E11D48"}
+SNIPPET = 120
+
+
+def cluster_color(cluster_id: int) -> str:
+    return MUTED if cluster_id < 0 else PALETTE[cluster_id % len(PALETTE)]
+
+
+def _layout(**extra) -> dict:
+    base = dict(
+        font=dict(family=FONT, size=13, color="#0F172A"),
+        margin=dict(l=10, r=10, t=30, b=10),
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        hoverlabel=dict(bgcolor="white", font=dict(family=FONT, size=12, color="#0F172A"), bordercolor="#CBD5E1"),
+    )
+    base.update(extra)
+    return base
+
+
+def snippet(text: str, limit: int = SNIPPET) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _html(text: str) -> str:
+    # Plotly renders hover text as (a subset of) HTML: user text must not become markup.
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# -- confusion matrix -------------------------------------------------------------------------------------------------
+
+
+def confusion_figure(labels: Sequence[str], matrix, *, normalized: bool = False,
+                     selected: tuple[str, str] | None = None):
+    """Heatmap of true (rows) x predicted (columns): correct cells in green, errors in red, every cell clickable.
+
+    Plotly heatmaps do not report clicks to Streamlit, so each cell also carries an invisible square marker (trace 2)
+    whose selection is the cell's selection; its customdata is [true, pred, count, share of the true class].
+    """
+    import plotly.graph_objects as go
+
+    labels = [str(x) for x in labels]
+    counts = np.asarray(matrix, dtype=float)
+    k = len(labels)
+    row_sums = counts.sum(axis=1, keepdims=True)
+    share = np.divide(counts, row_sums, out=np.zeros_like(counts), where=row_sums > 0)
+    values = share if normalized else counts
+    eye = np.eye(k, dtype=bool)
+    diag = np.where(eye, values, np.nan)
+    off = np.where(~eye & (counts > 0), values, np.nan)
+    text = [[(f"{share[i, j]:.0%}" if normalized else f"{int(counts[i, j]):,}") if counts[i, j] else ""
+             for j in range(k)] for i in range(k)]
+    off_max = np.nanmax(off) if np.isfinite(off).any() else 1.0
+    diag_max = np.nanmax(diag) if np.isfinite(diag).any() else 1.0
+    font_size = 14 if k <= 8 else 11 if k <= 15 else 9
+    fig = go.Figure()
+    fig.add_trace(go.Heatmap(z=diag, x=labels, y=labels, hoverinfo="skip", showscale=False, xgap=2, ygap=2,
+                             colorscale=[[0, "#D1FAE5"], [0.5, "#34D399"], [1, "#047857"]], zmin=0, zmax=diag_max))
+    fig.add_trace(go.Heatmap(z=off, x=labels, y=labels, hoverinfo="skip", showscale=False, xgap=2, ygap=2,
+                             colorscale=[[0, "#FFE4E6"], [0.4, "#FB7185"], [1, "#9F1239"]], zmin=0, zmax=off_max))
+    xs, ys, custom = [], [], []
+    for i in range(k):
+        for j in range(k):
+            xs.append(labels[j])
+            ys.append(labels[i])
+            custom.append([labels[i], labels[j], int(counts[i, j]), float(share[i, j])])
+    selected_points = None
+    if selected is not None and selected[0] in labels and selected[1] in labels:
+        selected_points = [labels.index(selected[0]) * k + labels.index(selected[1])]
+    size = max(14, min(60, int(360 / max(k, 1))))
+    fig.add_trace(go.Scatter(
+        x=xs, y=ys, mode="markers", customdata=custom, name="cells",
+        marker=dict(symbol="square", size=size, color=PRIMARY, opacity=0.0),
+        selected=dict(marker=dict(opacity=0.3)), unselected=dict(marker=dict(opacity=0.0)),
+        selectedpoints=selected_points,
+        hovertemplate=("True <b>%{customdata[0]}</b> → predicted <b>%{customdata[1]}</b><br>"
+                       "%{customdata[2]:,} examples · %{customdata[3]:.1%} of the class<extra></extra>"),
+        showlegend=False,
+    ))
+    # Cell numbers as annotations: one colour per cell (white on dark cells), untouched by selection dimming.
+    annotations = []
+    for i in range(k):
+        for j in range(k):
+            if not text[i][j]:
+                continue
+            top = diag_max if i == j else off_max
+            dark = top > 0 and values[i, j] / top > 0.55
+            annotations.append(dict(x=labels[j], y=labels[i], text=text[i][j], showarrow=False,
+                                    font=dict(size=font_size, color="white" if dark else "#0F172A")))
+    rotate = max(len(x) for x in labels) * k > 60 if labels else False
+    height = max(380, min(820, 64 * k + 150))
+    fig.update_layout(**_layout(
+        height=height, clickmode="event+select", dragmode=False, annotations=annotations,
+        xaxis=dict(title=dict(text="Predicted", standoff=6), side="top", tickangle=-35 if rotate else 0,
+                   showgrid=False, zeroline=False),
+        yaxis=dict(title=dict(text="True label", standoff=6), autorange="reversed", showgrid=False, zeroline=False),
+        margin=dict(l=10, r=10, t=90 if rotate else 70, b=10),
+    ))
+    return fig
+
+
+def pair_from_selection(event) -> tuple[str, str] | None:
+    """The (true, predicted) pair of a confusion_figure selection event, or None."""
+    try:
+        points = event["selection"]["points"]
+    except (KeyError, TypeError):
+        return None
+    for point in points or []:
+        custom = point.get("customdata")
+        if custom and len(custom) >= 2:
+            return str(custom[0]), str(custom[1])
+    return None
+
+
+# -- calibration ------------------------------------------------------------------------------------------------------
+
+
+def reliability_figure(bins: list[dict]):
+    """Reliability diagram: accuracy against confidence per bin (bars), the diagonal, and the count per bin."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04)
+    mids = [(b["lower"] + b["upper"]) / 2 for b in bins]
+    widths = [(b["upper"] - b["lower"]) * 0.92 for b in bins]
+    acc = [b.get("accuracy", 0) for b in bins]
+    conf = [b.get("confidence", 0) for b in bins]
+    counts = [b.get("count", 0) for b in bins]
+    gap_color = ["#FDA4AF" if c - a > 0.05 else "#A5B4FC" for a, c in zip(acc, conf)]
+    fig.add_trace(go.Bar(x=mids, y=acc, width=widths, marker=dict(color=gap_color, line=dict(width=0)),
+                         name="accuracy", customdata=np.column_stack([conf, counts]) if bins else None,
+                         hovertemplate="confidence %{customdata[0]:.2f}<br>accuracy %{y:.2f}<br>"
+                                       "%{customdata[1]:,} examples<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(color="#0F172A", dash="dot", width=1),
+                             name="perfect calibration", hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=conf, y=acc, mode="markers", marker=dict(color=PRIMARY, size=7), name="bin mean",
+                             hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(go.Bar(x=mids, y=counts, width=widths, marker=dict(color=MUTED), name="examples",
+                         hovertemplate="%{y:,} examples<extra></extra>"), row=2, col=1)
+    fig.update_layout(**_layout(height=380, showlegend=False, bargap=0))
+    fig.update_xaxes(range=[0, 1], gridcolor=GRID, zeroline=False)
+    fig.update_yaxes(range=[0, 1.02], gridcolor=GRID, zeroline=False, title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(gridcolor=GRID, zeroline=False, title_text="n", row=2, col=1)
+    fig.update_xaxes(title_text="confidence", row=2, col=1)
+    return fig
+
+
+def slices_figure(rows, overall_error: float | None):
+    """Horizontal bars of error rate per slice (worst on top) with the overall error rate as a line."""
+    import plotly.graph_objects as go
+
+    rows = rows.sort_values("error_rate", ascending=True)
+    colors = ["#F43F5E" if overall_error is not None and e > overall_error * 1.2 else "#A5B4FC"
+              for e in rows["error_rate"]]
+    fig = go.Figure(go.Bar(y=[_html(s) for s in rows["slice"].astype(str)], x=rows["error_rate"], orientation="h",
+                           marker=dict(color=colors), customdata=rows["n"],
+                           hovertemplate="%{y}<br>error rate %{x:.1%} · n=%{customdata:,}<extra></extra>"))
+    if overall_error is not None:
+        fig.add_vline(x=overall_error, line=dict(color="#0F172A", dash="dot", width=1),
+                      annotation_text=f"overall {overall_error:.1%}", annotation_position="top")
+    fig.update_layout(**_layout(height=max(180, 34 * len(rows) + 70), xaxis=dict(tickformat=".0%", gridcolor=GRID),
+                                yaxis=dict(automargin=True)))
+    return fig
+
+
+# -- clusters ---------------------------------------------------------------------------------------------------------
+
+
+def map_traces(points, names: dict[int, str], *, background=None) -> dict:
+    """The 2-D layout of failing examples coloured by cluster, as a plain Plotly figure dict (WebGL traces).
+
+    Built once per run and cached; `styled_map` then highlights one cluster cheaply (a cluster switch restyles
+    markers and rebuilds nothing). `points` has example_id, x, y, cluster_id, label, pred, text; `background`
+    (optional) the same columns for correct examples, drawn faint and not hoverable. Each point's customdata is
+    its example_id; a selection event's points carry it back.
+    """
+    data = []
+    if background is not None and len(background):
+        data.append({"type": "scattergl", "x": background["x"].to_numpy(), "y": background["y"].to_numpy(),
+                     "mode": "markers", "name": "correct", "hoverinfo": "skip",
+                     "marker": {"size": 3, "color": "#CBD5E1", "opacity": 0.35}})
+    cids = points["cluster_id"].to_numpy()
+    ids = points["example_id"].astype(str).to_numpy(dtype=object)
+    # Hover text is built once, here, as one HTML-escaped string per point: Plotly validates a 1-D array of
+    # strings ~20x faster than a 2-D customdata array, which matters at 10k+ points on every rerun.
+    name_of = {int(c): _html(names.get(int(c), f"cluster {c}") if c >= 0 else "unclustered")
+               for c in set(cids.tolist())}
+    cluster_names = np.array([name_of[int(c)] for c in cids], dtype=object)
+    snippets = _html_series(points["text"].astype(str).str.replace(r"\s+", " ", regex=True).str.slice(0, SNIPPET))
+    hover = ("<b>" + cluster_names + "</b><br>" + _html_series(points["label"].astype(str)) + " → "
+             + _html_series(points["pred"].astype(str)) + " · <i>" + _html_series(points["example_id"].astype(str))
+             + "</i><br>" + snippets)
+    x, y = points["x"].to_numpy(), points["y"].to_numpy()
+    for cid in sorted(set(cids.tolist()), key=lambda c: (c < 0, c)):
+        idx = np.flatnonzero(cids == cid)
+        name = names.get(int(cid), f"cluster {cid}") if cid >= 0 else "unclustered"
+        data.append({"type": "scattergl", "x": x[idx], "y": y[idx], "mode": "markers", "customdata": ids[idx],
+                     "text": hover[idx], "hovertemplate": "%{text}<extra></extra>", "meta": int(cid),
+                     "name": _html(snippet(f"{cid}: {name}" if cid >= 0 else "unclustered", 40)),
+                     "marker": {"size": 6, "color": cluster_color(int(cid)), "opacity": 0.8}})
+    layout = _layout(
+        height=540, dragmode="lasso", clickmode="event+select", hovermode="closest",
+        legend=dict(orientation="h", itemsizing="constant", font=dict(size=11), x=0, y=-0.02, yanchor="top"),
+        xaxis=dict(visible=False), yaxis=dict(visible=False, scaleanchor="x"),
+        margin=dict(l=0, r=0, t=10, b=0),
+    )
+    return {"data": data, "layout": layout}
+
+
+def styled_map(base: dict, highlight: int | None) -> dict:
+    """`base` (from map_traces) with one cluster drawn larger and the others faded; shares the point arrays."""
+    data = []
+    for trace in base["data"]:
+        cid = trace.get("meta")
+        if cid is None or highlight is None:
+            data.append(trace)
+            continue
+        is_hl = int(cid) == int(highlight)
+        marker = {**trace["marker"], "size": 8 if is_hl else 6, "opacity": 0.95 if is_hl else 0.3,
+                  "line": {"width": 0.6 if is_hl else 0, "color": "white"}}
+        data.append({**trace, "marker": marker})
+    return {"data": data, "layout": base["layout"]}
+
+
+def cluster_map(points, names: dict[int, str], *, highlight: int | None = None, background=None):
+    """The cluster map as a plotly Figure (map_traces + styled_map)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(styled_map(map_traces(points, names, background=background), highlight))
+
+
+def fast_figure(figure: dict):
+    """A go.Figure of a dict this module built, without Plotly's per-element validation: st.plotly_chart validates
+    a dict (0.3 s for 10k points) but not a Figure, and map_traces' output is validated once in the tests
+    (cluster_map). Falls back to a validated Figure if Plotly ever drops the private switch."""
+    import plotly.graph_objects as go
+
+    try:
+        return go.Figure(figure, _validate=False)
+    except TypeError:  # pragma: no cover - a future Plotly without `_validate`
+        return go.Figure(figure)
+
+
+def _html_series(series) -> np.ndarray:
+    return (series.str.replace("&", "&amp;", regex=False).str.replace("<", "&lt;", regex=False)
+            .str.replace(">", "&gt;", regex=False).to_numpy(dtype=object))
+
+
+def ids_from_selection(event) -> list[str]:
+    """Example ids of the points of a cluster_map selection event (each point's customdata)."""
+    try:
+        points = event["selection"]["points"]
+    except (KeyError, TypeError):
+        return []
+    ids = []
+    for point in points or []:
+        custom = point.get("customdata")
+        if isinstance(custom, (list, tuple)):
+            custom = custom[0] if custom else None
+        if custom is not None and custom != "":
+            ids.append(str(custom))
+    return list(dict.fromkeys(ids))
+
+
+def error_type_bars(types: list[dict]):
+    """Horizontal bars: examples per error type, coloured by severity."""
+    import plotly.graph_objects as go
+
+    types = sorted(types, key=lambda t: t["count"])
+    fig = go.Figure(go.Bar(
+        y=[_html(snippet(t["name"], 40)) for t in types], x=[t["count"] for t in types], orientation="h",
+        marker=dict(color=[SEVERITY_COLORS.get(t["severity"], MUTED) for t in types]),
+        customdata=[[t["severity"], t["share_of_failures"]] for t in types],
+        hovertemplate="%{y}<br>%{x:,} examples · %{customdata[1]:.1%} of failures · %{customdata[0]}<extra></extra>",
+    ))
+    fig.update_layout(**_layout(height=max(160, 36 * len(types) + 60), xaxis=dict(gridcolor=GRID, title="examples"),
+                                yaxis=dict(automargin=True)))
+    return fig
+
+
+def share_text(part: float, whole: float) -> str:
+    return "–" if not whole else f"{part / whole:.0%}"
+
+
+def finite(value) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False

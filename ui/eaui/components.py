@@ -1,0 +1,158 @@
+"""Small rendering helpers shared by the pages: the current run, error boxes, headers, flash messages, styling.
+
+User text is never passed to st.markdown with unsafe_allow_html; `md` escapes Markdown in user text for the places
+that render Markdown (labels, captions)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import streamlit as st
+
+from erroranalysis.errors import UserError
+from erroranalysis.labels import LabelStore
+
+from eaui import data, state
+from eaui.config import AppConfig
+
+# Static CSS only (no user text is ever interpolated here).
+_CSS = """
+<style>
+.block-container {padding-top: 2.2rem; padding-bottom: 3rem; max-width: 1480px;}
+h1 {font-weight: 700; letter-spacing: -0.02em;}
+h2, h3 {letter-spacing: -0.01em;}
+[data-testid="stMetric"] {background: var(--secondary-background-color, #F8FAFC);}
+[data-testid="stMetricValue"] {font-weight: 650;}
+[data-testid="stSidebarNav"] a span {font-weight: 500;}
+.stCaption {color: #64748B;}
+</style>
+"""
+
+
+def style() -> None:
+    st.markdown(_CSS, unsafe_allow_html=True)
+
+
+def md(text: object) -> str:
+    """Escape user text for st.markdown / labels: no markup, links, HTML or math."""
+    s = " ".join(str("" if text is None else text).split())
+    for ch in "\\`*_{}[]()#+-.!|~<>$":
+        s = s.replace(ch, "\\" + ch)
+    return s
+
+
+@dataclass(frozen=True)
+class Current:
+    """The run a page works on."""
+
+    config: AppConfig
+    key: str
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+
+def config() -> AppConfig:
+    return st.session_state[state.CONFIG]
+
+
+def labels() -> LabelStore:
+    """The labels store, recording changes under this session's user."""
+    cfg = config()
+    user = (state.get(state.USER) or cfg.user).strip() or cfg.user
+    return data.store(str(cfg.labels_db)).with_user(user)
+
+
+def current_run(required: bool = True) -> Current | None:
+    """The selected run; on pages that need one, explain how to pick one and stop when there is none or it is
+    unusable."""
+    cfg = config()
+    key = state.get(state.RUN)
+    if not key:
+        if required:
+            st.info("Pick a run in the sidebar, or on the **Runs** page, to start.", icon=":material/arrow_back:")
+            st.page_link("views/runs.py", label="Go to Runs", icon=":material/folder_open:")
+            st.stop()
+        return None
+    try:
+        return Current(cfg, key, data.run_dir(cfg.runs_root, key))
+    except UserError as exc:
+        if required:
+            problem(exc)
+            st.stop()
+        return None
+
+
+def switch(page: str) -> None:
+    """Go to another page, keeping the run in the address."""
+    run = state.get(state.RUN)
+    st.switch_page(page, query_params={state.RUN: run} if run else {})
+
+
+def problem(exc: BaseException, hint: str | None = None) -> None:
+    """Show a library error as one clear message (never a traceback)."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    st.error(message, icon=":material/error:")
+    if hint:
+        st.caption(hint)
+
+
+@contextmanager
+def guard(hint: str | None = None) -> Iterator[None]:
+    """Show a UserError raised inside the block as a message and stop the page there."""
+    try:
+        yield
+    except UserError as exc:
+        problem(exc, hint)
+        st.stop()
+
+
+def header(title: str, current: Current | None = None, caption: str | None = None) -> None:
+    st.title(title)
+    bits = []
+    if current is not None:
+        bits.append(f"Run **{md(current.key)}**")
+    if caption:
+        bits.append(caption)
+    if bits:
+        st.caption(" · ".join(bits))
+
+
+def show_flash() -> None:
+    """Messages queued by the last action: successes as a toast, problems inline where they are read."""
+    for kind, text in state.pop_flash():
+        if kind == "success":
+            st.toast(text, icon=":material/check_circle:")
+        elif kind == "error":
+            st.error(text, icon=":material/error:")
+        else:
+            {"info": st.info, "warning": st.warning}.get(kind, st.info)(text)
+
+
+def pct(value, digits: int = 1) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if v != v else f"{v:.{digits}%}"
+
+
+def count(value) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if v != v else f"{int(v):,}"
+
+
+def ci_text(ci) -> str | None:
+    try:
+        lo, hi = ci
+        return f"95% CI {float(lo):.1%} – {float(hi):.1%}"
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,320 @@
+"""Cached data access for the app. Every artifact is read here, through the erroranalysis library, and cached on
+its path and modification stamp (mtime and size), so a re-run stage is picked up on the next render and an
+unchanged run costs nothing. Labels are cached on the store's version (its newest event id).
+
+Large tables are cached with st.cache_resource (shared, not copied per rerun): treat them as read-only.
+Readers raise erroranalysis.errors.UserError (RunError) for a missing or damaged artifact; pages show the message.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from erroranalysis import taxonomy
+from erroranalysis.errors import RunError, UserError
+from erroranalysis.labels import LabelStore
+from erroranalysis.runs import ASSIGNMENTS, CLUSTERS, MANIFEST, METRICS, PREDICTIONS, Run
+
+MAX_DEPTH = 2  # runs are looked for at <root>/<run> and <root>/<group>/<run>
+
+
+def stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st_ = path.stat()
+    except OSError:
+        return None
+    return (st_.st_mtime_ns, st_.st_size)
+
+
+def file_stamps(run_dir: Path, *names: str) -> tuple:
+    return tuple(stamp(run_dir / n) for n in names)
+
+
+# -- the workspace ------------------------------------------------------------------------------------------------
+
+
+def discover(root: Path) -> list[str]:
+    """Run keys (paths relative to root, posix) of every run directory under root, sorted."""
+    keys = []
+    if not root.is_dir():
+        return keys
+    for depth in range(1, MAX_DEPTH + 1):
+        for manifest in root.glob("/".join(["*"] * depth) + "/" + MANIFEST):
+            run_dir = manifest.parent
+            if any(p.startswith(".") for p in run_dir.relative_to(root).parts):
+                continue
+            if _inside(root, run_dir):
+                keys.append(run_dir.relative_to(root).as_posix())
+    return sorted(set(keys))
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def run_dir(root: Path, key: str) -> Path:
+    """The folder of run `key`, refusing anything outside the runs folder (.., absolute paths, symlinks out)."""
+    if not key or Path(key).is_absolute() or ".." in Path(key).parts:
+        raise RunError(f"{key!r}: not a run in {root}; pick a run on the Runs page.")
+    path = root / key
+    if not _inside(root, path):
+        raise RunError(f"{key!r}: points outside the runs folder {root}; the app reads only inside it.")
+    if not (path / MANIFEST).is_file():
+        raise RunError(f"{path}: not a run directory (no {MANIFEST}); pick a run on the Runs page.")
+    return path
+
+
+def list_runs(root: Path):
+    """One row per run: key, task, created, examples, accuracy, failures, stages, clustered, problem."""
+    keys = discover(root)
+    stamps = tuple((k, file_stamps(root / k, MANIFEST, METRICS, CLUSTERS)) for k in keys)
+    return _list_runs(str(root), stamps)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _list_runs(root: str, stamps: tuple):
+    import pandas as pd
+
+    rows = []
+    for key, _ in stamps:
+        path = Path(root) / key
+        row: dict[str, Any] = {"run": key, "task": None, "created": None, "model": None, "examples": None,
+                               "accuracy": None, "failures": None, "stages": "", "clustered": False, "problem": ""}
+        try:
+            manifest = Run.open(path).manifest
+            row["task"] = manifest.get("task")
+            row["created"] = str(manifest.get("created", ""))[:16].replace("T", " ")
+            row["model"] = (manifest.get("model") or {}).get("path") or (manifest.get("data") or {}).get("path")
+            stages = manifest.get("stages", {})
+            row["stages"] = " ".join(f"{_STAGE_ICON.get(v.get('status'), '?')} {k}" for k, v in stages.items())
+            row["clustered"] = stages.get("cluster", {}).get("status") == "done" and (path / CLUSTERS).is_file()
+            failed = [k for k, v in stages.items() if v.get("status") == "failed"]
+            if failed:
+                row["problem"] = f"stage {failed[0]!r} failed"
+            row["examples"] = (manifest.get("data") or {}).get("rows")
+        except UserError as exc:
+            row["problem"] = str(exc)
+            rows.append(row)
+            continue
+        try:
+            overall = json.loads((path / METRICS).read_text(encoding="utf-8")).get("overall", {})
+            row["examples"] = overall.get("n", row["examples"])
+            row["accuracy"] = overall.get("accuracy")
+            row["failures"] = overall.get("n_failures")
+        except FileNotFoundError:
+            row["problem"] = row["problem"] or "no metrics yet"
+        except (OSError, ValueError, AttributeError):
+            row["problem"] = row["problem"] or f"{METRICS} is unreadable"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run", "task", "created", "model", "examples", "accuracy", "failures",
+                                       "stages", "clustered", "problem"])
+
+
+_STAGE_ICON = {"done": "✓", "failed": "✗", "running": "…"}
+
+
+# -- one run's artifacts ------------------------------------------------------------------------------------------
+
+
+def manifest(path: Path) -> dict:
+    return _manifest(str(path), stamp(path / MANIFEST))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _manifest(path: str, mtime) -> dict:
+    return Run.open(path).manifest
+
+
+def metrics(path: Path) -> dict:
+    return _metrics(str(path), stamp(path / METRICS))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _metrics(path: str, mtime) -> dict:
+    data = Run.open(path).metrics()
+    if not isinstance(data, dict) or "overall" not in data:
+        raise RunError(f"{Path(path) / METRICS}: no 'overall' section; run 'erroranalysis metrics {path}' again.")
+    return data
+
+
+def clusters(path: Path):
+    """clusters.parquet sorted by impact (size), or None when the run has not been clustered."""
+    return _clusters(str(path), file_stamps(path, CLUSTERS, MANIFEST))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _clusters(path: str, stamps) -> Any:
+    return taxonomy.read_clusters(Run.open(path))
+
+
+def base_table(path: Path):
+    """Predictions joined with clusters and the 2-D layout (taxonomy.base_table). Shared, read-only."""
+    return _base_table(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS))
+
+
+@st.cache_resource(show_spinner="Reading the run…", max_entries=4)
+def _base_table(path: str, stamps):
+    return taxonomy.base_table(Run.open(path))
+
+
+# -- labels -------------------------------------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False)
+def store(db_path: str) -> LabelStore:
+    """The workspace's labels store (created on first use). Per-session users come from `store(...).with_user`."""
+    return LabelStore(db_path)
+
+
+def run_key(db: LabelStore, path: Path) -> str:
+    return db.run_key(path)
+
+
+def label_tables(db: LabelStore, key: str):
+    """(assignments, flags, notes) of one run, cached on the store's version."""
+    return _label_tables(str(db.path), key, db.version(), db)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _label_tables(db_path: str, key: str, version: int, _db: LabelStore):
+    return taxonomy.label_tables(_db, key)
+
+
+def examples(path: Path, db: LabelStore):
+    """The run's example table with labels attached (taxonomy.attach_labels). Shared, read-only."""
+    key = db.run_key(path)
+    version = db.version()
+    return _examples(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path), key, version, db)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _examples(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore):
+    base = _base_table(path, stamps)
+    return taxonomy.attach_labels(base, *_label_tables(db_path, key, version, _db))
+
+
+def error_types(db: LabelStore):
+    return _error_types(str(db.path), db.version(), db)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _error_types(db_path: str, version: int, _db: LabelStore):
+    return _db.error_types()
+
+
+def labeled_per_run(db: LabelStore) -> dict[str, int]:
+    return _labeled_per_run(str(db.path), db.version(), db)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _labeled_per_run(db_path: str, version: int, _db: LabelStore) -> dict[str, int]:
+    a = _db.assignments()
+    if a.empty:
+        return {}
+    return {str(k): int(v) for k, v in a[a["status"] == "accepted"].groupby("run").size().items()}
+
+
+def export_text(fmt: str, path: Path, db: LabelStore) -> str:
+    """An export of the run, cached on its stamps and the labels version (so the download is instant)."""
+    return _export_text(fmt, str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path),
+                        db.run_key(path), db.version(), db)
+
+
+@st.cache_data(show_spinner="Preparing the export…", max_entries=12)
+def _export_text(fmt: str, path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore) -> str:
+    table = _examples(path, stamps, db_path, key, version, _db)
+    return taxonomy.render(fmt, Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db))
+
+
+def taxonomy_doc(path: Path, db: LabelStore) -> dict:
+    return _taxonomy_doc(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path),
+                         db.run_key(path), db.version(), db)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _taxonomy_doc(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore) -> dict:
+    table = _examples(path, stamps, db_path, key, version, _db)
+    return taxonomy.build_taxonomy(Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db),
+                                   include_text=False, exemplars=5)
+
+
+# -- clusters -----------------------------------------------------------------------------------------------------
+
+
+def cluster_summary(path: Path, db: LabelStore):
+    """One row per cluster, by impact (failures in it, largest first): cluster_id, name, size, share (of failures),
+    top_confusion, labeled (share of its examples with an error type), main_type, keywords."""
+    key = db.run_key(path)
+    stamps = file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
+    return _cluster_summary(str(path), stamps, str(db.path), key, db.version(), db)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _cluster_summary(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore):
+    import pandas as pd
+
+    clusters = _clusters(path, file_stamps(Path(path), CLUSTERS, MANIFEST))
+    table = _examples(path, stamps, db_path, key, version, _db)
+    failures = table[~table["correct"].astype(bool)]
+    n_fail = max(1, len(failures))
+    members = table[table["cluster_id"] >= 0]
+    fail_count = failures[failures["cluster_id"] >= 0].groupby("cluster_id").size()
+    all_count = members.groupby("cluster_id").size()
+    labeled = members[members["error_type_id"] >= 0].groupby("cluster_id").size()
+    main = members[members["error_type_id"] >= 0].groupby("cluster_id")["error_type"].agg(
+        lambda s: s.value_counts().index[0])
+    rows = []
+    for _, c in clusters.iterrows():
+        cid = int(c["cluster_id"])
+        n_all = int(all_count.get(cid, 0))
+        n_f = int(fail_count.get(cid, 0))
+        confusions = list(c["top_confusions"])
+        rows.append({
+            "cluster_id": cid,
+            "name": str(c["name"]) or f"cluster {cid}",
+            "size": n_f if n_f else int(c["size"]),
+            "share": n_f / n_fail,
+            "top_confusion": str(confusions[0]).replace("->", "→") if confusions else "",
+            "labeled": (int(labeled.get(cid, 0)) / n_all) if n_all else 0.0,
+            "main_type": str(main.get(cid, "")),
+            "keywords": [str(k) for k in c["keywords"]][:6],
+        })
+    out = pd.DataFrame(rows, columns=["cluster_id", "name", "size", "share", "top_confusion", "labeled", "main_type",
+                                      "keywords"])
+    return out.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
+
+
+MAP_BACKGROUND = 20_000
+
+
+def cluster_map_figure(path: Path, db: LabelStore, *, highlight: int | None, show_correct: bool):
+    """The map as a Plotly figure; the point arrays are built once per run and shared, so switching the highlighted
+    cluster only restyles markers."""
+    from eaui import charts
+
+    stamps = file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
+    return charts.fast_figure(charts.styled_map(_cluster_map_base(str(path), stamps, show_correct), highlight))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _cluster_map_base(path: str, stamps, show_correct: bool) -> dict:
+    from eaui import charts
+
+    table = _base_table(path, stamps)
+    placed = table[table["x"].notna() & table["y"].notna()]
+    failing = placed[~placed["correct"].astype(bool)]
+    clusters = _clusters(path, file_stamps(Path(path), CLUSTERS, MANIFEST))
+    names = dict(zip(clusters["cluster_id"], clusters["name"])) if clusters is not None else {}
+    background = None
+    if show_correct:
+        correct = placed[placed["correct"].astype(bool)]
+        background = correct.sample(MAP_BACKGROUND, random_state=0) if len(correct) > MAP_BACKGROUND else correct
+    return charts.map_traces(failing, names, background=background)

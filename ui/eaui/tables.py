@@ -1,0 +1,64 @@
+"""Example tables: searching and showing rows of the joined example table the same way on every page."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+TEXT_LIMIT = 400
+MAX_ROWS = 20_000  # more rows than anyone scrolls; the caption says when a table is cut
+
+
+def search(rows, query: str | None):
+    """Rows whose text or example id contains `query` (case-insensitive, plain text, not a pattern)."""
+    query = (query or "").strip()
+    if not query:
+        return rows
+    hit = rows["text"].astype(str).str.contains(query, case=False, regex=False) | \
+        rows["example_id"].astype(str).str.contains(query, case=False, regex=False)
+    return rows[hit]
+
+
+def display_frame(rows):
+    """The columns people read, in reading order, with short text and one flags column."""
+    out = rows[["example_id", "text", "label", "pred", "confidence", "loss", "cluster_name", "error_type",
+                "note"]].copy()
+    out["text"] = out["text"].astype(str).str.slice(0, TEXT_LIMIT)
+    wrong = np.where(rows["label_wrong"].to_numpy(bool), "label is wrong", "")
+    not_err = np.where(rows["not_error"].to_numpy(bool), "not an error", "")
+    out["flags"] = [", ".join(x for x in pair if x) for pair in zip(wrong, not_err)]
+    return out
+
+
+COLUMN_CONFIG = {
+    "example_id": st.column_config.TextColumn("Example", width="small"),
+    "text": st.column_config.TextColumn("Text", width=440),
+    "label": st.column_config.TextColumn("True", width="small"),
+    "pred": st.column_config.TextColumn("Predicted", width="small"),
+    "confidence": st.column_config.ProgressColumn("Confidence", format="%.2f", min_value=0.0, max_value=1.0,
+                                                  width="small"),
+    "loss": st.column_config.NumberColumn("Loss", format="%.2f", width="small"),
+    "cluster_name": st.column_config.TextColumn("Cluster", width="medium"),
+    "error_type": st.column_config.TextColumn("Error type", width="medium"),
+    "flags": st.column_config.TextColumn("Flags", width="small"),
+    "note": st.column_config.TextColumn("Note", width="medium"),
+}
+
+
+def examples_table(rows, *, key: str | None = None, selectable: bool = False, height: int | str = "auto",
+                   hide: tuple[str, ...] = (), text_width: int = 440):
+    """Show rows (a slice of the example table); with selectable=True return the selection event (multi-row)."""
+    shown = rows.head(MAX_ROWS)
+    frame = display_frame(shown)
+    order = [c for c in ["example_id", "text", "label", "pred", "confidence", "loss", "error_type", "flags",
+                         "cluster_name", "note"] if c not in hide]
+    config = dict(COLUMN_CONFIG)
+    config["text"] = st.column_config.TextColumn("Text", width=text_width)
+    kwargs = dict(hide_index=True, column_order=order, column_config=config, height=height, key=key,
+                  row_height=35)
+    if len(rows) > MAX_ROWS:
+        st.caption(f"Showing the first {MAX_ROWS:,} of {len(rows):,} rows; search to narrow them.")
+    if selectable:
+        return st.dataframe(frame, on_select="rerun", selection_mode="multi-row", **kwargs)
+    st.dataframe(frame, **kwargs)
+    return None

@@ -1,0 +1,241 @@
+"""Label: create error types; assign clusters or selected examples to them; merge clusters; move examples out;
+flag wrong gold labels and acceptable predictions; notes; undo. Every change is saved at once in the labels
+database, with who made it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from erroranalysis.errors import UserError
+from erroranalysis.labels import SEVERITIES
+
+from eaui import actions, charts, data, state, tables
+from eaui import components as ui
+
+current = ui.current_run()
+store = ui.labels()
+run_key = store.run_key(current.path)
+ui.header("Label", current, f"labeling as **{ui.md(store.user)}** · every change is saved at once")
+
+with ui.guard("Labeling needs predictions.parquet; re-run the inference stage."):
+    table = data.examples(current.path, store)
+    types = data.error_types(store)
+    clusters = data.clusters(current.path)
+    summary = data.cluster_summary(current.path, store) if clusters is not None else None
+
+type_names = {t.id: t.name for t in types}
+failures = table[~table["correct"].astype(bool)]
+counts = table[(table["error_type_id"] >= 0) & (table["status"] == "accepted")]["error_type_id"].value_counts()
+
+# -- undo ---------------------------------------------------------------------------------------------------------
+last = store.last_undoable()
+bar = st.container(horizontal=True, vertical_alignment="center")
+bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
+           help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
+n_labeled = int((failures["error_type_id"] >= 0).sum())
+bar.caption((f"Last change: {ui.md(last.summary)} · " if last else "")
+            + f"{n_labeled:,} of {len(failures):,} failures labeled ({ui.pct(n_labeled / max(1, len(failures)), 0)})")
+
+types_col, examples_col = st.columns([1, 2.3], gap="large")
+
+# -- error types --------------------------------------------------------------------------------------------------
+with types_col:
+    st.subheader("Error types", anchor=False)
+    if not types:
+        st.caption("None yet. Name the first pattern you see in the failures.")
+    for t in sorted(types, key=lambda t: (-int(counts.get(t.id, 0)), t.name.lower())):
+        with st.container(border=True):
+            row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+            row.markdown(f"**{ui.md(t.name)}**")
+            row.badge(t.severity, color={"low": "gray", "medium": "orange", "high": "red",
+                                         "critical": "violet"}.get(t.severity, "gray"))
+            row.caption(f"{int(counts.get(t.id, 0)):,} here")
+            if t.definition:
+                st.caption(ui.md(t.definition))
+
+    with st.expander("New error type", expanded=not types, icon=":material/add:"):
+        with st.form(state.NEW_TYPE_FORM, clear_on_submit=True, border=False):
+            st.text_input("Name", key=state.NEW_TYPE_NAME, placeholder="e.g. Sarcasm read literally", max_chars=80)
+            st.text_area("Definition", key=state.NEW_TYPE_DEFINITION, height=80,
+                         placeholder="When does an example belong here?")
+            st.segmented_control("Severity", list(SEVERITIES), key=state.NEW_TYPE_SEVERITY, default="medium")
+            st.form_submit_button("Create error type", type="primary", on_click=actions.create_type,
+                                  icon=":material/add:")
+
+    if types:
+        with st.expander("Edit, merge or delete", icon=":material/edit:"):
+            ids = [t.id for t in types]
+            if state.get(state.EDIT_TYPE) not in ids:
+                st.session_state[state.EDIT_TYPE] = ids[0]
+
+            def _load_edit() -> None:
+                t = next(t for t in types if t.id == st.session_state[state.EDIT_TYPE])
+                st.session_state[state.EDIT_NAME] = t.name
+                st.session_state[state.EDIT_DEFINITION] = t.definition
+                st.session_state[state.EDIT_SEVERITY] = t.severity
+
+            if state.EDIT_NAME not in st.session_state:
+                _load_edit()
+            st.selectbox("Error type", ids, key=state.EDIT_TYPE, format_func=type_names.get, on_change=_load_edit)
+            st.text_input("Name", key=state.EDIT_NAME, max_chars=80)
+            st.text_area("Definition", key=state.EDIT_DEFINITION, height=80)
+            st.selectbox("Severity", list(SEVERITIES), key=state.EDIT_SEVERITY)
+            st.button("Save", on_click=actions.update_type, icon=":material/save:")
+            others = [i for i in ids if i != state.get(state.EDIT_TYPE)]
+            if others:
+                st.multiselect("Merge these into it", others, key=state.MERGE_TYPES, format_func=type_names.get)
+                st.button("Merge into it", on_click=actions.merge_types, icon=":material/merge:",
+                          disabled=not state.get(state.MERGE_TYPES), key=state.MERGE_TYPES_BUTTON)
+            st.button("Delete this error type", on_click=actions.delete_type, icon=":material/delete:",
+                      help="Its examples become unlabeled. Undo restores both.")
+
+# -- examples -----------------------------------------------------------------------------------------------------
+with examples_col:
+    st.subheader("Examples", anchor=False)
+    sources = list(state.LABEL_SOURCES)
+    if state.get(state.LABEL_SOURCE) not in sources:
+        st.session_state[state.LABEL_SOURCE] = "Cluster" if summary is not None and not summary.empty \
+            else "Unlabeled failures"
+    source = st.segmented_control("From", sources, key=state.LABEL_SOURCE, required=True,
+                                  on_change=state.reset_label_selection, label_visibility="collapsed")
+
+    rows = table.head(0)
+    whole_cluster = None
+    if source == "Cluster":
+        if summary is None or summary.empty:
+            st.caption("This run has no clusters; label by confusion pair or from the unlabeled failures.")
+        else:
+            cids = summary["cluster_id"].tolist()
+            if state.get(state.LABEL_CLUSTER) not in cids:
+                st.session_state[state.LABEL_CLUSTER] = cids[0]
+            info = summary.set_index("cluster_id")
+            cid = st.selectbox("Cluster", cids, key=state.LABEL_CLUSTER, on_change=state.reset_label_selection,
+                               format_func=lambda i: f"#{i} · {info.at[i, 'name']} ({int(info.at[i, 'size']):,})")
+            rows = table[table["cluster_id"] == cid]
+            whole_cluster = cid
+    elif source == "Confusion":
+        pairs = failures.groupby(["label", "pred"]).size().sort_values(ascending=False)
+        options = [state.pair_key(t, p) for t, p in pairs.index]
+        if not options:
+            st.caption("No failures in this run.")
+        else:
+            if state.get(state.LABEL_PAIR) not in options:
+                st.session_state[state.LABEL_PAIR] = options[0]
+            pick = st.selectbox("True → predicted", options, key=state.LABEL_PAIR,
+                                on_change=state.reset_label_selection,
+                                format_func=lambda k: "{} → {} ({:,})".format(*state.split_pair(k),
+                                                                               int(pairs[state.split_pair(k)])))
+            t, p = state.split_pair(pick)
+            rows = failures[(failures["label"] == t) & (failures["pred"] == p)]
+    elif source == "Map selection":
+        picked = state.get(state.MAP_SELECTION) or []
+        if not picked:
+            st.caption("Nothing selected on the map: lasso some points on the Clusters page.")
+        rows = table[table["example_id"].isin(picked)]
+    elif source == "Error type":
+        if not types:
+            st.caption("No error types yet.")
+        else:
+            ids = [t.id for t in types]
+            if state.get(state.LABEL_FROM_TYPE) not in ids:
+                st.session_state[state.LABEL_FROM_TYPE] = ids[0]
+            tid = st.selectbox("Error type", ids, key=state.LABEL_FROM_TYPE, format_func=type_names.get,
+                               on_change=state.reset_label_selection)
+            rows = table[table["error_type_id"] == tid]
+            st.caption("Select examples that do not belong and move them out, or assign them to another type.")
+    elif source == "Unlabeled failures":
+        rows = failures[(failures["error_type_id"] < 0) & ~failures["label_wrong"] & ~failures["not_error"]]
+    else:
+        rows = failures
+
+    query = st.text_input("Search", key=state.LABEL_SEARCH, placeholder="filter by words in the text or example id",
+                          on_change=state.reset_label_selection, label_visibility="collapsed")
+    shown = tables.search(rows, query).sort_values("confidence", ascending=False, na_position="last")
+    shown = shown.head(tables.MAX_ROWS)
+    st.session_state[state.LABEL_ROWS] = list(zip(shown["example_id"].tolist(),
+                                                  shown["cluster_id"].astype(int).tolist()))
+    event = tables.examples_table(shown, key=state.label_table_key(), selectable=True, height=400, text_width=330,
+                                  hide=("loss", "cluster_name") if source == "Cluster" else ("loss",))
+    selected_rows = list(event.selection.rows) if event is not None else []
+    selected = [shown.iloc[i]["example_id"] for i in selected_rows if i < len(shown)]
+    st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown"
+               + (f" ({len(rows):,} before search)" if query else ""))
+
+    type_ids = [t.id for t in types]
+    if state.get(state.LABEL_TARGET) not in type_ids:
+        st.session_state[state.LABEL_TARGET] = type_ids[0] if type_ids else None
+    with st.container(border=True):
+        act = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+        act.selectbox("Error type", type_ids, key=state.LABEL_TARGET, format_func=type_names.get,
+                      placeholder="create an error type first", width=260)
+        act.button(f"Assign {len(selected):,} selected", on_click=actions.assign_selected, args=(run_key,),
+                   disabled=not selected or not types, type="primary", icon=":material/sell:")
+        if whole_cluster is not None and not query:
+            members = table[table["cluster_id"] == whole_cluster]
+            act.button(f"Assign whole cluster ({len(members):,})", on_click=actions.assign_ids,
+                       args=(run_key, members["example_id"].tolist(),
+                             dict(zip(members["example_id"], members["cluster_id"].astype(int))),
+                             f"assigned cluster #{whole_cluster} ({len(members)} examples) to {{type}}"),
+                       disabled=not types, icon=":material/select_all:")
+        elif len(shown):
+            act.button(f"Assign all {len(shown):,} shown", on_click=actions.assign_ids,
+                       args=(run_key, shown["example_id"].tolist(),
+                             dict(zip(shown["example_id"], shown["cluster_id"].astype(int)))),
+                       disabled=not types, icon=":material/select_all:")
+        flags = st.container(horizontal=True, gap="small")
+        flags.button("Move out of error type", on_click=actions.unassign_selected, args=(run_key,),
+                     disabled=not selected, icon=":material/call_split:",
+                     help="Split: the selected examples leave their error type (they become unlabeled).")
+        flags.button("Label is wrong", on_click=actions.flag_selected, args=(run_key, "label_wrong"),
+                     disabled=not selected, icon=":material/report:",
+                     help="The gold label is wrong, not the model.")
+        flags.button("Not an error", on_click=actions.flag_selected, args=(run_key, "not_error"),
+                     disabled=not selected, icon=":material/thumb_up:",
+                     help="The prediction is acceptable (ambiguous example, both labels fit).")
+        if selected and shown.set_index("example_id").loc[selected, ["label_wrong", "not_error"]].any().any():
+            flags.button("Clear flags", on_click=lambda: (actions.flag_selected(run_key, "label_wrong", False),
+                                                          actions.flag_selected(run_key, "not_error", False)),
+                         icon=":material/flag:")
+        if len(selected) == 1:
+            ex = shown.set_index("example_id").loc[selected[0]]
+            st.markdown(f"**{ui.md(selected[0])}** · true {ui.md(ex['label'])} → predicted {ui.md(ex['pred'])}")
+            st.text(str(ex["text"])[:4000])
+            if st.session_state.get(state.LABEL_NOTE_FOR) != selected[0]:
+                st.session_state[state.LABEL_NOTE] = ex["note"]
+                st.session_state[state.LABEL_NOTE_FOR] = selected[0]
+            st.text_area("Note", key=state.LABEL_NOTE, height=70, placeholder="Why does the model fail here?")
+            st.button("Save note", on_click=actions.save_note, args=(run_key, selected[0]), icon=":material/save:")
+
+# -- merge clusters -----------------------------------------------------------------------------------------------
+if summary is not None and not summary.empty:
+    with st.container(border=True):
+        st.markdown("**:material/merge: Merge clusters into one error type**")
+        cids = summary["cluster_id"].tolist()
+        info = summary.set_index("cluster_id")
+        row = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+        row.multiselect("Clusters", cids, key=state.MERGE_CLUSTERS, width=520,
+                        format_func=lambda i: f"#{i} · {charts.snippet(info.at[i, 'name'], 50)}")
+        if state.get(state.MERGE_TARGET) not in type_names:
+            st.session_state[state.MERGE_TARGET] = type_ids[0] if type_ids else None
+        row.selectbox("Into", type_ids, key=state.MERGE_TARGET, format_func=type_names.get, width=260,
+                      placeholder="create an error type first")
+        members = {int(c): list(zip(g["example_id"], g["cluster_id"].astype(int)))
+                   for c, g in table[table["cluster_id"].isin(state.get(state.MERGE_CLUSTERS) or [])]
+                   .groupby("cluster_id")}
+        row.button("Merge clusters", on_click=actions.merge_clusters, args=(run_key, members),
+                   icon=":material/merge:", disabled=not types or not state.get(state.MERGE_CLUSTERS),
+                   key=state.MERGE_CLUSTERS_BUTTON)
+
+# -- history ------------------------------------------------------------------------------------------------------
+with st.expander("History", icon=":material/history:"):
+    try:
+        events = store.events(run=run_key, limit=100)
+    except UserError as exc:
+        ui.problem(exc)
+        events = []
+    if not events:
+        st.caption("No changes yet.")
+    else:
+        st.dataframe([{"when (UTC)": e.ts[:19].replace("T", " "), "who": e.user, "what": e.summary,
+                       "undone": "yes" if e.undone_by else ""} for e in events], hide_index=True,
+                     column_config={"what": st.column_config.TextColumn("what", width="large")})
