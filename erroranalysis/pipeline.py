@@ -47,6 +47,7 @@ class AfterOptions:
 
     cluster: bool = True
     cluster_params: dict = field(default_factory=dict)
+    slices: bool = True
     seed: int = 0
 
 
@@ -233,7 +234,11 @@ def _data_entry(eval_set: EvalSet) -> dict:
 
 
 def _after_predictions(run: Run, after: AfterOptions) -> None:
+    from erroranalysis.slice_stage import slices_run
+
     compute_run_metrics(run, seed=after.seed)
+    if after.slices:
+        slices_run(run.path)
     if after.cluster:
         cluster_run = _optional_stage("erroranalysis.cluster_stage", "cluster_run")
         if cluster_run is not None:

@@ -33,6 +33,8 @@ EMBEDDINGS = "embeddings.npy"
 EMBEDDINGS_META = "embeddings.json"
 CLUSTERS = "clusters.parquet"
 ASSIGNMENTS = "assignments.parquet"
+SLICES = "slices.parquet"
+SLICE_MEMBERS = "slice_members.parquet"
 
 # Columns predictions.parquet always has; any other column is eval-set metadata.
 CORE_COLUMNS = ("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated")

@@ -14,9 +14,8 @@ from typing import Any
 
 from erroranalysis import runs
 from erroranalysis.errors import DataError, check_param, where
+from erroranalysis.runs import SLICE_MEMBERS, SLICES
 
-SLICES = "slices.parquet"
-SLICE_MEMBERS = "slice_members.parquet"
 STAGE = "slices"
 
 

@@ -42,7 +42,8 @@ def test_run_writes_a_complete_run(tiny_checkpoint, tmp_path):
     assert result.exit_code == 0, result.output
     run = Run.open(out)
     manifest = run.manifest
-    assert {s: v["status"] for s, v in manifest["stages"].items()} == {"infer": "done", "metrics": "done"}
+    assert {s: v["status"] for s, v in manifest["stages"].items()} == {"infer": "done", "metrics": "done",
+                                                                            "slices": "done"}
     assert manifest["labels"] == ["negative", "neutral", "positive"]
     assert manifest["data"]["rows"] == 30 and manifest["data"]["metadata_columns"] == ["source", "stars"]
     assert len(manifest["model"]["weights_sha256"]) == 64

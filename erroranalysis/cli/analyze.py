@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from erroranalysis.cli import common
-from erroranalysis.cli.run import Encoding, IdColumn, LabelColumn, NoCluster, Split, TextColumn, data_options, report
+from erroranalysis.cli.run import (Encoding, IdColumn, LabelColumn, NoCluster, NoSlices, Split, TextColumn,
+                                   data_options, report)
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +25,7 @@ def register(app: typer.Typer) -> None:
         encoding: Encoding = "utf-8",
         split: Split = None,
         no_cluster: NoCluster = False,
+        no_slices: NoSlices = False,
         seed: common.Seed = 0,
         overwrite: common.Overwrite = False,
     ) -> None:
@@ -32,6 +34,6 @@ def register(app: typer.Typer) -> None:
 
         run = analyze_predictions(predictions, out,
                                   data_opts=data_options(text_column, label_column, id_column, encoding, split),
-                                  pred_column=pred_column, after=AfterOptions(cluster=not no_cluster, seed=seed),
+                                  pred_column=pred_column, after=AfterOptions(cluster=not no_cluster, slices=not no_slices, seed=seed),
                                   overwrite=overwrite)
         report(run)

@@ -17,6 +17,7 @@ IdColumn = Annotated[Optional[str], typer.Option("--id-column", help="Column of 
 Encoding = Annotated[str, typer.Option("--encoding", help="Text encoding of CSV/JSONL files.")]
 Split = Annotated[Optional[str], typer.Option("--split", help="Split of a saved DatasetDict.")]
 NoCluster = Annotated[bool, typer.Option("--no-cluster", help="Skip failure clustering.")]
+NoSlices = Annotated[bool, typer.Option("--no-slices", help="Skip the search for error slices.")]
 
 
 def data_options(text_column: str, label_column: str, id_column: str | None, encoding: str, split: str | None):
@@ -73,6 +74,7 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
         trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow code shipped with the checkpoint to run.")] = False,
         no_cluster: NoCluster = False,
+        no_slices: NoSlices = False,
         seed: common.Seed = 0,
         overwrite: common.Overwrite = False,
     ) -> None:
@@ -85,6 +87,6 @@ def register(app: typer.Typer) -> None:
         with bar:
             result = run_checkpoint(model, data, out,
                                     data_opts=data_options(text_column, label_column, id_column, encoding, split),
-                                    infer_opts=infer_opts, after=AfterOptions(cluster=not no_cluster, seed=seed),
+                                    infer_opts=infer_opts, after=AfterOptions(cluster=not no_cluster, slices=not no_slices, seed=seed),
                                     overwrite=overwrite, progress=advance)
         report(result)
