@@ -13,15 +13,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = Path(os.environ.get("ERRORANALYSIS_SAMPLE", Path.home() / ".cache/erroranalysis/sample"))
 
 
-def run_process(args: list[str], env: dict | None = None) -> tuple[float, float]:
-    """Run a whole process; return (wall seconds, peak resident memory in MiB) of that process alone."""
+def run_process(args: list[str], env: dict | None = None) -> tuple[float, float, float]:
+    """Run a whole process; return wall seconds, CPU seconds and peak resident MiB of that process alone.
+
+    CPU seconds (user + system, all threads) stay comparable when other work shares the machine; wall seconds
+    are what a user waits on an otherwise idle machine.
+    """
     start = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"benchmark step failed: {' '.join(args)}\n{proc.stderr.read().decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def sample_checkpoint() -> Path:
@@ -40,6 +44,10 @@ def corpus_sentences() -> list[str]:
         text = file.read_bytes().decode("utf-8", errors="replace")
         sentences += [s.strip() for s in text.replace("\n", " ").split(". ") if 8 <= len(s.split()) <= 40]
     return sentences
+
+
+def load_average() -> str:
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 
 
 def table(rows: list[list], header: list[str]) -> str:
