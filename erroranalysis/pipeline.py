@@ -69,7 +69,7 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
     with run.stage("infer", {"batch_size": infer_opts.batch_size, "max_length": infer_opts.max_length,
                              "precision": infer_opts.precision, "device": clf.device}) as facts:
         facts["examples_per_second"] = _write_inference(run, clf, eval_set, gold, infer_opts, progress)
-    _after_predictions(run, after)
+    after_predictions(run, after)
     return run
 
 
@@ -167,7 +167,7 @@ def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOpt
         runs.write_parquet(run.file(runs.PREDICTIONS), table)
         if probs is not None:
             runs.write_npy(run.file(runs.PROBS), probs)
-    _after_predictions(run, after)
+    after_predictions(run, after)
     return run
 
 
@@ -233,7 +233,8 @@ def _data_entry(eval_set: EvalSet) -> dict:
     return entry
 
 
-def _after_predictions(run: Run, after: AfterOptions) -> None:
+def after_predictions(run: Run, after: AfterOptions) -> None:
+    """The stages every task shares once predictions.parquet exists: metrics, slices, clusters."""
     from erroranalysis.slice_stage import slices_run
 
     compute_run_metrics(run, seed=after.seed)
@@ -260,6 +261,10 @@ def compute_run_metrics(run: Run, *, seed: int = 0, n_resamples: int = 1000) -> 
                                  probs=None if probs is None else np.asarray(probs),
                                  metadata=preds[metadata_columns] if metadata_columns else None,
                                  texts=preds["text"].to_numpy(), seed=seed, n_resamples=n_resamples)
+        if run.task == "generation":
+            from erroranalysis.generation_pipeline import adjust_metrics
+
+            result = adjust_metrics(result, preds, run.labels)
         runs.write_json(run.file(runs.METRICS), result)
     return result
 

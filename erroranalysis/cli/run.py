@@ -29,10 +29,16 @@ def data_options(text_column: str, label_column: str, id_column: str | None, enc
 
 def report(run) -> None:
     """Where the results are, and the headline numbers."""
-    overall = run.metrics()["overall"]
+    metrics = run.metrics()
+    overall = metrics["overall"]
     out = common.console()
     out.print(f"[bold]{run.path}[/bold]: {overall['n']} examples, accuracy {overall['accuracy']:.3f}, "
               f"macro F1 {overall['macro_f1']:.3f}, {overall['n_failures']} failures")
+    if "checks" in metrics:
+        checks = metrics["checks"]
+        out.print(f"checks: pass rate {checks.get('pass_rate')}, failed {checks.get('n_failed')}, "
+                  f"unparseable {checks.get('unparseable')}, low loss but failing "
+                  f"{(checks.get('loss') or {}).get('low_loss_failures')}")
     stages = run.manifest["stages"]
     out.print("stages: " + ", ".join(f"{name} {s['status']} ({s.get('seconds', 0):.1f}s)" for name, s in stages.items()))
     out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}")
@@ -56,6 +62,13 @@ def progress_bar(description: str):
     return bar, advance
 
 
+GEN = "Generation (--task generation)"
+
+
+def _split(values: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in values.split(",") if v.strip()) if values else ()
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     @common.handle_errors
@@ -63,30 +76,57 @@ def register(app: typer.Typer) -> None:
         model: Model,
         data: Data,
         out: common.OutDir,
+        task: Annotated[str, typer.Option("--task", help="classification (a sequence classifier) or generation (a causal LM or .gguf).")] = "classification",
         text_column: TextColumn = "text",
         label_column: LabelColumn = "label",
         id_column: IdColumn = None,
         encoding: Encoding = "utf-8",
         split: Split = None,
-        batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")] = 32,
+        batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default 32; 16 for generation).")] = None,
         max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example; longer texts are cut and flagged.")] = 256,
-        precision: Annotated[str, typer.Option("--precision", help="fp32, or bf16 (autocast; always on with CUDA).")] = "fp32",
+        precision: Annotated[Optional[str], typer.Option("--precision", help="fp32 or bf16 (default fp32; bf16 always on CUDA); generation also takes auto.")] = None,
         device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
         trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow code shipped with the checkpoint to run.")] = False,
+        max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", rich_help_panel=GEN, help="Tokens to generate per prompt.")] = 64,
+        sample: Annotated[bool, typer.Option("--sample", rich_help_panel=GEN, help="Sample (seeded) instead of greedy decoding.")] = False,
+        temperature: Annotated[float, typer.Option("--temperature", rich_help_panel=GEN)] = 1.0,
+        top_k: Annotated[int, typer.Option("--top-k", rich_help_panel=GEN)] = 0,
+        top_p: Annotated[float, typer.Option("--top-p", rich_help_panel=GEN)] = 1.0,
+        stop: Annotated[Optional[list[str]], typer.Option("--stop", rich_help_panel=GEN, help="Stop string (repeatable).")] = None,
+        checks: Annotated[Optional[str], typer.Option("--checks", rich_help_panel=GEN, help="Comma-separated checkers (default: from the columns present).")] = None,
+        labels: Annotated[Optional[str], typer.Option("--labels", rich_help_panel=GEN, help="Comma-separated allowed labels beyond the gold ones.")] = None,
+        regex: Annotated[Optional[str], typer.Option("--regex", rich_help_panel=GEN, help="Pattern every output must match.")] = None,
+        max_prompt_tokens: Annotated[Optional[int], typer.Option("--max-prompt-tokens", rich_help_panel=GEN, help="Longer prompts are cut from the left and flagged.")] = None,
+        no_chat_template: Annotated[bool, typer.Option("--no-chat-template", rich_help_panel=GEN, help="Send prompts as plain text.")] = False,
         no_cluster: NoCluster = False,
         no_slices: NoSlices = False,
         seed: common.Seed = 0,
         overwrite: common.Overwrite = False,
     ) -> None:
-        """Run a checkpoint over an eval set: predictions, metrics, failure clusters, in a run directory."""
+        """Run a checkpoint over an eval set: predictions, metrics, error slices and failure clusters."""
+        from erroranalysis.errors import check_param
         from erroranalysis.pipeline import AfterOptions, InferOptions, run_checkpoint
 
-        infer_opts = InferOptions(batch_size=batch_size, max_length=max_length, precision=precision,
-                                  device=device, trust_remote_code=trust_remote_code)
-        bar, advance = progress_bar("inferring")
-        with bar:
-            result = run_checkpoint(model, data, out,
-                                    data_opts=data_options(text_column, label_column, id_column, encoding, split),
-                                    infer_opts=infer_opts, after=AfterOptions(cluster=not no_cluster, slices=not no_slices, seed=seed),
-                                    overwrite=overwrite, progress=advance)
+        check_param("--task", task, task in ("classification", "generation"), "classification or generation")
+        data_opts = data_options(text_column, label_column, id_column, encoding, split)
+        after = AfterOptions(cluster=not no_cluster, slices=not no_slices, seed=seed)
+        bar, advance = progress_bar("generating" if task == "generation" else "inferring")
+        if task == "generation":
+            from erroranalysis.generation import GenerationOptions
+            from erroranalysis.generation_pipeline import run_generation
+
+            gen_opts = GenerationOptions(
+                max_new_tokens=max_new_tokens, do_sample=sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                seed=seed, stop=tuple(stop or ()), batch_size=batch_size or 16, max_prompt_tokens=max_prompt_tokens,
+                chat_template=not no_chat_template, precision=precision or "auto", device=device,
+                trust_remote_code=trust_remote_code, checks=_split(checks) or None, regex=regex, labels=_split(labels))
+            with bar:
+                result = run_generation(model, data, out, data_opts=data_opts, gen_opts=gen_opts, after=after,
+                                        overwrite=overwrite, progress=advance, log=bar.console.print)
+        else:
+            infer_opts = InferOptions(batch_size=batch_size or 32, max_length=max_length, precision=precision or "fp32",
+                                      device=device, trust_remote_code=trust_remote_code)
+            with bar:
+                result = run_checkpoint(model, data, out, data_opts=data_opts, infer_opts=infer_opts, after=after,
+                                        overwrite=overwrite, progress=advance)
         report(result)
