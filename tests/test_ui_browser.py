@@ -47,7 +47,29 @@ def run_dir(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("workspace")
     make_run(root / "news", n=600, n_failures=120)
+    _add_slices_and_training_log(root / "news")
     return root / "news"
+
+
+def _add_slices_and_training_log(run_dir: Path) -> None:
+    """Slices (without merging, so no embedding model) and a trainer_state.json with a planted NaN in the
+    checkpoint folder the synthetic manifest names (a relative path, read against the run folder)."""
+    import math
+
+    from erroranalysis.slice_stage import slices_run
+
+    slices_run(run_dir, merge=False)
+    history = []
+    for step in range(10, 1001, 10):
+        loss = 0.3 + 2 * math.exp(-step / 250) + 0.02 * math.sin(step)
+        history.append({"step": step, "loss": float("nan") if step == 500 else loss,
+                        "grad_norm": 1.0 + (6.0 if step == 730 else 0.1 * math.cos(step)),
+                        "learning_rate": 5e-5 * min(step / 100, (1000 - step) / 900)})
+        if step % 100 == 0:
+            history.append({"step": step, "eval_loss": 0.35 + 2 * math.exp(-step / 250)})
+    folder = run_dir / "checkpoints" / "news-bert"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1000, "log_history": history}))
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +224,26 @@ def test_end_to_end(app, page, run_dir, tmp_path):
     assert doc["run"]["name"] == run_dir.name
     assert labels_db.is_file()
     shutil.copy(target, SCREENSHOTS / "taxonomy.json")
+
+
+def test_slices_and_training_pages(app, page):
+    """The Slices page (make a slice an error type) and the Training page (findings over the curves)."""
+    address, _ = app
+    page.goto(address)
+    page.get_by_role("heading", name="Runs", level=1).wait_for()
+    _settle(page)
+    _goto(page, "Slices")
+    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg')
+    make = page.get_by_role("button", name="Make an error type from this slice")
+    if make.count():  # a real run may have made the type already
+        make.click()
+        page.get_by_text("Created error type").first.wait_for()
+        _settle(page)
+    _shot(page, "7-slices")
+
+    _goto(page, "Training")
+    page.get_by_role("heading", name="Findings").or_(page.get_by_text("No training log")).first.wait_for()
+    if page.locator('[data-testid="stPlotlyChart"]').count():
+        page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg')
+    _settle(page)
+    _shot(page, "8-training")

@@ -33,10 +33,16 @@ pages = {
         st.Page("views/overview.py", title="Overview", icon=":material/monitoring:"),
         st.Page("views/confusion.py", title="Confusion matrix", icon=":material/grid_on:"),
         st.Page("views/clusters.py", title="Clusters", icon=":material/bubble_chart:"),
+        st.Page("views/slices.py", title="Slices", icon=":material/filter_alt:"),
+        st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:"),
     ],
     "Labeling": [
         st.Page("views/label.py", title="Label", icon=":material/sell:"),
         st.Page("views/taxonomy.py", title="Taxonomy", icon=":material/account_tree:"),
+        st.Page("views/review.py", title="Review", icon=":material/fact_check:"),
+    ],
+    "Checklist": [
+        st.Page("views/training.py", title="Training", icon=":material/monitor_heart:"),
     ],
 }
 page = st.navigation(pages)

@@ -171,3 +171,85 @@ def _target() -> int:
     if target is None:
         raise UserError("pick an error type to assign to, or create one under Error types.")
     return int(target)
+
+
+# -- Review page (suggested labels) ----------------------------------------------------------------------------
+
+
+def _review_selected_ids() -> list[str]:
+    event = st.session_state.get(state.review_table_key()) or {}
+    rows = (event.get("selection") or {}).get("rows") or []
+    shown = st.session_state.get(state.REVIEW_ROWS) or []
+    return [shown[i] for i in rows if 0 <= i < len(shown)]
+
+
+def review_selected(run_key: str, accept: bool) -> None:
+    """Accept (they become labels) or reject the suggestions selected in the Review table."""
+    from erroranalysis.taxonomy_apply import review
+
+    def act() -> str:
+        ids = _review_selected_ids()
+        if not ids:
+            raise UserError("select suggestions in the table first (tick the boxes on the left).")
+        change = review(ui.labels(), run_key, ids, accept)
+        state.reset_review_selection()
+        return _done(change)
+
+    _run(act)
+
+
+def review_ids(run_key: str, ids: list[str], accept: bool) -> None:
+    """Accept or reject every suggestion shown."""
+    from erroranalysis.taxonomy_apply import review
+
+    def act() -> str:
+        change = review(ui.labels(), run_key, ids, accept)
+        state.reset_review_selection()
+        return _done(change)
+
+    _run(act)
+
+
+# -- Slices page ---------------------------------------------------------------------------------------------------
+
+
+def slice_type_name(description: str) -> str:
+    """The error type name made from a slice's description: the description itself, cut to the store's limit."""
+    from erroranalysis.labels import MAX_NAME
+
+    text = " ".join(str(description).split()) or "slice"
+    return text if len(text) <= MAX_NAME else text[: MAX_NAME - 1] + "…"
+
+
+def slice_to_type(run_key: str, name: str, definition: str, ids: list[str], clusters: dict[str, int]) -> None:
+    """One click on the Slices page: create the error type `name` (or reuse the one of that name) and assign the
+    slice's failing examples `ids` to it, as a human label, with their current clusters. Failures that already have
+    another error type, or are flagged (label is wrong, not an error), keep it unless state.SLICE_OVERWRITE is on."""
+
+    def act() -> str:
+        store = ui.labels()
+        existing = {t.name.casefold(): t for t in store.error_types()}
+        etype = existing.get(" ".join(name.split()).casefold())
+        created = etype is None
+        if created:
+            etype = store.create_error_type(name, definition, "medium")
+        st.session_state[state.LABEL_TARGET] = etype.id
+        st.session_state[state.LABEL_FROM_TYPE] = etype.id
+        keep: set[str] = set()
+        if not st.session_state.get(state.SLICE_OVERWRITE):
+            a = store.assignments(run_key, include_rejected=False)
+            keep = set(a.loc[(a["status"] == "accepted") & (a["error_type_id"] != etype.id), "example_id"])
+            keep |= set(store.flags(run_key)["example_id"])
+        todo = [i for i in ids if i not in keep]
+        shown = ui.md(etype.name)  # the slice's words are user text: no Markdown in the message
+        lead = f"Created error type “{shown}”" if created else f"Used the existing error type “{shown}”"
+        left = len(ids) - len(todo)
+        tail = (f" ({left:,} that already had an error type or a flag kept it)" if left else "")
+        if not todo:
+            return f"{lead}; no failing example of the slice was left to assign{tail}."
+        change = store.assign(run_key, todo, etype.id, source="human",
+                              cluster_ids={i: clusters[i] for i in todo if i in clusters},
+                              summary=f"assigned {len(todo)} failing examples of slice {name!r} to {etype.name!r}")
+        return f"{lead} and assigned {change.changed:,} failing examples of the slice to it{tail}."
+
+    _run(act)

@@ -305,3 +305,86 @@ def finite(value) -> bool:
         return value is not None and math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+# -- training signals -------------------------------------------------------------------------------------------------
+
+FINDING_COLORS = {"error": "#E11D48", "warning": "#F59E0B", "info": "#0EA5E9"}
+# The signal each training check is about (non_finite: whichever signal is NaN or inf at its steps).
+CHECK_SIGNAL = {"loss_not_decreasing": "loss", "divergence": "loss", "grad_spike": "grad_norm",
+                "lr_zero": "learning_rate", "lr_constant": "learning_rate", "lr_no_warmup": "learning_rate",
+                "lr_no_decay": "learning_rate", "overfitting": "eval_loss", "train_val_gap": "eval_loss"}
+_PANELS = (("loss", ("loss", "eval_loss"), "loss"), ("grad_norm", ("grad_norm",), "grad norm"),
+           ("learning_rate", ("learning_rate",), "learning rate"))
+_SIGNAL_STYLE = {"loss": ("training loss", PRIMARY, "solid"), "eval_loss": ("validation loss", "#10B981", "solid"),
+                 "grad_norm": ("grad norm", "#8B5CF6", "solid"), "learning_rate": ("learning rate", "#64748B", "solid")}
+MAX_MARKED_STEPS = 200
+
+
+def training_figure(signals: dict, findings: list[dict]):
+    """Loss and validation loss, grad norm and learning rate against step (one panel each, shared x), with the
+    findings marked: a marker at each step a finding names, on the signal it is about (an x at the top of the
+    panel where the value is NaN or inf), coloured by severity, and a dotted line at the first step of each error
+    or warning. `signals` maps a signal name to (steps, values); `findings` are Finding.to_dict() dicts."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    series = {name: (np.asarray(s, dtype=float), np.asarray(v, dtype=float)) for name, (s, v) in signals.items()
+              if len(s)}
+    panels = [(key, [n for n in names if n in series], title) for key, names, title in _PANELS
+              if any(n in series for n in names)]
+    if not panels:
+        panels = [("loss", [], "loss")]
+    row_of = {n: i + 1 for i, (_, names, _) in enumerate(panels) for n in names}
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=[t for _, _, t in panels])
+    for name, row in row_of.items():
+        steps, values = series[name]
+        label, color, dash = _SIGNAL_STYLE[name]
+        shown = np.where(np.isfinite(values), values, np.nan)  # NaN and inf break the line; findings mark them
+        fig.add_trace(go.Scatter(x=steps, y=shown, mode="lines+markers" if len(steps) <= 40 else "lines",
+                                 name=label, line=dict(color=color, width=2, dash=dash), marker=dict(size=5),
+                                 hovertemplate=f"{label}<br>step %{{x:,}}: %{{y:.4g}}<extra></extra>"),
+                      row=row, col=1)
+    for finding in findings:
+        color = FINDING_COLORS.get(finding.get("severity"), MUTED)
+        steps = [int(s) for s in finding.get("steps") or []][:MAX_MARKED_STEPS]
+        names = [CHECK_SIGNAL[finding["check"]]] if finding.get("check") in CHECK_SIGNAL else list(series)
+        xs, ys, symbols, rows = [], [], [], []
+        for name in names:
+            if name not in series:
+                continue
+            s, v = series[name]
+            ok = np.isfinite(v)
+            top = float(np.max(v[ok])) if ok.any() else 1.0
+            for step in steps:
+                at = np.flatnonzero(s == step)
+                value = v[at[0]] if at.size else (np.interp(step, s[ok], v[ok]) if ok.any() else np.nan)
+                if finding.get("check") == "non_finite" and (not at.size or np.isfinite(value)):
+                    continue  # marked on the signal that is NaN or inf there
+                bad = not np.isfinite(value)
+                xs.append(step)
+                ys.append(top if bad else float(value))
+                symbols.append("x" if bad else "circle-open")
+                rows.append(row_of[name])
+        text = _html(f"{finding.get('severity', '')}: {finding.get('message', '')}")
+        for row in sorted(set(rows)):
+            pick = [i for i, r in enumerate(rows) if r == row]
+            fig.add_trace(go.Scatter(
+                x=[xs[i] for i in pick], y=[ys[i] for i in pick], mode="markers",
+                name=_html(snippet(finding.get("check", "finding").replace("_", " "), 30)),
+                legendgroup=finding.get("check"), showlegend=row == min(rows),
+                marker=dict(symbol=[symbols[i] for i in pick], size=13, color=color, line=dict(width=2.5, color=color)),
+                hovertemplate="step %{x:,}<br>" + text + "<extra></extra>"), row=row, col=1)
+        if finding.get("severity") in ("error", "warning") and steps:
+            fig.add_vline(x=steps[0], line=dict(color=color, dash="dot", width=1), row="all", col=1)
+    height = max(300, 250 * len(panels) + 60)
+    top = 80  # the legend sits above the first panel's title
+    fig.update_layout(**_layout(height=height, hovermode="closest",
+                                legend=dict(orientation="h", x=0, y=1 + 30 / (height - top - 10), yanchor="bottom",
+                                            font=dict(size=11)),
+                                margin=dict(l=10, r=10, t=top, b=10)))
+    fig.update_xaxes(gridcolor=GRID, zeroline=False)
+    fig.update_yaxes(gridcolor=GRID, zeroline=False)
+    fig.update_xaxes(title_text="step", row=len(panels), col=1)
+    return fig

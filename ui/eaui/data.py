@@ -318,3 +318,169 @@ def _cluster_map_base(path: str, stamps, show_correct: bool) -> dict:
         correct = placed[placed["correct"].astype(bool)]
         background = correct.sample(MAP_BACKGROUND, random_state=0) if len(correct) > MAP_BACKGROUND else correct
     return charts.map_traces(failing, names, background=background)
+
+
+# -- comparing runs and reviewing suggestions (issue 5) ----------------------------------------------------------
+
+_COMPARE_FILES = (MANIFEST, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
+
+
+def comparison(root: Path, base: str, candidates: list[str], db: LabelStore):
+    """erroranalysis.compare.compare_runs of runs in the workspace (keys), cached on their files and the labels
+    version. Shared, read-only. Raises UserError for runs over different eval sets."""
+    paths = [run_dir(root, k) for k in [base, *candidates]]
+    stamps = tuple(file_stamps(p, *_COMPARE_FILES) for p in paths)
+    return _comparison(tuple(str(p) for p in paths), stamps, str(db.path), db.version(), db)
+
+
+@st.cache_resource(show_spinner="Comparing runs…", max_entries=8)
+def _comparison(paths: tuple, stamps, db_path: str, version: int, _db: LabelStore):
+    from erroranalysis import compare
+
+    return compare.compare_runs(paths[0], list(paths[1:]), store=_db)
+
+
+def suggestions(path: Path):
+    """The run's taxonomy_suggestions.parquet (what apply-taxonomy matched, with distances), or None."""
+    from erroranalysis.taxonomy_apply import SUGGESTIONS
+
+    return _suggestions(str(path), file_stamps(path, SUGGESTIONS))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _suggestions(path: str, stamps):
+    from erroranalysis.taxonomy_apply import read_suggestions
+
+    return read_suggestions(Run.open(path))
+
+
+# -- slices (issue 8) ---------------------------------------------------------------------------------------------
+
+
+def _slice_stamps(path: Path) -> tuple:
+    from erroranalysis.runs import SLICE_MEMBERS, SLICES
+
+    return file_stamps(path, SLICES, SLICE_MEMBERS, MANIFEST)
+
+
+def slices(path: Path):
+    """(slices, members) of the run, best first (slices.parquet, slice_members.parquet with string example ids),
+    or None when its slices stage is not done. The stage's manifest entry says why (failed, never run)."""
+    return _slices(str(path), _slice_stamps(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _slices(path: str, stamps):
+    from erroranalysis.slice_stage import STAGE, read_slices
+
+    run = Run.open(path)
+    if run.stage_status(STAGE) != "done":
+        return None
+    found, members = read_slices(run)
+    members = members.assign(example_id=members["example_id"].astype(str))
+    return found.sort_values("slice_id").reset_index(drop=True), members
+
+
+def slice_summary(path: Path, db: LabelStore):
+    """One row per slice, best first: slices.parquet's columns plus labeled (share of its failures with an error
+    type), main_type (the commonest of them) and main_cluster (the cluster most of its failures are in)."""
+    key = db.run_key(path)
+    stamps = file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
+    return _slice_summary(str(path), stamps, _slice_stamps(path), str(db.path), key, db.version(), db)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _slice_summary(path: str, stamps, slice_stamps, db_path: str, key: str, version: int, _db: LabelStore):
+    found = _slices(path, slice_stamps)
+    if found is None:
+        return None
+    slices_, members = found
+    table = _examples(path, stamps, db_path, key, version, _db)
+    cols = ["example_id", "correct", "error_type_id", "error_type", "cluster_id", "cluster_name"]
+    joined = members.merge(table[cols], on="example_id", how="inner")
+    failing = joined[~joined["correct"].astype(bool)]
+    n_fail = failing.groupby("slice_id").size()
+    labeled = failing[failing["error_type_id"] >= 0]
+    n_labeled = labeled.groupby("slice_id").size()
+    main_type = labeled.groupby("slice_id")["error_type"].agg(lambda s: s.value_counts().index[0])
+    clustered = failing[failing["cluster_id"] >= 0]
+    main_cluster = clustered.groupby("slice_id")["cluster_name"].agg(
+        lambda s: s.value_counts().index[0] if len(s) else "")
+    out = slices_.drop(columns=["features"], errors="ignore").copy()
+    sid = out["slice_id"]
+    out["labeled"] = [int(n_labeled.get(s, 0)) / int(n_fail.get(s, 0)) if n_fail.get(s, 0) else 0.0 for s in sid]
+    out["main_type"] = [str(main_type.get(s, "")) for s in sid]
+    out["main_cluster"] = [str(main_cluster.get(s, "")) for s in sid]
+    return out
+
+
+# -- training signals (issue 7) -----------------------------------------------------------------------------------
+
+
+def model_folder(run_path: Path, manifest: dict) -> Path | None:
+    """The folder of the run's checkpoint (manifest model.path; for a single-file model, its folder), or None when
+    the manifest names none or it is not on this machine. A relative path is read against the run folder, then
+    the working folder."""
+    raw = (manifest.get("model") or {}).get("path") if isinstance(manifest, dict) else None
+    if not raw:
+        return None
+    given = Path(str(raw)).expanduser()
+    for candidate in ([given] if given.is_absolute() else [run_path / given, Path.cwd() / given]):
+        try:
+            if candidate.is_dir():
+                return candidate.resolve()
+            if candidate.is_file():
+                return candidate.resolve().parent
+        except OSError:
+            continue
+    return None
+
+
+def training_log_file(typed: str | None, runs_root: Path, model_dir: Path | None) -> tuple[Path, str]:
+    """The training log to read and its format (erroranalysis.training.find_log): the path typed in the app (a
+    file or folder; relative to the runs folder) or, when none is typed, the checkpoint folder's log.
+
+    Only files under the runs folder or the checkpoint folder are read: a path elsewhere, or a symlink that leads
+    out of them, is refused (UserError), as is a folder without a log."""
+    from erroranalysis.training import find_log
+
+    roots = [runs_root] + ([model_dir] if model_dir is not None else [])
+    where_ = f"the runs folder {runs_root}" + (f" or the checkpoint folder {model_dir}" if model_dir else "")
+    text = (typed or "").strip()
+    if text:
+        target = Path(text).expanduser()
+        if not target.is_absolute():
+            target = runs_root / target
+        if not any(_inside(root, target) for root in roots):
+            raise RunError(f"{text}: outside {where_}; the app reads training logs only there "
+                           "(use 'erroranalysis training LOG' for logs elsewhere).")
+    elif model_dir is not None:
+        target = model_dir
+    else:
+        raise RunError("no training log: this run names no checkpoint folder on this machine; type a log path.")
+    file, kind = find_log(target)
+    if not any(_inside(root, file) for root in roots):
+        raise RunError(f"{file}: leads outside {where_}; the app reads training logs only there.")
+    return file, kind
+
+
+def _log_stamps(file: Path) -> tuple:
+    if file.is_dir():  # a TensorBoard run folder: every event file in it
+        return tuple(sorted((str(p), stamp(p)) for p in file.iterdir() if "tfevents" in p.name))
+    return (stamp(file),)
+
+
+def training_log(file: Path, kind: str):
+    """(log, findings, signals) of a training log: the erroranalysis.training.TrainingLog, its findings (most
+    severe first) and a summary per signal (training.summarize), cached on the file's modification stamp."""
+    return _training_log(str(file), kind, _log_stamps(file))
+
+
+@st.cache_data(show_spinner="Reading the training log…", max_entries=16)
+def _training_log(file: str, kind: str, stamps):
+    from erroranalysis import training
+
+    reader = {"trainer_state": training.read_trainer_state, "tensorboard": training.read_tensorboard,
+              "csv": training.read_csv_log, "jsonl": training.read_jsonl_log}[kind]
+    log = reader(file)
+    return log, training.diagnose(log), {name: training.summarize(s) for name, s in log.signals.items()}

@@ -69,6 +69,40 @@ NEW_TYPE_FORM = "ea_new_type_form"
 TAXONOMY_TYPE = "ea_taxonomy_type"
 DOWNLOAD = "ea_download_"        # + json / csv / markdown
 
+# Compare page
+CMP_BASE = "ea_cmp_base"             # the baseline run key
+CMP_CANDIDATES = "ea_cmp_candidates"  # candidate run keys (list)
+CMP_DETAIL = "ea_cmp_detail"         # the candidate whose comparison is shown in detail
+CMP_STATUS = "ea_cmp_status"         # Fixed / Broken / Still failing
+CMP_SEARCH = "ea_cmp_search"
+
+# Review page (suggested labels)
+REVIEW_TABLE = "ea_review_table"     # prefix of the suggestions table key (a nonce is appended after each change)
+REVIEW_NONCE = "ea_review_nonce"
+REVIEW_ROWS = "ea_review_rows"       # example ids of the table as rendered
+REVIEW_TYPE = "ea_review_type"       # filter: one suggested error type, or all
+REVIEW_SOURCE = "ea_review_source"   # where the taxonomy to apply comes from
+REVIEW_FROM_RUN = "ea_review_from_run"
+REVIEW_UPLOAD = "ea_review_upload"
+REVIEW_METHOD = "ea_review_method"
+REVIEW_AUTO = "ea_review_auto"       # calibrate the threshold (else REVIEW_THRESHOLD)
+REVIEW_THRESHOLD = "ea_review_threshold"
+REVIEW_CONFUSIONS = "ea_review_confusions"  # hold one-confusion types to their confusion
+
+CMP_STATUSES = ("Fixed", "Broken", "Still failing")
+REVIEW_SOURCES = ("Another run in this workspace", "A taxonomy file")
+
+# Slices page
+SLICE = "ea_slice"                   # the slice shown in detail (slice id)
+SLICE_LIST = "ea_slice_list"         # the ranked list's row selection
+SLICE_LIST_SEEN = "ea_slice_list_seen"  # the list selection last applied (a new one opens its slice)
+SLICE_SEARCH = "ea_slice_search"
+SLICE_SHOW_CORRECT = "ea_slice_show_correct"  # list the slice's correct members too
+SLICE_OVERWRITE = "ea_slice_overwrite"  # "make an error type" also moves failures that already have one
+
+# Training page
+TRAINING_LOG = "ea_training_log"     # a log path typed by the user (empty: the checkpoint folder's log)
+
 # Messages carried over a rerun: list of (kind, text), kind in success/info/warning/error
 FLASH = "ea_flash"
 
@@ -110,3 +144,11 @@ def split_pair(value: str | None) -> tuple[str, str] | None:
         return None
     label, pred = value.split("\t", 1)
     return label, pred
+
+
+def review_table_key() -> str:
+    return f"{REVIEW_TABLE}_{st.session_state.get(REVIEW_NONCE, 0)}"
+
+
+def reset_review_selection() -> None:
+    st.session_state[REVIEW_NONCE] = st.session_state.get(REVIEW_NONCE, 0) + 1

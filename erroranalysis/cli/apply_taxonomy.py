@@ -1,0 +1,132 @@
+"""`erroranalysis apply-taxonomy TAXONOMY.json RUN`: suggest the known error types for a new run's failures."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from erroranalysis.cli import common
+
+
+class Method(str, Enum):
+    centroid = "centroid"
+    knn = "knn"
+
+
+class OnClash(str, Enum):
+    reuse = "reuse"
+    update = "update"
+    fail = "fail"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("apply-taxonomy", help="Suggest a labeled taxonomy's error types for another run's failures (the "
+                                       "nearest type in the run's embedding space); failures too far from every "
+                                       "type stay unmatched. Suggestions await review in the app (Review page).")(
+        apply_taxonomy)
+
+
+@common.handle_errors
+def apply_taxonomy(
+    taxonomy: Annotated[Path, typer.Argument(
+        help="A taxonomy JSON export ('erroranalysis export RUN --format json').")],
+    run: common.RunDir,
+    threshold: Annotated[Optional[float], typer.Option(
+        "--threshold", "-t", help="Largest cosine distance to a type for a match; farther failures are new/unmatched. "
+                                  "Default: calibrated on the taxonomy's labeled examples.")] = None,
+    method: Annotated[Method, typer.Option(
+        "--method", help="centroid: nearest error-type centroid; knn: vote of the k nearest labeled "
+                         "examples.")] = Method.centroid,
+    k: Annotated[int, typer.Option("--k", help="Neighbours that vote (knn).")] = 5,
+    embedder: Annotated[Optional[str], typer.Option(
+        "--embedder", "-e", help="minilm, hidden or FILE.npy; default: the embedder the run was clustered with "
+                                 "(minilm when it is not clustered).")] = None,
+    labels_db: Annotated[Optional[Path], typer.Option(
+        "--labels-db", help="Labels database to store the suggestions in; default <RUN's folder>/labels.sqlite "
+                            "(created when missing).")] = None,
+    on_clash: Annotated[OnClash, typer.Option(
+        "--on-clash", help="An error type of the same name exists with another definition or severity: reuse it "
+                           "as it is, update it to the taxonomy's, or fail.")] = OnClash.reuse,
+    ignore_confusions: Annotated[bool, typer.Option(
+        "--ignore-confusions", help="Let any failure take any type; by default a type whose labeled examples all "
+                                    "share a gold label or prediction only takes failures with that label or "
+                                    "prediction.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Match and report; store nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Suggest error types for a run's failures from a labeled taxonomy."""
+    import json
+
+    from erroranalysis import taxonomy_apply as ta
+    from erroranalysis.labels import LabelStore, default_db_path
+    from erroranalysis.runs import Run
+
+    out = common.console()
+    out.soft_wrap = True
+    opened = Run.open(run)
+    db = labels_db if labels_db is not None else default_db_path(opened.path.resolve().parent)
+    with out.status("Embedding and matching failures…", spinner="dots") if out.is_terminal and not as_json \
+            else _nothing():
+        if dry_run:
+            doc = ta.load_taxonomy(taxonomy)
+            store = LabelStore(db, create=False) if Path(db).is_file() else None
+            if store is not None:
+                ta.plan_import(doc, store, on_clash=on_clash.value)
+            result = ta.suggest(doc, opened.path, store=store, method=method.value, k=k, threshold=threshold,
+                                embedder=embedder, confusions=not ignore_confusions)
+            result.taxonomy = str(taxonomy)
+        else:
+            result = ta.apply_taxonomy(taxonomy, opened.path, labels_db=db, method=method.value, k=k,
+                                       threshold=threshold, embedder=embedder, on_clash=on_clash.value,
+                                       confusions=not ignore_confusions)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    _print(out, result, dry_run)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _print(out, result, dry_run: bool) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = result.counts
+    verb = "would suggest" if dry_run else "suggested"
+    basis = ", ".join(f"{n:,} by {b}" for b, n in sorted(result.by_basis.items()))
+    out.print(f"{escape(result.run)}: {verb} an error type for [bold]{result.n_suggested:,}[/bold] of "
+              f"{result.n_failures:,} failures" + (f" ({basis})" if basis else "") + "; "
+              f"[bold]{result.n_unmatched:,}[/bold] new/unmatched (cosine distance > {result.threshold:.3f}).")
+    others = [f"{c[s]:,} {s}" for s in ("kept", "flagged", "rejected before") if c.get(s)]
+    if others:
+        out.print("Left alone: " + ", ".join(others) + " (labeled already, flagged, or a suggestion a person "
+                  "rejected).")
+    out.print(f"Threshold {escape(result.threshold_basis)}.")
+    for note in result.notes:
+        out.print(f"Note: {escape(note)}.")
+    if result.imported is not None:
+        imp = result.imported
+        out.print(f"Error types in {escape(result.labels_db)}: {imp.summary()}.")
+        for clash in imp.clashes:
+            if clash["field"] != "name":
+                out.print(f"  {escape(clash['name'])}: kept this workspace's {clash['field']}; the taxonomy's "
+                          "differs (--on-clash update takes it).")
+    if result.per_type:
+        table = Table(show_edge=False, header_style="bold")
+        table.add_column("error type")
+        table.add_column("suggested", justify="right")
+        for name, n in sorted(result.per_type.items(), key=lambda kv: (-kv[1], kv[0].casefold())):
+            table.add_row(escape(name), f"{n:,}")
+        out.print(table)
+    if not dry_run and result.n_suggested:
+        out.print(f"Review them in the app (Review page): erroranalysis ui {escape(str(Path(result.run).parent))} "
+                  f"--open {escape(result.run_key)}")

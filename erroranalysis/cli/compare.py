@@ -1,0 +1,125 @@
+"""`erroranalysis compare BASE CANDIDATE [CANDIDATE ...]`: what changed between runs of the same eval set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from erroranalysis.cli import common
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare", help="Compare a baseline run with one or more candidates over the same eval set: deltas "
+                                "with paired bootstrap intervals, McNemar, fixed/broken examples, error types and "
+                                "clusters before and after; with several candidates, an ablation table.")(compare)
+
+
+@common.handle_errors
+def compare(
+    base: Annotated[Path, typer.Argument(help="The baseline run directory.")],
+    candidates: Annotated[List[Path], typer.Argument(help="One or more candidate run directories (same eval set).")],
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Folder to write compare.json, compare.md and compare_examples.parquet to.")] = None,
+    labels_db: Annotated[Optional[Path], typer.Option(
+        "--labels-db", help="Labels database for error types; default <BASE's folder>/labels.sqlite when it "
+                            "exists.")] = None,
+    resamples: Annotated[int, typer.Option("--resamples", help="Paired bootstrap resamples.")] = 1000,
+    seed: common.Seed = 0,
+    min_overlap: Annotated[float, typer.Option(
+        "--min-overlap", help="Clusters match across runs when their shared still-failing members reach this "
+                              "Jaccard overlap.")] = 0.3,
+    examples: Annotated[int, typer.Option("--examples", help="Fixed and broken examples to print.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
+) -> None:
+    """Compare runs: a baseline first, then candidates."""
+    from erroranalysis import compare as cmp
+
+    report = cmp.compare_runs(base, candidates, labels_db=labels_db, n_resamples=resamples, seed=seed,
+                              min_overlap=min_overlap)
+    written = cmp.write_report(report, out) if out is not None else []
+    if as_json:
+        typer.echo(cmp.to_json(report.doc), nl=False)
+        return
+    console = common.console()
+    console.soft_wrap = True
+    _print(console, report.doc, examples)
+    for path in written:
+        typer.echo(f"wrote {path}")
+
+
+def _print(out, doc: dict, n_examples: int) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from erroranalysis import compare as cmp
+
+    comps = doc["comparisons"]
+    if len(comps) > 1:
+        frame = cmp.series_frame(doc)
+        table = Table(title="Ablation series (delta vs baseline in points [95% CI]; * excludes 0)", show_edge=False,
+                      header_style="bold", title_justify="left")
+        for i, col in enumerate(frame.columns):
+            table.add_column(escape(str(col)), justify="left" if i < 2 else "right")
+        for rec in frame.itertuples(index=False):
+            table.add_row(*[escape(str(v)) for v in rec])
+        out.print(table, soft_wrap=False)
+    for comp in comps:
+        out.print()
+        out.print(f"[bold]{escape(comp['candidate'])}[/bold] vs [bold]{escape(comp['base'])}[/bold] (baseline): "
+                  f"{escape(cmp.headline(comp))}")
+        for note in comp["notes"]:
+            out.print(f"Note: {escape(note)}.")
+        if len(comps) > 1:
+            continue
+        table = Table(show_edge=False, header_style="bold")
+        for col in ("", "baseline", "candidate", "delta", "95% CI"):
+            table.add_column(col, justify="right" if col else "left")
+        for name in cmp.OVERALL:
+            m = comp["overall"][name]
+            table.add_row(name.replace("_", " "), cmp._rate(m["base"]), cmp._rate(m["candidate"]),
+                          cmp._pts(m["delta"]) + (" *" if m["significant"] else ""), cmp._ci_text(m["ci"]))
+        out.print(table, soft_wrap=False)
+        table = Table(title="Per class F1", show_edge=False, header_style="bold", title_justify="left")
+        for col in ("class", "support", "baseline", "candidate", "delta", "95% CI"):
+            table.add_column(col, justify="left" if col == "class" else "right")
+        for row in sorted(comp["per_class"], key=lambda r: r["f1"]["delta"] or 0):
+            f1 = row["f1"]
+            table.add_row(escape(row["label"]), f"{row['support']:,}", cmp._rate(f1["base"]),
+                          cmp._rate(f1["candidate"]),
+                          cmp._pts(f1["delta"]) + (" *" if f1["significant"] else ""), cmp._ci_text(f1["ci"]))
+        out.print(table, soft_wrap=False)
+        c = comp["counts"]
+        out.print(f"{c['fixed']:,} fixed · {c['broken']:,} broken · {c['still_failing']:,} still failing · "
+                  f"{c['still_correct']:,} still correct")
+        for status in ("fixed", "broken"):
+            for ex in comp["examples"][status][:n_examples]:
+                out.print(f"  {status:>6}  {escape(ex['example_id'])}  {escape(ex['label'])}: "
+                          f"{escape(ex['base_pred'])} → {escape(ex['candidate_pred'])}  "
+                          f"{escape(ex['text'][:90])}")
+        types = comp["error_types"]
+        if types:
+            table = Table(title="Error types (failures)", show_edge=False, header_style="bold", title_justify="left")
+            for col in ("error type", "baseline", "fixed", "candidate", "of them suggested", "delta"):
+                table.add_column(col, justify="left" if col == "error type" else "right")
+            for r in types:
+                none = r["candidate"] is None
+                table.add_row(escape(r["name"]), f"{r['base']:,}", f"{r['fixed']:,}",
+                              "–" if none else f"{r['candidate'] + r['candidate_suggested']:,}",
+                              "–" if none else f"{r['candidate_suggested']:,}",
+                              "–" if none else f"{r['delta']:+d}")
+            out.print(table, soft_wrap=False)
+            if types[0]["candidate"] is None:
+                out.print("The candidate has no labels yet: run 'erroranalysis apply-taxonomy' with the baseline's "
+                          "taxonomy to count its failures per error type.")
+        cl = comp["clusters"]
+        if cl["available"]:
+            out.print(f"Clusters: {len(cl['persisted'])} persisted, {len(cl['vanished'])} vanished, "
+                      f"{len(cl['appeared'])} appeared.")
+            for r in cl["vanished"][:n_examples]:
+                out.print(f"  vanished  #{r['cluster_id']} {escape(r['name'][:70])} ({r['size']:,}, "
+                          f"{r['share_fixed']:.0%} fixed)")
+            for r in cl["appeared"][:n_examples]:
+                out.print(f"  appeared  #{r['cluster_id']} {escape(r['name'][:70])} ({r['size']:,}, "
+                          f"{r['share_broken']:.0%} newly broken)")

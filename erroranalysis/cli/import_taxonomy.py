@@ -1,0 +1,77 @@
+"""`erroranalysis import-taxonomy TAXONOMY.json`: bring a taxonomy's error types into another workspace."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from erroranalysis.cli import common
+
+
+class OnClash(str, Enum):
+    reuse = "reuse"
+    update = "update"
+    fail = "fail"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import-taxonomy", help="Create a taxonomy's error types (name, definition, severity) in a workspace's "
+                                        "labels database. Idempotent: types that exist by name are reused.")(
+        import_taxonomy)
+
+
+@common.handle_errors
+def import_taxonomy(
+    taxonomy: Annotated[Path, typer.Argument(
+        help="A taxonomy JSON export ('erroranalysis export RUN --format json').")],
+    labels_db: Annotated[Optional[Path], typer.Option(
+        "--labels-db", help="The workspace's labels database (created when missing); default runs/labels.sqlite "
+                            "when ./runs is a folder.")] = None,
+    on_clash: Annotated[OnClash, typer.Option(
+        "--on-clash", help="An error type of the same name (case-insensitive) exists with another definition or "
+                           "severity: reuse it as it is, update it to the taxonomy's, or fail.")] = OnClash.reuse,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would change; write nothing.")] = False,
+) -> None:
+    """Import a taxonomy's error types into a labels database."""
+    from rich.markup import escape
+
+    from erroranalysis import taxonomy_apply as ta
+    from erroranalysis.errors import UserError
+    from erroranalysis.labels import LabelStore, default_db_path
+
+    if labels_db is None:
+        if not Path("runs").is_dir():
+            raise UserError("no labels database given and no ./runs folder here; pass --labels-db PATH (the "
+                            "workspace's database, e.g. runs/labels.sqlite).")
+        labels_db = default_db_path(Path("runs"))
+    if labels_db.is_dir():
+        raise UserError(f"{labels_db}: is a directory; pass the labels database file, e.g. "
+                        f"{labels_db / 'labels.sqlite'}.")
+    doc = ta.load_taxonomy(taxonomy)
+    out = common.console()
+    out.soft_wrap = True
+    if dry_run:
+        if not labels_db.is_file():
+            out.print(f"{escape(str(labels_db))} does not exist yet: all {len(doc['error_types'])} error types would "
+                      "be created.")
+            return
+        plan = ta.plan_import(doc, LabelStore(labels_db, create=False), on_clash=on_clash.value)
+        for item in plan:
+            diffs = ", ".join(f for f, _, _ in item["differences"])
+            out.print(f"{item['action']:>7}  {escape(item['name'])}" + (f"  (differs: {diffs})" if diffs else ""))
+        return
+    result = ta.import_taxonomy(doc, LabelStore(labels_db), on_clash=on_clash.value)
+    out.print(f"{escape(str(taxonomy))} → {escape(str(labels_db))}: {result.summary()}.")
+    for name in result.created:
+        out.print(f"  created  {escape(name)}")
+    for name in result.updated:
+        out.print(f"  updated  {escape(name)}")
+    for clash in result.clashes:
+        if clash["field"] == "name":
+            out.print(f"  reused   {escape(clash['ours'])} for {escape(clash['theirs'])} (same name, other case)")
+        elif on_clash.value == "reuse":
+            out.print(f"  reused   {escape(clash['name'])}: kept this workspace's {clash['field']}; the taxonomy's "
+                      "differs (--on-clash update takes it)")

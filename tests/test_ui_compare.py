@@ -1,0 +1,186 @@
+"""The Compare and Review pages without a browser (streamlit.testing.v1.AppTest)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from erroranalysis import runs
+from erroranalysis.labels import LabelStore
+from test_compare import eval_frame, wrong, write_run
+
+UI = Path(__file__).resolve().parent.parent / "ui"
+sys.path.insert(0, str(UI))
+
+from eaui import state  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """base, cand, third over one eval set (cand: 20 fixed, 5 broken), other over another; base labeled."""
+    root = tmp_path_factory.mktemp("cmpws")
+    df = eval_frame(120)
+    ids = df["example_id"].tolist()
+    rng = np.random.default_rng(0)
+    kinds = np.arange(120) % 2  # two kinds of failure, far apart in the vectors
+    vectors = (np.where(kinds[:, None] == 0, 4.0, -4.0) * np.eye(6)[0] + rng.normal(size=(120, 6))).astype(np.float32)
+    np.save(root / "vectors.npy", vectors)
+    (root / "vectors.json").write_text(json.dumps({"example_ids": ids}))
+    base, cand, third = df.copy(), df.copy(), df.copy()
+    base.loc[:29, "pred"] = [wrong(x) for x in base.loc[:29, "label"]]
+    cand.loc[20:29, "pred"] = base.loc[20:29, "pred"]
+    cand.loc[100:104, "pred"] = [wrong(x) for x in cand.loc[100:104, "label"]]
+    third.loc[:9, "pred"] = [wrong(x) for x in third.loc[:9, "label"]]
+    write_run(root / "base", base, clusters={ids[i]: i % 2 for i in range(30)}, vectors=root / "vectors.npy")
+    write_run(root / "cand", cand, clusters={ids[i]: 7 for i in range(20, 30)}, vectors=root / "vectors.npy")
+    write_run(root / "third", third)
+    other = df.copy()
+    other["example_id"] = [f"o{i}" for i in range(120)]
+    write_run(root / "other", other)
+    return root
+
+
+@pytest.fixture()
+def start(workspace, tmp_path, monkeypatch):
+    db = tmp_path / "labels.sqlite"
+    store = LabelStore(db, user="alice")
+    store.create_error_type("Even kind", "failures of the first kind")
+    store.create_error_type("Odd kind <b>", "failures of the second kind", severity="high")
+    ids = [f"ex{i:03d}" for i in range(30)]
+    store.assign("base", ids[0::2], "Even kind")
+    store.assign("base", ids[1::2], "Odd kind <b>")
+    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
+    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
+    monkeypatch.setenv("ERRORANALYSIS_USER", "tester")
+    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
+
+    def _start(page: str, run: str = "base", **session) -> AppTest:
+        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
+        at.session_state[state.RUN] = run
+        for key, value in session.items():
+            at.session_state[getattr(state, key)] = value
+        at.run()
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    _start.db = db
+    return _start
+
+
+def texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.value for e in at.error]
+    parts += [i.value for i in at.info] + [s.value for s in at.subheader] + [t.value for t in at.toast]
+    return "\n".join(str(p) for p in parts)
+
+
+def metric(at: AppTest, label: str):
+    return next(m for m in at.metric if m.label == label)
+
+
+# -- Compare ------------------------------------------------------------------------------------------------------
+
+
+def test_compare_asks_for_candidates_first(start):
+    at = start("compare")
+    assert at.title[0].value == "Compare"
+    assert at.selectbox[-1].value == "base" or any(s.value == "base" for s in at.selectbox)
+    assert "Pick one or more candidate runs" in texts(at)
+
+
+def test_compare_shows_deltas_examples_error_types_and_clusters(start):
+    at = start("compare", CMP_CANDIDATES=["cand"])
+    assert not at.error, [e.value for e in at.error]
+    assert metric(at, "Fixed").value == "20" and metric(at, "Broken").value == "5"
+    assert metric(at, "Accuracy").value == "87.5%" and "+12.5 pts" in str(metric(at, "Accuracy").delta)
+    assert "95% CI" in texts(at)
+    frames = {tuple(d.value.columns)[:2]: d.value for d in at.dataframe}
+    per_class = next(v for k, v in frames.items() if k[0] == "class")
+    assert sorted(per_class["class"]) == ["business", "sport", "tech"]
+    types = next(v for k, v in frames.items() if k[0] == "name" and "fixed" in v.columns)
+    assert set(types["name"]) == {"Even kind", "Odd kind <b>"} and types["fixed"].sum() == 20
+    examples = at.dataframe[-1].value
+    assert len(examples) == 20 and set(examples["example_id"]) == {f"ex{i:03d}" for i in range(20)}
+    at.session_state[state.CMP_STATUS] = "Broken"
+    at.run()
+    assert len(at.dataframe[-1].value) == 5
+    at.session_state[state.CMP_SEARCH] = "example 101"
+    at.run()
+    assert list(at.dataframe[-1].value["example_id"]) == ["ex101"]
+    assert "vanished" in texts(at) and "appeared" in texts(at)
+
+
+def test_compare_ablation_series_marks_the_baseline(start):
+    at = start("compare", CMP_CANDIDATES=["cand", "third"])
+    assert not at.error, [e.value for e in at.error]
+    series = at.dataframe[0].value
+    assert list(series.columns) == ["section", "name", "base (baseline)", "cand", "third"]
+    fixed = series[series["name"] == "fixed"].iloc[0]
+    assert (fixed["cand"], fixed["third"]) == ("20", "20")
+    assert "Ablation series" in texts(at)
+    at.session_state[state.CMP_DETAIL] = "third"
+    at.run()
+    assert "third vs base" in texts(at)
+
+
+def test_compare_runs_over_another_eval_set_is_one_message(start):
+    at = start("compare", CMP_CANDIDATES=["other"])
+    assert not at.exception and at.error
+    assert "not the same eval set" in at.error[0].value and "120 of the base's 120" in at.error[0].value
+
+
+# -- Review -------------------------------------------------------------------------------------------------------
+
+
+def test_review_suggests_from_another_run_then_accepts_and_rejects(start):
+    at = start("review", run="cand")
+    assert at.title[0].value == "Review suggestions"
+    assert "No suggestions await review" in texts(at)
+    assert at.selectbox(key=state.REVIEW_FROM_RUN).value == "base"
+    next(b for b in at.button if b.label == "Suggest error types").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Suggested an error type for" in texts(at)
+    store = LabelStore(start.db)
+    pending = store.assignments("cand")
+    n = len(pending)
+    assert 10 <= n <= 15 and set(pending["status"]) == {"pending"}  # most of cand's 15 failures are near a type
+    assert metric(at, "Awaiting review").value == str(n)
+    assert int(metric(at, "New / unmatched failures").value) == 15 - n
+    table = at.dataframe[0].value
+    assert set(table["error_type"]) == {"Even kind", "Odd kind <b>"}
+    assert set(table["basis"]) >= {"same example"}
+    nonce = at.session_state[state.REVIEW_NONCE] if state.REVIEW_NONCE in at.session_state else 0
+    at.session_state[f"{state.REVIEW_TABLE}_{nonce}"] = {"selection": {"rows": [0, 1], "columns": [], "cells": []}}
+    at.run()
+    next(b for b in at.button if b.label == "Accept 2 selected").click().run()
+    assert not at.exception
+    a = store.assignments("cand")
+    assert (a["status"] == "accepted").sum() == 2
+    assert metric(at, "Accepted").value == "2" and metric(at, "Awaiting review").value == str(n - 2)
+    next(b for b in at.button if b.label.startswith("Reject all")).click().run()
+    assert (store.assignments("cand")["status"] == "rejected").sum() == n - 2
+    assert "No suggestions await review" in texts(at)
+
+
+def test_review_without_labeled_runs_says_what_to_do(start):
+    LabelStore(start.db).delete_error_type("Even kind")
+    LabelStore(start.db).delete_error_type("Odd kind <b>")
+    at = start("review", run="cand")
+    assert "No other run in this workspace has labels yet" in texts(at)
+    suggest = next(b for b in at.button if b.label == "Suggest error types")
+    assert suggest.disabled
+
+
+def test_review_of_a_broken_suggestions_file_is_one_message(start, workspace, tmp_path):
+    run = runs.Run.open(workspace / "third")
+    run.file("taxonomy_suggestions.parquet").write_bytes(b"not parquet")
+    try:
+        at = start("review", run="third")
+        assert not at.exception and at.error and "taxonomy_suggestions.parquet" in at.error[0].value
+    finally:
+        run.file("taxonomy_suggestions.parquet").unlink()
