@@ -550,6 +550,8 @@ class LabelStore:
                 if before is None or before["status"] == status:
                     continue
                 after = {**before, "status": status, "updated": now, "updated_by": self.user}
+                if status == "accepted":
+                    after["source"] = "human"  # accepted by a person: from now on it is a human label
                 self._put(con, "assignments", key, after)
                 changes.append({"table": "assignments", "before": before, "after": after})
             if not changes:

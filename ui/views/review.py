@@ -35,8 +35,9 @@ if unmatched is not None:  # still unmatched: nobody labeled them since
 
 c = st.columns(4)
 c[0].metric("Awaiting review", f"{len(pending):,}", border=True)
-c[1].metric("Accepted", f"{int((suggested['status'] == 'accepted').sum()):,}", border=True)
-c[2].metric("Rejected", f"{int((suggested['status'] == 'rejected').sum()):,}", border=True)
+# An accepted suggestion becomes a human label (source "human"), so count decisions by status alone.
+c[1].metric("Accepted", f"{int((table['status'] == 'accepted').sum()):,}", border=True)
+c[2].metric("Rejected", f"{int((table['status'] == 'rejected').sum()):,}", border=True)
 c[3].metric("New / unmatched failures", "–" if unmatched is None else f"{len(unmatched):,}", border=True)
 
 # -- apply a taxonomy ---------------------------------------------------------------------------------------------
