@@ -48,6 +48,8 @@ class AfterOptions:
     cluster: bool = True
     cluster_params: dict = field(default_factory=dict)
     slices: bool = True
+    checks: bool = True
+    checks_params: dict = field(default_factory=dict)
     seed: int = 0
 
 
@@ -234,16 +236,19 @@ def _data_entry(eval_set: EvalSet) -> dict:
 
 
 def after_predictions(run: Run, after: AfterOptions) -> None:
-    """The stages every task shares once predictions.parquet exists: metrics, slices, clusters."""
+    """The stages every task shares once predictions.parquet exists, in the order each one's inputs need:
+    metrics, data checks (label issues, duplicates), slices, then clusters (which read checks and slices)."""
+    from erroranalysis.checks_stage import checks_run
+    from erroranalysis.cluster_stage import cluster_run
     from erroranalysis.slice_stage import slices_run
 
     compute_run_metrics(run, seed=after.seed)
+    if after.checks:
+        checks_run(run.path, seed=after.seed, **after.checks_params)
     if after.slices:
         slices_run(run.path)
     if after.cluster:
-        cluster_run = _optional_stage("erroranalysis.cluster_stage", "cluster_run")
-        if cluster_run is not None:
-            cluster_run(run.path, seed=after.seed, **after.cluster_params)
+        cluster_run(run.path, seed=after.seed, **after.cluster_params)
 
 
 def compute_run_metrics(run: Run, *, seed: int = 0, n_resamples: int = 1000) -> dict:
@@ -267,15 +272,3 @@ def compute_run_metrics(run: Run, *, seed: int = 0, n_resamples: int = 1000) -> 
             result = adjust_metrics(result, preds, run.labels)
         runs.write_json(run.file(runs.METRICS), result)
     return result
-
-
-def _optional_stage(module: str, name: str):
-    """A stage that a later part of the package provides; None while that part is not installed."""
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            return None
-        raise

@@ -43,7 +43,7 @@ def test_run_writes_a_complete_run(tiny_checkpoint, tmp_path):
     run = Run.open(out)
     manifest = run.manifest
     assert {s: v["status"] for s, v in manifest["stages"].items()} == {"infer": "done", "metrics": "done",
-                                                                            "slices": "done"}
+                                                                            "checks": "done", "slices": "done"}
     assert manifest["labels"] == ["negative", "neutral", "positive"]
     assert manifest["data"]["rows"] == 30 and manifest["data"]["metadata_columns"] == ["source", "stars"]
     assert len(manifest["model"]["weights_sha256"]) == 64

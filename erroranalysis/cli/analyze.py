@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from erroranalysis.cli import common
-from erroranalysis.cli.run import (Encoding, IdColumn, LabelColumn, NoCluster, NoSlices, Split, TextColumn,
-                                   data_options, report)
+from erroranalysis.cli.run import (Encoding, IdColumn, LabelColumn, NoChecks, NoCluster, NoSlices, Split, TextColumn,
+                                   Train, after_options, data_options, report)
 
 
 def register(app: typer.Typer) -> None:
@@ -26,14 +26,16 @@ def register(app: typer.Typer) -> None:
         split: Split = None,
         no_cluster: NoCluster = False,
         no_slices: NoSlices = False,
+        no_checks: NoChecks = False,
+        train: Train = None,
         seed: common.Seed = 0,
         overwrite: common.Overwrite = False,
     ) -> None:
         """Analyze predictions made elsewhere: metrics and failure clusters, in a run directory."""
-        from erroranalysis.pipeline import AfterOptions, analyze_predictions
+        from erroranalysis.pipeline import analyze_predictions
 
         run = analyze_predictions(predictions, out,
                                   data_opts=data_options(text_column, label_column, id_column, encoding, split),
-                                  pred_column=pred_column, after=AfterOptions(cluster=not no_cluster, slices=not no_slices, seed=seed),
+                                  pred_column=pred_column, after=after_options(no_cluster, no_slices, no_checks, train, seed),
                                   overwrite=overwrite)
         report(run)

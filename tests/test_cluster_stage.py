@@ -1,0 +1,430 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from erroranalysis import runs
+from erroranalysis.cluster_stage import cluster_run, name_run
+from erroranalysis.errors import DataError, ParameterError, RunError
+
+LABELS = ["business", "sport", "culture"]
+WORDS = {"business": ["market", "shares", "profit", "bank", "economy"],
+         "sport": ["match", "goal", "team", "coach", "league"],
+         "culture": ["film", "actor", "award", "music", "album"]}
+PLANTED = {"oil": ("business", "sport", ["oil", "barrel", "crude", "opec"]),
+           "tennis": ("sport", "culture", ["tennis", "racket", "serve", "wimbledon"])}
+
+
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path, monkeypatch):
+    from erroranalysis.clustering import numba_cache_dir
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", os.environ.get("NUMBA_CACHE_DIR") or str(numba_cache_dir()))
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def synthetic(n: int = 600, seed: int = 0, d: int = 24):
+    """Predictions with two planted failing sub-topics and ~6% background failures, and matching vectors."""
+    rng = np.random.default_rng(seed)
+    centres = {name: rng.normal(size=d) * 3 for name in [*LABELS, *PLANTED]}
+    rows, vectors = [], []
+    for i in range(n):
+        label = LABELS[i % 3]
+        sub = next((s for s, (lab, _, _) in PLANTED.items() if lab == label and rng.random() < 0.25), None)
+        words = list(rng.choice(WORDS[label], 5)) + (list(rng.choice(PLANTED[sub][2], 3)) if sub else [])
+        if sub and rng.random() < 0.9:
+            pred = PLANTED[sub][1]
+        elif rng.random() < 0.06:
+            pred = str(rng.choice([l for l in LABELS if l != label]))
+        else:
+            pred = label
+        rows.append({"example_id": f"ex{i:04d}", "text": " ".join(words) + f" story {i}", "label": label,
+                     "pred": pred, "correct": pred == label, "confidence": 0.7, "loss": 0.4,
+                     "n_tokens": len(words) + 2, "truncated": False, "planted": sub or ""})
+        vectors.append(centres[sub or label] + rng.normal(size=d))
+    return pd.DataFrame(rows), np.array(vectors, dtype=np.float32)
+
+
+def make_run(path: Path, frame=None, vectors=None, *, hidden: bool = True, stage: str = "infer") -> runs.Run:
+    if frame is None:
+        frame, vectors = synthetic()
+    run = runs.Run.create(path, task="classification", labels=LABELS)
+    runs.write_parquet(run.file(runs.PREDICTIONS), frame)
+    if hidden and vectors is not None:
+        runs.write_npy(run.file(runs.HIDDEN), vectors)
+    if stage:
+        with run.stage(stage):
+            pass
+    return run
+
+
+FAST = dict(embedder="hidden", reducer="pca", layout="pca")
+
+
+def best_f1(truth, labels, group) -> float:
+    g = truth == group
+    best = 0.0
+    for c in set(labels[labels >= 0].tolist()):
+        m = labels == c
+        inter = (g & m).sum()
+        if inter:
+            best = max(best, 2 * inter / (g.sum() + m.sum()))
+    return best
+
+
+def snapshot(run: runs.Run) -> dict:
+    files = [runs.EMBEDDINGS, runs.EMBEDDINGS_META, runs.CLUSTERS, runs.ASSIGNMENTS]
+    out = {name: run.file(name).read_bytes() for name in files if run.has(name)}
+    out["stage"] = json.dumps(run.manifest["stages"].get("cluster"), sort_keys=True)
+    return out
+
+
+def test_writes_all_artifacts(tmp_path):
+    run = make_run(tmp_path / "run")
+    summary = cluster_run(run.path, **FAST)
+    predictions = run.predictions()
+    failures = predictions[~predictions["correct"]]
+    assert summary["n_failures"] == len(failures) and summary["n_examples"] == len(predictions)
+    assert summary["method"] == "hdbscan" and summary["n_clusters"] >= 2
+
+    vectors = np.load(run.file(runs.EMBEDDINGS))
+    meta = json.loads(run.file(runs.EMBEDDINGS_META).read_text())
+    assert vectors.shape == (len(failures), 24) and vectors.dtype == np.float32
+    assert meta["example_ids"] == failures["example_id"].tolist()
+    assert meta["rows"] == len(failures) and meta["dim"] == 24 and meta["embedder"]["name"] == "hidden"
+
+    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    assert list(assignments.columns) == ["example_id", "cluster_id", "failure", "membership", "reassigned", "tier",
+                                         "local_error_rate", "x", "y"]
+    assert assignments["example_id"].tolist() == predictions["example_id"].tolist()
+    assert (assignments["failure"] == ~predictions["correct"]).all()
+    assert (assignments.loc[~assignments["failure"], "cluster_id"] == -1).all()
+    assert np.isfinite(assignments[["x", "y"]].to_numpy()).all()
+
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    assert clusters["cluster_id"].tolist() == list(range(len(clusters)))
+    assert clusters["size"].is_monotonic_decreasing
+    counts = assignments[assignments["cluster_id"] >= 0].groupby("cluster_id").size()
+    assert counts.to_dict() == dict(zip(clusters["cluster_id"], clusters["size"]))
+
+    stage = run.manifest["stages"]["cluster"]
+    assert stage["status"] == "done" and stage["params"]["seed"] == 0 and stage["params"]["reducer"] == "pca"
+    assert stage["n_clusters"] == summary["n_clusters"] and stage["resolved"]["min_cluster_size"] >= 5
+
+
+def test_planted_groups_recovered_and_named(tmp_path):
+    frame, vectors = synthetic(seed=1)
+    run = make_run(tmp_path / "run", frame, vectors)
+    cluster_run(run.path, **FAST)
+    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS)).set_index("cluster_id")
+    fail = assignments["failure"].to_numpy()
+    truth = frame["planted"].to_numpy()[fail]
+    labels = assignments["cluster_id"].to_numpy()[fail]
+    for group, (gold, pred, words) in PLANTED.items():
+        assert best_f1(truth, labels, group) > 0.85
+        members = labels[truth == group]
+        top = np.bincount(members[members >= 0]).argmax()
+        name = clusters.loc[top, "name"]
+        assert name.startswith(f"{gold} -> {pred}: ")
+        assert any(w in name for w in words)
+        assert clusters.loc[top, "kind"] == "systematic"
+
+
+def test_recluster_with_other_settings_replaces_results(tmp_path):
+    run = make_run(tmp_path / "run")
+    cluster_run(run.path, **FAST)
+    first = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    cluster_run(run.path, embedder="hidden", reducer="none", layout="none", min_cluster_size=40, error_aware=False,
+                assign_noise=None, seed=5)
+    second = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    assert len(first) == len(second)
+    assert second["x"].isna().all()
+    assert set(second["tier"][second["failure"]]) == {"all"}
+    stage = run.manifest["stages"]["cluster"]
+    assert stage["params"]["min_cluster_size"] == 40 and stage["params"]["seed"] == 5
+
+
+def test_precomputed_file_embedder(tmp_path):
+    frame, vectors = synthetic()
+    run = make_run(tmp_path / "run", frame, vectors, hidden=False)
+    file = tmp_path / "vecs.npy"
+    np.save(file, vectors)
+    summary = cluster_run(run.path, embedder=str(file), reducer="pca", layout="pca")
+    assert summary["embedder"] == "file"
+    # vectors for the failures only, rows named by a sidecar (the format of a run's own embeddings.json)
+    other = make_run(tmp_path / "other", frame, vectors, hidden=False)
+    summary2 = cluster_run(other.path, embedder=str(run.file(runs.EMBEDDINGS)), reducer="pca", layout="pca")
+    assert summary2["n_failures"] == summary["n_failures"]
+    assignments = pd.read_parquet(other.file(runs.ASSIGNMENTS))
+    assert assignments.loc[~assignments["failure"], "x"].isna().all()  # no vectors for the correct examples
+    assert set(assignments["tier"][assignments["failure"]]) == {"all"}
+
+
+def test_no_failures(tmp_path):
+    frame, vectors = synthetic(n=60)
+    frame["pred"] = frame["label"]
+    frame["correct"] = True
+    run = make_run(tmp_path / "run", frame, vectors)
+    summary = cluster_run(run.path, **FAST)
+    assert summary["n_failures"] == 0 and summary["n_clusters"] == 0 and summary["method"] == "empty"
+    assert len(pd.read_parquet(run.file(runs.CLUSTERS))) == 0
+    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    assert len(assignments) == 60 and (assignments["cluster_id"] == -1).all()
+    assert np.load(run.file(runs.EMBEDDINGS)).shape[0] == 0
+    assert run.stage_status("cluster") == "done"
+
+
+def test_handful_of_failures_grouped_by_pair(tmp_path):
+    frame, vectors = synthetic(n=90)
+    keep_fail = frame.index[~frame["correct"]][:7]
+    frame.loc[~frame.index.isin(keep_fail), "pred"] = frame["label"]
+    frame["correct"] = frame["pred"] == frame["label"]
+    run = make_run(tmp_path / "run", frame, vectors)
+    summary = cluster_run(run.path, **FAST)
+    assert summary["method"] == "confusion_pairs" and "grouped by confusion pair" in summary["note"]
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    assert all(len(c) == 1 for c in clusters["top_confusions"])
+    assert clusters["size"].sum() == 7
+
+
+def test_name_run_renames_without_reclustering(tmp_path):
+    run = make_run(tmp_path / "run")
+    cluster_run(run.path, **FAST)
+    before = run.file(runs.ASSIGNMENTS).read_bytes()
+    clusters_before = pd.read_parquet(run.file(runs.CLUSTERS))
+    summary = name_run(run.path, n_keywords=2, n_exemplars=1)
+    after = pd.read_parquet(run.file(runs.CLUSTERS))
+    assert run.file(runs.ASSIGNMENTS).read_bytes() == before
+    assert after["cluster_id"].tolist() == clusters_before["cluster_id"].tolist()
+    assert after["size"].tolist() == clusters_before["size"].tolist()
+    assert all(len(k) <= 2 for k in after["keywords"]) and all(len(e) == 1 for e in after["exemplar_ids"])
+    assert after["kind"].tolist() == clusters_before["kind"].tolist()
+    assert summary["n_clusters"] == len(after)
+    assert run.stage_status("cluster_names") == "done"
+
+
+def test_name_run_needs_clustering(tmp_path):
+    run = make_run(tmp_path / "run")
+    with pytest.raises(RunError, match="stage 'cluster' was not run"):
+        name_run(run.path)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(embedder="missing.npy"), DataError, "no such embeddings file"),
+    (dict(embedder="wrong_shape.npy"), DataError, "rows but the run has"),
+    (dict(min_cluster_size=1), ParameterError, "^min_cluster_size=1 is invalid"),
+    (dict(reducer="tsne"), ParameterError, "^reducer="),
+    (dict(layout="tsne"), ParameterError, "^layout="),
+    (dict(assign_noise=2.0), ParameterError, "^assign_noise="),
+    (dict(pair_weight=-1), ParameterError, "^pair_weight="),
+    (dict(seed=-3), ParameterError, "^seed="),
+    (dict(embedder="sbert"), DataError, "expected 'minilm', 'hidden'"),
+])
+def test_bad_input_leaves_previous_clustering(tmp_path, change, error, message):
+    run = make_run(tmp_path / "run")
+    cluster_run(run.path, **FAST)
+    before = snapshot(run)
+    np.save(run.path / "wrong_shape.npy", np.zeros((3, 24), np.float32))
+    params = dict(FAST)
+    params.update(change)
+    if str(params["embedder"]).endswith(".npy"):
+        params["embedder"] = str(run.path / params["embedder"])
+    with pytest.raises(error, match=message):
+        cluster_run(run.path, **params)
+    assert snapshot(run) == before
+
+
+def test_hidden_states_missing(tmp_path):
+    frame, vectors = synthetic(n=60)
+    run = make_run(tmp_path / "run", frame, vectors, hidden=False)
+    with pytest.raises(RunError, match="no hidden_states.npy"):
+        cluster_run(run.path, **FAST)
+    assert not run.has(runs.CLUSTERS) and "cluster" not in run.manifest["stages"]
+
+
+def test_run_without_predictions(tmp_path):
+    with pytest.raises(RunError, match="no such run directory"):
+        cluster_run(tmp_path / "nope", **FAST)
+    run = runs.Run.create(tmp_path / "empty", task="classification", labels=LABELS)
+    with pytest.raises(RunError, match="stage 'infer' was not run"):
+        cluster_run(run.path, **FAST)
+    with run.stage("infer"):
+        pass
+    with pytest.raises(RunError, match="missing predictions.parquet"):
+        cluster_run(run.path, **FAST)
+
+
+def test_predictions_without_required_columns(tmp_path):
+    frame, vectors = synthetic(n=60)
+    run = make_run(tmp_path / "run", frame.drop(columns=["pred"]), vectors)
+    with pytest.raises(DataError, match="missing column\\(s\\) 'pred'"):
+        cluster_run(run.path, **FAST)
+    frame2 = frame.copy()
+    frame2.loc[3, "example_id"] = frame2.loc[4, "example_id"]
+    run2 = make_run(tmp_path / "run2", frame2, vectors)
+    with pytest.raises(DataError, match="duplicate ids 'ex0004'"):
+        cluster_run(run2.path, **FAST)
+
+
+def test_analyze_runs_are_accepted(tmp_path):
+    frame, vectors = synthetic(n=120)
+    run = make_run(tmp_path / "run", frame, vectors, stage="load_predictions")
+    assert cluster_run(run.path, **FAST)["n_failures"] == int((~frame["correct"]).sum())
+
+
+def test_progress_reports_phases(tmp_path):
+    run = make_run(tmp_path / "run")
+    phases = []
+    cluster_run(run.path, progress=lambda phase, done, total: phases.append(phase), **FAST)
+    assert {"embed", "cluster", "layout"} <= set(phases)
+
+
+def test_pair_weight_and_injected_features(tmp_path):
+    class Constant:
+        name = "constant"
+        weight = 1.0
+
+        def transform(self, frame):
+            return np.ones((len(frame), 1), np.float32)
+
+    run = make_run(tmp_path / "run")
+    summary = cluster_run(run.path, pair_weight=0.5, features=[Constant()], **FAST)
+    assert summary["n_clusters"] >= 2
+    assert run.manifest["stages"]["cluster"]["params"]["features"] == ["constant", "confusion_pair"]
+
+
+def test_tiny_checkpoint_run_with_hidden_states(tiny_run, tmp_path):
+    import shutil
+
+    path = tmp_path / "run"
+    shutil.copytree(tiny_run, path)
+    summary = cluster_run(path, **FAST)
+    assert summary["n_examples"] == 60
+    assert pd.read_parquet(path / runs.ASSIGNMENTS)["example_id"].tolist() == \
+        pd.read_parquet(path / runs.PREDICTIONS)["example_id"].tolist()
+
+
+# -- CLI --------------------------------------------------------------------------------------------------------
+
+
+def cli(*args):
+    from typer.testing import CliRunner
+
+    from erroranalysis.cli.app import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_clusters_and_prints_table(tmp_path):
+    run = make_run(tmp_path / "run")
+    result = cli("cluster", str(run.path), "--embedder", "hidden", "--reducer", "pca", "--layout", "pca")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "failures of 600 examples" in text and "Error clusters" in text
+    result = cli("cluster", str(run.path), "--names-only", "--keywords", "3")
+    assert result.exit_code == 0, result.output
+    result = cli("cluster", str(run.path), "--embedder", "hidden", "--reducer", "none", "--layout", "none", "--json",
+                 "--keep-noise")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["n_examples"] == 600
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+    run = make_run(tmp_path / "run")
+    result = cli("cluster", str(run.path), "--embedder", "hidden", "--min-cluster-size", "1")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: --min-cluster-size=1 is invalid: expected an integer >= 2."]
+    result = cli("cluster", str(tmp_path / "nope"))
+    assert result.exit_code == 2 and result.output.startswith("error: ")
+    result = cli("cluster", str(run.path), "--embedder", str(tmp_path / "missing.npy"))
+    assert result.exit_code == 2 and "no such embeddings file" in result.output
+    assert not run.has(runs.CLUSTERS)
+
+
+def test_cli_module_imports_stay_light():
+    code = ("import sys, erroranalysis.cli.cluster as c; "
+            "heavy = [m for m in ('numpy', 'pandas', 'umap', 'hdbscan', 'torch', 'sklearn', "
+            "'erroranalysis.clustering', 'erroranalysis.embedding') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# -- the real thing: packaged model + UMAP ------------------------------------------------------------------------
+
+
+SUBJECTS = {
+    "business": ["The bank", "The retailer", "The carmaker", "Investors", "The airline", "The insurer"],
+    "sport": ["The striker", "The football club", "The goalkeeper", "The rugby side", "The coach", "The captain"],
+    "culture": ["The film", "The band", "The actor", "The novelist", "The singer", "The director"],
+    "oil": ["Oil prices", "Crude oil", "Brent crude", "OPEC ministers", "Petrol prices", "Oil futures"],
+    "tennis": ["The tennis champion", "The top seed at Wimbledon", "The tennis finalist", "The young tennis player",
+               "The world number one in tennis", "The doubles pair"],
+}
+EVENTS = {
+    "business": ["reported higher quarterly profit", "cut its sales forecast", "saw its shares fall sharply",
+                 "announced a merger with a rival", "raised its dividend", "laid off staff to save costs"],
+    "sport": ["scored twice in the league match", "won the cup final", "saved a late penalty",
+              "was sent off in the derby", "signed a new contract", "lost the semi-final"],
+    "culture": ["won best picture at the awards", "released a new album", "starred in a new drama",
+                "topped the bestseller list", "announced a world tour", "premiered at the festival"],
+    "oil": ["jumped after a cut in production", "fell on weak demand", "hit a record per barrel",
+            "slid as stockpiles grew", "rose after refinery outages", "agreed to cut output"],
+    "tennis": ["won in straight sets", "served twenty aces", "lost a long tie-break", "withdrew with a wrist injury",
+               "reached the semi-final of the open", "saved three match points"],
+}
+
+
+def topic_texts(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    """Short news-like sentences; business texts about oil and sport texts about tennis fail."""
+    rng = np.random.default_rng(seed)
+    sub_of = {"business": "oil", "sport": "tennis"}
+    target = {"business": "sport", "sport": "culture"}
+    rows = []
+    for i in range(n):
+        label = LABELS[i % 3]
+        sub = sub_of.get(label) if label in sub_of and rng.random() < 0.3 else None
+        topic = sub or label
+        text = f"{rng.choice(SUBJECTS[topic])} {rng.choice(EVENTS[topic])}, reports said on day {i}."
+        if sub and rng.random() < 0.9:
+            pred = target[label]
+        elif rng.random() < 0.06:
+            pred = str(rng.choice([l for l in LABELS if l != label]))
+        else:
+            pred = label
+        rows.append({"example_id": f"t{i}", "text": text, "label": label, "pred": pred, "correct": pred == label,
+                     "confidence": 0.6, "loss": 0.5, "n_tokens": len(text.split()), "truncated": False,
+                     "planted": sub or ""})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.slow
+def test_minilm_umap_end_to_end_and_cache(tmp_path, monkeypatch):
+    frame = topic_texts()
+    run = make_run(tmp_path / "run", frame, None, hidden=False)
+    summary = cluster_run(run.path, seed=0)
+    assert summary["embedder"] == "minilm"
+    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    fail = assignments["failure"].to_numpy()
+    truth = frame["planted"].to_numpy()[fail]
+    labels = assignments["cluster_id"].to_numpy()[fail]
+    for group in ("oil", "tennis"):
+        assert best_f1(truth, labels, group) > 0.8
+    assert np.isfinite(assignments[["x", "y"]].to_numpy()).all()
+    assert np.allclose(np.linalg.norm(np.load(run.file(runs.EMBEDDINGS)), axis=1), 1, atol=1e-4)
+
+    # re-clustering never re-embeds: the cache answers every text
+    from erroranalysis.embedding import MiniLMEmbedder
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("re-embedded a cached text")
+
+    monkeypatch.setattr(MiniLMEmbedder, "_encode", refuse)
+    again = cluster_run(run.path, seed=0, min_cluster_size=6)
+    assert again["n_failures"] == summary["n_failures"]

@@ -1,0 +1,281 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from erroranalysis.clustering import (ConfusionPairFeature, FailureClustering, HDBSCANClusterer, NoReducer,
+                                      PCAReducer, cluster_failures, default_min_cluster_size, knn_cosine,
+                                      layout_2d, local_error_rate, relabel_by_size)
+from erroranalysis.errors import DataError, ParameterError
+
+LABELS = ["alpha", "beta", "gamma"]
+
+
+def best_f1(truth: np.ndarray, labels: np.ndarray, group) -> float:
+    g = truth == group
+    best = 0.0
+    for c in set(labels[labels >= 0].tolist()):
+        m = labels == c
+        inter = (g & m).sum()
+        if inter:
+            p, r = inter / m.sum(), inter / g.sum()
+            best = max(best, 2 * p * r / (p + r))
+    return best
+
+
+def planted(seed: int = 0, n: int = 900, d: int = 24):
+    """All examples: 3 classes; 2 planted sub-topics that fail (90%) plus 6% background failures.
+
+    Returns vectors [n, d], failed mask, per-example truth (group id, -1 background failure, -2 correct) and a
+    frame of the failures (label, pred).
+    """
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(5, d)) * 2.5
+    label = np.arange(n) % 3
+    topic = label.copy()
+    sub = rng.random(n)
+    topic[(label == 0) & (sub < 0.2)] = 3  # planted group 0 inside class alpha
+    topic[(label == 1) & (sub < 0.2)] = 4  # planted group 1 inside class beta
+    vectors = centres[topic] + rng.normal(size=(n, d))
+    planted_fail = (topic >= 3) & (rng.random(n) < 0.9)
+    background = (topic < 3) & (rng.random(n) < 0.06)
+    failed = planted_fail | background
+    truth = np.where(planted_fail, topic - 3, np.where(background, -1, -2))
+    pred = label.copy()
+    pred[planted_fail & (topic == 3)] = 1
+    pred[planted_fail & (topic == 4)] = 2
+    pred[background] = (label[background] + rng.integers(1, 3, background.sum())) % 3
+    frame = pd.DataFrame({"label": np.array(LABELS)[label[failed]], "pred": np.array(LABELS)[pred[failed]]})
+    return vectors.astype(np.float32), failed, truth, frame
+
+
+@pytest.mark.parametrize("reducer", ["none", "pca"])
+def test_planted_groups_recovered(reducer):
+    vectors, failed, truth, frame = planted()
+    result = cluster_failures(vectors, failed, frame, reducer=reducer, seed=0)
+    t = truth[failed]
+    assert result.method == "hdbscan"
+    assert len(result.labels) == failed.sum()
+    for group in (0, 1):
+        assert best_f1(t, result.labels, group) > 0.85
+    assert result.noise_share < 0.1
+
+
+def test_error_aware_tiers_separate_planted_from_scattered():
+    vectors, failed, truth, frame = planted(seed=1)
+    result = cluster_failures(vectors, failed, frame, reducer="none", seed=0)
+    t = truth[failed]
+    assert (result.tier[t >= 0] == "systematic").mean() > 0.8
+    assert (result.tier[t == -1] == "scattered").mean() > 0.6
+    assert np.nanmean(result.local_error_rate[t >= 0]) > np.nanmean(result.local_error_rate[t == -1])
+    assert set(result.cluster_tier.values()) <= {"systematic", "scattered"}
+    assert result.params["base_error_rate"] == pytest.approx(failed.mean(), abs=1e-3)
+    sizes = result.params["tier_min_cluster_size"]  # the default size scales with each tier
+    assert set(sizes) == {"systematic", "scattered"}
+    assert sizes["systematic"] == default_min_cluster_size(int((result.tier == "systematic").sum()))
+    fixed = cluster_failures(vectors, failed, frame, reducer="none", min_cluster_size=7)
+    assert "tier_min_cluster_size" not in fixed.params and fixed.params["min_cluster_size"] == 7
+
+
+def test_without_context_one_tier():
+    vectors, failed, truth, frame = planted()
+    result = cluster_failures(vectors[failed], None, frame, reducer="none")
+    assert set(result.tier.tolist()) == {"all"}
+    assert np.isnan(result.local_error_rate).all()
+    off = cluster_failures(vectors, failed, frame, reducer="none", error_aware=False)
+    assert set(off.tier.tolist()) == {"all"}
+
+
+def test_deterministic_given_seed():
+    vectors, failed, _, frame = planted()
+    a = cluster_failures(vectors, failed, frame, reducer="pca", seed=3)
+    b = cluster_failures(vectors, failed, frame, reducer="pca", seed=3)
+    assert (a.labels == b.labels).all() and np.allclose(a.membership, b.membership)
+
+
+def test_clusters_numbered_by_size():
+    vectors, failed, _, frame = planted()
+    result = cluster_failures(vectors, failed, frame, reducer="none")
+    sizes = [int((result.labels == c).sum()) for c in range(result.n_clusters)]
+    assert sizes == sorted(sizes, reverse=True)
+    assert ((result.membership > 0) == (result.labels >= 0)).all()
+    assert ((result.membership >= 0) & (result.membership <= 1)).all()
+
+
+def test_relabel_by_size():
+    labels, mapping = relabel_by_size(np.array([5, 5, -1, 2, 2, 2, 9]))
+    assert labels.tolist() == [1, 1, -1, 0, 0, 0, 2]
+    assert mapping == {2: 0, 5: 1, 9: 2}
+
+
+def test_no_failures():
+    vectors = np.random.default_rng(0).normal(size=(30, 8)).astype(np.float32)
+    result = cluster_failures(vectors, np.zeros(30, dtype=bool))
+    assert result.method == "empty" and result.n_clusters == 0 and len(result.labels) == 0
+    assert result.noise_share == 0.0
+
+
+def test_handful_grouped_by_confusion_pair():
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"label": ["a", "a", "b", "a", "b", "c"], "pred": ["b", "b", "a", "b", "c", "a"]})
+    result = cluster_failures(rng.normal(size=(6, 8)), None, frame)
+    assert result.method == "confusion_pairs"
+    assert "grouped by confusion pair" in result.note
+    assert result.labels.tolist() == [0, 0, 1, 0, 2, 3]
+    assert (result.tier == "confusion_pair").all()
+
+
+def test_identical_vectors_make_one_cluster():
+    vectors = np.tile(np.arange(8, dtype=np.float32), (40, 1))
+    result = cluster_failures(vectors, reducer="pca")
+    assert result.method == "single" and result.n_clusters == 1 and (result.labels == 0).all()
+    assert "same vector" in result.note
+
+
+def test_noise_kept_or_assigned():
+    rng = np.random.default_rng(0)
+    blobs = np.vstack([rng.normal(c, 0.3, size=(40, 6)) for c in (0, 6)])
+    scattered = rng.uniform(-3, 9, size=(12, 6))
+    vectors = np.vstack([blobs, scattered]).astype(np.float32)
+    kept = cluster_failures(vectors, reducer="none", min_cluster_size=10, assign_noise=None, error_aware=False)
+    assigned = cluster_failures(vectors, reducer="none", min_cluster_size=10, assign_noise=0.0, error_aware=False)
+    assert kept.noise_share > 0
+    assert assigned.noise_share <= kept.noise_share
+    assert assigned.reassigned.sum() == (kept.labels < 0).sum() - (assigned.labels < 0).sum()
+    moved = assigned.reassigned
+    assert (assigned.membership[moved] <= 0.5).all()
+
+
+def test_fit_on_sample_assigns_rest():
+    vectors, failed, truth, frame = planted(n=1500)
+    n_fail = int(failed.sum())
+    result = cluster_failures(vectors, failed, frame, reducer="pca", max_fit=100, seed=0)
+    assert result.params["fit_sample"] == 100
+    assert "sample of 100" in result.note
+    assert len(result.labels) == n_fail and result.coordinates.shape[0] == n_fail
+    t = truth[failed]
+    for group in (0, 1):
+        assert best_f1(t, result.labels, group) > 0.8
+
+
+def test_confusion_pair_feature_columns_consistent():
+    frame = pd.DataFrame({"label": ["a", "a", "b"], "pred": ["b", "c", "a"]})
+    block = ConfusionPairFeature(0.5).transform(frame)
+    assert block.shape == (3, 3)
+    assert np.allclose(np.linalg.norm(block[0] - block[1]), 1.0)
+    vectors, failed, truth, frame = planted()
+    result = cluster_failures(vectors, failed, frame, reducer="pca", features=[ConfusionPairFeature(0.5)],
+                              max_fit=150)
+    assert len(result.labels) == failed.sum()
+
+
+def test_feature_needs_frame():
+    vectors, failed, _, _ = planted()
+    with pytest.raises(DataError, match="confusion_pair"):
+        cluster_failures(vectors, failed, None, reducer="pca", features=[ConfusionPairFeature(0.5)])
+
+
+def test_injected_stages():
+    class HalfSplit:
+        def fit(self, Y):
+            labels = (Y[:, 0] > np.median(Y[:, 0])).astype(np.int64)
+            return labels, np.ones(len(Y), np.float32)
+
+    vectors, failed, _, frame = planted()
+    result = FailureClustering(reducer=NoReducer(), clusterer=HalfSplit(), error_aware=False).fit(
+        vectors, failed, frame).result_
+    assert result.n_clusters == 2 and result.noise_share == 0
+
+
+def test_knn_cosine_excludes_self():
+    base = np.eye(4, dtype=np.float32) + 0.01
+    idx = knn_cosine(base, base, 1, exclude=np.arange(4))
+    assert (idx[:, 0] != np.arange(4)).all()
+    idx = knn_cosine(base, base, 1)
+    assert (idx[:, 0] == np.arange(4)).all()
+
+
+def test_local_error_rate_flags_dense_failures():
+    rng = np.random.default_rng(0)
+    dense = rng.normal(0, 0.1, size=(30, 4)) + 5  # a region where every example fails
+    spread = rng.normal(0, 1, size=(300, 4))  # failures sprinkled at 5%
+    vectors = np.vstack([dense, spread])
+    failed = np.concatenate([np.ones(30, bool), rng.random(300) < 0.05])
+    rate, systematic, base = local_error_rate(vectors, failed, k=10)
+    assert base == pytest.approx(failed.mean())
+    assert systematic[:30].all()
+    assert rate[:30].mean() > 0.8 and rate[30:].mean() < 0.5
+
+
+def test_default_min_cluster_size():
+    assert default_min_cluster_size(10) == 5
+    assert default_min_cluster_size(1000) == 16
+    assert default_min_cluster_size(100_000) == 158
+
+
+def test_layout_pca_and_none():
+    vectors = np.random.default_rng(0).normal(size=(50, 8))
+    xy = layout_2d(vectors, method="pca")
+    assert xy.shape == (50, 2) and np.isfinite(xy).all()
+    assert np.isnan(layout_2d(vectors, method="none")).all()
+    assert layout_2d(np.zeros((0, 8)), method="pca").shape == (0, 2)
+
+
+def test_pca_reducer_pads_when_few_points():
+    Y = PCAReducer(10).fit_transform(np.random.default_rng(0).normal(size=(4, 8)))
+    assert Y.shape == (4, 10)
+
+
+@pytest.mark.parametrize("params, name", [
+    ({"min_cluster_size": 1}, "min_cluster_size"),
+    ({"min_cluster_size": 2.5}, "min_cluster_size"),
+    ({"reducer": "tsne"}, "reducer"),
+    ({"n_components": 0}, "n_components"),
+    ({"n_neighbors": 1}, "n_neighbors"),
+    ({"min_samples": 0}, "min_samples"),
+    ({"local_k": 1}, "local_k"),
+    ({"alpha": 0}, "alpha"),
+    ({"alpha": 1.5}, "alpha"),
+    ({"assign_noise": 1.5}, "assign_noise"),
+    ({"assign_noise": -0.1}, "assign_noise"),
+    ({"min_failures": 1}, "min_failures"),
+    ({"max_fit": 10}, "max_fit"),
+    ({"seed": -1}, "seed"),
+])
+def test_invalid_parameters(params, name):
+    with pytest.raises(ParameterError, match=f"^{name}="):
+        FailureClustering(**params).validate()
+
+
+def test_invalid_stage_parameters():
+    with pytest.raises(ParameterError, match="^pair_weight="):
+        ConfusionPairFeature(-1)
+    with pytest.raises(ParameterError, match="^min_cluster_size="):
+        HDBSCANClusterer(1)
+    with pytest.raises(ParameterError, match="^layout="):
+        layout_2d(np.zeros((3, 2)), method="tsne")
+
+
+def test_bad_vectors():
+    with pytest.raises(DataError, match="NaN"):
+        cluster_failures(np.full((30, 4), np.nan))
+    with pytest.raises(DataError, match="flags"):
+        cluster_failures(np.zeros((30, 4)), np.zeros(10, bool))
+
+
+@pytest.mark.slow
+def test_umap_recovers_planted_groups():
+    vectors, failed, truth, frame = planted(seed=2)
+    result = cluster_failures(vectors, failed, frame, reducer="umap", seed=0)
+    t = truth[failed]
+    for group in (0, 1):
+        assert best_f1(t, result.labels, group) > 0.85
+    assert result.coordinates.shape == (failed.sum(), 5)
+
+
+@pytest.mark.slow
+def test_umap_layout_and_sampled_fit():
+    vectors, failed, truth, frame = planted(n=1200, seed=3)
+    xy = layout_2d(vectors, method="umap", max_fit=500)
+    assert xy.shape == (1200, 2) and np.isfinite(xy).all()
+    result = cluster_failures(vectors, failed, frame, reducer="umap", max_fit=120, seed=0)
+    assert len(result.labels) == failed.sum() and result.params["fit_sample"] == 120
