@@ -128,14 +128,14 @@ def register(app: typer.Typer) -> None:
 
             gen_opts = GenerationOptions(
                 max_new_tokens=max_new_tokens, do_sample=sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                seed=seed, stop=tuple(stop or ()), batch_size=batch_size or 16, max_prompt_tokens=max_prompt_tokens,
+                seed=seed, stop=tuple(stop or ()), batch_size=16 if batch_size is None else batch_size, max_prompt_tokens=max_prompt_tokens,
                 chat_template=not no_chat_template, precision=precision or "auto", device=device,
                 trust_remote_code=trust_remote_code, checks=_split(checks) or None, regex=regex, labels=_split(labels))
             with bar:
                 result = run_generation(model, data, out, data_opts=data_opts, gen_opts=gen_opts, after=after,
                                         overwrite=overwrite, progress=advance, log=bar.console.print)
         else:
-            infer_opts = InferOptions(batch_size=batch_size or 32, max_length=max_length, precision=precision or "fp32",
+            infer_opts = InferOptions(batch_size=32 if batch_size is None else batch_size, max_length=max_length, precision=precision or "fp32",
                                       device=device, trust_remote_code=trust_remote_code)
             with bar:
                 result = run_checkpoint(model, data, out, data_opts=data_opts, infer_opts=infer_opts, after=after,
