@@ -153,7 +153,7 @@ def test_end_to_end(app, page, run_dir, tmp_path):
     page.goto(address)
     page.get_by_role("heading", name="Runs", level=1).wait_for()
     _settle(page)
-    assert page.get_by_text(run_dir.name).first.is_visible()
+    assert page.get_by_role("heading", name=run_dir.name).first.is_visible()
     _shot(page, "1-runs")
 
     _goto(page, "Overview")
@@ -203,7 +203,7 @@ def test_end_to_end(app, page, run_dir, tmp_path):
     assign.wait_for()
     members = int(assign.inner_text().split("(")[1].split(")")[0].replace(",", ""))
     assign.click()
-    page.get_by_text("Assigned cluster #").wait_for()
+    page.get_by_test_id("stToastText").get_by_text("Assigned cluster #").wait_for()
     _settle(page)
     _shot(page, "5-label")
 

@@ -1,7 +1,8 @@
 """The erroranalysis app: `erroranalysis ui runs/` or `streamlit run ui/app.py -- runs/ [--user NAME] [--open RUN]`.
 
 This file is the router (st.navigation) and the frame around every page: the run picker and who is labeling.
-Pages under pages/ only render; data comes from eaui.data, work from the erroranalysis library.
+Pages under views/ only render; data comes from eaui.data, work from the erroranalysis library. (Not pages/:
+Streamlit would also serve a pages/ folder beside this file as standalone pages, bypassing this router.)
 """
 
 from __future__ import annotations

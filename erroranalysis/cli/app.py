@@ -34,22 +34,18 @@ def _root(
         os.environ["ERRORANALYSIS_DEBUG"] = "1"
 
 
+COMMANDS = ["run", "analyze", "metrics", "show", "cluster", "slices", "ui", "export", "checks", "training",
+            "overfit", "doctor", "compare", "apply_taxonomy", "import_taxonomy"]
+
+
 def _register() -> None:
     """Each command lives in its own module under erroranalysis/cli/ and exposes `register(app)`."""
     import importlib
 
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"erroranalysis.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"erroranalysis.cli.{name}":
-                continue  # a command still being written
-            raise
-        module.register(app)
+        importlib.import_module(f"erroranalysis.cli.{name}").register(app)
 
 
-COMMANDS = ["run", "analyze", "metrics", "show", "cluster", "slices", "ui", "export", "checks", "training",
-            "overfit", "doctor", "compare", "apply_taxonomy", "import_taxonomy"]
 _register()
 
 
