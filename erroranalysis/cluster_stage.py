@@ -164,6 +164,7 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
         if progress:
             progress("layout", 1, 1)
 
+        clusters = with_other_stages(run, clusters, failures["example_id"].astype(str).to_numpy(), result.labels)
         assignments = _assignments(predictions, fail_rows, result, xy)
         meta = {
             "embedder": embedding.describe(emb),
@@ -200,6 +201,39 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
         })
     summary["seconds"] = round(time.perf_counter() - start, 3)
     return summary
+
+
+SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
+MISLABELED = 0.5  # ...and is "probably mislabeled" when this share of its failures are suspected label issues
+
+
+def with_other_stages(run: runs.Run, clusters, failure_ids: np.ndarray, labels: np.ndarray):
+    """Add what the slices and checks stages know about each cluster, when those stages ran:
+    `slices` (descriptions of the slices holding most of its failures, with that share) and
+    `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`."""
+    import pandas as pd
+
+    clusters = clusters.copy()
+    members = {int(c): set(failure_ids[labels == c]) for c in clusters["cluster_id"]}
+    if run.stage_status("slices") == "done" and run.has(runs.SLICES) and run.has(runs.SLICE_MEMBERS):
+        slices = run.read_parquet(runs.SLICES, "slices")
+        in_slice = run.read_parquet(runs.SLICE_MEMBERS, "slices").astype({"example_id": str})
+        by_slice = {sid: set(ids) for sid, ids in in_slice.groupby("slice_id")["example_id"]}
+        names = dict(zip(slices["slice_id"], slices["description"]))
+        clusters["slices"] = [
+            [f"{names[sid]} ({share:.0%})" for share, sid in sorted(
+                ((len(ids & by_slice.get(sid, set())) / max(len(ids), 1), sid) for sid in names), reverse=True)
+             if share >= SLICE_OVERLAP]
+            for ids in (members[int(c)] for c in clusters["cluster_id"])]
+    if run.stage_status("checks") == "done":
+        from erroranalysis.checks_stage import CHECKS, label_issue_share, read_checks
+
+        if run.has(CHECKS):
+            checks = read_checks(run)
+            shares = [label_issue_share(checks, sorted(members[int(c)])) for c in clusters["cluster_id"]]
+            clusters["label_issue_share"] = pd.array(shares, dtype="Float64")
+            clusters["probably_mislabeled"] = clusters["label_issue_share"].fillna(0) >= MISLABELED
+    return clusters
 
 
 def _phase(progress: Progress | None, name: str):
