@@ -110,6 +110,13 @@ with detail_col:
         if len(came):
             st.caption(f"{len(came):,} labeled examples came here from other clusters after re-clustering.")
 
+    overlaps = [] if info.get("slices") is None else [str(x) for x in info["slices"]]
+    if overlaps:
+        st.caption("Error slices holding most of this cluster: " + "; ".join(ui.md(x) for x in overlaps))
+    if bool(info.get("probably_mislabeled", False)):
+        st.warning(f"{info['label_issue_share']:.0%} of these failures look mislabeled (confident learning): check "
+                   "the gold labels before blaming the model.", icon=":material/report:")
+
     def _go_label() -> None:
         st.session_state[state.LABEL_SOURCE] = "Cluster"
         st.session_state[state.LABEL_CLUSTER] = int(cid)
