@@ -21,6 +21,7 @@ scenarios A, B, C were used while choosing defaults, H (held-out topics) was not
 
     .venv/bin/python benchmarks/clustering_quality.py            # all conditions, seeds 0 1 2
     .venv/bin/python benchmarks/clustering_quality.py --quick    # main condition, seed 0
+    .venv/bin/python benchmarks/clustering_quality.py --conditions main --ablation --no-bertopic
 """
 
 from __future__ import annotations
@@ -138,11 +139,11 @@ def score(truth: np.ndarray, labels: np.ndarray, n_groups: int) -> dict:
             "clusters": int(len(np.unique(labels[labels >= 0])))}
 
 
-def run_ours(vectors, failed, failures, correct_texts, seed):
+def run_ours(vectors, failed, failures, correct_texts, seed, **params):
     from erroranalysis.clustering import FailureClustering
     from erroranalysis.naming import describe_clusters
 
-    result = FailureClustering(seed=seed).fit(vectors, failed, failures).result_
+    result = FailureClustering(seed=seed, **params).fit(vectors, failed, failures).result_
     describe_clusters(failures, result.labels, membership=result.membership, vectors=vectors[failed],
                       correct_texts=correct_texts, kinds=result.cluster_tier,
                       local_error_rate=result.local_error_rate, reassigned=result.reassigned)
@@ -178,12 +179,14 @@ def main(argv=None) -> None:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     parser.add_argument("--quick", action="store_true", help="main condition, seed 0")
     parser.add_argument("--no-bertopic", action="store_true")
+    parser.add_argument("--ablation", action="store_true",
+                        help="also run erroranalysis without the error-aware split and with --pair-weight 0.5")
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.conditions = [0], ["main"]
     has_bertopic = importlib.util.find_spec("bertopic") is not None and not args.no_bertopic
     if not has_bertopic:
-        print("BERTopic not installed (pip install bertopic); its column is skipped.")
+        print("BERTopic skipped (--no-bertopic, or not installed: pip install bertopic).")
 
     from erroranalysis.clustering import import_umap
     from erroranalysis.embedding import MiniLMEmbedder
@@ -195,6 +198,9 @@ def main(argv=None) -> None:
     print(f"BBC News: {len(df)} documents, embedded in {time.perf_counter() - t:.1f} s (all-MiniLM-L6-v2, cached)")
 
     methods = ["erroranalysis", "plain"] + (["BERTopic"] if has_bertopic else [])
+    ablations = {"ea no-error-aware": {"error_aware": False}, "ea pair-weight": {"pair_weight": 0.5}}
+    if args.ablation:
+        methods += list(ablations)
     records = []
     for condition in args.conditions:
         for scenario in args.scenarios:
@@ -213,6 +219,14 @@ def main(argv=None) -> None:
                     t = time.perf_counter()
                     if method == "erroranalysis":
                         labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed)
+                    elif method == "ea no-error-aware":
+                        labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed,
+                                          error_aware=False)
+                    elif method == "ea pair-weight":
+                        from erroranalysis.clustering import ConfusionPairFeature
+
+                        labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed,
+                                          features=[ConfusionPairFeature(0.5)])
                     elif method == "plain":
                         labels = run_plain(fail_vectors, seed)
                     else:
@@ -224,7 +238,7 @@ def main(argv=None) -> None:
                                     "clusters": s["clusters"], "seconds": seconds})
                     groups = "  ".join(f"{name}: P {p:.2f} R {r:.2f} F1 {f:.2f}"
                                        for name, (p, r, f) in zip(topics, s["groups"]))
-                    print(f"  {method:13s} mean F1 {s['mean_f1']:.3f}  ARI {s['ari']:.3f}  noise {s['noise']:5.1%}  "
+                    print(f"  {method:17s} mean F1 {s['mean_f1']:.3f}  ARI {s['ari']:.3f}  noise {s['noise']:5.1%}  "
                           f"clusters {s['clusters']:2d}  {seconds:5.1f} s | {groups}")
 
     table = pd.DataFrame(records)
@@ -238,7 +252,7 @@ def main(argv=None) -> None:
     for condition in args.conditions:
         part = table[table["condition"] == condition].groupby("method")[["mean_f1", "noise", "seconds"]].mean()
         ours = part.loc["erroranalysis"]
-        for peer in methods[1:]:
+        for peer in [m for m in methods[1:] if m not in ablations]:
             p = part.loc[peer]
             print(f"  {condition:5s} vs {peer:8s}: mean best-F1 {ours.mean_f1:.3f} vs {p.mean_f1:.3f} "
                   f"({ours.mean_f1 - p.mean_f1:+.3f}), noise {ours.noise:.1%} vs {p.noise:.1%}, "

@@ -313,6 +313,7 @@ def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, 
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), n_keywords=n_keywords, n_exemplars=n_exemplars,
             seed=seed)
+        clusters = with_other_stages(run, clusters, failures["example_id"].astype(str).to_numpy(), labels)
         runs.write_parquet(run.file(runs.CLUSTERS), clusters)
     return {"run": str(run.path), "n_clusters": int(len(clusters)),
             "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}

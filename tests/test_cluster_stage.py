@@ -428,3 +428,16 @@ def test_minilm_umap_end_to_end_and_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(MiniLMEmbedder, "_encode", refuse)
     again = cluster_run(run.path, seed=0, min_cluster_size=6)
     assert again["n_failures"] == summary["n_failures"]
+
+
+def test_name_run_keeps_other_stages_columns(tmp_path):
+    run = make_run(tmp_path / "run")
+    cluster_run(run.path, **FAST)
+    predictions = run.predictions()
+    failing = predictions.loc[~predictions["correct"], "example_id"].tolist()
+    with run.stage("slices"):
+        runs.write_parquet(run.file(runs.SLICES), pd.DataFrame({"slice_id": [0], "description": ["all failures"]}))
+        runs.write_parquet(run.file(runs.SLICE_MEMBERS), pd.DataFrame({"example_id": failing, "slice_id": 0}))
+    name_run(run.path)
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    assert all(list(s) == ["all failures (100%)"] for s in clusters["slices"])
