@@ -48,8 +48,17 @@ test: venv sample browsers
 test-quick: venv
 	.venv/bin/pytest -m "not slow" $(PYTEST_ARGS)
 
+# Each benchmark prints its figures beside the peer a user would otherwise use. The full clustering quality and
+# speed runs take ~35 minutes; these settings take a few.
 bench: venv sample
-	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+	$(PY) benchmarks/metrics.py
+	$(PY) benchmarks/inference.py --n 1000 --scale 1000,4000
+	$(PY) benchmarks/clustering_quality.py --quick
+	$(PY) benchmarks/clustering_speed.py --sizes 1000 5000
+	$(PY) benchmarks/slices_speed.py
+	$(PY) benchmarks/duplicates.py --sizes 10000
+	$(PY) benchmarks/generation.py --n 8 --max-new-tokens 16
+	$(PY) benchmarks/ui.py
 
 clean:
 	rm -rf .venv $(RUNS) .pytest_cache
