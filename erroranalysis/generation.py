@@ -270,7 +270,7 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
                    trust_remote_code: bool = False, log: Callable[[str], None] | None = None) -> CausalLM:
     """Load a local causal LM from a safetensors folder or a `.gguf` file (converted once, then cached)."""
     from erroranalysis.inference import (check_remote_code, check_safetensors, read_config, resolve_device,
-                                         weight_files)
+                                         weight_files, weights_sha256)
 
     check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
     path = Path(path)
@@ -292,7 +292,7 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
     if precision == "auto":
         precision = "bf16" if resolved.startswith("cuda") else "fp32"
     if sha is None:
-        sha = _files_sha256(files)
+        sha = weights_sha256(files)
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -313,15 +313,6 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
     return CausalLM(model=model, tokenizer=tokenizer, path=path, folder=folder, device=resolved, precision=precision,
                     weights_sha256=sha, format=fmt, context_length=_context_length(model, tokenizer),
                     eos_ids=eos, pad_id=int(pad), _cache_kwarg=_cache_kwarg(model))
-
-
-def _files_sha256(files: Sequence[Path]) -> str:
-    digest = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def _eos_ids(model, tokenizer) -> tuple[int, ...]:

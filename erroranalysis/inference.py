@@ -118,7 +118,6 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
         check_safetensors(file)
     resolved = resolve_device(device)
 
-    import torch  # noqa: F401  (import after the cheap checks, so bad paths answer at once)
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -134,10 +133,11 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
     id2label = model.config.id2label
     labels = [str(id2label[i]) for i in range(len(id2label))]
     return Classifier(model=model, tokenizer=tokenizer, labels=labels, path=path, device=resolved,
-                      weights_sha256=_weights_hash(files))
+                      weights_sha256=weights_sha256(files))
 
 
-def _weights_hash(files: list[Path]) -> str:
+def weights_sha256(files: list[Path]) -> str:
+    """One hash over a checkpoint's weight files, in order: which weights a run used."""
     digest = hashlib.sha256()
     for file in files:
         with open(file, "rb") as f:

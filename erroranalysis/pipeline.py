@@ -6,7 +6,6 @@ behind; a stage that fails later is recorded as failed in the manifest.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable

