@@ -661,7 +661,7 @@ def headline(comp: dict) -> str:
 def to_markdown(doc: dict, *, examples: int = 10) -> str:
     """The report for a pull request: ablation table, then per candidate the deltas, examples, error types and
     clusters. User text is escaped."""
-    from erroranalysis.taxonomy import md_escape as esc
+    from erroranalysis.taxonomy import md_code, md_escape as esc
 
     comps = doc["comparisons"]
     lines = [f"# Run comparison: {esc(doc['baseline'])} (baseline) vs {', '.join(esc(c['candidate']) for c in comps)}",
@@ -670,7 +670,7 @@ def to_markdown(doc: dict, *, examples: int = 10) -> str:
         mark = " **(baseline)**" if r["baseline"] else ""
         facts = [f"{r['n']:,} examples", f"accuracy {_rate(r['accuracy'])}", f"{r['n_failures']:,} failures"]
         if r.get("model"):
-            facts.insert(0, f"model `{_code(r['model'])}`")
+            facts.insert(0, f"model `{md_code(r['model'])}`")
         lines.append(f"- **{esc(r['name'])}**{mark}: " + " · ".join(facts))
     b = doc["bootstrap"]
     lines += ["", f"Deltas are candidate − baseline in percentage points, with paired bootstrap "
@@ -716,7 +716,7 @@ def to_markdown(doc: dict, *, examples: int = 10) -> str:
             lines += [f"**{status.capitalize()}** ({len(rows):,}{first}):", "",
                       "| example | label | baseline | candidate | text |", "| --- | --- | --- | --- | --- |"]
             for ex in rows[:examples]:
-                lines.append(f"| `{_code(ex['example_id'])}` | {esc(ex['label'])} | {esc(ex['base_pred'])} | "
+                lines.append(f"| `{md_code(ex['example_id'])}` | {esc(ex['label'])} | {esc(ex['base_pred'])} | "
                              f"{esc(ex['candidate_pred'])} | {esc(ex['text'], 120)} |")
             lines.append("")
         types = comp["error_types"]
@@ -760,10 +760,6 @@ def to_markdown(doc: dict, *, examples: int = 10) -> str:
     lines.append(f"<sub>erroranalysis {esc(doc['tool']['version'])} · compare schema v{doc['schema_version']} · "
                  f"{esc(doc['generated'])}</sub>")
     return "\n".join(lines) + "\n"
-
-
-def _code(text: Any) -> str:
-    return " ".join(str(text).split()).replace("`", "'")
 
 
 def write_report(report: Report, out: str | Path) -> list[Path]:

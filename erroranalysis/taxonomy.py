@@ -534,9 +534,9 @@ def to_markdown(doc: dict, *, exemplars: int = 3) -> str:
     lines = [f"# Error taxonomy: {md_escape(run['name'])}", ""]
     facts = []
     if run.get("model"):
-        facts.append(f"model `{_code(run['model'])}`")
+        facts.append(f"model `{md_code(run['model'])}`")
     if run.get("data"):
-        facts.append(f"data `{_code(run['data'])}`")
+        facts.append(f"data `{md_code(run['data'])}`")
     facts.append(f"{run['n_examples']:,} examples")
     if run.get("accuracy") is not None:
         facts.append(f"accuracy {run['accuracy']:.1%}")
@@ -579,7 +579,7 @@ def to_markdown(doc: dict, *, exemplars: int = 3) -> str:
             for ex in t["exemplars"][:exemplars]:
                 conf = f", confidence {ex['confidence']:.2f}" if ex.get("confidence") is not None else ""
                 lines.append(f"> {md_escape(ex.get('text', ''), 240)}  ")
-                lines.append(f"> — `{_code(ex['example_id'])}`: {md_escape(ex['label'])} → "
+                lines.append(f"> — `{md_code(ex['example_id'])}`: {md_escape(ex['label'])} → "
                              f"{md_escape(ex['pred'])}{conf}")
                 lines.append("")
     lines.append(f"<sub>erroranalysis {md_escape(doc['tool']['version'])} · taxonomy schema "
@@ -587,7 +587,8 @@ def to_markdown(doc: dict, *, exemplars: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _code(text: Any) -> str:
+def md_code(text: Any) -> str:
+    """Text for an inline `code` span in Markdown: one line, no backticks."""
     return " ".join(str(text).split()).replace("`", "'")
 
 
