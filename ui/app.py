@@ -44,6 +44,7 @@ pages = {
     ],
     "Checklist": [
         st.Page("views/training.py", title="Training", icon=":material/monitor_heart:"),
+        st.Page("views/checks.py", title="Checks", icon=":material/fact_check:"),
     ],
 }
 page = st.navigation(pages)

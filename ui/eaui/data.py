@@ -484,3 +484,29 @@ def _training_log(file: str, kind: str, stamps):
               "csv": training.read_csv_log, "jsonl": training.read_jsonl_log}[kind]
     log = reader(file)
     return log, training.diagnose(log), {name: training.summarize(s) for name, s in log.signals.items()}
+
+
+# -- data checks and the doctor's report (issue 7) ----------------------------------------------------------------
+
+
+def checks(path: Path):
+    """(checks.json report, checks.parquet table) of the run, or None when its checks stage has not run."""
+    from erroranalysis.checks_stage import CHECKS, CHECKS_JSON
+
+    return _checks(str(path), file_stamps(path, CHECKS, CHECKS_JSON))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _checks(path: str, stamps):
+    from erroranalysis.checks_stage import read_checks, read_checks_report
+
+    run = Run.open(path)
+    if run.stage_status("checks") != "done":
+        return None
+    return read_checks_report(run), read_checks(run)
+
+
+def doctor_report(path: Path) -> str | None:
+    """doctor.md written by `erroranalysis doctor` into this run, or None."""
+    file = path / "doctor.md"
+    return file.read_text(encoding="utf-8") if file.is_file() else None

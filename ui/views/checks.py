@@ -1,0 +1,45 @@
+"""Checks: is the label or the data wrong? Findings of the checks stage (label issues, duplicates, train/eval
+leakage, shift), the examples whose gold label is most probably wrong, and the doctor's report when there is one."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from eaui import data, tables
+from eaui import components as ui
+
+SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
+
+current = ui.current_run()
+ui.header("Checks", current, "is the label or the data wrong before the model is?")
+
+with ui.guard("Run `erroranalysis checks RUN` again."):
+    found = data.checks(current.path)
+if found is None:
+    st.info(f"The data checks have not run on this run: `erroranalysis checks {current.path}` "
+            "(add `--train FILE` for train/eval leakage and shift).", icon=":material/fact_check:")
+else:
+    report, table = found
+    for finding in report.get("findings", []):
+        with st.container(border=True):
+            st.markdown(f"{SEVERITY_ICON.get(finding.get('severity'), '')} **{ui.md(finding.get('check', ''))}**: "
+                        f"{ui.md(finding.get('message', ''))}")
+            if finding.get("advice"):
+                st.caption(ui.md(finding["advice"]))
+    if not report.get("findings"):
+        st.success("No data problem found.", icon=":material/check_circle:")
+
+    st.subheader("Probable label issues", anchor=False)
+    with ui.guard():
+        examples = data.examples(current.path, ui.labels())
+    scored = table[["example_id", "label_issue_score", "label_issue", "suggested_label"]].astype({"example_id": str})
+    suspects = (examples.merge(scored, on="example_id").query("label_issue")
+                .sort_values("label_issue_score", ascending=False))
+    st.caption(f"{len(suspects):,} examples whose given label is probably wrong (confident learning), most "
+               "suspicious first; `suggested_label` is the model's view. Flag them on the Label page.")
+    tables.examples_table(suspects, height=360, hide=("note",))
+
+report_md = data.doctor_report(current.path)
+if report_md:
+    with st.expander("Doctor's report (doctor.md)", icon=":material/stethoscope:"):
+        st.markdown(report_md)
