@@ -9,17 +9,12 @@ from typing import Annotated, Optional
 import typer
 
 from erroranalysis.cli import common
+from erroranalysis.cli.import_taxonomy import OnClash
 
 
 class Method(str, Enum):
     centroid = "centroid"
     knn = "knn"
-
-
-class OnClash(str, Enum):
-    reuse = "reuse"
-    update = "update"
-    fail = "fail"
 
 
 def register(app: typer.Typer) -> None:
