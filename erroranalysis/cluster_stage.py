@@ -52,7 +52,8 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
                 reducer="umap", n_components: int | None = None, n_neighbors: int = 15,
                 min_samples: int | None = None, error_aware: bool = True, pair_weight: float = 0.0,
                 assign_noise: float | None = 0.5, layout: str = "umap", max_fit: int = 20_000,
-                min_failures: int = 20, n_keywords: int = 8, n_exemplars: int = 5, cache: bool = True,
+                min_failures: int = 20, slice_groups: bool = True, group_purity: float = 0.5,
+                n_keywords: int = 8, n_exemplars: int = 5, cache: bool = True,
                 batch_size: int = 32, clusterer=None, features: Sequence = (), namer: Callable | None = None,
                 progress: Progress | None = None) -> dict:
     """Cluster a run's failures; write embeddings.npy/.json, clusters.parquet, assignments.parquet.
@@ -60,7 +61,9 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
     embedder: "minilm" (packaged sentence model, cached by text hash), "hidden" (the checkpoint's hidden
     states), a path to a .npy file, or an object with `key` and `embed(frame)`. reducer: "umap", "pca",
     "none" or a Reducer. layout: how the 2-D display coordinates of all examples are made ("umap", "pca",
-    "none"). Other parameters: see `clustering.FailureClustering` and `naming.describe_clusters`.
+    "none"). slice_groups: when the slices stage ran, a strong slice whose failures the embedding scattered over
+    other clusters becomes a cluster of its own (kind "slice", named by the slice's definition). Other
+    parameters: see `clustering.FailureClustering` and `naming.describe_clusters`.
     Returns a summary dict (counts, noise share, method, note, cluster names).
     """
     from erroranalysis import clustering, embedding, naming
@@ -80,8 +83,10 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
     model = clustering.FailureClustering(
         reducer=reducer, n_components=n_components, n_neighbors=n_neighbors, min_cluster_size=min_cluster_size,
         min_samples=min_samples, clusterer=clusterer, features=blocks, error_aware=error_aware,
-        assign_noise=assign_noise, min_failures=min_failures, max_fit=max_fit, seed=seed)
+        assign_noise=assign_noise, group_purity=group_purity, min_failures=min_failures, max_fit=max_fit,
+        seed=seed)
     model.validate()
+    check_param("slice_groups", slice_groups, isinstance(slice_groups, bool), "true or false")
 
     # -- inputs -----------------------------------------------------------------------------------------------
     run = runs.Run.open(run_dir)
@@ -105,7 +110,8 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
               "min_cluster_size": min_cluster_size, "seed": seed, "reducer": reducer_name,
               "n_components": n_components, "n_neighbors": n_neighbors, "min_samples": min_samples,
               "error_aware": error_aware, "pair_weight": pair_weight, "assign_noise": assign_noise,
-              "layout": layout, "max_fit": max_fit, "min_failures": min_failures, "n_keywords": n_keywords,
+              "layout": layout, "max_fit": max_fit, "min_failures": min_failures, "slice_groups": slice_groups,
+              "group_purity": group_purity, "n_keywords": n_keywords,
               "n_exemplars": n_exemplars, "features": [getattr(b, "name", type(b).__name__) for b in blocks]}
 
     # -- compute, then write ----------------------------------------------------------------------------------
@@ -130,6 +136,7 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
         n_fail = len(fail_rows)
         fail_vectors = vectors[:n_fail]
         failures = predictions.iloc[fail_rows].reset_index(drop=True)
+        groups, slice_names = _slice_groups(run, failures) if slice_groups else (None, {})
 
         t = time.perf_counter()
         if progress:
@@ -137,7 +144,7 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
         is_fail = np.zeros(len(embed_rows), dtype=bool)
         is_fail[:n_fail] = True
         if n_fail:
-            model.fit(vectors, is_fail, failures)
+            model.fit(vectors, is_fail, failures, groups=groups)
         else:
             model.fit(np.zeros((0, 2), np.float32), np.zeros(0, bool), failures)
         result = model.result_
@@ -147,10 +154,13 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
 
         t = time.perf_counter()
         describe = namer or naming.describe_clusters
+        titles = {c: slice_names[g] for c, g in result.cluster_group.items()}
         clusters = describe(failures, result.labels, membership=result.membership, vectors=fail_vectors,
                             correct_texts=predictions["text"].to_numpy()[correct_rows].tolist(),
                             kinds=result.cluster_tier, local_error_rate=result.local_error_rate,
-                            reassigned=result.reassigned, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed)
+                            reassigned=result.reassigned, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed,
+                            titles=titles)
+        clusters = _with_slice(clusters, result.cluster_group, slice_names)
         name_seconds = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -201,6 +211,39 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
         })
     summary["seconds"] = round(time.perf_counter() - start, 3)
     return summary
+
+
+def _slice_groups(run: runs.Run, failures):
+    """Each failure's strong slice for the clustering (-1 none) and {slice_id: description}; (None, {}) when the
+    slices stage has not run."""
+    if run.stage_status("slices") != "done" or not (run.has(runs.SLICES) and run.has(runs.SLICE_MEMBERS)):
+        return None, {}
+    from erroranalysis.slices import slice_groups
+
+    slices = run.read_parquet(runs.SLICES, "slices")
+    members = run.read_parquet(runs.SLICE_MEMBERS, "slices")
+    for name, frame, needed in ((runs.SLICES, slices, ("slice_id", "description", "lift", "p_value", "score")),
+                                (runs.SLICE_MEMBERS, members, ("example_id", "slice_id"))):
+        missing = [c for c in needed if c not in frame.columns]
+        if missing:
+            raise DataError(f"{run.file(name)}: missing column(s) {preview(missing)}; re-run 'erroranalysis slices "
+                            f"{run.path}', or cluster with --no-slice-groups.")
+    members = members.astype({"example_id": str})
+    ids = failures["example_id"].astype(str).tolist()
+    best = slice_groups(slices, members, example_ids=ids)
+    groups = np.array([best.get(i, -1) for i in ids], dtype=np.int64)
+    return groups, dict(zip(slices["slice_id"].astype(int), slices["description"].astype(str)))
+
+
+def _with_slice(clusters, cluster_group: dict, slice_names: dict):
+    """`slice_id` and `slice` (its definition) for clusters taken out as a slice group; null elsewhere."""
+    import pandas as pd
+
+    clusters = clusters.copy()
+    sid = [cluster_group.get(int(c)) for c in clusters["cluster_id"]]
+    clusters["slice_id"] = pd.array(sid, dtype="Int64")
+    clusters["slice"] = pd.array([slice_names.get(s) if s is not None else None for s in sid], dtype="string")
+    return clusters
 
 
 SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
@@ -306,15 +349,29 @@ def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, 
     for c in np.unique(labels[labels >= 0]):
         values, counts = np.unique(tiers[labels == c], return_counts=True)
         kinds[int(c)] = str(values[counts.argmax()])
+    cluster_group, slice_names = _stored_slices(run)
     with run.stage("cluster_names", {"n_keywords": n_keywords, "n_exemplars": n_exemplars}):
         clusters = naming.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=vectors,
             correct_texts=predictions.loc[~predictions["correct"], "text"].tolist(), kinds=kinds,
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), n_keywords=n_keywords, n_exemplars=n_exemplars,
-            seed=seed)
+            seed=seed, titles={c: slice_names[g] for c, g in cluster_group.items()})
+        clusters = _with_slice(clusters, cluster_group, slice_names)
         clusters = with_other_stages(run, clusters, failures["example_id"].astype(str).to_numpy(), labels)
         runs.write_parquet(run.file(runs.CLUSTERS), clusters)
     return {"run": str(run.path), "n_clusters": int(len(clusters)),
             "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}
                          for r in clusters.itertuples()]}
+
+
+def _stored_slices(run: runs.Run) -> tuple[dict, dict]:
+    """The slice clusters of the stored clustering: ({cluster_id: slice_id}, {slice_id: definition})."""
+    if not run.has(runs.CLUSTERS):
+        return {}, {}
+    old = run.read_parquet(runs.CLUSTERS, "cluster")
+    if "slice_id" not in old.columns:
+        return {}, {}
+    old = old[old["slice_id"].notna()]
+    return (dict(zip(old["cluster_id"].astype(int), old["slice_id"].astype(int))),
+            dict(zip(old["slice_id"].astype(int), old["slice"].astype(str))))

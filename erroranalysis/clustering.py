@@ -18,6 +18,11 @@ The pipeline, like BERTopic's but small:
 - **Noise assignment**: an unclustered failure joins the cluster most of its nearest clustered neighbours (of
   its own tier) belong to when its membership strength reaches `assign_noise`. Never across tiers: a scattered
   failure that lands near a systematic cluster is not part of that error type.
+- **Slice groups** (`fit(..., groups=...)`): a failure's strong error slice (`slices.slice_groups`), e.g. texts
+  that mention the weather. An embedding groups texts by their dominant topic, so such a concept's failures
+  end up scattered over topic clusters, each a minority there. When no cluster holds half of a slice's failures
+  and they make up less than `group_purity` of the clusters they fall in, they are taken out into one cluster
+  of kind "slice". A slice the embedding already groups (mostly one cluster, or clusters it fills) is left alone.
 
 Edges: no failures (nothing to do), fewer than `min_failures` (grouped by confusion pair, and the result says
 so), identical vectors (one cluster). Above `max_fit` failures the reducer and clusterer are fitted on a seeded
@@ -39,7 +44,8 @@ import numpy as np
 from erroranalysis.errors import DataError, check_param
 
 REDUCERS = ("umap", "pca", "none")
-SYSTEMATIC, SCATTERED, ALL, BY_PAIR, SINGLE = "systematic", "scattered", "all", "confusion_pair", "single"
+SYSTEMATIC, SCATTERED, ALL, BY_PAIR, SINGLE, SLICE = ("systematic", "scattered", "all", "confusion_pair", "single",
+                                                     "slice")
 
 
 # -- numba / UMAP ---------------------------------------------------------------------------------------------
@@ -355,7 +361,8 @@ def local_error_rate(vectors: np.ndarray, failed: np.ndarray, *, k: int = 15, sm
 class ClusteringResult:
     """Per failure: `labels` (cluster id, -1 unclustered; ids ordered by size, 0 largest), `membership` in
     [0, 1], `reassigned` (was noise, joined its nearest cluster), `tier` (systematic / scattered / all /
-    confusion_pair / single), `local_error_rate` (NaN without context). Per cluster: `cluster_tier`."""
+    confusion_pair / single / slice), `local_error_rate` (NaN without context). Per cluster: `cluster_tier`, and
+    `cluster_group` for clusters taken out as a slice group."""
 
     labels: np.ndarray
     membership: np.ndarray
@@ -367,6 +374,7 @@ class ClusteringResult:
     note: str = ""
     params: dict = field(default_factory=dict)
     cluster_tier: dict = field(default_factory=dict)
+    cluster_group: dict = field(default_factory=dict)  # cluster id -> the group (slice id) it was taken out as
 
     @property
     def n_clusters(self) -> int:
@@ -401,6 +409,9 @@ class FailureClustering:
     local_k, alpha : neighbours and significance of the local error-rate test
     assign_noise : minimum share of an unclustered failure's nearest clustered neighbours in one cluster for it
         to join that cluster; None never assigns
+    group_purity : with `groups`, a group's failures are taken out into their own cluster when no cluster holds
+        half of them and they make up, on average, less than this share of the clusters they fall in (0 never
+        takes a group out)
     min_failures : below this many failures, group by confusion pair instead of clustering
     max_fit : above this many failures, fit on a seeded sample and assign the rest to their nearest neighbours
     seed : every random step
@@ -409,8 +420,8 @@ class FailureClustering:
     def __init__(self, *, reducer="umap", n_components: int | None = None, n_neighbors: int = 15,
                  min_cluster_size: int | None = None, min_samples: int | None = None, clusterer=None,
                  features: Sequence[FeatureBlock] = (), error_aware: bool = True, local_k: int = 15,
-                 alpha: float = 0.2, assign_noise: float | None = 0.5, min_failures: int = 20,
-                 max_fit: int = 20_000, seed: int = 0):
+                 alpha: float = 0.2, assign_noise: float | None = 0.5, group_purity: float = 0.5,
+                 min_failures: int = 20, max_fit: int = 20_000, seed: int = 0):
         self.reducer = reducer
         self.n_components = n_components
         self.n_neighbors = n_neighbors
@@ -422,6 +433,7 @@ class FailureClustering:
         self.local_k = local_k
         self.alpha = alpha
         self.assign_noise = assign_noise
+        self.group_purity = group_purity
         self.min_failures = min_failures
         self.max_fit = max_fit
         self.seed = seed
@@ -449,16 +461,20 @@ class FailureClustering:
         check_param("assign_noise", self.assign_noise,
                     self.assign_noise is None or (isinstance(self.assign_noise, (int, float)) and 0 <= self.assign_noise <= 1),
                     "a number in [0, 1], or None to keep noise unassigned")
+        check_param("group_purity", self.group_purity, isinstance(self.group_purity, (int, float))
+                    and not isinstance(self.group_purity, bool) and 0 <= self.group_purity <= 1, "a number in [0, 1]")
         check_param("min_failures", self.min_failures, _is_int(self.min_failures) and self.min_failures >= 2,
                     "an integer >= 2")
         check_param("max_fit", self.max_fit, _is_int(self.max_fit) and self.max_fit >= 100, "an integer >= 100")
         check_param("seed", self.seed, _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
 
-    def fit(self, vectors: np.ndarray, failed: np.ndarray | None = None, frame=None) -> "FailureClustering":
+    def fit(self, vectors: np.ndarray, failed: np.ndarray | None = None, frame=None,
+            groups: np.ndarray | None = None) -> "FailureClustering":
         """Cluster the rows of `vectors` where `failed` (all rows when None); the other rows are context.
 
         `frame` (optional) holds one row per failure, in order, with at least `label` and `pred`; it feeds the
-        confusion-pair fallback and the feature blocks.
+        confusion-pair fallback and the feature blocks. `groups` (optional) gives each failure, in order, the
+        group it belongs to (a slice id, lower ids preferred; -1 for none); see `take_out_groups`.
         """
         self.validate()
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -473,6 +489,11 @@ class FailureClustering:
         n = len(X)
         if frame is not None and len(frame) != n:
             raise DataError(f"frame: {len(frame)} rows for {n} failures; give one row per failure, in order.")
+        if groups is not None:
+            groups = np.asarray(groups)
+            if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
+                raise DataError(f"groups: {groups.shape} {groups.dtype} values for {n} failures; give one integer "
+                                "per failure (-1 for none).")
         mcs = self.min_cluster_size or default_min_cluster_size(n)
         self.min_cluster_size_ = mcs
         params = {"min_cluster_size": mcs, "n_failures": n}
@@ -572,9 +593,19 @@ class FailureClustering:
             coords[rest] = (Y[near] * weights[..., None]).sum(axis=1) / weights.sum(axis=1, keepdims=True)
             note = f"fitted on a sample of {m} of {n} failures; the rest joined their nearest neighbours"
             params["fit_sample"] = m
+        cluster_group: dict[int, int] = {}
+        if groups is not None and self.group_purity > 0:
+            min_size = min([mcs, *params.get("tier_min_cluster_size", {}).values()])
+            full_labels, cluster_group = take_out_groups(full_labels, groups, min_size=min_size,
+                                                         max_purity=self.group_purity)
+            for c in cluster_group:
+                rows = full_labels == c
+                full_tier[rows], full_strength[rows], full_reassigned[rows] = SLICE, 1.0, False
+                cluster_tier[c] = SLICE
+            params.update(group_purity=self.group_purity, groups_taken_out=len(cluster_group))
         self.result_ = self._result(full_labels, full_strength, method="hdbscan", note=note, params=params,
                                     tier=full_tier, reassigned=full_reassigned, rate=rate, coords=coords,
-                                    cluster_tier=cluster_tier)
+                                    cluster_tier=cluster_tier, cluster_group=cluster_group)
         return self
 
     # -- helpers ------------------------------------------------------------------------------------------
@@ -611,10 +642,11 @@ class FailureClustering:
                             tier=np.full(n, BY_PAIR, dtype=object))
 
     def _result(self, labels, strength, *, method, note, params, tier=None, reassigned=None, rate=None,
-                coords=None, cluster_tier=None) -> ClusteringResult:
+                coords=None, cluster_tier=None, cluster_group=None) -> ClusteringResult:
         n = len(labels)
         labels, mapping = relabel_by_size(labels)
         ct = {mapping[old]: t for old, t in (cluster_tier or {}).items() if old in mapping}
+        cg = {mapping[old]: int(g) for old, g in (cluster_group or {}).items() if old in mapping}
         tier = np.full(n, ALL, dtype=object) if tier is None else tier
         for c in range(int(labels.max()) + 1 if n and labels.max() >= 0 else 0):
             if c not in ct:
@@ -627,7 +659,53 @@ class FailureClustering:
             labels=labels, membership=strength,
             reassigned=np.zeros(n, bool) if reassigned is None else reassigned,
             tier=tier, local_error_rate=np.full(n, np.nan, np.float32) if rate is None else rate,
-            coordinates=coords, method=method, note=note, params=params, cluster_tier=ct)
+            coordinates=coords, method=method, note=note, params=params, cluster_tier=ct, cluster_group=cg)
+
+
+def take_out_groups(labels: np.ndarray, groups: np.ndarray, *, min_size: int, max_purity: float = 0.5
+                    ) -> tuple[np.ndarray, dict[int, int]]:
+    """Take the failures of each group that the clustering scattered out into a cluster of their own.
+
+    labels: cluster per failure (-1 unclustered); groups: group per failure (-1 none). Groups are tried in
+    increasing id order (slice ids rank best first). A group with at least `min_size` failures is scattered when
+    no cluster holds half of them and its purity (see `group_scatter`) is below `max_purity`: its failures were a
+    minority wherever they landed, so the embedding did not see what they share. A group the embedding split
+    into clusters it dominates (sub-types), or kept mostly in one cluster, is left alone. A cluster left with
+    fewer than `min_size` failures is dissolved (its failures become unclustered). Returns the new labels and
+    {new cluster id: group id}.
+    """
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    groups = np.asarray(groups, dtype=np.int64)
+    taken: dict[int, int] = {}
+    next_id = int(labels.max()) + 1 if len(labels) else 0
+    for g in np.unique(groups[groups >= 0]):
+        rows = np.flatnonzero(groups == g)
+        if len(rows) < min_size:
+            continue
+        largest, purity = group_scatter(labels, rows)
+        if largest >= 0.5 or purity >= max_purity:
+            continue
+        touched = {int(c) for c in labels[rows] if c >= 0}
+        labels[rows] = next_id
+        taken[next_id] = int(g)
+        next_id += 1
+        for c in touched:  # what is left of a cluster the group was taken from
+            left = labels == c
+            if 0 < left.sum() < min_size:
+                labels[left] = -1
+    return labels, taken
+
+
+def group_scatter(labels: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
+    """How the clustering spread the failures `rows`: (the largest share of them in one cluster, purity), where
+    purity is the mean over `rows` of the share of their cluster's failures that are among `rows` (0 when
+    unclustered)."""
+    largest, total = 0, 0.0
+    for c, count in zip(*np.unique(labels[rows], return_counts=True)):
+        if c >= 0:  # each of the `count` rows in cluster c scores count / |c|
+            largest = max(largest, int(count))
+            total += count * count / int((labels == c).sum())
+    return largest / len(rows), total / len(rows)
 
 
 def _is_int(value) -> bool:
@@ -697,9 +775,10 @@ def _vote(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, share
 
 
-def cluster_failures(vectors: np.ndarray, failed: np.ndarray | None = None, frame=None, **params) -> ClusteringResult:
-    """Functional form: `FailureClustering(**params).fit(vectors, failed, frame).result_`."""
-    return FailureClustering(**params).fit(vectors, failed, frame).result_
+def cluster_failures(vectors: np.ndarray, failed: np.ndarray | None = None, frame=None, groups=None,
+                     **params) -> ClusteringResult:
+    """Functional form: `FailureClustering(**params).fit(vectors, failed, frame, groups).result_`."""
+    return FailureClustering(**params).fit(vectors, failed, frame, groups).result_
 
 
 # -- 2-D layout -----------------------------------------------------------------------------------------------

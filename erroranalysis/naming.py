@@ -100,9 +100,9 @@ def pick_keywords(terms: np.ndarray, scores: np.ndarray, doc_counts: np.ndarray,
 
 
 def cluster_name(keywords: Sequence[str], confusions: Sequence[dict], label_shares: Sequence[dict],
-                 pred_shares: Sequence[dict], kind: str = "", n_words: int = 3) -> str:
+                 pred_shares: Sequence[dict], kind: str = "", n_words: int = 3, title: str = "") -> str:
     """`gold -> pred: kw1, kw2, kw3`, with `*` for a side no value dominates; ` (scattered)` for failures spread
-    among correct examples."""
+    among correct examples. `title` replaces the keywords (a slice cluster's definition)."""
     head = ""
     if confusions and confusions[0]["share"] >= 0.5:
         head = f"{confusions[0]['label']} -> {confusions[0]['pred']}"
@@ -111,7 +111,7 @@ def cluster_name(keywords: Sequence[str], confusions: Sequence[dict], label_shar
         pred = pred_shares[0]["label"] if pred_shares and pred_shares[0]["share"] >= 0.6 else None
         if gold or pred:
             head = f"{gold or '*'} -> {pred or '*'}"
-    words = ", ".join(keywords[:n_words])
+    words = title or ", ".join(keywords[:n_words])
     name = f"{head}: {words}" if head and words else (head or words or "unnamed")
     if kind == "scattered":
         name += " (scattered)"
@@ -151,11 +151,12 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
                       vectors: np.ndarray | None = None, correct_texts: Sequence[str] = (),
                       kinds: dict[int, str] | None = None, local_error_rate: np.ndarray | None = None,
                       reassigned: np.ndarray | None = None, n_keywords: int = 8, n_exemplars: int = 5,
-                      seed: int = 0):
+                      seed: int = 0, titles: dict[int, str] | None = None):
     """One row per cluster (-1 excluded), ordered by size then id: the clusters.parquet table.
 
     `failures` has one row per failure with example_id, text, label, pred and, when present, confidence, loss,
     n_tokens, truncated; `cluster_ids`, `membership`, `vectors`, `local_error_rate`, `reassigned` align with it.
+    `titles` name some clusters by their definition instead of their keywords (slice clusters).
     """
     import pandas as pd
 
@@ -166,7 +167,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
     n = len(failures)
     failures = failures.reset_index(drop=True)
     membership = np.ones(n, np.float32) if membership is None else np.asarray(membership, dtype=np.float32)
-    kinds = kinds or {}
+    kinds, titles = kinds or {}, titles or {}
     ids = sorted({int(c) for c in cluster_ids if c >= 0}, key=lambda c: (-int((cluster_ids == c).sum()), c))
     columns = COLUMNS
     if not ids:
@@ -214,7 +215,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
             "cluster_id": c,
             "size": len(members),
             "share_of_failures": round(len(members) / n, 5),
-            "name": cluster_name(keywords, confusions, label_shares, pred_shares, kind),
+            "name": cluster_name(keywords, confusions, label_shares, pred_shares, kind, title=titles.get(c, "")),
             "kind": kind,
             "keywords": keywords,
             "keyword_scores": kw_scores,

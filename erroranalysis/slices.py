@@ -510,7 +510,7 @@ class _Candidate:
 
 
 def check_search_params(*, min_support=None, max_order=3, alpha=0.95, top_k=20, max_candidates=100,
-                        correction="holm", level=0.05, merge_threshold=0.45, merge_level=0.01,
+                        correction="holm", level=0.05, merge_threshold=0.4, merge_level=0.01,
                         max_overlap=0.8, min_score=None) -> None:
     """Raise a ParameterError for the first out-of-range search parameter (before any work is done)."""
     def is_int(v):
@@ -549,7 +549,7 @@ def find_slices(
     level: float = 0.05,
     merge: bool = True,
     embed_fn: EmbedFn | None = None,
-    merge_threshold: float = 0.45,
+    merge_threshold: float = 0.4,
     merge_level: float = 0.01,
     max_merge_words: int = 200,
     max_overlap: float = 0.8,
@@ -569,7 +569,7 @@ def find_slices(
     Slices rank by that score: `alpha` near 1 favours error rate, lower values favour size.
 
     merge: merge near-synonymous word slices with `embed_fn` (list of words -> [n, dim] vectors; default the
-    packaged all-MiniLM-L6-v2) when a word's cosine to the group's centroid is >= `merge_threshold` and its error
+    packaged all-MiniLM-L6-v2) when a word's mean cosine to the group's words is >= `merge_threshold` and its error
     rate is alike or its examples overlap; words are considered when their own uncorrected p-value is
     <= `merge_level` (at most `max_merge_words`), and the merged slice is tested conditionally on that selection,
     so merging chance words does not make them significant. A slice mostly (`max_overlap`) inside a better one is
@@ -662,11 +662,13 @@ def find_slices(
                 candidates.append(cand)
         position += len(p)
 
-    # A significant merged group replaces its words' single slices.
-    for cand in candidates:
-        if cand.kind == "merged":
-            for i in cand.conjuncts[0]:
-                merged_words.add(i)
+    # A significant merged group replaces its words' single slices when it scores at least as well as its best
+    # word; otherwise it describes the failures worse than that word does and is dropped.
+    for cand in [c for c in candidates if c.kind == "merged"]:
+        if cand.score >= max(score1[i] for i in cand.conjuncts[0]):
+            merged_words.update(cand.conjuncts[0])
+        else:
+            candidates.remove(cand)
     candidates = [c for c in candidates if not (c.kind == "single" and c.conjuncts[0][0] in merged_words)]
 
     kept = _prune(candidates, X, failed, n, base, min_support, level, max_overlap, top_k)
@@ -815,7 +817,11 @@ def _mask(cand: _Candidate, X, n: int) -> np.ndarray:
 
 def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, base, alpha, threshold,
                  merge_level, max_words, embed_fn):
-    """Greedy merge of near-synonymous erroneous words (centroid linkage), each group tested once."""
+    """Greedy merge of near-synonymous erroneous words, each group tested once.
+
+    Average linkage (a word joins when its mean cosine to the group's words reaches `threshold`), not centroid
+    linkage: a growing centroid drifts toward generic words ("all", "world") and chains unrelated concepts together.
+    """
     messages: list[str] = []
     text = np.asarray(text)
     pool = text[(err1[text] > base) & (p1[text] <= merge_level)]
@@ -846,17 +852,16 @@ def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
         group = [s]
         mask = np.zeros(n, dtype=bool)  # the group's members
         mask[rows_of[s]] = True
-        centroid = vectors[s].copy()
+        total = vectors[s].copy()  # sum of the group's vectors
         g_support, g_fails = int(support[pool[s]]), int(fails[pool[s]])
         g_score = float(score1[pool[s]])
         grew = True
-        while grew:  # a word may fit the centroid only once others have joined: repeat until stable
+        while grew:  # a word may fit the group only once others have joined: repeat until stable
             grew = False
             for v in range(s + 1, len(pool)):
                 if used[v]:
                     continue
-                c_norm = np.linalg.norm(centroid)
-                if c_norm == 0 or float(vectors[v] @ centroid) / c_norm < threshold:
+                if float(vectors[v] @ total) / len(group) < threshold:
                     continue
                 rows = rows_of[v]
                 inside = mask[rows]
@@ -874,7 +879,7 @@ def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
                 used[v] = True
                 grew = True
                 mask[rows] = True
-                centroid += vectors[v]
+                total += vectors[v]
                 g_support, g_fails, g_score = u_support, u_fails, u_score
         # a word whose examples all contain another member says nothing more ("w3 w0" beside "w3")
         group = [g for g in group
@@ -993,17 +998,21 @@ def _describe(conjunct: list[int], features: Features) -> str:
 
 
 def slice_groups(slices: pd.DataFrame, members: pd.DataFrame, *, example_ids=None, min_lift: float = 1.0,
-                 max_p_value: float = 0.05) -> dict:
+                 max_p_value: float = 0.05, label_only: bool = False) -> dict:
     """Map each example in a strong slice to the best such slice: {example_id: slice_id}.
 
     A slice is strong when its error rate is at least (1 + min_lift) times the base rate and its corrected p-value
     is <= max_p_value; slices rank by score (slice_id 0 is best), so an example in several strong slices goes to
-    the best. example_ids: restrict to these examples (the failures, for clustering). Feed the result to the
-    clustering stage to group a slice's failures together.
+    the best. example_ids: restrict to these examples (the failures, for clustering). Slices defined by the true
+    label alone (`label == "sport"`) are left out unless `label_only`: the per-class metrics already show them,
+    and grouping a class's failures together would hide the error types inside it. Feed the result to
+    `clustering.FailureClustering.fit(groups=...)` to group a slice's failures together.
     """
     if slices is None or members is None or not len(slices) or not len(members):
         return {}
     strong = slices[(slices["lift"] >= min_lift) & (slices["p_value"] <= max_p_value)]
+    if not label_only and "features" in strong.columns:
+        strong = strong[[not all(str(f).startswith("label=") for f in fs) for fs in strong["features"]]]
     if not len(strong):
         return {}
     rank = pd.Series(strong["score"].to_numpy(), index=strong["slice_id"].to_numpy())

@@ -330,9 +330,10 @@ def test_cli_clusters_and_prints_table(tmp_path):
     result = cli("cluster", str(run.path), "--names-only", "--keywords", "3")
     assert result.exit_code == 0, result.output
     result = cli("cluster", str(run.path), "--embedder", "hidden", "--reducer", "none", "--layout", "none", "--json",
-                 "--keep-noise")
+                 "--keep-noise", "--no-slice-groups")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["n_examples"] == 600
+    assert run.manifest["stages"]["cluster"]["params"]["slice_groups"] is False
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
@@ -341,6 +342,9 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "error: --min-cluster-size=1 is invalid: expected an integer >= 2."]
+    result = cli("cluster", str(run.path), "--group-purity", "1.5")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == ["error: --group-purity=1.5 is invalid: expected a number in [0, 1]."]
     result = cli("cluster", str(tmp_path / "nope"))
     assert result.exit_code == 2 and result.output.startswith("error: ")
     result = cli("cluster", str(run.path), "--embedder", str(tmp_path / "missing.npy"))
@@ -441,3 +445,81 @@ def test_name_run_keeps_other_stages_columns(tmp_path):
     name_run(run.path)
     clusters = pd.read_parquet(run.file(runs.CLUSTERS))
     assert all(list(s) == ["all failures (100%)"] for s in clusters["slices"])
+
+
+def with_concept(frame: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Every 25th example mentions the weather and fails 90% of the time; its vector stays its topic's."""
+    rng = np.random.default_rng(seed)
+    frame = frame.copy()
+    concept = (np.arange(len(frame)) % 25 == 7) & (frame["planted"] == "")
+    fails = concept & (rng.random(len(frame)) < 0.9)
+    frame.loc[concept, "text"] = frame.loc[concept, "text"].str.replace(" story ", " weather ")
+    wrong = {"business": "sport", "sport": "culture", "culture": "business"}
+    frame.loc[fails, "pred"] = frame.loc[fails, "label"].map(wrong)
+    frame["correct"] = frame["pred"] == frame["label"]
+    frame.loc[fails, "planted"] = "weather"
+    return frame
+
+
+def test_scattered_slice_becomes_its_own_cluster(tmp_path):
+    from erroranalysis.slice_stage import slices_run
+
+    frame, vectors = synthetic(n=900, seed=2)
+    frame = with_concept(frame)
+    run = make_run(tmp_path / "run", frame.drop(columns="planted"), vectors)  # the truth is no metadata
+    slices_run(run.path, merge=False)
+    slices = pd.read_parquet(run.file(runs.SLICES))
+    weather = int(slices.loc[slices["description"] == 'text contains "weather"', "slice_id"].iloc[0])
+
+    cluster_run(run.path, **FAST, slice_groups=False)
+    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    fail = assignments["failure"].to_numpy()
+    truth = frame["planted"].to_numpy()[fail]
+    assert best_f1(truth, assignments["cluster_id"].to_numpy()[fail], "weather") < 0.6  # scattered by topic
+    assert pd.read_parquet(run.file(runs.CLUSTERS))["slice_id"].isna().all()
+
+    summary = cluster_run(run.path, **FAST)
+    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    labels = assignments["cluster_id"].to_numpy()[fail]
+    row = clusters[clusters["slice_id"].notna()]
+    assert len(row) == 1 and int(row["slice_id"].iloc[0]) == weather
+    c = int(row["cluster_id"].iloc[0])
+    in_slice = set(pd.read_parquet(run.file(runs.SLICE_MEMBERS)).query("slice_id == @weather")["example_id"])
+    ids = assignments["example_id"].to_numpy()[fail]
+    assert set(ids[labels == c]) == {i for i in ids if i in in_slice}  # exactly the slice's failures
+    assert best_f1(truth, labels, "weather") > 0.95
+    assert row["kind"].iloc[0] == "slice" and row["slice"].iloc[0] == 'text contains "weather"'
+    assert row["name"].iloc[0].endswith('text contains "weather"')
+    assert (assignments.loc[assignments["cluster_id"] == c, "tier"] == "slice").all()
+    for group in PLANTED:  # the topic-defined groups are untouched
+        assert best_f1(truth, labels, group) > 0.85
+    assert run.manifest["stages"]["cluster"]["params"]["slice_groups"] is True
+    assert run.manifest["stages"]["cluster"]["resolved"]["groups_taken_out"] == 1
+    assert any(s["kind"] == "slice" for s in summary["clusters"])
+
+    name_run(run.path)  # renaming keeps the slice cluster's definition as its name
+    again = pd.read_parquet(run.file(runs.CLUSTERS)).set_index("cluster_id")
+    assert again.loc[c, "name"] == row["name"].iloc[0] and again.loc[c, "slice"] == 'text contains "weather"'
+
+
+def test_slice_groups_without_slices_stage(tmp_path):
+    run = make_run(tmp_path / "run")
+    summary = cluster_run(run.path, **FAST)  # on by default, nothing to do
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    assert clusters["slice_id"].isna().all() and "slice" not in set(clusters["kind"])
+    assert summary["n_clusters"] >= 2
+
+
+def test_broken_slices_file_is_a_one_line_error(tmp_path):
+    run = make_run(tmp_path / "run")
+    cluster_run(run.path, **FAST)
+    before = snapshot(run)
+    with run.stage("slices"):
+        runs.write_parquet(run.file(runs.SLICES), pd.DataFrame({"slice_id": [0], "description": ["x"]}))
+        runs.write_parquet(run.file(runs.SLICE_MEMBERS), pd.DataFrame({"example_id": ["ex0001"], "slice_id": [0]}))
+    with pytest.raises(DataError, match=r"slices\.parquet: missing column\(s\) .*--no-slice-groups"):
+        cluster_run(run.path, **FAST)
+    after = snapshot(run)
+    assert after.pop("stage") != before.pop("stage") and after == before  # stage marked failed, files untouched
+    cluster_run(run.path, **FAST, slice_groups=False)

@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 
 from erroranalysis.clustering import (ConfusionPairFeature, FailureClustering, HDBSCANClusterer, NoReducer,
-                                      PCAReducer, cluster_failures, default_min_cluster_size, knn_cosine,
-                                      layout_2d, local_error_rate, relabel_by_size)
+                                      PCAReducer, cluster_failures, default_min_cluster_size, group_scatter,
+                                      knn_cosine, layout_2d, local_error_rate, relabel_by_size, take_out_groups)
 from erroranalysis.errors import DataError, ParameterError
 
 LABELS = ["alpha", "beta", "gamma"]
@@ -239,6 +239,8 @@ def test_pca_reducer_pads_when_few_points():
     ({"assign_noise": -0.1}, "assign_noise"),
     ({"min_failures": 1}, "min_failures"),
     ({"max_fit": 10}, "max_fit"),
+    ({"group_purity": 1.5}, "group_purity"),
+    ({"group_purity": True}, "group_purity"),
     ({"seed": -1}, "seed"),
 ])
 def test_invalid_parameters(params, name):
@@ -279,3 +281,84 @@ def test_umap_layout_and_sampled_fit():
     assert xy.shape == (1200, 2) and np.isfinite(xy).all()
     result = cluster_failures(vectors, failed, frame, reducer="umap", max_fit=120, seed=0)
     assert len(result.labels) == failed.sum() and result.params["fit_sample"] == 120
+
+
+# -- slice groups ------------------------------------------------------------------------------------------------
+
+
+def concept_case(seed: int = 0, n: int = 900, d: int = 24):
+    """planted() plus a concept: every 25th example (all classes alike) "mentions" it, with vectors no different
+    from their class's, and fails 90% of the time (a minority among each class's scattered failures). Returns
+    vectors, failed, truth (2 = concept), the failures' frame and the slice groups a slice finder would give
+    (0 = the concept, 1 = planted group 0's keyword slice)."""
+    vectors, failed, truth, frame = planted(seed, n, d)
+    rng = np.random.default_rng(seed + 100)
+    concept = (truth < 0) & (np.arange(n) % 25 == 7)
+    newly = concept & ~failed & (rng.random(n) < 0.9)
+    truth = np.where(concept & (failed | newly), 2, truth)
+    failed = failed | newly
+    label = np.arange(n) % 3
+    pred = (label + 1) % 3
+    frame = pd.DataFrame({"label": np.array(LABELS)[label[failed]], "pred": np.array(LABELS)[pred[failed]]})
+    t = truth[failed]
+    groups = np.where(t == 2, 0, np.where(t == 0, 1, -1))
+    return vectors, failed, truth, frame, groups
+
+
+@pytest.mark.parametrize("reducer", ["none", "pca"])
+def test_scattered_slice_taken_out_exactly(reducer):
+    vectors, failed, truth, frame, groups = concept_case()
+    t = truth[failed]
+    plain = cluster_failures(vectors, failed, frame, reducer=reducer, seed=0)
+    assert best_f1(t, plain.labels, 2) < 0.6  # the embedding scatters the concept over the topics
+    result = cluster_failures(vectors, failed, frame, reducer=reducer, seed=0, groups=groups)
+    assert list(result.cluster_group.values()) == [0]  # the concept, not the sub-topic the embedding found
+    (c, _), = result.cluster_group.items()
+    assert (np.flatnonzero(result.labels == c) == np.flatnonzero(t == 2)).all()
+    assert result.cluster_tier[c] == "slice" and (result.tier[t == 2] == "slice").all()
+    assert (result.membership[t == 2] == 1).all()
+    for group in (0, 1):  # the topic groups are as good as without slices
+        assert best_f1(t, result.labels, group) >= best_f1(t, plain.labels, group) - 0.05 > 0.8
+    assert result.params["groups_taken_out"] == 1
+
+
+def test_slice_groups_off():
+    vectors, failed, truth, frame, groups = concept_case()
+    off = cluster_failures(vectors, failed, frame, reducer="none", group_purity=0, groups=groups)
+    plain = cluster_failures(vectors, failed, frame, reducer="none")
+    assert off.cluster_group == {} and (off.labels == plain.labels).all()
+
+
+def test_take_out_groups_rules():
+    labels = np.array([0] * 10 + [1] * 10 + [2] * 10 + [3] * 4)
+    # group 5: 2 failures in each of clusters 0, 1, 2 and 3: scattered, a minority everywhere -> taken out
+    groups = np.full(len(labels), -1)
+    groups[[0, 1, 10, 11, 20, 21, 30, 31]] = 5
+    new, taken = take_out_groups(labels, groups, min_size=3)
+    assert taken == {4: 5} and (np.flatnonzero(new == 4) == [0, 1, 10, 11, 20, 21, 30, 31]).all()
+    assert (new[32:] == -1).all()  # what was left of cluster 3 (2 failures) is below min_size: dissolved
+    assert (new[2:10] == 0).all()
+    # most of the group in one cluster -> left alone
+    groups = np.full(len(labels), -1)
+    groups[[0, 1, 2, 3, 4, 5, 10, 20]] = 0
+    assert take_out_groups(labels, groups, min_size=3)[1] == {}
+    # split over clusters it fills (sub-types) -> left alone
+    assert group_scatter(labels, np.arange(20))[1] == 1.0
+    groups = np.where(labels <= 2, 0, -1)
+    assert take_out_groups(labels, groups, min_size=3)[1] == {}
+    # too small
+    groups = np.full(len(labels), -1)
+    groups[[0, 10]] = 0
+    assert take_out_groups(labels, groups, min_size=3)[1] == {}
+    # unclustered failures count as scattered
+    labels = np.full(10, -1)
+    assert group_scatter(labels, np.arange(5)) == (0.0, 0.0)
+    assert take_out_groups(labels, np.r_[np.zeros(5, int), -np.ones(5, int)], min_size=3)[1] == {0: 0}
+
+
+def test_groups_must_match_failures():
+    vectors, failed, truth, frame = planted()
+    with pytest.raises(DataError, match="^groups: "):
+        cluster_failures(vectors, failed, frame, reducer="none", groups=np.zeros(3, int))
+    with pytest.raises(DataError, match="^groups: "):
+        cluster_failures(vectors, failed, frame, reducer="none", groups=np.zeros(failed.sum()))

@@ -497,3 +497,48 @@ def test_default_embedder_merges_real_synonyms():
     result = sl.find_slices(sl.extract_features(texts, min_support=10), ~fail)
     assert len(result.slices) == 1
     assert sorted(result.slices["features"].iloc[0][0].split("|")) == ["text:interview", "text:job", "text:office"]
+
+
+def chain_embed(words):
+    """rain ~ drizzle and drizzle ~ cars (cosine 0.5 each), rain ~ cars only 0.25: a chain, not a group."""
+    known = {"rain": [1.0, 0.0, 0.0], "drizzle": [0.5, np.sqrt(0.75), 0.0],
+             "cars": [0.25, 0.433, np.sqrt(0.75)]}
+    out = np.zeros((len(words), 3 + len(words)))
+    for i, w in enumerate(words):
+        if w in known:
+            out[i, :3] = known[w]
+        else:
+            out[i, 3 + i] = 1.0
+    return out
+
+
+def test_merging_does_not_chain_through_a_middle_word():
+    rng = np.random.default_rng(9)
+    n = 900
+    extra = np.array([None] * n, dtype=object)
+    for word, idx in zip(["rain", "drizzle", "cars"], np.split(rng.permutation(n)[:90], 3)):
+        extra[idx] = word
+    texts = random_texts(rng, n, extra=extra)
+    fail = ((extra != None) & (rng.random(n) < 0.95)) | (rng.random(n) < 0.1)  # noqa: E711
+    result = sl.find_slices(sl.extract_features(texts, min_support=10), ~fail, embed_fn=chain_embed,
+                            merge_threshold=0.42)  # centroid linkage would take cars in at 0.43
+    merged = [d for d in result.slices["description"] if "|" in d]
+    assert len(merged) == 1 and '"drizzle"' in merged[0]  # drizzle joins one neighbour, never both
+    assert not ('"rain"' in merged[0] and '"cars"' in merged[0])
+    words = " ".join(result.slices["description"])
+    assert all(f'"{w}"' in words for w in ["rain", "drizzle", "cars"])
+
+
+def test_merged_group_weaker_than_its_best_word_is_dropped():
+    rng = np.random.default_rng(10)
+    n = 900
+    extra = np.array([None] * n, dtype=object)
+    idx = rng.permutation(n)
+    extra[idx[:30]], extra[idx[30:60]] = "rain", "snow"
+    texts = random_texts(rng, n, extra=extra)
+    fail = ((extra == "rain") & (rng.random(n) < 0.97)) | ((extra == "snow") & (rng.random(n) < 0.6))
+    fail |= rng.random(n) < 0.1
+    same = lambda words: np.ones((len(words), 3))  # noqa: E731  every word a synonym of every other
+    result = sl.find_slices(sl.extract_features(texts, min_support=10), ~fail, embed_fn=same)
+    assert result.slices["description"].iloc[0] == 'text contains "rain"'  # not diluted by "snow"
+    assert not any("|" in d for d in result.slices["description"])

@@ -6,9 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from erroranalysis import runs
 from erroranalysis import taxonomy as tx
 from erroranalysis.labels import LabelStore
 from erroranalysis.runs import Run
@@ -205,6 +207,26 @@ def test_clusters_page_map_list_and_detail(start, workspace):
     assert len(examples) == clusters.loc[other, "size"]
     at.text_input(key=state.CLUSTER_SEARCH).set_value(examples["example_id"].iloc[0]).run()
     assert len(at.dataframe[-1].value) == 1
+
+
+def test_a_slice_cluster_says_which_slice_defines_it(tmp_path, db, monkeypatch):
+    root = make_workspace(tmp_path / "ws")
+    run = Run.open(root / "news-a")
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    clusters["slice_id"] = pd.array([3] + [None] * (len(clusters) - 1), dtype="Int64")
+    clusters["slice"] = pd.array(['text contains "rain"'] + [None] * (len(clusters) - 1), dtype="string")
+    runs.write_parquet(run.file(runs.CLUSTERS), clusters)
+    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(root))
+    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
+    at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
+    at.session_state[state.RUN] = "news-a"
+    at.run()
+    at = goto(at, "clusters")
+    at.selectbox(key=state.CLUSTER).set_value(int(clusters["cluster_id"].iloc[0])).run()
+    said = [c.value for c in at.caption if c.value.startswith("Defined by the error slice")]
+    assert len(said) == 1 and "rain" in said[0]
+    at.selectbox(key=state.CLUSTER).set_value(int(clusters["cluster_id"].iloc[1])).run()
+    assert not [c.value for c in at.caption if c.value.startswith("Defined by the error slice")]
 
 
 def test_cluster_list_selection_opens_the_cluster(start):

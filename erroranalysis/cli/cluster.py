@@ -51,6 +51,13 @@ def cluster(
         "--assign-noise", help="An unclustered failure joins its nearest cluster when its membership reaches "
                                "this (0 to 1).")] = 0.5,
     keep_noise: Annotated[bool, typer.Option("--keep-noise", help="Never assign unclustered failures.")] = False,
+    slice_groups: Annotated[bool, typer.Option(
+        "--slice-groups/--no-slice-groups", help="When the slices stage ran: a strong error slice whose failures "
+                                                 "the embedding scattered over other clusters becomes a cluster "
+                                                 "of its own, named by the slice.")] = True,
+    group_purity: Annotated[float, typer.Option(
+        "--group-purity", help="A slice is scattered when no cluster holds half of its failures and they make up "
+                               "less than this share of the clusters they fall in (0 to 1).")] = 0.5,
     layout: Annotated[ReducerName, typer.Option(
         "--layout", help="2-D map of all examples: umap, pca or none.")] = ReducerName.umap,
     max_fit: Annotated[int, typer.Option(
@@ -82,7 +89,8 @@ def cluster(
                     seed=seed, reducer=reducer.value, n_components=n_components, n_neighbors=n_neighbors,
                     error_aware=error_aware, pair_weight=pair_weight,
                     assign_noise=None if keep_noise else assign_noise, layout=layout.value, max_fit=max_fit,
-                    n_keywords=n_keywords, n_exemplars=n_exemplars, cache=not no_cache, progress=progress)
+                    slice_groups=slice_groups, group_purity=group_purity, n_keywords=n_keywords,
+                    n_exemplars=n_exemplars, cache=not no_cache, progress=progress)
     except ParameterError as exc:  # name the flag the user typed, not the keyword argument
         raise ParameterError(_flag_names(str(exc))) from None
     if as_json:
@@ -94,7 +102,8 @@ def cluster(
 _FLAGS = {"min_cluster_size": "--min-cluster-size", "min_samples": "--min-samples", "seed": "--seed",
           "reducer": "--reducer", "n_components": "--components", "n_neighbors": "--neighbors",
           "pair_weight": "--pair-weight", "assign_noise": "--assign-noise", "layout": "--layout",
-          "max_fit": "--max-fit", "n_keywords": "--keywords", "n_exemplars": "--exemplars", "embedder": "--embedder"}
+          "max_fit": "--max-fit", "group_purity": "--group-purity", "n_keywords": "--keywords",
+          "n_exemplars": "--exemplars", "embedder": "--embedder"}
 
 
 def _flag_names(message: str) -> str:

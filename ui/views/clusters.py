@@ -110,6 +110,10 @@ with detail_col:
         if len(came):
             st.caption(f"{len(came):,} labeled examples came here from other clusters after re-clustering.")
 
+    defined_by = info.get("slice")
+    if isinstance(defined_by, str) and defined_by:
+        st.caption(f"Defined by the error slice {ui.md(defined_by)}: the embedding had scattered these failures "
+                   "over other clusters, so they were grouped by what they share.")
     overlaps = [] if info.get("slices") is None else [str(x) for x in info["slices"]]
     if overlaps:
         st.caption("Error slices holding most of this cluster: " + "; ".join(ui.md(x) for x in overlaps))
