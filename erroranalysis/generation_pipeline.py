@@ -367,15 +367,19 @@ def _ratio(num, den):
 
 def adjust_metrics(result: dict, preds, labels: list[str]) -> dict:
     """metrics.json for a generation run: macro averages over the real classes only (not "unparseable", a
-    predicted-only column of the confusion matrix), plus the "checks" section."""
+    predicted-only column of the confusion matrix), plus the "checks" section. `overall.n_failures` counts the
+    examples that failed a check (`correct` false: what is clustered, labeled and exported, as in every run);
+    `overall.n_label_errors` counts label != pred, the complement of `accuracy`."""
     gold_labels = [label for label in labels if label != UNPARSEABLE]
+    overall = result.setdefault("overall", {})
     if UNPARSEABLE in labels and result.get("per_class"):
         rows = [c for c in result["per_class"] if c["label"] in gold_labels]
-        overall = result.setdefault("overall", {})
         for name in ("precision", "recall", "f1"):
             overall[f"macro_{name}"] = float(np.mean([c[name] for c in rows])) if rows else None
         overall["macro_excludes"] = [UNPARSEABLE]
     result["checks"] = generation_metrics(preds, gold_labels)
+    overall["n_label_errors"] = overall.get("n_failures")
+    overall["n_failures"] = result["checks"]["n_failed"]
     return result
 
 

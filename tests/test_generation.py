@@ -377,10 +377,33 @@ def test_run_manifest_and_metrics(generation_run):
     checks = metrics["checks"]
     preds = generation_run.predictions()
     assert checks["n"] == 12 and checks["n_failed"] == int((~preds["correct"]).sum())
+    # one failure count across the product: failing a check, not only a wrong label
+    assert metrics["overall"]["n_failures"] == checks["n_failed"]
+    assert metrics["overall"]["n_label_errors"] == int((preds["label"] != preds["pred"]).sum())
+    assert metrics["overall"]["accuracy"] == pytest.approx(1 - metrics["overall"]["n_label_errors"] / 12)
     assert [c["check"] for c in checks["per_check"]] == ["label", "json", "json_schema"]
     assert [e["label"] for e in checks["per_label"]] == LABELS
     assert checks["unparseable"] == int((preds["pred"] == "unparseable").sum())
     assert checks["loss"]["low_loss_failures"] == int(preds["low_loss_failure"].sum())
+
+
+def test_failure_count_is_failing_a_check_not_a_wrong_label():
+    import pandas as pd
+
+    from erroranalysis.generation_pipeline import adjust_metrics
+    from erroranalysis.metrics import compute_metrics
+
+    # 6 examples: 2 wrong labels, and 2 right labels in invalid JSON
+    preds = pd.DataFrame({"example_id": [f"e{i}" for i in range(6)],
+                          "label": ["a", "a", "b", "b", "a", "b"], "pred": ["a", "b", "b", "a", "a", "b"],
+                          "correct": [True, False, True, False, False, False],
+                          "check_label": [True, False, True, False, True, True],
+                          "check_json": [True, True, True, True, False, False]})
+    labels = ["a", "b", "unparseable"]
+    result = adjust_metrics(compute_metrics(preds["label"].to_numpy(), preds["pred"].to_numpy(), labels),
+                            preds, labels)
+    assert result["overall"]["n_failures"] == 4 == result["checks"]["n_failed"]
+    assert result["overall"]["n_label_errors"] == 2 and result["overall"]["accuracy"] == pytest.approx(4 / 6)
 
 
 def test_run_without_labels_uses_pass_fail(tiny_lm_dir, tmp_path):
