@@ -59,6 +59,7 @@ bench: venv sample
 	$(PY) benchmarks/duplicates.py --sizes 10000
 	$(PY) benchmarks/generation.py --n 8 --max-new-tokens 16
 	$(PY) benchmarks/ui.py
+	$(PY) benchmarks/overfit.py --n 50
 
 clean:
 	rm -rf .venv $(RUNS) .pytest_cache

@@ -374,7 +374,7 @@ def diagnose(result: OverfitResult) -> list[Finding]:
                                f"({c.final_loss:.3g})", f"Run more --steps, or raise --lr (now {result.lr:g})."))
     # labels shuffled against texts
     if result.control is not None and params["trainable"]:
-        real, ctrl = _mean_losses(c, result.control)
+        real, ctrl = mean_losses(c, result.control)
         learned = c.final_loss < FLAT_RATIO * c.initial_loss or result.control.final_loss < FLAT_RATIO * result.control.initial_loss
         if learned and real >= SHUFFLED_RATIO * ctrl:
             out.append(Finding("labels_look_shuffled", "error" if not ok else "warning", (),
@@ -420,7 +420,7 @@ def diagnose(result: OverfitResult) -> list[Finding]:
     return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
 
 
-def _mean_losses(real: Curve, control: Curve) -> tuple[float, float]:
+def mean_losses(real: Curve, control: Curve) -> tuple[float, float]:
     """Mean loss over the evaluations both runs made (a run that stopped early, memorized, keeps its last
     loss for the evaluations it skipped), so the two areas under the curves compare like for like."""
     length = max(len(real.eval_loss), len(control.eval_loss))
