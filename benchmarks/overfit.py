@@ -13,7 +13,7 @@ all-MiniLM-L6-v2 (the packaged model) with a fresh, seeded 5-class head, on 100 
 Prints, for each: memorized or not, steps to memorize (real and control), mean training loss of real vs control
 labels, the findings, and wall seconds; then the time ratio to the baseline.
 
-    .venv/bin/python benchmarks/overfit.py                 # about 4 minutes on 2 cores
+    .venv/bin/python benchmarks/overfit.py                 # about 5 minutes on 2 cores
     .venv/bin/python benchmarks/overfit.py --no-baseline
 """
 

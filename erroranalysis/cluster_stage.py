@@ -54,8 +54,7 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
                 assign_noise: float | None = 0.5, layout: str = "umap", max_fit: int = 20_000,
                 min_failures: int = 20, slice_groups: bool = True, group_purity: float = 0.5,
                 n_keywords: int = 8, n_exemplars: int = 5, cache: bool = True,
-                batch_size: int = 32, clusterer=None, features: Sequence = (), namer: Callable | None = None,
-                progress: Progress | None = None) -> dict:
+                batch_size: int = 32, clusterer=None, features: Sequence = (), progress: Progress | None = None) -> dict:
     """Cluster a run's failures; write embeddings.npy/.json, clusters.parquet, assignments.parquet.
 
     embedder: "minilm" (packaged sentence model, cached by text hash), "hidden" (the checkpoint's hidden
@@ -153,9 +152,8 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
             progress("cluster", 1, 1)
 
         t = time.perf_counter()
-        describe = namer or naming.describe_clusters
         titles = {c: slice_names[g] for c, g in result.cluster_group.items()}
-        clusters = describe(failures, result.labels, membership=result.membership, vectors=fail_vectors,
+        clusters = naming.describe_clusters(failures, result.labels, membership=result.membership, vectors=fail_vectors,
                             correct_texts=predictions["text"].to_numpy()[correct_rows].tolist(),
                             kinds=result.cluster_tier, local_error_rate=result.local_error_rate,
                             reassigned=result.reassigned, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed,
@@ -213,22 +211,30 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
     return summary
 
 
-def _slice_groups(run: runs.Run, failures):
-    """Each failure's strong slice for the clustering (-1 none) and {slice_id: description}; (None, {}) when the
-    slices stage has not run."""
+def _read_slices(run: runs.Run, columns=("slice_id", "description")):
+    """(slices, members with string example ids) when the slices stage is done, else (None, None); slices.parquet
+    must have `columns`."""
     if run.stage_status("slices") != "done" or not (run.has(runs.SLICES) and run.has(runs.SLICE_MEMBERS)):
-        return None, {}
-    from erroranalysis.slices import slice_groups
-
+        return None, None
     slices = run.read_parquet(runs.SLICES, "slices")
     members = run.read_parquet(runs.SLICE_MEMBERS, "slices")
-    for name, frame, needed in ((runs.SLICES, slices, ("slice_id", "description", "lift", "p_value", "score")),
+    for name, frame, needed in ((runs.SLICES, slices, columns),
                                 (runs.SLICE_MEMBERS, members, ("example_id", "slice_id"))):
         missing = [c for c in needed if c not in frame.columns]
         if missing:
             raise DataError(f"{run.file(name)}: missing column(s) {preview(missing)}; re-run 'erroranalysis slices "
                             f"{run.path}', or cluster with --no-slice-groups.")
-    members = members.astype({"example_id": str})
+    return slices, members.astype({"example_id": str})
+
+
+def _slice_groups(run: runs.Run, failures):
+    """Each failure's strong slice for the clustering (-1 none) and {slice_id: description}; (None, {}) when the
+    slices stage has not run."""
+    slices, members = _read_slices(run, ("slice_id", "description", "lift", "p_value", "score"))
+    if slices is None:
+        return None, {}
+    from erroranalysis.slices import slice_groups
+
     ids = failures["example_id"].astype(str).tolist()
     best = slice_groups(slices, members, example_ids=ids)
     groups = np.array([best.get(i, -1) for i in ids], dtype=np.int64)
@@ -258,9 +264,8 @@ def with_other_stages(run: runs.Run, clusters, failure_ids: np.ndarray, labels: 
 
     clusters = clusters.copy()
     members = {int(c): set(failure_ids[labels == c]) for c in clusters["cluster_id"]}
-    if run.stage_status("slices") == "done" and run.has(runs.SLICES) and run.has(runs.SLICE_MEMBERS):
-        slices = run.read_parquet(runs.SLICES, "slices")
-        in_slice = run.read_parquet(runs.SLICE_MEMBERS, "slices").astype({"example_id": str})
+    slices, in_slice = _read_slices(run)
+    if slices is not None:
         by_slice = {sid: set(ids) for sid, ids in in_slice.groupby("slice_id")["example_id"]}
         names = dict(zip(slices["slice_id"], slices["description"]))
         clusters["slices"] = [
@@ -353,7 +358,7 @@ def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, 
     with run.stage("cluster_names", {"n_keywords": n_keywords, "n_exemplars": n_exemplars}):
         clusters = naming.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=vectors,
-            correct_texts=predictions.loc[~predictions["correct"], "text"].tolist(), kinds=kinds,
+            correct_texts=predictions.loc[predictions["correct"], "text"].tolist(), kinds=kinds,
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), n_keywords=n_keywords, n_exemplars=n_exemplars,
             seed=seed, titles={c: slice_names[g] for c, g in cluster_group.items()})
@@ -366,11 +371,15 @@ def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, 
 
 
 def _stored_slices(run: runs.Run) -> tuple[dict, dict]:
-    """The slice clusters of the stored clustering: ({cluster_id: slice_id}, {slice_id: definition})."""
+    """The slice clusters of the stored clustering: ({cluster_id: slice_id}, {slice_id: definition}); empty for
+    a clustering made before slice clusters existed, or a clusters.parquet that cannot be read (it is rewritten)."""
     if not run.has(runs.CLUSTERS):
         return {}, {}
-    old = run.read_parquet(runs.CLUSTERS, "cluster")
-    if "slice_id" not in old.columns:
+    try:
+        old = run.read_parquet(runs.CLUSTERS, "cluster")
+    except RunError:
+        return {}, {}
+    if not {"slice_id", "slice"} <= set(old.columns):
         return {}, {}
     old = old[old["slice_id"].notna()]
     return (dict(zip(old["cluster_id"].astype(int), old["slice_id"].astype(int))),

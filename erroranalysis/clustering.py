@@ -602,6 +602,7 @@ class FailureClustering:
                 rows = full_labels == c
                 full_tier[rows], full_strength[rows], full_reassigned[rows] = SLICE, 1.0, False
                 cluster_tier[c] = SLICE
+            full_reassigned[full_labels < 0] = False  # members of a dissolved remainder are unclustered again
             params.update(group_purity=self.group_purity, groups_taken_out=len(cluster_group))
         self.result_ = self._result(full_labels, full_strength, method="hdbscan", note=note, params=params,
                                     tier=full_tier, reassigned=full_reassigned, rate=rate, coords=coords,

@@ -523,3 +523,16 @@ def test_broken_slices_file_is_a_one_line_error(tmp_path):
     after = snapshot(run)
     assert after.pop("stage") != before.pop("stage") and after == before  # stage marked failed, files untouched
     cluster_run(run.path, **FAST, slice_groups=False)
+
+
+def test_name_run_on_a_clustering_from_before_slice_clusters(tmp_path):
+    run = make_run(tmp_path / "run")
+    cluster_run(run.path, **FAST)
+    old = pd.read_parquet(run.file(runs.CLUSTERS)).drop(columns=["slice_id", "slice"])
+    runs.write_parquet(run.file(runs.CLUSTERS), old)
+    name_run(run.path)
+    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    assert clusters["slice_id"].isna().all() and clusters["name"].tolist() == old["name"].tolist()
+    run.file(runs.CLUSTERS).write_bytes(b"not parquet")  # a damaged file is rebuilt, not an error
+    name_run(run.path)
+    assert pd.read_parquet(run.file(runs.CLUSTERS))["name"].tolist() == old["name"].tolist()

@@ -477,6 +477,15 @@ def test_slice_groups():
     assert sl.slice_groups(sl.empty_slices(), sl.empty_members()) == {}
 
 
+def test_slice_groups_leave_out_label_only_slices():
+    slices = pd.DataFrame({"slice_id": [0, 1, 2], "score": [3.0, 2.0, 1.0], "lift": [3.0, 2.0, 2.0],
+                           "p_value": [1e-9, 1e-5, 1e-4],
+                           "features": [["label=sport"], ["text:rain|text:snow"], ["label=sport", "text:goal"]]})
+    members = pd.DataFrame({"example_id": ["a", "a", "b", "c", "c"], "slice_id": [0, 1, 0, 0, 2]})
+    assert sl.slice_groups(slices, members) == {"a": 1, "c": 2}  # a conjunction with the label stays
+    assert sl.slice_groups(slices, members, label_only=True) == {"a": 0, "b": 0, "c": 0}
+
+
 def test_slice_groups_from_a_search():
     texts, meta, fail, planted = planted_conjunction()
     result = sl.find_slices(sl.extract_features(texts, meta, min_support=10), ~fail, merge=False)

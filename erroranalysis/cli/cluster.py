@@ -56,8 +56,9 @@ def cluster(
                                                  "the embedding scattered over other clusters becomes a cluster "
                                                  "of its own, named by the slice.")] = True,
     group_purity: Annotated[float, typer.Option(
-        "--group-purity", help="A slice is scattered when no cluster holds half of its failures and they make up "
-                               "less than this share of the clusters they fall in (0 to 1).")] = 0.5,
+        "--group-purity", help="A slice is scattered when no cluster holds half of its failures and, on average, "
+                               "they make up less than this share of the clusters they fall in (unclustered counts "
+                               "as 0; 0 to 1, 0 turns slice groups off).")] = 0.5,
     layout: Annotated[ReducerName, typer.Option(
         "--layout", help="2-D map of all examples: umap, pca or none.")] = ReducerName.umap,
     max_fit: Annotated[int, typer.Option(
