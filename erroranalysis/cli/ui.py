@@ -26,9 +26,15 @@ def register(app: typer.Typer) -> None:
 
 
 def app_path() -> Path:
-    """ui/app.py beside the package (a source checkout or an editable install)."""
+    """The app's app.py: the installed `erroranalysis_ui` (a wheel, or ui/ through an editable install), else
+    ui/ beside the package in a source checkout."""
+    import importlib.util
+
     import erroranalysis
 
+    spec = importlib.util.find_spec("erroranalysis_ui")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]).resolve() / "app.py"
     return Path(erroranalysis.__file__).resolve().parent.parent / "ui" / "app.py"
 
 
