@@ -53,8 +53,8 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
                 min_samples: int | None = None, error_aware: bool = True, pair_weight: float = 0.0,
                 assign_noise: float | None = 0.5, layout: str = "umap", max_fit: int = 20_000,
                 min_failures: int = 20, slice_groups: bool = True, group_purity: float = 0.5,
-                n_keywords: int = 8, n_exemplars: int = 5, cache: bool = True,
-                batch_size: int = 32, clusterer=None, features: Sequence = (), progress: Progress | None = None) -> dict:
+                n_keywords: int = 8, n_exemplars: int = 5, cache: bool = True, batch_size: int = 32,
+                clusterer=None, features: Sequence = (), progress: Progress | None = None) -> dict:
     """Cluster a run's failures; write embeddings.npy/.json, clusters.parquet, assignments.parquet.
 
     embedder: "minilm" (packaged sentence model, cached by text hash), "hidden" (the checkpoint's hidden
@@ -153,11 +153,11 @@ def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int
 
         t = time.perf_counter()
         titles = {c: slice_names[g] for c, g in result.cluster_group.items()}
-        clusters = naming.describe_clusters(failures, result.labels, membership=result.membership, vectors=fail_vectors,
-                            correct_texts=predictions["text"].to_numpy()[correct_rows].tolist(),
-                            kinds=result.cluster_tier, local_error_rate=result.local_error_rate,
-                            reassigned=result.reassigned, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed,
-                            titles=titles)
+        clusters = naming.describe_clusters(
+            failures, result.labels, membership=result.membership, vectors=fail_vectors,
+            correct_texts=predictions["text"].to_numpy()[correct_rows].tolist(), kinds=result.cluster_tier,
+            local_error_rate=result.local_error_rate, reassigned=result.reassigned, n_keywords=n_keywords,
+            n_exemplars=n_exemplars, seed=seed, titles=titles)
         clusters = _with_slice(clusters, result.cluster_group, slice_names)
         name_seconds = time.perf_counter() - t
 
