@@ -269,8 +269,7 @@ def _quiet_transformers() -> None:
 def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "auto",
                    trust_remote_code: bool = False, log: Callable[[str], None] | None = None) -> CausalLM:
     """Load a local causal LM from a safetensors folder or a `.gguf` file (converted once, then cached)."""
-    from erroranalysis.inference import (check_remote_code, check_safetensors, read_config, resolve_device,
-                                         weight_files, weights_sha256)
+    from erroranalysis.inference import check_checkpoint, resolve_device, weights_sha256
 
     check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
     path = Path(path)
@@ -283,11 +282,7 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
         if path.is_file():
             raise ModelError(f"{path}: is a file; --model takes a checkpoint folder or a .gguf file.")
         folder, sha, fmt = path, None, "safetensors"
-    config = read_config(folder)
-    check_remote_code(folder, config, trust_remote_code)
-    files = weight_files(folder)
-    for file in files:
-        check_safetensors(file)
+    files = check_checkpoint(folder, trust_remote_code)
     resolved = resolve_device(device)
     if precision == "auto":
         precision = "bf16" if resolved.startswith("cuda") else "fp32"

@@ -108,14 +108,21 @@ def check_remote_code(path: Path, config: dict, trust_remote_code: bool) -> None
                          "not run. Pass --trust-remote-code only if you trust its author.")
 
 
+def check_checkpoint(folder: Path, trust_remote_code: bool) -> list[Path]:
+    """Everything checked before a checkpoint is loaded (config, remote code, safetensors weights whole); returns
+    the weight files."""
+    config = read_config(folder)
+    check_remote_code(folder, config, trust_remote_code)
+    files = weight_files(folder)
+    for file in files:
+        check_safetensors(file)
+    return files
+
+
 def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code: bool = False) -> Classifier:
     """Load a local sequence-classification checkpoint, offline, from safetensors only."""
     path = Path(path)
-    config = read_config(path)
-    check_remote_code(path, config, trust_remote_code)
-    files = weight_files(path)
-    for file in files:
-        check_safetensors(file)
+    files = check_checkpoint(path, trust_remote_code)
     resolved = resolve_device(device)
 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

@@ -608,6 +608,14 @@ def _failures(run: runs.Run):
     return predictions
 
 
+def _check_match_params(method: str, k: int, threshold: float | None) -> None:
+    """The matching parameters `suggest` and `apply_taxonomy` share, checked before anything is read or opened."""
+    check_param("method", method, method in METHODS, "one of " + ", ".join(METHODS))
+    check_param("k", k, isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 100, "an integer in [1, 100]")
+    check_param("threshold", threshold, threshold is None or (isinstance(threshold, (int, float))
+                and not isinstance(threshold, bool) and 0 < threshold <= 2), "a cosine distance in (0, 2]")
+
+
 def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, method: str = "centroid", k: int = 5,
             threshold: float | None = None, embedder=None, progress: Progress | None = None,
             name: str | None = None, confusions: bool = True) -> ApplyResult:
@@ -618,10 +626,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
     is not suggested again. With `confusions`, an error type whose labeled examples all share a gold label or a
     prediction only takes failures with that label or prediction (see `confusion_constraints`).
     """
-    check_param("method", method, method in METHODS, "one of " + ", ".join(METHODS))
-    check_param("k", k, isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 100, "an integer in [1, 100]")
-    check_param("threshold", threshold, threshold is None or (isinstance(threshold, (int, float))
-                and not isinstance(threshold, bool) and 0 < threshold <= 2), "a cosine distance in (0, 2]")
+    _check_match_params(method, k, threshold)
     import pandas as pd
 
     source = name or (str(taxonomy) if not isinstance(taxonomy, dict) else "taxonomy")
@@ -742,10 +747,7 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     from erroranalysis.labels import LabelStore, default_db_path
 
     check_param("on_clash", on_clash, on_clash in ON_CLASH, "one of " + ", ".join(ON_CLASH))
-    check_param("method", method, method in METHODS, "one of " + ", ".join(METHODS))
-    check_param("k", k, isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 100, "an integer in [1, 100]")
-    check_param("threshold", threshold, threshold is None or (isinstance(threshold, (int, float))
-                and not isinstance(threshold, bool) and 0 < threshold <= 2), "a cosine distance in (0, 2]")
+    _check_match_params(method, k, threshold)
     source = name or (str(taxonomy) if not isinstance(taxonomy, dict) else "taxonomy")
     doc = load_taxonomy(taxonomy, source)
     _check_references(doc, source)
