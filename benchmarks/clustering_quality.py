@@ -180,8 +180,7 @@ def slice_groups(data: pd.DataFrame, failed: np.ndarray) -> np.ndarray:
 
 
 def run_ours(vectors, failed, failures, correct_texts, seed, groups=None, **params):
-    from erroranalysis.clustering import FailureClustering
-    from erroranalysis.naming import describe_clusters
+    from erroranalysis.cluster import FailureClustering, describe_clusters
 
     result = FailureClustering(seed=seed, **params).fit(vectors, failed, failures, groups=groups).result_
     describe_clusters(failures, result.labels, membership=result.membership, vectors=vectors[failed],
@@ -193,7 +192,7 @@ def run_ours(vectors, failed, failures, correct_texts, seed, groups=None, **para
 def run_plain(vectors, seed):
     import hdbscan
 
-    from erroranalysis.clustering import import_umap
+    from erroranalysis.cluster import import_umap
 
     umap = import_umap()
     with warnings.catch_warnings():
@@ -228,7 +227,7 @@ def main(argv=None) -> None:
     if not has_bertopic:
         print("BERTopic skipped (--no-bertopic, or not installed: pip install bertopic).")
 
-    from erroranalysis.clustering import import_umap
+    from erroranalysis.cluster import import_umap
     from erroranalysis.embedding import MiniLMEmbedder
 
     import_umap()
@@ -267,7 +266,7 @@ def main(argv=None) -> None:
                         labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed,
                                           error_aware=False)
                     elif method == "ea pair-weight":
-                        from erroranalysis.clustering import ConfusionPairFeature
+                        from erroranalysis.cluster import ConfusionPairFeature
 
                         labels = run_ours(all_vectors, failed, failures, data.loc[~failed, "text"].tolist(), seed,
                                           features=[ConfusionPairFeature(0.5)])

@@ -42,7 +42,7 @@ def make_data(folder: Path, n_failures: int, seed: int = 0) -> tuple[Path, Path]
     """A run with n_failures failing examples and min(4n, 20000) correct ones; vectors.npy in predictions order."""
     import pandas as pd
 
-    from erroranalysis import runs
+    from erroranalysis import rundir
 
     rng = np.random.default_rng(seed)
     n_correct = min(4 * n_failures, 20_000)
@@ -67,8 +67,8 @@ def make_data(folder: Path, n_failures: int, seed: int = 0) -> tuple[Path, Path]
                           "label": np.array(labels)[gold], "pred": np.array(labels)[pred],
                           "correct": gold == pred, "confidence": np.float32(0.7), "loss": np.float32(0.5),
                           "n_tokens": np.int32(14), "truncated": False})
-    run = runs.Run.create(folder / "run", task="classification", labels=labels, overwrite=True)
-    runs.write_parquet(run.file(runs.PREDICTIONS), frame)
+    run = rundir.Run.create(folder / "run", task="classification", labels=labels, overwrite=True)
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
     with run.stage("infer"):
         pass
     np.save(folder / "vectors.npy", vectors)

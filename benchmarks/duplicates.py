@@ -82,8 +82,9 @@ def pairs_from_knn(idx: np.ndarray, sims: np.ndarray) -> set:
 
 def worker(method: str, path: str) -> dict:
     # import first, so "extra" memory is the search's, not the libraries'
-    from erroranalysis.duplicates import near_duplicate_pairs, top_k_neighbors
     from sklearn.neighbors import NearestNeighbors
+
+    from erroranalysis.datachecks.duplicates import near_duplicate_pairs, top_k_neighbors
 
     x = np.load(path)
     base = reset_peak()

@@ -38,10 +38,17 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-
     from build_prompts import build, smollm2_gguf
-    from erroranalysis.generation import (GenerationOptions, convert_gguf, encode_answers, encode_prompts, generate,
-                                          load_causal_lm, prompt_budget, render_prompt)
+
+    from erroranalysis.infer.causal_lm import convert_gguf, load_causal_lm
+    from erroranalysis.infer.generation import (
+        GenerationOptions,
+        encode_answers,
+        encode_prompts,
+        generate,
+        prompt_budget,
+        render_prompt,
+    )
 
     gguf = smollm2_gguf()
     print(f"model: {gguf.name}; torch threads: {torch.get_num_threads()}; cpu count: {os.cpu_count()}")
@@ -110,7 +117,7 @@ def main() -> None:
          "1.00x", "-"],
         [f"erroranalysis generate (batch {args.batch_size})", f"{n / ours_s:.2f}", f"{ours_tokens / ours_s:.1f}",
          f"{ours_s:.1f}", f"{base_s / ours_s:.2f}x", f"{same:.0%}"],
-        [f"  + reference losses (the run stage)", f"{n / loss_s:.2f}",
+        ["  + reference losses (the run stage)", f"{n / loss_s:.2f}",
          f"{int(with_loss['n_output_tokens'].sum()) / loss_s:.1f}", f"{loss_s:.1f}", f"{base_s / loss_s:.2f}x",
          f"{same_loss:.0%}"],
     ]

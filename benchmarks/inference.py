@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-
 from common import ROOT, corpus_sentences, load_average, python, run_process, sample_checkpoint, table
 
 MAX_LENGTH = 128

@@ -61,7 +61,7 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 
 
 def ours(checkpoint: Path, data: Path, n: int):
-    from erroranalysis.overfit import overfit_check
+    from erroranalysis.checklist.overfit import overfit_check
 
     start = time.perf_counter()
     result = overfit_check(str(checkpoint), str(data), n=n, lr=LR, batch_size=BATCH, max_length=MAX_LENGTH,
@@ -72,8 +72,13 @@ def ours(checkpoint: Path, data: Path, n: int):
 def baseline(checkpoint: Path, rows: list[dict], labels: list[str], steps: int) -> tuple[dict, float]:
     """Trainer on the same examples for `steps` steps, then accuracy and mean loss on them."""
     import torch
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
-                              TrainingArguments)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+    )
 
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
@@ -127,7 +132,7 @@ def main(argv=None) -> None:
                 results[f"Trainer, {name}"] = baseline(checkpoint, [source[i] for i in picked], labels, budget)
                 print(f"  Trainer, {name}: {results[f'Trainer, {name}'][1]:.1f} s")
 
-    from erroranalysis.overfit import mean_losses
+    from erroranalysis.checklist.overfit_diagnosis import mean_losses
 
     out = []
     for name in ("real labels", "shuffled labels"):

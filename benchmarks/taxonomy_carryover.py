@@ -70,7 +70,8 @@ def continue_training(checkpoint: Path, rows: list[dict], out: Path, *, epochs: 
 def sample_runs(min_type: int):
     """Run A (the sample checkpoint) and two second runs, B1 (A fine-tuned one more epoch on the validation split)
     and B2 (a checkpoint trained from all-MiniLM-L6-v2 on the validation split alone); truth = the confusion."""
-    from erroranalysis.pipeline import AfterOptions, DataOptions, InferOptions, run_checkpoint
+    from erroranalysis.stages.after import AfterOptions
+    from erroranalysis.stages.infer import DataOptions, InferOptions, run_checkpoint
 
     sample = Path(os.environ["ERRORANALYSIS_SAMPLE"])
     if not (sample / ".built").exists():
@@ -107,7 +108,7 @@ def sample_runs(min_type: int):
 
 def synthetic_runs(min_type: int):
     """Synthetic texts: topic words, plus for failures words of an intruding topic (the error kind)."""
-    from erroranalysis import runs
+    from erroranalysis import rundir
 
     rng = np.random.default_rng(0)
     vocab = {
@@ -142,10 +143,10 @@ def synthetic_runs(min_type: int):
                            "confidence": np.float32(np.nan), "loss": np.float32(np.nan),
                            "n_tokens": np.int32(25), "truncated": False, "kind": np.where(hard, intruder, "")})
         path = OUT / "synthetic" / name
-        run = runs.Run.create(path, overwrite=True, task="classification", labels=labels,
+        run = rundir.Run.create(path, overwrite=True, task="classification", labels=labels,
                               data={"path": "synthetic", "sha256": "synthetic", "rows": n}, seed=0)
         with run.stage("load_predictions"):
-            runs.write_parquet(run.file(runs.PREDICTIONS), df)
+            rundir.write_parquet(run.file(rundir.PREDICTIONS), df)
         made[name] = path
     return made["a"], [("B: another model", made["b"])], ["kind"]
 
@@ -203,9 +204,8 @@ def main() -> None:
     parser.add_argument("--min-type", type=int, default=5, help="failures a confusion needs to become a type")
     args = parser.parse_args()
 
-    from erroranalysis import runs, taxonomy
-    from erroranalysis import taxonomy_apply as ta
-    from erroranalysis.labels import LabelStore
+    from erroranalysis import rundir, stages
+    from erroranalysis.labels import LabelStore, matching
 
     OUT.mkdir(parents=True, exist_ok=True)
     if os.environ.get("ERRORANALYSIS_SAMPLE"):
@@ -215,7 +215,7 @@ def main() -> None:
         run_a, variants, rules = synthetic_runs(args.min_type)
         source = "synthetic (set ERRORANALYSIS_SAMPLE for the real sample)"
     def failures(path: Path) -> pd.DataFrame:
-        p = runs.Run.open(path).predictions()
+        p = rundir.Run.open(path).predictions()
         p["example_id"] = p["example_id"].astype(str)
         return p
 
@@ -239,7 +239,7 @@ def main() -> None:
         for t in types:
             store.create_error_type(t)
             store.assign(key, fa.loc[(typed["A"] == t).to_numpy(), "example_id"].tolist(), t)
-        tax = taxonomy.export(run_a, "json", OUT / f"taxonomy_{rule}.json", labels_db=db)
+        tax = stages.export_taxonomy(run_a, "json", OUT / f"taxonomy_{rule}.json", labels_db=db)
         print()
         print(f"== truth: {rule}: {what}")
         print(f"A's taxonomy: {len(types)} error types, {int(typed['A'].isin(types).sum()):,} of {len(fa):,} "
@@ -256,7 +256,7 @@ def main() -> None:
             rows = []
 
             def score(name: str, suggestions: pd.DataFrame, seconds: float | None) -> None:
-                all_, sh, fr = (ta.agreement(suggestions, t) for t in (truth, shared, fresh))
+                all_, sh, fr = (matching.agreement(suggestions, t) for t in (truth, shared, fresh))
                 rows.append([name, pct(all_["agreement"]), pct(all_["accuracy_known"]),
                              pct(all_["coverage_known"]), pct(all_["precision"]), pct(all_["unmatched_recall"]),
                              pct(sh["agreement"]), pct(fr["agreement"]), "" if seconds is None else f"{seconds:.1f}"])
@@ -275,7 +275,7 @@ def main() -> None:
                                   ("apply-taxonomy, no threshold", {"threshold": 2.0}),
                                   ("apply-taxonomy, neither", {"threshold": 2.0, "confusions": False})):
                 t = time.perf_counter()
-                result = ta.suggest(tax, path, **kwargs)
+                result = stages.suggest(tax, path, **kwargs)
                 score(label, result.suggestions, time.perf_counter() - t)
                 default = default or result
             print(table(rows, ["method", "agreement", "right type (known)", "typed (known)", "precision",

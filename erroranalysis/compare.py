@@ -15,17 +15,16 @@ The JSON format (`format: erroranalysis.compare`, `schema_version: 1`) is docume
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from erroranalysis import __version__, runs
-from erroranalysis.errors import DataError, UserError, check_param, preview
+from erroranalysis.errors import DataError, preview
+from erroranalysis.validation import check_param
 
 FORMAT = "erroranalysis.compare"
 SCHEMA_VERSION = 1
@@ -38,9 +37,6 @@ OVERALL = ("accuracy", "macro_f1", "weighted_f1", "macro_precision", "macro_reca
 PER_CLASS = ("precision", "recall", "f1")
 STATUSES = ("fixed", "broken", "still_failing", "still_correct")
 REPORT_FILES = ("compare.json", "compare.md", "compare_examples.parquet")
-
-
-# -- pure statistics ------------------------------------------------------------------------------------------------
 
 
 def _is_int(value) -> bool:
@@ -79,8 +75,9 @@ def paired_bootstrap(t: np.ndarray, pa: np.ndarray, pb: np.ndarray, k: int, *, n
     n = len(t)
     if n == 0:
         raise DataError("no examples to compare.")
-    from erroranalysis.metrics import confusion_counts
     from scipy import sparse
+
+    from erroranalysis.metrics import confusion_counts
 
     cm_a, cm_b = confusion_counts(t, pa, k), confusion_counts(t, pb, k)
     point_a, point_b = stats_from_confusion(cm_a), stats_from_confusion(cm_b)
@@ -161,9 +158,6 @@ def match_clusters(base: dict[int, set], candidate: dict[int, set], shared: set,
     return [(bids[i], cids[j], float(jac[i, j])) for i, j in zip(rows, cols) if jac[i, j] >= min_overlap]
 
 
-# -- reading runs ---------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class RunView:
     """What a comparison reads from one run."""
@@ -177,45 +171,6 @@ class RunView:
     cluster_names: dict[int, str] = field(default_factory=dict)
     types: Any = None     # example_id, error_type, severity, status (non-rejected labels), or None without a store
     key: str = ""
-
-
-def read_run(path: str | Path, store=None) -> RunView:
-    """A run's predictions, clusters and labels for comparing."""
-    from erroranalysis import taxonomy
-
-    run = runs.Run.open(path)
-    frame = run.predictions()
-    file = run.file(runs.PREDICTIONS)
-    missing = [c for c in ("example_id", "label", "pred", "correct") if c not in frame.columns]
-    if missing:
-        raise DataError(f"{file}: missing column(s) {preview(missing)}; re-run the stage that writes it.")
-    frame = frame.reset_index(drop=True)
-    out = frame[["example_id", "label", "pred", "correct"]].copy()
-    out["example_id"] = out["example_id"].astype(str)
-    out["label"] = out["label"].astype(str)
-    out["pred"] = out["pred"].astype(str)
-    out["correct"] = out["correct"].fillna(False).astype(bool)
-    out["text"] = frame["text"].fillna("").astype(str) if "text" in frame.columns else ""
-    out["confidence"] = frame["confidence"].astype(np.float64) if "confidence" in frame.columns else np.nan
-    dup = out["example_id"].duplicated()
-    if dup.any():
-        raise DataError(f"{file}, column 'example_id': duplicate ids {preview(out['example_id'][dup].unique())}; "
-                        "runs are matched by example id, so every example needs its own.")
-    key = store.run_key(run.path) if store is not None else run.name
-    view = RunView(name=key, path=run.path, manifest=run.manifest, frame=out, labels=run.labels, key=key)
-    assign = taxonomy.read_cluster_assignments(run)
-    if assign is not None:
-        failing = set(out.loc[~out["correct"], "example_id"])
-        a = assign[(assign["cluster_id"] >= 0) & assign["example_id"].isin(failing)]
-        view.clusters = {int(c): set(g["example_id"]) for c, g in a.groupby("cluster_id")}
-        names = taxonomy.read_clusters(run)
-        if names is not None:
-            view.cluster_names = {int(c): str(n) for c, n in zip(names["cluster_id"], names["name"])}
-    if store is not None:
-        a = store.assignments(key, include_rejected=False)
-        view.types = a[["example_id", "error_type", "severity", "status"]].copy()
-        view.types["example_id"] = view.types["example_id"].astype(str)
-    return view
 
 
 def align(base: RunView, cand: RunView) -> tuple[np.ndarray, list[str]]:
@@ -258,9 +213,6 @@ def align(base: RunView, cand: RunView) -> tuple[np.ndarray, list[str]]:
         raise DataError(f"{cand.path}: a {cand.manifest.get('task')} run cannot be compared with "
                         f"{base.path}, a {base.manifest.get('task')} run.")
     return pos, notes
-
-
-# -- one comparison -----------------------------------------------------------------------------------------------
 
 
 def _labels_union(*views: RunView) -> list[str]:
@@ -459,75 +411,10 @@ def _cluster_changes(base: RunView, cand: RunView, examples, min_overlap: float)
             "appeared": appeared}
 
 
-# -- a report over a baseline and candidates ---------------------------------------------------------------------
-
-
 @dataclass
 class Report:
     doc: dict                 # the JSON report
     examples: Any             # one row per (candidate, example): status, predictions, error types, clusters, text
-
-
-def compare_runs(base: str | Path, candidates: Sequence[str | Path], *, labels_db: str | Path | None = None,
-                 store=None, n_resamples: int = 1000, seed: int = 0, level: float = LEVEL,
-                 min_overlap: float = MIN_OVERLAP) -> Report:
-    """Compare each candidate run with the baseline run (same eval set, matched by example id).
-
-    Error types come from the labels store: `labels_db`, or `store`, or `<base's folder>/labels.sqlite` when it
-    exists (without one the report has no error-type section)."""
-    import pandas as pd
-
-    from erroranalysis.taxonomy import open_store
-
-    check_param("n_resamples", n_resamples, _is_int(n_resamples) and 1 <= n_resamples <= 100_000,
-                "an integer in [1, 100000]")
-    check_param("min_overlap", min_overlap, isinstance(min_overlap, (int, float)) and not isinstance(min_overlap, bool)
-                and 0 < min_overlap <= 1, "a number in (0, 1]")
-    candidates = list(candidates)
-    if not candidates:
-        raise UserError("compare needs a candidate run besides the baseline: compare BASE CANDIDATE [CANDIDATE ...].")
-    paths = [Path(base)] + [Path(c) for c in candidates]
-    resolved = [p.resolve() for p in paths]
-    for i, p in enumerate(resolved):
-        if p in resolved[:i]:
-            raise UserError(f"{paths[i]}: given twice (runs must be distinct); list each run once, baseline first.")
-    if store is None:
-        store = open_store(paths[0], labels_db)
-    views = [read_run(p, store) for p in paths]
-    names = [v.name for v in views]
-    if len(set(names)) < len(names):  # same folder name in two places: tell them apart by path
-        for v in views:
-            v.name = str(v.path)
-    labels = _labels_union(*views)
-    comparisons, frames = [], []
-    for cand in views[1:]:
-        result, examples = compare_pair(views[0], cand, n_resamples=n_resamples, seed=seed, level=level,
-                                        min_overlap=min_overlap, labels=labels)
-        comparisons.append(result)
-        frames.append(examples)
-    doc = {
-        "format": FORMAT,
-        "schema_version": SCHEMA_VERSION,
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"name": "erroranalysis", "version": __version__},
-        "baseline": views[0].name,
-        "runs": [_run_info(v, i == 0) for i, v in enumerate(views)],
-        "labels_db": str(store.path) if store is not None else None,
-        "bootstrap": {"n_resamples": n_resamples, "seed": seed, "level": level, "paired": True},
-        "comparisons": comparisons,
-    }
-    doc["series"] = series(doc)
-    return Report(doc=doc, examples=pd.concat(frames, ignore_index=True))
-
-
-def _run_info(v: RunView, baseline: bool) -> dict:
-    model = v.manifest.get("model") or {}
-    data = v.manifest.get("data") or {}
-    n = len(v.frame)
-    n_fail = int((~v.frame["correct"]).sum())
-    return {"name": v.name, "path": str(v.path), "baseline": baseline, "model": model.get("path"),
-            "data": data.get("path"), "n": n, "n_failures": n_fail, "accuracy": _f(1 - n_fail / n) if n else None,
-            "clustered": bool(v.clusters)}
 
 
 def series(doc: dict) -> dict:
@@ -607,9 +494,6 @@ def format_cell(row: dict, j: int) -> str:
     return text
 
 
-# -- output ---------------------------------------------------------------------------------------------------------
-
-
 def _clean(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
@@ -636,144 +520,13 @@ def to_json(doc: dict) -> str:
     return json.dumps(_clean(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _pts(value: float | None) -> str:
-    return "–" if value is None else f"{value * 100:+.1f}"
+_MOVED = {"read_run": "stages.compare", "compare_runs": "stages.compare", "write_report": "compare_report",
+          "to_markdown": "compare_report", "headline": "compare_report"}
 
 
-def _rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1%}"
+def __getattr__(name: str):
+    if name in _MOVED:  # moved in 0.2
+        from erroranalysis._compat import moved_attribute
 
-
-def _ci_text(ci) -> str:
-    if not ci or ci[0] is None:
-        return ""
-    return f"[{ci[0] * 100:+.1f}, {ci[1] * 100:+.1f}]"
-
-
-def headline(comp: dict) -> str:
-    """One line: accuracy before → after, the change with its interval, fixed/broken, McNemar."""
-    acc, mc = comp["overall"]["accuracy"], comp["mcnemar"]
-    return (f"accuracy {_rate(acc['base'])} → {_rate(acc['candidate'])} ({_pts(acc['delta'])} points, "
-            f"95% CI {_ci_text(acc['ci'])}); {mc['fixed']:,} fixed, {mc['broken']:,} broken; McNemar "
-            f"p = {mc['p_value']:.3g} ({mc['method']})")
-
-
-def to_markdown(doc: dict, *, examples: int = 10) -> str:
-    """The report for a pull request: ablation table, then per candidate the deltas, examples, error types and
-    clusters. User text is escaped."""
-    from erroranalysis.taxonomy import md_code, md_escape as esc
-
-    comps = doc["comparisons"]
-    lines = [f"# Run comparison: {esc(doc['baseline'])} (baseline) vs {', '.join(esc(c['candidate']) for c in comps)}",
-             ""]
-    for r in doc["runs"]:
-        mark = " **(baseline)**" if r["baseline"] else ""
-        facts = [f"{r['n']:,} examples", f"accuracy {_rate(r['accuracy'])}", f"{r['n_failures']:,} failures"]
-        if r.get("model"):
-            facts.insert(0, f"model `{md_code(r['model'])}`")
-        lines.append(f"- **{esc(r['name'])}**{mark}: " + " · ".join(facts))
-    b = doc["bootstrap"]
-    lines += ["", f"Deltas are candidate − baseline in percentage points, with paired bootstrap "
-                  f"{b['level']:.0%} intervals ({b['n_resamples']:,} resamples, seed {b['seed']}); * marks an "
-                  "interval that excludes 0.", ""]
-    if len(comps) > 1:
-        lines += ["## Ablation series", ""]
-        frame = series_frame(doc)
-        header = ["", ""] + [esc(c) for c in frame.columns[2:]]
-        lines.append("| section | name | " + " | ".join(header[2:]) + " |")
-        lines.append("| --- | --- | " + " | ".join("---:" for _ in header[2:]) + " |")
-        for rec in frame.itertuples(index=False):
-            lines.append(f"| {esc(rec[0])} | {esc(rec[1])} | " + " | ".join(esc(v) for v in rec[2:]) + " |")
-        lines.append("")
-    for comp in comps:
-        lines += [f"## {esc(comp['candidate'])} vs {esc(comp['base'])}", "", headline(comp) + ".", ""]
-        for note in comp["notes"]:
-            lines.append(f"_Note: {esc(note)}._")
-        lines += ["| metric | baseline | candidate | delta | 95% CI |", "| --- | ---: | ---: | ---: | ---: |"]
-        for name in OVERALL:
-            m = comp["overall"][name]
-            lines.append(f"| {name.replace('_', ' ')} | {_rate(m['base'])} | {_rate(m['candidate'])} | "
-                         f"{_pts(m['delta'])}{' *' if m['significant'] else ''} | {_ci_text(m['ci'])} |")
-        lines += ["", "### Per class (F1)", "",
-                  "| class | support | baseline | candidate | delta | 95% CI | recall delta | precision delta |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for row in sorted(comp["per_class"], key=lambda r: (r["f1"]["delta"] or 0)):
-            f1 = row["f1"]
-            lines.append(f"| {esc(row['label'])} | {row['support']:,} | {_rate(f1['base'])} | "
-                         f"{_rate(f1['candidate'])} | {_pts(f1['delta'])}{' *' if f1['significant'] else ''} | "
-                         f"{_ci_text(f1['ci'])} | {_pts(row['recall']['delta'])} | "
-                         f"{_pts(row['precision']['delta'])} |")
-        counts = comp["counts"]
-        lines += ["", "### Examples", "",
-                  f"{counts['fixed']:,} fixed · {counts['broken']:,} broken · {counts['still_failing']:,} still "
-                  f"failing ({counts['still_failing_other_pred']:,} with another wrong prediction) · "
-                  f"{counts['still_correct']:,} still correct.", ""]
-        for status in ("fixed", "broken"):
-            rows = comp["examples"][status]
-            if not rows:
-                continue
-            first = f", first {examples}" if len(rows) > examples else ""
-            lines += [f"**{status.capitalize()}** ({len(rows):,}{first}):", "",
-                      "| example | label | baseline | candidate | text |", "| --- | --- | --- | --- | --- |"]
-            for ex in rows[:examples]:
-                lines.append(f"| `{md_code(ex['example_id'])}` | {esc(ex['label'])} | {esc(ex['base_pred'])} | "
-                             f"{esc(ex['candidate_pred'])} | {esc(ex['text'], 120)} |")
-            lines.append("")
-        types = comp["error_types"]
-        lines += ["### Error types", ""]
-        if types is None:
-            lines += ["_No labels database: label the baseline in the app and apply its taxonomy to the candidate "
-                      "(`erroranalysis apply-taxonomy`) to see error types before and after._", ""]
-        elif not types:
-            lines += ["_No error types labeled in these runs yet._", ""]
-        else:
-            lines += ["| error type | baseline failures | fixed | still failing | candidate failures | of them "
-                      "suggested | delta |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-            for r in types:
-                after = "–" if r["candidate"] is None else f"{r['candidate'] + r['candidate_suggested']:,}"
-                pending = "–" if r["candidate_suggested"] is None else f"{r['candidate_suggested']:,}"
-                delta = "–" if r["delta"] is None else f"{r['delta']:+d}"
-                lines.append(f"| {esc(r['name'], 60)} | {r['base']:,} | {r['fixed']:,} | {r['still_failing']:,} | "
-                             f"{after} | {pending} | {delta} |")
-            lines.append("")
-            if types[0]["candidate"] is None:
-                lines += [f"_{esc(comp['candidate'])} has no labels yet: apply the baseline's taxonomy to it "
-                          "(`erroranalysis apply-taxonomy`) to count its failures per error type._", ""]
-        cl = comp["clusters"]
-        lines += ["### Clusters", ""]
-        if not cl["available"]:
-            lines += [f"_Not compared: {esc(cl['reason'])}._", ""]
-        else:
-            lines.append(f"{len(cl['persisted'])} persisted, {len(cl['vanished'])} vanished, {len(cl['appeared'])} "
-                         f"appeared (matched by shared still-failing members, overlap >= {cl['min_overlap']}).")
-            lines.append("")
-            for r in cl["vanished"][:examples]:
-                lines.append(f"- vanished: #{r['cluster_id']} {esc(r['name'], 80)} ({r['size']:,} failures, "
-                             f"{r['share_fixed']:.0%} fixed)")
-            for r in cl["appeared"][:examples]:
-                lines.append(f"- appeared: #{r['cluster_id']} {esc(r['name'], 80)} ({r['size']:,} failures, "
-                             f"{r['share_broken']:.0%} newly broken)")
-            for r in cl["persisted"][:examples]:
-                lines.append(f"- persisted: #{r['base_id']} {esc(r['base_name'], 60)} → #{r['candidate_id']} "
-                             f"({r['base_size']:,} → {r['candidate_size']:,} failures)")
-            lines.append("")
-    lines.append(f"<sub>erroranalysis {esc(doc['tool']['version'])} · compare schema v{doc['schema_version']} · "
-                 f"{esc(doc['generated'])}</sub>")
-    return "\n".join(lines) + "\n"
-
-
-def write_report(report: Report, out: str | Path) -> list[Path]:
-    """compare.json, compare.md and compare_examples.parquet in folder `out`, all three or none."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: exists and is not a folder; pass a folder to --out.")
-    if (out / runs.MANIFEST).is_file():
-        raise UserError(f"{out}: is a run directory; write the comparison to another folder.")
-    text_json = to_json(report.doc)
-    text_md = to_markdown(report.doc)
-    paths = [out / name for name in REPORT_FILES]
-    with runs.atomic_files(*paths) as (tj, tm, tp):
-        tj.write_text(text_json, encoding="utf-8")
-        tm.write_text(text_md, encoding="utf-8")
-        report.examples.to_parquet(tp, index=False)
-    return paths
+        return moved_attribute("compare", name, _MOVED[name])
+    raise AttributeError(f"module 'erroranalysis.compare' has no attribute {name!r}")

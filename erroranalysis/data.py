@@ -16,10 +16,21 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.errors import DataError, preview, where
-from erroranalysis.runs import CORE_COLUMNS
+from erroranalysis.rundir import CORE_COLUMNS
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass
+class DataOptions:
+    """How to read the eval set (the CLI's --text-column, --label-column, ... options)."""
+
+    text_column: str = "text"
+    label_column: str = "label"
+    id_column: str | None = None
+    encoding: str = "utf-8"
+    split: str | None = None
 
 
 @dataclass

@@ -28,8 +28,9 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from erroranalysis import runs
-from erroranalysis.errors import DataError, ModelError, RunError, check_param
+from erroranalysis import rundir
+from erroranalysis.errors import DataError, ModelError, RunError
+from erroranalysis.validation import check_param
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -126,7 +127,7 @@ class EmbeddingCache:
                 with open(p, "wb") as f:
                     np.savez(f, hashes=hashes, vectors=np.asarray(vectors, dtype=np.float32))
 
-            runs.atomic_write(self.folder / name, _save)
+            rundir.atomic_write(self.folder / name, _save)
             if len(shards) >= self.max_shards:
                 for shard in shards:
                     shard.unlink(missing_ok=True)
@@ -278,17 +279,17 @@ class HiddenStatesEmbedder:
 
     key = "hidden_states"
 
-    def __init__(self, run: "runs.Run", n_rows: int):
+    def __init__(self, run: "rundir.Run", n_rows: int):
         states = run.hidden_states()
         if states is None:
-            raise RunError(f"{run.path}: no {runs.HIDDEN} (runs made by 'analyze' have none); "
+            raise RunError(f"{run.path}: no {rundir.HIDDEN} (runs made by 'analyze' have none); "
                            "use --embedder minilm or --embedder FILE.npy.")
-        _check_matrix(states, run.file(runs.HIDDEN))
+        _check_matrix(states, run.file(rundir.HIDDEN))
         if states.shape[0] != n_rows:
-            raise RunError(f"{run.file(runs.HIDDEN)}: {states.shape[0]} rows but {runs.PREDICTIONS} has {n_rows}; "
+            raise RunError(f"{run.file(rundir.HIDDEN)}: {states.shape[0]} rows but {rundir.PREDICTIONS} has {n_rows}; "
                            "re-run inference so both come from the same eval set.")
         self.states = states
-        self.source = run.file(runs.HIDDEN)
+        self.source = run.file(rundir.HIDDEN)
 
     def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
         positions = frame.index.to_numpy()
@@ -366,7 +367,7 @@ def _check_matrix(vectors: np.ndarray, path: Path) -> None:
         raise DataError(f"{path}: contains NaN or infinite values; fix the vectors that produced them.")
 
 
-def resolve_embedder(spec, run: "runs.Run", predictions, *, cache: bool = True,
+def resolve_embedder(spec, run: "rundir.Run", predictions, *, cache: bool = True,
                      cache_dir: str | Path | None = None, batch_size: int = 32, device: str = "auto") -> Embedder:
     """`minilm` | `hidden` | a path to a .npy file | an object with `embed(frame)` and `key`."""
     if hasattr(spec, "embed"):
@@ -390,7 +391,7 @@ def describe(embedder: Embedder) -> dict:
         return {"name": "minilm", "key": embedder.key, "model": "sentence-transformers/all-MiniLM-L6-v2",
                 "pooling": "mean", "normalized": True, "max_length": embedder.max_length}
     if isinstance(embedder, HiddenStatesEmbedder):
-        return {"name": "hidden", "key": embedder.key, "source": runs.HIDDEN, "pooling": "mean", "normalized": False}
+        return {"name": "hidden", "key": embedder.key, "source": rundir.HIDDEN, "pooling": "mean", "normalized": False}
     if isinstance(embedder, PrecomputedEmbedder):
         return {"name": "file", "key": embedder.key, "source": str(embedder.path),
                 "ids_from": str(embedder.sidecar) if embedder.sidecar else "row order"}

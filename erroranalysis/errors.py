@@ -1,7 +1,8 @@
 """One exception hierarchy for the whole tool.
 
 A `UserError` is the user's to fix: its message is a single line that names the file, line, column or value
-and says how to fix it. The CLI prints it and exits 2. Anything else is our bug and exits 1.
+and says how to fix it. The CLI prints it and exits 2. Anything else is our bug and exits 1. Parameter checks
+live in `erroranalysis.validation`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ class RunError(UserError):
 
 
 class ParameterError(UserError):
-    """A parameter value out of its allowed range."""
+    """A parameter value out of its allowed range. `param` names the parameter, so the CLI can name its flag."""
+
+    def __init__(self, param: str, value, expected: str):
+        self.param, self.value, self.expected = param, value, expected
+        super().__init__(f"{param}={value!r} is invalid: expected {expected}.")
 
 
 def where(path: str | Path, line: int | None = None, column: str | None = None) -> str:
@@ -47,14 +52,16 @@ def where(path: str | Path, line: int | None = None, column: str | None = None) 
     return ", ".join(parts)
 
 
-def check_param(name: str, value, ok: bool, expected: str) -> None:
-    """Raise a ParameterError in the one message format used for every parameter."""
-    if not ok:
-        raise ParameterError(f"{name}={value!r} is invalid: expected {expected}.")
-
-
 def preview(values, limit: int = 5) -> str:
     """A short, readable list of values for error messages."""
     values = list(values)
     shown = ", ".join(repr(v) for v in values[:limit])
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+def __getattr__(name: str):
+    if name == "check_param":  # moved in 0.2
+        from erroranalysis._compat import moved_attribute
+
+        return moved_attribute("errors", name, "validation")
+    raise AttributeError(f"module 'erroranalysis.errors' has no attribute {name!r}")

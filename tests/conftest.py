@@ -64,7 +64,8 @@ def eval_jsonl(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_run(tiny_checkpoint, tmp_path_factory) -> Path:
     """A finished run (inference + metrics, no clustering) of the tiny checkpoint over the tiny eval set."""
-    from erroranalysis.pipeline import AfterOptions, DataOptions, InferOptions, run_checkpoint
+    from erroranalysis.stages.after import AfterOptions
+    from erroranalysis.stages.infer import DataOptions, InferOptions, run_checkpoint
 
     folder = tmp_path_factory.mktemp("tiny_run")
     data = write_jsonl(folder / "eval.jsonl", eval_rows())

@@ -7,11 +7,20 @@ import json
 import pandas as pd
 import pytest
 
-from erroranalysis import checkers
-from erroranalysis.checkers import (CHECKERS, UNPARSEABLE, CheckContext, default_checks, extract_json, extract_label,
-                                    normalize, parse_check_names, parse_regex, parse_schema, parse_tool_call,
-                                    parse_tools, prepare_columns, run_checks)
 from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.infer import output_cells, output_checks
+from erroranalysis.infer.output_cells import parse_check_names, parse_regex, parse_schema, parse_tools, prepare_columns
+from erroranalysis.infer.output_checks import (
+    CHECKERS,
+    UNPARSEABLE,
+    CheckContext,
+    default_checks,
+    extract_json,
+    extract_label,
+    normalize,
+    parse_tool_call,
+    run_checks,
+)
 
 LABELS = ["business", "sport", "tech"]
 SCHEMA = {"type": "object", "properties": {"label": {"type": "string", "enum": LABELS}}, "required": ["label"],
@@ -189,7 +198,7 @@ def test_prepare_columns_regex_and_global_pattern():
     assert [p.pattern for p in parsed["regex"]] == [r"\d", "^x"]
     with pytest.raises(DataError, match=r"p.csv, line 2, column 'regex': not a valid regular expression"):
         prepare_columns(pd.DataFrame({"regex": ["a", "("]}), source="p.csv", columns={"regex": "regex"})
-    with pytest.raises(ParameterError, match=r"--regex '\(': not a valid"):
+    with pytest.raises(ParameterError, match=r"regex='\(' is invalid: expected a valid regular expression"):
         prepare_columns(pd.DataFrame({"x": [1]}), source="p.csv", columns={}, regex="(")
 
 
@@ -201,9 +210,9 @@ def test_default_checks():
 
 
 def test_check_names_parameter_error():
-    assert checkers.check_names("exact,json") == ["exact", "json"]
-    with pytest.raises(ParameterError, match="--checks 'nope' is invalid"):
-        checkers.check_names("nope")
+    assert output_cells.check_names("exact,json") == ["exact", "json"]
+    with pytest.raises(ParameterError, match="checks='nope' is invalid"):
+        output_cells.check_names("nope")
 
 
 def test_run_checks_columns_and_failure_reason():
@@ -229,14 +238,14 @@ def test_run_checks_columns_and_failure_reason():
 def test_run_checks_without_labels_and_bad_arguments():
     out = run_checks(["a"], [{"reference": "a"}], ["exact"])
     assert out["pred"].isna().all() and out["passed"].tolist() == [True]
-    with pytest.raises(ParameterError, match="rows has 0 entries"):
+    with pytest.raises(ParameterError, match="rows=0 is invalid"):
         run_checks(["a"], [], ["exact"])
     with pytest.raises(ParameterError, match="checks='nope' is invalid"):
         run_checks(["a"], [{}], ["nope"])
 
 
 def test_register_a_custom_checker():
-    @checkers.register("short", description="at most 3 words")
+    @output_checks.register("short", description="at most 3 words")
     def short(output, row, ctx):
         return len(output.split()) <= 3, "short: too long"
 

@@ -8,11 +8,18 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from erroranalysis import runs
-from erroranalysis.checks_stage import (CHECK_COLUMNS, CHECKS, CHECKS_JSON, checks_run, label_issue_share,
-                                        read_checks, read_checks_report)
+from erroranalysis import rundir
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ParameterError, RunError
+from erroranalysis.stages.checks import (
+    CHECK_COLUMNS,
+    CHECKS,
+    CHECKS_JSON,
+    checks_run,
+    label_issue_share,
+    read_checks,
+    read_checks_report,
+)
 
 LABELS = ["business", "sport", "tech"]
 
@@ -51,11 +58,11 @@ def make_run(path, *, n=300, n_flips=20, probs=True, seed=0):
         "example_id": [f"ex{i}" for i in range(n)], "text": texts, "label": names[given], "pred": pred,
         "correct": names[given] == pred, "confidence": p.max(1), "loss": np.float32(0.1),
         "n_tokens": np.int32(16), "truncated": False})
-    run = runs.Run.create(path, task="classification", labels=LABELS,
+    run = rundir.Run.create(path, task="classification", labels=LABELS,
                           data={"columns": {"text": "body", "label": "topic", "id": None}, "metadata_columns": []})
-    runs.write_parquet(run.file(runs.PREDICTIONS), frame)
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
     if probs:
-        runs.write_npy(run.file(runs.PROBS), p)
+        rundir.write_npy(run.file(rundir.PROBS), p)
     with run.stage("infer"):
         pass
     return run, set(flipped.tolist()) | {1}, texts, names[true]
@@ -164,12 +171,12 @@ def test_bad_parameters_and_runs(tmp_path):
         checks_run(run.path, train=tmp_path / "missing.jsonl", embedder="none")
     with pytest.raises(RunError, match="no such run directory"):
         checks_run(tmp_path / "nope")
-    runs.write_npy(run.file(runs.PROBS), np.ones((5, 3), dtype=np.float32) / 3)
+    rundir.write_npy(run.file(rundir.PROBS), np.ones((5, 3), dtype=np.float32) / 3)
     with pytest.raises(DataError, match=r"shape \(5, 3\), expected \(30, 3\)"):
         checks_run(run.path, embedder="none")
     nan = np.full((30, 3), 1 / 3, dtype=np.float32)
     nan[4, 1] = np.nan
-    runs.write_npy(run.file(runs.PROBS), nan)
+    rundir.write_npy(run.file(rundir.PROBS), nan)
     with pytest.raises(DataError, match="row 4, class 'sport': probability nan is not a finite number"):
         checks_run(run.path, embedder="none")
     assert "checks" not in run.manifest["stages"]
@@ -214,4 +221,4 @@ def test_cli(tmp_path):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'body'" in lines[0]
     result = CliRunner().invoke(app, ["checks", str(run.path), "--embedder", "x"])
-    assert result.exit_code == 2 and "embedder='x' is invalid" in result.output
+    assert result.exit_code == 2 and "--embedder 'x' is invalid" in result.output

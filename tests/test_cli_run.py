@@ -9,13 +9,12 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import eval_rows, write_jsonl
 from typer.testing import CliRunner
 
-from erroranalysis import runs
+from erroranalysis import rundir
 from erroranalysis.cli.app import app
-from erroranalysis.runs import Run
-
-from conftest import eval_rows, write_jsonl
+from erroranalysis.rundir import Run
 
 runner = CliRunner()
 
@@ -48,7 +47,7 @@ def test_run_writes_a_complete_run(tiny_checkpoint, tmp_path):
     assert manifest["data"]["rows"] == 30 and manifest["data"]["metadata_columns"] == ["source", "stars"]
     assert len(manifest["model"]["weights_sha256"]) == 64
     preds = run.predictions()
-    assert list(preds.columns) == list(runs.CORE_COLUMNS) + ["source", "stars"]
+    assert list(preds.columns) == list(rundir.CORE_COLUMNS) + ["source", "stars"]
     assert preds["example_id"].tolist() == [f"ex{i:03d}" for i in range(30)]
     probs = run.probs()
     assert probs.shape == (30, 3) and probs.dtype == np.float32
@@ -104,10 +103,10 @@ def test_bad_model_leaves_no_run(tmp_path, eval_jsonl):
 def test_bad_parameter_marks_stage_failed(tiny_checkpoint, tmp_path, eval_jsonl):
     out = tmp_path / "run"
     assert_user_error(invoke("run", "--model", tiny_checkpoint, "--data", eval_jsonl, "--out", out,
-                             "--batch-size", "0"), r"batch_size=0 is invalid")
+                             "--batch-size", "0"), r"--batch-size 0 is invalid")
     run = Run.open(out)
     assert run.stage_status("infer") == "failed"
-    assert not run.has(runs.PREDICTIONS) and not run.has(runs.METRICS)
+    assert not run.has(rundir.PREDICTIONS) and not run.has(rundir.METRICS)
     assert not list(out.glob(".*.tmp"))
 
 
@@ -149,9 +148,9 @@ def test_analyze_probabilities_must_sum_to_one(tmp_path):
 
 
 def test_metrics_recomputes_the_same(tiny_run):
-    before = json.loads((tiny_run / runs.METRICS).read_text())
+    before = json.loads((tiny_run / rundir.METRICS).read_text())
     assert invoke("metrics", tiny_run).exit_code == 0
-    assert json.loads((tiny_run / runs.METRICS).read_text()) == before
+    assert json.loads((tiny_run / rundir.METRICS).read_text()) == before
 
 
 def test_show_on_a_folder_that_is_not_a_run(tmp_path):

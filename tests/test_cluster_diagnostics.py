@@ -5,23 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from erroranalysis import runs
-from erroranalysis.checks_stage import CHECKS
-from erroranalysis.cluster_stage import with_other_stages
-from erroranalysis.runs import Run
+from erroranalysis import rundir
+from erroranalysis.rundir import Run
+from erroranalysis.stages.checks import CHECKS
+from erroranalysis.stages.cluster import with_other_stages
 
 
 def make_run(tmp_path, *, slices: bool, checks: bool) -> Run:
     run = Run.create(tmp_path / "run", task="classification", labels=["a", "b"])
     if slices:
         with run.stage("slices"):
-            runs.write_parquet(run.file(runs.SLICES), pd.DataFrame(
+            rundir.write_parquet(run.file(rundir.SLICES), pd.DataFrame(
                 {"slice_id": [0, 1], "description": ['text contains "rain"', 'source == "app"']}))
-            runs.write_parquet(run.file(runs.SLICE_MEMBERS), pd.DataFrame(
+            rundir.write_parquet(run.file(rundir.SLICE_MEMBERS), pd.DataFrame(
                 {"example_id": ["f0", "f1", "f2", "f3", "f5"], "slice_id": [0, 0, 0, 1, 1]}))
     if checks:
         with run.stage("checks"):
-            runs.write_parquet(run.file(CHECKS), pd.DataFrame(
+            rundir.write_parquet(run.file(CHECKS), pd.DataFrame(
                 {"example_id": [f"f{i}" for i in range(6)], "label_issue": [False, False, False, True, True, False]}))
     return run
 

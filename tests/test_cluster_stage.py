@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from erroranalysis import runs
-from erroranalysis.cluster_stage import cluster_run, name_run
+from erroranalysis import rundir
 from erroranalysis.errors import DataError, ParameterError, RunError
+from erroranalysis.stages.cluster import cluster_run, name_run
 
 LABELS = ["business", "sport", "culture"]
 WORDS = {"business": ["market", "shares", "profit", "bank", "economy"],
@@ -22,7 +22,7 @@ PLANTED = {"oil": ("business", "sport", ["oil", "barrel", "crude", "opec"]),
 
 @pytest.fixture(autouse=True)
 def _cache_in_tmp(tmp_path, monkeypatch):
-    from erroranalysis.clustering import numba_cache_dir
+    from erroranalysis.cluster import numba_cache_dir
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", os.environ.get("NUMBA_CACHE_DIR") or str(numba_cache_dir()))
     monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
@@ -50,13 +50,13 @@ def synthetic(n: int = 600, seed: int = 0, d: int = 24):
     return pd.DataFrame(rows), np.array(vectors, dtype=np.float32)
 
 
-def make_run(path: Path, frame=None, vectors=None, *, hidden: bool = True, stage: str = "infer") -> runs.Run:
+def make_run(path: Path, frame=None, vectors=None, *, hidden: bool = True, stage: str = "infer") -> rundir.Run:
     if frame is None:
         frame, vectors = synthetic()
-    run = runs.Run.create(path, task="classification", labels=LABELS)
-    runs.write_parquet(run.file(runs.PREDICTIONS), frame)
+    run = rundir.Run.create(path, task="classification", labels=LABELS)
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
     if hidden and vectors is not None:
-        runs.write_npy(run.file(runs.HIDDEN), vectors)
+        rundir.write_npy(run.file(rundir.HIDDEN), vectors)
     if stage:
         with run.stage(stage):
             pass
@@ -77,8 +77,8 @@ def best_f1(truth, labels, group) -> float:
     return best
 
 
-def snapshot(run: runs.Run) -> dict:
-    files = [runs.EMBEDDINGS, runs.EMBEDDINGS_META, runs.CLUSTERS, runs.ASSIGNMENTS]
+def snapshot(run: rundir.Run) -> dict:
+    files = [rundir.EMBEDDINGS, rundir.EMBEDDINGS_META, rundir.CLUSTERS, rundir.ASSIGNMENTS]
     out = {name: run.file(name).read_bytes() for name in files if run.has(name)}
     out["stage"] = json.dumps(run.manifest["stages"].get("cluster"), sort_keys=True)
     return out
@@ -92,13 +92,13 @@ def test_writes_all_artifacts(tmp_path):
     assert summary["n_failures"] == len(failures) and summary["n_examples"] == len(predictions)
     assert summary["method"] == "hdbscan" and summary["n_clusters"] >= 2
 
-    vectors = np.load(run.file(runs.EMBEDDINGS))
-    meta = json.loads(run.file(runs.EMBEDDINGS_META).read_text())
+    vectors = np.load(run.file(rundir.EMBEDDINGS))
+    meta = json.loads(run.file(rundir.EMBEDDINGS_META).read_text())
     assert vectors.shape == (len(failures), 24) and vectors.dtype == np.float32
     assert meta["example_ids"] == failures["example_id"].tolist()
     assert meta["rows"] == len(failures) and meta["dim"] == 24 and meta["embedder"]["name"] == "hidden"
 
-    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    assignments = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
     assert list(assignments.columns) == ["example_id", "cluster_id", "failure", "membership", "reassigned", "tier",
                                          "local_error_rate", "x", "y"]
     assert assignments["example_id"].tolist() == predictions["example_id"].tolist()
@@ -106,7 +106,7 @@ def test_writes_all_artifacts(tmp_path):
     assert (assignments.loc[~assignments["failure"], "cluster_id"] == -1).all()
     assert np.isfinite(assignments[["x", "y"]].to_numpy()).all()
 
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     assert clusters["cluster_id"].tolist() == list(range(len(clusters)))
     assert clusters["size"].is_monotonic_decreasing
     counts = assignments[assignments["cluster_id"] >= 0].groupby("cluster_id").size()
@@ -121,8 +121,8 @@ def test_planted_groups_recovered_and_named(tmp_path):
     frame, vectors = synthetic(seed=1)
     run = make_run(tmp_path / "run", frame, vectors)
     cluster_run(run.path, **FAST)
-    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS)).set_index("cluster_id")
+    assignments = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS)).set_index("cluster_id")
     fail = assignments["failure"].to_numpy()
     truth = frame["planted"].to_numpy()[fail]
     labels = assignments["cluster_id"].to_numpy()[fail]
@@ -139,10 +139,10 @@ def test_planted_groups_recovered_and_named(tmp_path):
 def test_recluster_with_other_settings_replaces_results(tmp_path):
     run = make_run(tmp_path / "run")
     cluster_run(run.path, **FAST)
-    first = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    first = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
     cluster_run(run.path, embedder="hidden", reducer="none", layout="none", min_cluster_size=40, error_aware=False,
                 assign_noise=None, seed=5)
-    second = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    second = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
     assert len(first) == len(second)
     assert second["x"].isna().all()
     assert set(second["tier"][second["failure"]]) == {"all"}
@@ -159,9 +159,9 @@ def test_precomputed_file_embedder(tmp_path):
     assert summary["embedder"] == "file"
     # vectors for the failures only, rows named by a sidecar (the format of a run's own embeddings.json)
     other = make_run(tmp_path / "other", frame, vectors, hidden=False)
-    summary2 = cluster_run(other.path, embedder=str(run.file(runs.EMBEDDINGS)), reducer="pca", layout="pca")
+    summary2 = cluster_run(other.path, embedder=str(run.file(rundir.EMBEDDINGS)), reducer="pca", layout="pca")
     assert summary2["n_failures"] == summary["n_failures"]
-    assignments = pd.read_parquet(other.file(runs.ASSIGNMENTS))
+    assignments = pd.read_parquet(other.file(rundir.ASSIGNMENTS))
     assert assignments.loc[~assignments["failure"], "x"].isna().all()  # no vectors for the correct examples
     assert set(assignments["tier"][assignments["failure"]]) == {"all"}
 
@@ -173,10 +173,10 @@ def test_no_failures(tmp_path):
     run = make_run(tmp_path / "run", frame, vectors)
     summary = cluster_run(run.path, **FAST)
     assert summary["n_failures"] == 0 and summary["n_clusters"] == 0 and summary["method"] == "empty"
-    assert len(pd.read_parquet(run.file(runs.CLUSTERS))) == 0
-    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    assert len(pd.read_parquet(run.file(rundir.CLUSTERS))) == 0
+    assignments = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
     assert len(assignments) == 60 and (assignments["cluster_id"] == -1).all()
-    assert np.load(run.file(runs.EMBEDDINGS)).shape[0] == 0
+    assert np.load(run.file(rundir.EMBEDDINGS)).shape[0] == 0
     assert run.stage_status("cluster") == "done"
 
 
@@ -188,7 +188,7 @@ def test_handful_of_failures_grouped_by_pair(tmp_path):
     run = make_run(tmp_path / "run", frame, vectors)
     summary = cluster_run(run.path, **FAST)
     assert summary["method"] == "confusion_pairs" and "grouped by confusion pair" in summary["note"]
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     assert all(len(c) == 1 for c in clusters["top_confusions"])
     assert clusters["size"].sum() == 7
 
@@ -196,11 +196,11 @@ def test_handful_of_failures_grouped_by_pair(tmp_path):
 def test_name_run_renames_without_reclustering(tmp_path):
     run = make_run(tmp_path / "run")
     cluster_run(run.path, **FAST)
-    before = run.file(runs.ASSIGNMENTS).read_bytes()
-    clusters_before = pd.read_parquet(run.file(runs.CLUSTERS))
+    before = run.file(rundir.ASSIGNMENTS).read_bytes()
+    clusters_before = pd.read_parquet(run.file(rundir.CLUSTERS))
     summary = name_run(run.path, n_keywords=2, n_exemplars=1)
-    after = pd.read_parquet(run.file(runs.CLUSTERS))
-    assert run.file(runs.ASSIGNMENTS).read_bytes() == before
+    after = pd.read_parquet(run.file(rundir.CLUSTERS))
+    assert run.file(rundir.ASSIGNMENTS).read_bytes() == before
     assert after["cluster_id"].tolist() == clusters_before["cluster_id"].tolist()
     assert after["size"].tolist() == clusters_before["size"].tolist()
     assert all(len(k) <= 2 for k in after["keywords"]) and all(len(e) == 1 for e in after["exemplar_ids"])
@@ -245,13 +245,13 @@ def test_hidden_states_missing(tmp_path):
     run = make_run(tmp_path / "run", frame, vectors, hidden=False)
     with pytest.raises(RunError, match="no hidden_states.npy"):
         cluster_run(run.path, **FAST)
-    assert not run.has(runs.CLUSTERS) and "cluster" not in run.manifest["stages"]
+    assert not run.has(rundir.CLUSTERS) and "cluster" not in run.manifest["stages"]
 
 
 def test_run_without_predictions(tmp_path):
     with pytest.raises(RunError, match="no such run directory"):
         cluster_run(tmp_path / "nope", **FAST)
-    run = runs.Run.create(tmp_path / "empty", task="classification", labels=LABELS)
+    run = rundir.Run.create(tmp_path / "empty", task="classification", labels=LABELS)
     with pytest.raises(RunError, match="stage 'infer' was not run"):
         cluster_run(run.path, **FAST)
     with run.stage("infer"):
@@ -306,8 +306,8 @@ def test_tiny_checkpoint_run_with_hidden_states(tiny_run, tmp_path):
     shutil.copytree(tiny_run, path)
     summary = cluster_run(path, **FAST)
     assert summary["n_examples"] == 60
-    assert pd.read_parquet(path / runs.ASSIGNMENTS)["example_id"].tolist() == \
-        pd.read_parquet(path / runs.PREDICTIONS)["example_id"].tolist()
+    assert pd.read_parquet(path / rundir.ASSIGNMENTS)["example_id"].tolist() == \
+        pd.read_parquet(path / rundir.PREDICTIONS)["example_id"].tolist()
 
 
 # -- CLI --------------------------------------------------------------------------------------------------------
@@ -341,15 +341,15 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     result = cli("cluster", str(run.path), "--embedder", "hidden", "--min-cluster-size", "1")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "error: --min-cluster-size=1 is invalid: expected an integer >= 2."]
+        "error: --min-cluster-size 1 is invalid: expected an integer >= 2."]
     result = cli("cluster", str(run.path), "--group-purity", "1.5")
     assert result.exit_code == 2
-    assert result.output.strip().splitlines() == ["error: --group-purity=1.5 is invalid: expected a number in [0, 1]."]
+    assert result.output.strip().splitlines() == ["error: --group-purity 1.5 is invalid: expected a number in [0, 1]."]
     result = cli("cluster", str(tmp_path / "nope"))
     assert result.exit_code == 2 and result.output.startswith("error: ")
     result = cli("cluster", str(run.path), "--embedder", str(tmp_path / "missing.npy"))
     assert result.exit_code == 2 and "no such embeddings file" in result.output
-    assert not run.has(runs.CLUSTERS)
+    assert not run.has(rundir.CLUSTERS)
 
 
 def test_cli_module_imports_stay_light():
@@ -414,14 +414,14 @@ def test_minilm_umap_end_to_end_and_cache(tmp_path, monkeypatch):
     run = make_run(tmp_path / "run", frame, None, hidden=False)
     summary = cluster_run(run.path, seed=0)
     assert summary["embedder"] == "minilm"
-    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    assignments = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
     fail = assignments["failure"].to_numpy()
     truth = frame["planted"].to_numpy()[fail]
     labels = assignments["cluster_id"].to_numpy()[fail]
     for group in ("oil", "tennis"):
         assert best_f1(truth, labels, group) > 0.8
     assert np.isfinite(assignments[["x", "y"]].to_numpy()).all()
-    assert np.allclose(np.linalg.norm(np.load(run.file(runs.EMBEDDINGS)), axis=1), 1, atol=1e-4)
+    assert np.allclose(np.linalg.norm(np.load(run.file(rundir.EMBEDDINGS)), axis=1), 1, atol=1e-4)
 
     # re-clustering never re-embeds: the cache answers every text
     from erroranalysis.embedding import MiniLMEmbedder
@@ -440,10 +440,10 @@ def test_name_run_keeps_other_stages_columns(tmp_path):
     predictions = run.predictions()
     failing = predictions.loc[~predictions["correct"], "example_id"].tolist()
     with run.stage("slices"):
-        runs.write_parquet(run.file(runs.SLICES), pd.DataFrame({"slice_id": [0], "description": ["all failures"]}))
-        runs.write_parquet(run.file(runs.SLICE_MEMBERS), pd.DataFrame({"example_id": failing, "slice_id": 0}))
+        rundir.write_parquet(run.file(rundir.SLICES), pd.DataFrame({"slice_id": [0], "description": ["all failures"]}))
+        rundir.write_parquet(run.file(rundir.SLICE_MEMBERS), pd.DataFrame({"example_id": failing, "slice_id": 0}))
     name_run(run.path)
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     assert all(list(s) == ["all failures (100%)"] for s in clusters["slices"])
 
 
@@ -462,30 +462,30 @@ def with_concept(frame: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 
 
 def test_scattered_slice_becomes_its_own_cluster(tmp_path):
-    from erroranalysis.slice_stage import slices_run
+    from erroranalysis.stages.slices import slices_run
 
     frame, vectors = synthetic(n=900, seed=2)
     frame = with_concept(frame)
     run = make_run(tmp_path / "run", frame.drop(columns="planted"), vectors)  # the truth is no metadata
     slices_run(run.path, merge=False)
-    slices = pd.read_parquet(run.file(runs.SLICES))
+    slices = pd.read_parquet(run.file(rundir.SLICES))
     weather = int(slices.loc[slices["description"] == 'text contains "weather"', "slice_id"].iloc[0])
 
     cluster_run(run.path, **FAST, slice_groups=False)
-    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
+    assignments = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
     fail = assignments["failure"].to_numpy()
     truth = frame["planted"].to_numpy()[fail]
     assert best_f1(truth, assignments["cluster_id"].to_numpy()[fail], "weather") < 0.6  # scattered by topic
-    assert pd.read_parquet(run.file(runs.CLUSTERS))["slice_id"].isna().all()
+    assert pd.read_parquet(run.file(rundir.CLUSTERS))["slice_id"].isna().all()
 
     summary = cluster_run(run.path, **FAST)
-    assignments = pd.read_parquet(run.file(runs.ASSIGNMENTS))
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    assignments = pd.read_parquet(run.file(rundir.ASSIGNMENTS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     labels = assignments["cluster_id"].to_numpy()[fail]
     row = clusters[clusters["slice_id"].notna()]
     assert len(row) == 1 and int(row["slice_id"].iloc[0]) == weather
     c = int(row["cluster_id"].iloc[0])
-    in_slice = set(pd.read_parquet(run.file(runs.SLICE_MEMBERS)).query("slice_id == @weather")["example_id"])
+    in_slice = set(pd.read_parquet(run.file(rundir.SLICE_MEMBERS)).query("slice_id == @weather")["example_id"])
     ids = assignments["example_id"].to_numpy()[fail]
     assert set(ids[labels == c]) == {i for i in ids if i in in_slice}  # exactly the slice's failures
     assert best_f1(truth, labels, "weather") > 0.95
@@ -499,14 +499,14 @@ def test_scattered_slice_becomes_its_own_cluster(tmp_path):
     assert any(s["kind"] == "slice" for s in summary["clusters"])
 
     name_run(run.path)  # renaming keeps the slice cluster's definition as its name
-    again = pd.read_parquet(run.file(runs.CLUSTERS)).set_index("cluster_id")
+    again = pd.read_parquet(run.file(rundir.CLUSTERS)).set_index("cluster_id")
     assert again.loc[c, "name"] == row["name"].iloc[0] and again.loc[c, "slice"] == 'text contains "weather"'
 
 
 def test_slice_groups_without_slices_stage(tmp_path):
     run = make_run(tmp_path / "run")
     summary = cluster_run(run.path, **FAST)  # on by default, nothing to do
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     assert clusters["slice_id"].isna().all() and "slice" not in set(clusters["kind"])
     assert summary["n_clusters"] >= 2
 
@@ -516,8 +516,8 @@ def test_broken_slices_file_is_a_one_line_error(tmp_path):
     cluster_run(run.path, **FAST)
     before = snapshot(run)
     with run.stage("slices"):
-        runs.write_parquet(run.file(runs.SLICES), pd.DataFrame({"slice_id": [0], "description": ["x"]}))
-        runs.write_parquet(run.file(runs.SLICE_MEMBERS), pd.DataFrame({"example_id": ["ex0001"], "slice_id": [0]}))
+        rundir.write_parquet(run.file(rundir.SLICES), pd.DataFrame({"slice_id": [0], "description": ["x"]}))
+        rundir.write_parquet(run.file(rundir.SLICE_MEMBERS), pd.DataFrame({"example_id": ["ex0001"], "slice_id": [0]}))
     with pytest.raises(DataError, match=r"slices\.parquet: missing column\(s\) .*--no-slice-groups"):
         cluster_run(run.path, **FAST)
     after = snapshot(run)
@@ -528,11 +528,11 @@ def test_broken_slices_file_is_a_one_line_error(tmp_path):
 def test_name_run_on_a_clustering_from_before_slice_clusters(tmp_path):
     run = make_run(tmp_path / "run")
     cluster_run(run.path, **FAST)
-    old = pd.read_parquet(run.file(runs.CLUSTERS)).drop(columns=["slice_id", "slice"])
-    runs.write_parquet(run.file(runs.CLUSTERS), old)
+    old = pd.read_parquet(run.file(rundir.CLUSTERS)).drop(columns=["slice_id", "slice"])
+    rundir.write_parquet(run.file(rundir.CLUSTERS), old)
     name_run(run.path)
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     assert clusters["slice_id"].isna().all() and clusters["name"].tolist() == old["name"].tolist()
-    run.file(runs.CLUSTERS).write_bytes(b"not parquet")  # a damaged file is rebuilt, not an error
+    run.file(rundir.CLUSTERS).write_bytes(b"not parquet")  # a damaged file is rebuilt, not an error
     name_run(run.path)
-    assert pd.read_parquet(run.file(runs.CLUSTERS))["name"].tolist() == old["name"].tolist()
+    assert pd.read_parquet(run.file(rundir.CLUSTERS))["name"].tolist() == old["name"].tolist()

@@ -2,9 +2,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from erroranalysis.clustering import (ConfusionPairFeature, FailureClustering, HDBSCANClusterer, NoReducer,
-                                      PCAReducer, cluster_failures, default_min_cluster_size, group_scatter,
-                                      knn_cosine, layout_2d, local_error_rate, relabel_by_size, take_out_groups)
+from erroranalysis.cluster import (
+    ConfusionPairFeature,
+    FailureClustering,
+    HDBSCANClusterer,
+    NoReducer,
+    PCAReducer,
+    cluster_failures,
+    default_min_cluster_size,
+    group_scatter,
+    knn_cosine,
+    layout_2d,
+    local_error_rate,
+    relabel_by_size,
+    take_out_groups,
+)
 from erroranalysis.errors import DataError, ParameterError
 
 LABELS = ["alpha", "beta", "gamma"]

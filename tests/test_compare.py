@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from erroranalysis import compare, runs
+from erroranalysis import compare, compare_report, rundir, stages
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ParameterError, UserError
 from erroranalysis.labels import LabelStore
@@ -31,30 +31,30 @@ def write_run(path: Path, frame: pd.DataFrame, *, labels=LABELS, clusters: dict[
                        ("truncated", False)):
         if col not in frame.columns:
             frame[col] = value
-    run = runs.Run.create(path, overwrite=True, task="classification", labels=list(labels),
+    run = rundir.Run.create(path, overwrite=True, task="classification", labels=list(labels),
                           model={"path": f"checkpoints/{path.name}"},
                           data={"path": "data/eval.jsonl", "sha256": sha, "rows": len(frame)}, seed=0)
     with run.stage("infer"):
-        runs.write_parquet(run.file(runs.PREDICTIONS), frame)
+        rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
     if clusters is not None:
         ids = frame["example_id"].astype(str)
         cid = np.array([clusters.get(i, -1) for i in ids], dtype=np.int64)
         with run.stage("cluster"):
-            runs.write_parquet(run.file(runs.ASSIGNMENTS), pd.DataFrame({
+            rundir.write_parquet(run.file(rundir.ASSIGNMENTS), pd.DataFrame({
                 "example_id": ids, "cluster_id": cid, "failure": ~frame["correct"].to_numpy(),
                 "membership": np.float32(1.0), "x": np.float32(0), "y": np.float32(0)}))
             names = cluster_names or {}
             rows = [{"cluster_id": c, "size": int((cid == c).sum()), "name": names.get(c, f"cluster {c}"),
                      "keywords": ["w"], "top_confusions": [], "exemplar_ids": []} for c in sorted(set(cid) - {-1})]
-            runs.write_parquet(run.file(runs.CLUSTERS), pd.DataFrame(rows))
+            rundir.write_parquet(run.file(rundir.CLUSTERS), pd.DataFrame(rows))
     if vectors is not None:
         from erroranalysis import embedding
 
         emb = embedding.PrecomputedEmbedder(vectors, frame["example_id"].astype(str).tolist())
         fail = frame[~frame["correct"]]
         rows = emb.embed(fail)
-        runs.write_npy(run.file(runs.EMBEDDINGS), rows.astype(np.float32))
-        runs.write_json(run.file(runs.EMBEDDINGS_META), {"embedder": embedding.describe(emb), "dim": rows.shape[1],
+        rundir.write_npy(run.file(rundir.EMBEDDINGS), rows.astype(np.float32))
+        rundir.write_json(run.file(rundir.EMBEDDINGS_META), {"embedder": embedding.describe(emb), "dim": rows.shape[1],
                                                          "rows": len(fail),
                                                          "example_ids": fail["example_id"].astype(str).tolist()})
     return run
@@ -158,7 +158,7 @@ def test_match_clusters_follows_a_shrunk_cluster():
 
 def test_compare_counts_fixed_broken_and_still_failing(pair):
     base, cand = pair
-    report = compare.compare_runs(base, [cand], n_resamples=300)
+    report = stages.compare_runs(base, [cand], n_resamples=300)
     comp = report.doc["comparisons"][0]
     assert comp["counts"] == {"fixed": 20, "broken": 5, "still_failing": 10, "still_correct": 85,
                               "still_failing_other_pred": 5}
@@ -178,7 +178,7 @@ def test_compare_counts_fixed_broken_and_still_failing(pair):
 
 def test_compare_reports_clusters_that_vanished_appeared_or_persisted(pair):
     base, cand = pair
-    cl = compare.compare_runs(base, [cand], n_resamples=50).doc["comparisons"][0]["clusters"]
+    cl = stages.compare_runs(base, [cand], n_resamples=50).doc["comparisons"][0]["clusters"]
     assert cl["available"]
     assert [(r["base_id"], r["candidate_id"]) for r in cl["persisted"]] == [(1, 5)]
     assert [(r["cluster_id"], r["share_fixed"]) for r in cl["vanished"]] == [(0, 1.0)]
@@ -190,21 +190,21 @@ def test_error_types_before_and_after_come_from_the_labels_store(pair):
     store = LabelStore(base.parent / "labels.sqlite", user="alice")
     store.create_error_type("Sport jargon", severity="high")
     store.assign("base", [f"ex{i:03d}" for i in range(25)], "Sport jargon")  # 20 get fixed, 5 still fail
-    report = compare.compare_runs(base, [cand], n_resamples=50)
+    report = stages.compare_runs(base, [cand], n_resamples=50)
     types = report.doc["comparisons"][0]["error_types"]
     assert types == [{"name": "Sport jargon", "severity": "high", "base": 25, "fixed": 20, "still_failing": 5,
                       "candidate": None, "candidate_suggested": None, "delta": None}]
-    assert "has no labels yet" in compare.to_markdown(report.doc)
+    assert "has no labels yet" in compare_report.to_markdown(report.doc)
     store.assign("cand", ["ex020", "ex021"], "Sport jargon")
     store.assign("cand", ["ex100"], "Sport jargon", source="suggested")
-    types = compare.compare_runs(base, [cand], n_resamples=50).doc["comparisons"][0]["error_types"]
+    types = stages.compare_runs(base, [cand], n_resamples=50).doc["comparisons"][0]["error_types"]
     assert (types[0]["candidate"], types[0]["candidate_suggested"], types[0]["delta"]) == (2, 1, -22)
 
 
 def test_write_report_writes_json_markdown_and_examples(pair, tmp_path):
     base, cand = pair
-    report = compare.compare_runs(base, [cand], n_resamples=50)
-    paths = compare.write_report(report, tmp_path / "out")
+    report = stages.compare_runs(base, [cand], n_resamples=50)
+    paths = compare_report.write_report(report, tmp_path / "out")
     assert [p.name for p in paths] == list(compare.REPORT_FILES)
     doc = json.loads(paths[0].read_text(encoding="utf-8"))
     assert doc["format"] == compare.FORMAT and doc["schema_version"] == 1 and doc["baseline"] == "base"
@@ -216,12 +216,12 @@ def test_write_report_writes_json_markdown_and_examples(pair, tmp_path):
 
 def test_write_report_refuses_a_file_or_a_run_directory(pair, tmp_path):
     base, cand = pair
-    report = compare.compare_runs(base, [cand], n_resamples=20)
+    report = stages.compare_runs(base, [cand], n_resamples=20)
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="not a folder"):
-        compare.write_report(report, tmp_path / "file")
+        compare_report.write_report(report, tmp_path / "file")
     with pytest.raises(UserError, match="is a run directory"):
-        compare.write_report(report, base)
+        compare_report.write_report(report, base)
     assert not (base / "compare.json").exists()
 
 
@@ -232,7 +232,7 @@ def test_runs_over_other_example_ids_are_refused_naming_how_many(tmp_path):
     a = write_run(tmp_path / "a", df).path
     b = write_run(tmp_path / "b", other).path
     with pytest.raises(DataError) as err:
-        compare.compare_runs(a, [b])
+        stages.compare_runs(a, [b])
     message = str(err.value)
     assert "7 of the base's 50 example ids are missing" in message and "7 of its 50 are not in the base" in message
     assert "\n" not in message
@@ -245,19 +245,19 @@ def test_same_ids_with_other_texts_or_labels_are_refused(tmp_path):
     texts.loc[3, "text"] = "something else"
     b = write_run(tmp_path / "b", texts).path
     with pytest.raises(DataError, match="1 examples have the same id .* but another text"):
-        compare.compare_runs(a, [b])
+        stages.compare_runs(a, [b])
     gold = df.copy()
     gold.loc[[1, 2], "label"] = [wrong(x) for x in gold.loc[[1, 2], "label"]]
     c = write_run(tmp_path / "c", gold).path
     with pytest.raises(DataError, match="2 examples have another gold label"):
-        compare.compare_runs(a, [c])
+        stages.compare_runs(a, [c])
 
 
 def test_other_data_hash_with_identical_examples_is_a_note(tmp_path):
     df = eval_frame(30)
     a = write_run(tmp_path / "a", df, sha="aaaa").path
     b = write_run(tmp_path / "b", df, sha="bbbb").path
-    comp = compare.compare_runs(a, [b], n_resamples=20).doc["comparisons"][0]
+    comp = stages.compare_runs(a, [b], n_resamples=20).doc["comparisons"][0]
     assert any("sha256" in n for n in comp["notes"])
     assert comp["overall"]["accuracy"]["delta"] == 0
 
@@ -265,9 +265,9 @@ def test_other_data_hash_with_identical_examples_is_a_note(tmp_path):
 def test_a_run_given_twice_is_refused(pair):
     base, cand = pair
     with pytest.raises(UserError, match="given twice"):
-        compare.compare_runs(base, [cand, base])
+        stages.compare_runs(base, [cand, base])
     with pytest.raises(UserError, match="needs a candidate"):
-        compare.compare_runs(base, [])
+        stages.compare_runs(base, [])
 
 
 # -- ablation series ------------------------------------------------------------------------------------------------
@@ -275,10 +275,10 @@ def test_a_run_given_twice_is_refused(pair):
 
 def test_ablation_series_has_one_column_per_run_with_the_baseline_marked(pair, tmp_path):
     base, cand = pair
-    df = pd.read_parquet(base / runs.PREDICTIONS)[["example_id", "text", "label", "pred"]]
+    df = pd.read_parquet(base / rundir.PREDICTIONS)[["example_id", "text", "label", "pred"]]
     df.loc[:9, "pred"] = df.loc[:9, "label"]  # fixes 10
     third = write_run(tmp_path / "third", df).path
-    report = compare.compare_runs(base, [cand, third], n_resamples=50)
+    report = stages.compare_runs(base, [cand, third], n_resamples=50)
     s = report.doc["series"]
     assert s["runs"] == ["base", "cand", "third"] and s["baseline"] == "base"
     frame = compare.series_frame(report.doc)
@@ -288,7 +288,7 @@ def test_ablation_series_has_one_column_per_run_with_the_baseline_marked(pair, t
     acc = frame[frame["name"] == "accuracy"].iloc[0]
     assert acc["base (baseline)"] == "75.0%" and acc["cand"].startswith("87.5% (+12.5 [")
     assert set(frame["section"]) == {"overall", "class", "examples"}
-    md = compare.to_markdown(report.doc)
+    md = compare_report.to_markdown(report.doc)
     assert "## Ablation series" in md and "base (baseline)" in md
 
 
@@ -313,7 +313,7 @@ def test_cli_compare_json_and_ablation(pair, tmp_path):
     assert json.loads(result.output)["comparisons"][0]["counts"]["fixed"] == 20
     result = CliRunner().invoke(app, ["compare", str(base), str(cand), str(cand.parent / "cand"), "--resamples", "5"])
     assert result.exit_code == 2  # the same run twice
-    df = pd.read_parquet(base / runs.PREDICTIONS)[["example_id", "text", "label", "pred"]]
+    df = pd.read_parquet(base / rundir.PREDICTIONS)[["example_id", "text", "label", "pred"]]
     third = write_run(tmp_path / "third", df).path
     result = CliRunner().invoke(app, ["compare", str(base), str(cand), str(third), "--resamples", "20"],
                                 terminal_width=200)

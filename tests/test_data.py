@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import eval_rows, write_jsonl
 
 from erroranalysis.data import load_eval_set, map_labels
 from erroranalysis.errors import DataError
-
-from conftest import eval_rows, write_jsonl
 
 
 def test_jsonl_maps_columns_and_keeps_metadata(tmp_path):

@@ -4,13 +4,14 @@ import json
 
 import numpy as np
 import pytest
+from test_overfit import build_tiny_checkpoint, keyword_rows, write_jsonl
 from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
-from erroranalysis.doctor import REPORT_JSON, REPORT_MD, doctor
 from erroranalysis.errors import DataError, RunError
-from erroranalysis.pipeline import DataOptions, InferOptions
-from test_overfit import build_tiny_checkpoint, keyword_rows, write_jsonl
+from erroranalysis.stages.doctor import REPORT_JSON, REPORT_MD
+from erroranalysis.stages.doctor import run_doctor as doctor
+from erroranalysis.stages.infer import DataOptions, InferOptions
 
 TITLES = ["Can it memorize a tiny dataset?", "Is training loss healthy?", "Is validation loss healthy?",
           "Which classes fail?", "Which examples fail?", "Is the label or the objective wrong?"]

@@ -6,8 +6,16 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from erroranalysis.duplicates import (find_duplicates, find_leakage, duplicate_summary, near_duplicate_pairs,
-                                      normalize_rows, normalize_text, text_keys, top_k_neighbors)
+from erroranalysis.datachecks.duplicates import (
+    duplicate_summary,
+    find_duplicates,
+    find_leakage,
+    near_duplicate_pairs,
+    normalize_rows,
+    normalize_text,
+    text_keys,
+    top_k_neighbors,
+)
 from erroranalysis.errors import DataError, ParameterError
 
 

@@ -4,9 +4,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from erroranalysis import runs
-from erroranalysis.embedding import (EmbeddingCache, HiddenStatesEmbedder, MiniLMEmbedder, PrecomputedEmbedder,
-                                     cache_root, describe, resolve_embedder, text_hashes)
+from erroranalysis import rundir
+from erroranalysis.embedding import (
+    EmbeddingCache,
+    HiddenStatesEmbedder,
+    MiniLMEmbedder,
+    PrecomputedEmbedder,
+    cache_root,
+    describe,
+    resolve_embedder,
+    text_hashes,
+)
 from erroranalysis.errors import DataError, ParameterError, RunError
 
 
@@ -28,12 +36,12 @@ class CountingEmbedder(MiniLMEmbedder):
 
 
 def make_run(path, n=6, hidden=None):
-    run = runs.Run.create(path, task="classification", labels=["x", "y"])
+    run = rundir.Run.create(path, task="classification", labels=["x", "y"])
     df = pd.DataFrame({"example_id": [f"e{i}" for i in range(n)], "text": [f"text {i}" for i in range(n)],
                        "label": ["x"] * n, "pred": ["y"] * n, "correct": [False] * n})
-    runs.write_parquet(run.file(runs.PREDICTIONS), df)
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), df)
     if hidden is not None:
-        runs.write_npy(run.file(runs.HIDDEN), hidden)
+        rundir.write_npy(run.file(rundir.HIDDEN), hidden)
     with run.stage("infer"):
         pass
     return run, df

@@ -69,7 +69,7 @@ def plain_lm_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def lm(tiny_lm_dir):
-    from erroranalysis.generation import load_causal_lm
+    from erroranalysis.infer.causal_lm import load_causal_lm
 
     return load_causal_lm(tiny_lm_dir, device="cpu")
 
@@ -84,7 +84,7 @@ PROMPTS = ["Classify: markets fell.", "Answer in JSON with a label for this: the
 
 
 def _encode(lm, prompts=PROMPTS, budget=80):
-    from erroranalysis.generation import encode_prompts, render_prompt
+    from erroranalysis.infer.generation import encode_prompts, render_prompt
 
     texts, flags = zip(*[render_prompt(lm, p) for p in prompts])
     ids, truncated, full = encode_prompts(lm, list(texts), list(flags), budget)
@@ -121,7 +121,7 @@ def test_load_folder(lm, tiny_lm_dir):
 
 
 def test_load_rejects_bad_model_paths(tmp_path):
-    from erroranalysis.generation import load_causal_lm
+    from erroranalysis.infer.causal_lm import load_causal_lm
 
     with pytest.raises(ModelError, match="no such checkpoint folder"):
         load_causal_lm(tmp_path / "missing")
@@ -133,7 +133,7 @@ def test_load_rejects_bad_model_paths(tmp_path):
 
 
 def test_gguf_without_magic_is_one_line_error(tmp_path):
-    from erroranalysis.generation import load_causal_lm
+    from erroranalysis.infer.causal_lm import load_causal_lm
 
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"not a gguf at all" * 10)
@@ -143,7 +143,7 @@ def test_gguf_without_magic_is_one_line_error(tmp_path):
 
 
 def test_gguf_transformers_cannot_read_is_one_line_error(tmp_path):
-    from erroranalysis.generation import convert_gguf, converted_folder
+    from erroranalysis.infer.causal_lm import convert_gguf, converted_folder
 
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)  # the magic, then garbage
@@ -155,7 +155,7 @@ def test_gguf_transformers_cannot_read_is_one_line_error(tmp_path):
 
 
 def test_precision_parameter(tiny_lm_dir):
-    from erroranalysis.generation import load_causal_lm
+    from erroranalysis.infer.causal_lm import load_causal_lm
 
     with pytest.raises(ParameterError, match="precision='fp16' is invalid"):
         load_causal_lm(tiny_lm_dir, precision="fp16")
@@ -165,7 +165,8 @@ def test_precision_parameter(tiny_lm_dir):
 
 
 def test_render_prompt_with_and_without_template(lm, plain_lm_dir):
-    from erroranalysis.generation import load_causal_lm, render_prompt
+    from erroranalysis.infer.causal_lm import load_causal_lm
+    from erroranalysis.infer.generation import render_prompt
 
     text, templated = render_prompt(lm, "hi")
     assert templated and text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
@@ -179,7 +180,7 @@ def test_render_prompt_with_and_without_template(lm, plain_lm_dir):
 
 
 def test_parse_messages():
-    from erroranalysis.generation import parse_messages
+    from erroranalysis.infer.generation import parse_messages
 
     assert parse_messages('[{"role": "user", "content": "hi"}]') == [{"role": "user", "content": "hi"}]
     for bad, why in [("[]", "non-empty list"), ("{", "not valid JSON"), ('[{"role": "user"}]', "message 0")]:
@@ -198,7 +199,7 @@ def test_left_truncation_is_flagged(lm):
 
 
 def test_prompt_budget(lm):
-    from erroranalysis.generation import GenerationOptions, prompt_budget
+    from erroranalysis.infer.generation import GenerationOptions, prompt_budget
 
     assert prompt_budget(lm, GenerationOptions(max_new_tokens=16)) == CONTEXT - 16
     assert prompt_budget(lm, GenerationOptions(max_new_tokens=16, max_prompt_tokens=10)) == 10
@@ -212,7 +213,7 @@ def test_prompt_budget(lm):
     ("stop", [""], "non-empty strings"), ("seed", -3, "an integer >= 0"), ("precision", "fp8", "one of auto"),
 ])
 def test_generation_options_validation(field, value, expected):
-    from erroranalysis.generation import GenerationOptions
+    from erroranalysis.infer.generation import GenerationOptions
 
     with pytest.raises(ParameterError) as info:
         GenerationOptions(**{field: value}).validate()
@@ -223,7 +224,7 @@ def test_generation_options_validation(field, value, expected):
 
 
 def test_batched_greedy_matches_transformers_generate(lm):
-    from erroranalysis.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationOptions, generate
 
     ids, _, _ = _encode(lm)
     result = generate(lm, ids, GenerationOptions(max_new_tokens=12, batch_size=3))
@@ -235,7 +236,7 @@ def test_batched_greedy_matches_transformers_generate(lm):
 
 
 def test_batch_size_does_not_change_greedy_outputs(lm):
-    from erroranalysis.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationOptions, generate
 
     ids, _, _ = _encode(lm)
     one = generate(lm, ids, GenerationOptions(max_new_tokens=10, batch_size=1))
@@ -245,7 +246,7 @@ def test_batch_size_does_not_change_greedy_outputs(lm):
 
 
 def test_losses_equal_plain_teacher_forcing(lm):
-    from erroranalysis.generation import GenerationOptions, answer_losses, encode_answers, generate
+    from erroranalysis.infer.generation import GenerationOptions, answer_losses, encode_answers, generate
 
     ids, _, _ = _encode(lm)
     refs = encode_answers(lm, ['{"label": "sport"}', "tech", "", "a much longer reference answer " * 3, None])
@@ -258,7 +259,7 @@ def test_losses_equal_plain_teacher_forcing(lm):
 
 
 def test_stop_strings_cut_the_output(lm):
-    from erroranalysis.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationOptions, generate
 
     ids, _, _ = _encode(lm, PROMPTS[:1])
     free = generate(lm, ids, GenerationOptions(max_new_tokens=16))
@@ -274,7 +275,7 @@ def test_stop_strings_cut_the_output(lm):
 def test_eos_ends_a_row(lm):
     from dataclasses import replace
 
-    from erroranalysis.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationOptions, generate
 
     ids, _, _ = _encode(lm)
     first = generate(lm, ids, GenerationOptions(max_new_tokens=4))["output_ids"][0][0]
@@ -285,7 +286,7 @@ def test_eos_ends_a_row(lm):
 
 
 def test_sampling_is_reproducible_with_a_seed(lm):
-    from erroranalysis.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationOptions, generate
 
     ids, _, _ = _encode(lm)
     opts = dict(max_new_tokens=10, do_sample=True, temperature=1.5, top_k=50, top_p=0.95, batch_size=2)
@@ -297,7 +298,7 @@ def test_sampling_is_reproducible_with_a_seed(lm):
 
 
 def test_progress_counts_every_prompt(lm):
-    from erroranalysis.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationOptions, generate
 
     ids, _, _ = _encode(lm)
     seen = []
@@ -325,9 +326,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _run(model, data, out, **gen):
-    from erroranalysis.generation import GenerationOptions
-    from erroranalysis.generation_pipeline import run_generation
-    from erroranalysis.pipeline import AfterOptions, DataOptions
+    from erroranalysis.infer.generation import GenerationOptions
+    from erroranalysis.stages.after import AfterOptions
+    from erroranalysis.stages.generate import run_generation
+    from erroranalysis.stages.infer import DataOptions
 
     has_id = '"id"' in Path(data).read_text().splitlines()[0]
     return run_generation(model, data, out, data_opts=DataOptions(id_column="id" if has_id else None),
@@ -343,7 +345,7 @@ def generation_run(tiny_lm_dir, tmp_path_factory):
 
 
 def test_run_writes_predictions(generation_run):
-    from erroranalysis.runs import CORE_COLUMNS
+    from erroranalysis.rundir import CORE_COLUMNS
 
     preds = generation_run.predictions()
     assert list(preds.columns[:len(CORE_COLUMNS)]) == list(CORE_COLUMNS)
@@ -390,8 +392,8 @@ def test_run_manifest_and_metrics(generation_run):
 def test_failure_count_is_failing_a_check_not_a_wrong_label():
     import pandas as pd
 
-    from erroranalysis.generation_pipeline import adjust_metrics
     from erroranalysis.metrics import compute_metrics
+    from erroranalysis.metrics.generation import adjust_metrics
 
     # 6 examples: 2 wrong labels, and 2 right labels in invalid JSON
     preds = pd.DataFrame({"example_id": [f"e{i}" for i in range(6)],
@@ -478,13 +480,13 @@ def test_bad_prompt_sets_fail_before_writing(tiny_lm_dir, tmp_path, rows, kwargs
 
 def test_bad_check_option_fails_before_writing(tiny_lm_dir, tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(ParameterError, match="--checks 'jsn' is invalid") as info:
+    with pytest.raises(ParameterError, match="checks='jsn' is invalid") as info:
         _run(tiny_lm_dir, write_jsonl(tmp_path / "p.jsonl", prompt_rows(2)), out, checks="jsn")
     _assert_nothing_written(out, info)
 
 
 def test_low_loss_failures():
-    from erroranalysis.generation_pipeline import low_loss_failures
+    from erroranalysis.metrics.generation import low_loss_failures
 
     loss = np.array([0.1, 0.5, 0.2, 0.9, np.nan, 0.3])
     passed = np.array([True, True, False, False, False, True])
@@ -510,7 +512,8 @@ def _smollm2() -> Path:
 def test_smollm2_gguf_converts_once_and_matches_generate(tmp_path, monkeypatch):
     import time
 
-    from erroranalysis.generation import GenerationOptions, convert_gguf, generate, load_causal_lm
+    from erroranalysis.infer.causal_lm import convert_gguf, load_causal_lm
+    from erroranalysis.infer.generation import GenerationOptions, generate
 
     gguf = _smollm2()
     monkeypatch.delenv("ERRORANALYSIS_CACHE_DIR")  # share the user's cache: the conversion takes ~20 s

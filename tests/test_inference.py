@@ -7,11 +7,10 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import eval_rows
 
 from erroranalysis.errors import ModelError, ParameterError
-from erroranalysis.inference import infer, load_classifier
-
-from conftest import eval_rows
+from erroranalysis.infer.classifier import infer, load_classifier
 
 
 def plain_forward(clf, text: str, max_length: int):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from erroranalysis.datachecks.label_issues import COLUMNS, find_label_issues, precision_at_k
 from erroranalysis.errors import DataError, ParameterError
-from erroranalysis.label_issues import COLUMNS, find_label_issues, precision_at_k
 
 CLASSES = ["business", "sport", "tech"]
 

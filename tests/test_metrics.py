@@ -217,7 +217,7 @@ def test_bad_parameters_raise_parameter_error(name, value):
 
 
 def test_bootstrap_in_chunks_matches_intervals(arrays, monkeypatch):
-    from erroranalysis import metrics
+    from erroranalysis.metrics import classification as metrics
 
     y_true, y_pred, _ = arrays
     whole = compute_metrics(y_true, y_pred, LABELS, n_resamples=200)

@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from erroranalysis.cluster import COLUMNS, class_tfidf, cluster_name, describe_clusters, pick_keywords, short_text
 from erroranalysis.errors import ParameterError
-from erroranalysis.naming import COLUMNS, class_tfidf, cluster_name, describe_clusters, pick_keywords, short_text
 
 
 def failures_frame():

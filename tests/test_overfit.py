@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from erroranalysis.checklist.overfit import overfit_check
+from erroranalysis.checklist.overfit_diagnosis import ascii_curve
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ModelError, ParameterError
-from erroranalysis.overfit import ascii_curve, overfit_check
 
 FILLER = ("the a of to and in is it that was for on are with as at be this have from movie film plot actor "
           "scene story music time people way day man world life").split()
@@ -107,7 +108,7 @@ def test_labels_shuffled_against_texts_are_detected(tiny):
     # with a handful of examples random labels are nearly as easy to memorize: a warning, not an error
     import dataclasses
 
-    from erroranalysis.overfit import diagnose
+    from erroranalysis.checklist.overfit_diagnosis import diagnose
 
     few = next(f for f in diagnose(dataclasses.replace(result, n=16)) if f.check == "labels_look_shuffled")
     assert few.severity == "warning" and "weak evidence" in few.message and "--n 80" in few.advice
@@ -145,7 +146,7 @@ def test_truncation_making_inputs_identical_is_explained(tiny, tmp_path):
 def test_a_loaded_classifier_is_left_untouched(tiny):
     import torch
 
-    from erroranalysis.inference import load_classifier
+    from erroranalysis.infer.classifier import load_classifier
 
     clf = load_classifier(tiny["model"], device="cpu")
     before = {k: v.clone() for k, v in clf.model.state_dict().items()}

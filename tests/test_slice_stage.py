@@ -10,10 +10,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from erroranalysis import runs
+from erroranalysis import rundir
 from erroranalysis.errors import DataError, ParameterError, RunError
-from erroranalysis.slice_stage import SLICE_MEMBERS, SLICES, read_slices, slices_run
 from erroranalysis.slices import SLICE_COLUMNS
+from erroranalysis.stages.slices import SLICE_MEMBERS, SLICES, read_slices, slices_run
 
 LABELS = ["neg", "pos"]
 FILLER = [f"w{i}" for i in range(100)]
@@ -45,8 +45,8 @@ def make_run(path, *, n=600, seed=0, metadata_columns=("source", "uid"), fail_al
     for name, values in (extra_columns or {}).items():
         frame[name] = values
     data = {"metadata_columns": list(metadata_columns)} if metadata_columns is not None else {}
-    run = runs.Run.create(path, task="classification", labels=LABELS, data=data)
-    runs.write_parquet(run.file(runs.PREDICTIONS), frame)
+    run = rundir.Run.create(path, task="classification", labels=LABELS, data=data)
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
     with run.stage("infer"):
         pass
     return run, has_rain, source
@@ -130,15 +130,15 @@ def test_bad_predictions_leave_previous_slices_intact(tmp_path):
     before = _snapshot(run)
     frame = run.predictions()
     frame.loc[3, "example_id"] = "ex1"
-    runs.write_parquet(run.file(runs.PREDICTIONS), frame)
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
     with pytest.raises(DataError, match=r"column 'example_id': duplicate ids \['ex1'\]"):
         slices_run(run.path, merge=False)
     assert _snapshot(run) == before
-    runs.write_parquet(run.file(runs.PREDICTIONS), frame.drop(columns=["correct"]))
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame.drop(columns=["correct"]))
     with pytest.raises(DataError, match="no 'correct' column"):
         slices_run(run.path, merge=False)
     assert _snapshot(run) == before
-    runs.write_parquet(run.file(runs.PREDICTIONS), frame.assign(example_id=[f"x{i}" for i in range(len(frame))],
+    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame.assign(example_id=[f"x{i}" for i in range(len(frame))],
                                                               correct="yes"))
     with pytest.raises(DataError, match="column 'correct': values \\['yes'\\] are not booleans"):
         slices_run(run.path, merge=False)
@@ -166,7 +166,7 @@ def test_a_failure_inside_the_stage_is_recorded_and_keeps_old_files(tmp_path, mo
 def test_missing_run_and_missing_predictions(tmp_path):
     with pytest.raises(RunError, match="no such run directory"):
         slices_run(tmp_path / "nope")
-    run = runs.Run.create(tmp_path / "empty", task="classification", labels=LABELS)
+    run = rundir.Run.create(tmp_path / "empty", task="classification", labels=LABELS)
     with pytest.raises(RunError, match="missing predictions.parquet"):
         slices_run(run.path)
     with pytest.raises(RunError, match="stage 'slices' was not run"):
@@ -220,10 +220,10 @@ def test_cli_prints_and_writes(tmp_path, cli):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--max-order", "4"], "error: max_order=4 is invalid: expected 1, 2 or 3."),
-    (["--alpha", "0"], "error: alpha=0.0 is invalid"),
-    (["--min-support", "0"], "error: min_support=0 is invalid"),
-    (["--top", "0"], "error: top_k=0 is invalid"),
+    (["--max-order", "4"], "error: --max-order 4 is invalid: expected 1, 2 or 3."),
+    (["--alpha", "0"], "error: --alpha 0.0 is invalid"),
+    (["--min-support", "0"], "error: --min-support 0 is invalid"),
+    (["--top", "0"], "error: --top 0 is invalid"),
 ])
 def test_cli_bad_options_exit_2(tmp_path, cli, args, message):
     run, _, _ = make_run(tmp_path / "run")

@@ -8,6 +8,7 @@ import pytest
 
 from erroranalysis import slices as sl
 from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.slices import _merge
 
 FILLER = [f"w{i}" for i in range(120)]
 
@@ -300,8 +301,8 @@ def test_merged_group_pvalue_accounts_for_selection():
     from scipy.stats import binom
 
     threshold = int(np.flatnonzero(binom.sf(np.arange(21) - 1, 20, base) <= 0.01)[0])
-    assert sl._selected_group_pvalue([(20, threshold)] * 3, base, 0.01) > 0.5
-    assert sl._selected_group_pvalue([(20, 18)] * 3, base, 0.01) < 1e-10
+    assert _merge._selected_group_pvalue([(20, threshold)] * 3, base, 0.01) > 0.5
+    assert _merge._selected_group_pvalue([(20, 18)] * 3, base, 0.01) < 1e-10
 
 
 def test_embed_fn_with_wrong_shape_is_a_clear_error():

@@ -8,12 +8,13 @@ import json
 
 import pytest
 from typer.testing import CliRunner
-
-from erroranalysis import taxonomy as tx
-from erroranalysis.errors import DataError, ParameterError, RunError, UserError
-from erroranalysis.labels import LabelStore
-from erroranalysis.runs import Run
 from ui_fixtures import make_run
+
+from erroranalysis import stages
+from erroranalysis.errors import DataError, ParameterError, RunError, UserError
+from erroranalysis.labels import LabelStore, taxonomy
+from erroranalysis.rundir import Run
+from erroranalysis.stages import export as export_stage
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def labeled(workspace, tmp_path):
     run = Run.open(workspace / "news")
     store = LabelStore(tmp_path / "labels.sqlite", user="alice")
     key = store.run_key(run.path)
-    table = tx.example_table(run, store)
+    table = stages.example_table(run, store)
     failures = table[~table["correct"]]
     c0 = failures[failures["cluster_id"] == 0]["example_id"].tolist()
     c1 = failures[failures["cluster_id"] == 1]["example_id"].tolist()
@@ -44,7 +45,7 @@ def labeled(workspace, tmp_path):
 
 
 def test_base_table_joins_clusters_and_layout(workspace):
-    table = tx.base_table(Run.open(workspace / "news"))
+    table = export_stage.base_table(Run.open(workspace / "news"))
     assert len(table) == 300
     assert {"cluster_id", "cluster_name", "membership", "x", "y"} <= set(table.columns)
     clustered = table[table["cluster_id"] >= 0]
@@ -54,25 +55,25 @@ def test_base_table_joins_clusters_and_layout(workspace):
 
 def test_base_table_without_clusters(tmp_path):
     run = make_run(tmp_path / "plain", n=40, n_failures=8, with_clusters=False)
-    table = tx.base_table(run)
+    table = export_stage.base_table(run)
     assert (table["cluster_id"] == -1).all() and table["x"].isna().all()
-    assert tx.read_clusters(run) is None
+    assert export_stage.read_clusters(run) is None
 
 
 def test_clusters_missing_a_column_is_a_run_error(tmp_path):
     import pandas as pd
 
-    from erroranalysis.runs import write_parquet
+    from erroranalysis.rundir import write_parquet
 
     run = make_run(tmp_path / "r", n=40, n_failures=8)
     write_parquet(run.file("clusters.parquet"), pd.DataFrame({"cluster_id": [0], "size": [3]}))
     with pytest.raises(RunError, match="missing column 'name'; re-run the 'cluster' stage"):
-        tx.read_clusters(run)
+        export_stage.read_clusters(run)
 
 
 def test_example_table_attaches_labels(labeled):
     run, store, ids = labeled
-    table = tx.example_table(run, store).set_index("example_id")
+    table = stages.example_table(run, store).set_index("example_id")
     assert (table.loc[ids["c0"], "error_type"] == "Vocabulary overlap").all()
     assert (table.loc[ids["c0"], "labeled_cluster_id"] == 0).all()
     assert table.loc[ids["c1"][0], "label_wrong"] and not table.loc[ids["c1"][0], "not_error"]
@@ -82,8 +83,8 @@ def test_example_table_attaches_labels(labeled):
 
 def test_json_document_validates_and_counts(labeled):
     run, store, ids = labeled
-    doc = tx.build_taxonomy(run, store)
-    tx.validate(doc)
+    doc = stages.build_taxonomy(run, store)
+    taxonomy.validate(doc)
     assert doc["format"] == "erroranalysis.taxonomy" and doc["schema_version"] == 1
     types = {t["name"]: t for t in doc["error_types"]}
     vocab = types["Vocabulary overlap"]
@@ -99,42 +100,42 @@ def test_json_document_validates_and_counts(labeled):
     assert len(assigned) == len(ids["c0"]) + 5
     assert assigned[ids["c1"][0]]["flags"] == ["label_wrong"]
     assert assigned[ids["c1"][3]]["status"] == "pending"
-    json.loads(tx.to_json(doc))  # plain JSON, no NaN
+    json.loads(taxonomy.to_json(doc))  # plain JSON, no NaN
 
 
 def test_json_schema_rejects_broken_documents(labeled):
     run, store, _ = labeled
-    doc = tx.build_taxonomy(run, store)
+    doc = stages.build_taxonomy(run, store)
     doc["error_types"][0]["severity"] = "apocalyptic"
     with pytest.raises(DataError, match="error_types/0/severity"):
-        tx.validate(doc)
-    doc = tx.build_taxonomy(run, store)
+        taxonomy.validate(doc)
+    doc = stages.build_taxonomy(run, store)
     del doc["assignments"][0]["example_id"]
     with pytest.raises(DataError, match="assignments/0"):
-        tx.validate(doc)
+        taxonomy.validate(doc)
 
 
 def test_load_round_trip_and_bad_files(labeled, tmp_path):
     run, store, _ = labeled
     path = tmp_path / "t.json"
-    path.write_text(tx.to_json(tx.build_taxonomy(run, store)))
-    assert tx.load(path)["run"]["name"] == "news"
+    path.write_text(taxonomy.to_json(stages.build_taxonomy(run, store)))
+    assert taxonomy.load(path)["run"]["name"] == "news"
     (tmp_path / "bad.json").write_text("{\n  \"format\": ")
     with pytest.raises(DataError, match="line 2: not valid JSON"):
-        tx.load(tmp_path / "bad.json")
+        taxonomy.load(tmp_path / "bad.json")
     (tmp_path / "other.json").write_text('{"hello": 1}')
     with pytest.raises(DataError, match="not an erroranalysis taxonomy"):
-        tx.load(tmp_path / "other.json")
+        taxonomy.load(tmp_path / "other.json")
     (tmp_path / "v9.json").write_text('{"format": "erroranalysis.taxonomy", "schema_version": 9}')
     with pytest.raises(DataError, match="schema_version 9"):
-        tx.load(tmp_path / "v9.json")
+        taxonomy.load(tmp_path / "v9.json")
 
 
 def test_run_without_labels_exports_an_empty_taxonomy(workspace):
-    doc = tx.build_taxonomy(Run.open(workspace / "news"), None)
-    tx.validate(doc)
+    doc = stages.build_taxonomy(Run.open(workspace / "news"), None)
+    taxonomy.validate(doc)
     assert doc["error_types"] == [] and doc["assignments"] == []
-    assert "No error types yet" in tx.to_markdown(doc)
+    assert "No error types yet" in taxonomy.to_markdown(doc)
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -142,14 +143,14 @@ def test_run_without_labels_exports_an_empty_taxonomy(workspace):
     ("\rx", "'\rx"), ("plain", "plain"), ("a=b", "a=b"), ("", ""), (-1, -1), (0.5, 0.5), (None, None),
 ])
 def test_neutralize(value, expected):
-    assert tx.neutralize(value) == expected
+    assert taxonomy.neutralize(value) == expected
 
 
 def test_csv_neutralizes_text_cells_and_keeps_numbers(labeled):
     run, store, ids = labeled
-    text = tx.to_csv(tx.example_table(run, store))
+    text = taxonomy.to_csv(stages.example_table(run, store))
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert list(rows[0]) == tx.CSV_COLUMNS
+    assert list(rows[0]) == taxonomy.CSV_COLUMNS
     assert len(rows) == len(ids["c0"]) + 5
     by_id = {r["example_id"]: r for r in rows}
     assert by_id[ids["c1"][0]]["error_type"] == "'=HYPERLINK(\"http://x\")"
@@ -163,7 +164,7 @@ def test_csv_neutralizes_text_cells_and_keeps_numbers(labeled):
 def test_markdown_report_escapes_user_text(labeled):
     run, store, _ = labeled
     store.update_error_type("Vocabulary overlap", definition="Uses <script>alert(1)</script> | pipes *bold*")
-    md = tx.to_markdown(tx.build_taxonomy(run, store))
+    md = taxonomy.to_markdown(stages.build_taxonomy(run, store))
     assert md.startswith("# Error taxonomy: news\n")
     assert "| Error type | Severity | Examples | Share of failures | Top confusion |" in md
     assert "<script>" not in md and "&lt;script&gt;" in md
@@ -174,15 +175,15 @@ def test_markdown_report_escapes_user_text(labeled):
 def test_export_writes_each_format(labeled, tmp_path):
     run, store, _ = labeled
     for fmt, ext in (("json", ".json"), ("csv", ".csv"), ("markdown", ".md")):
-        out = tx.export(run.path, fmt, tmp_path / f"out{ext}", labels_db=store.path)
+        out = stages.export_taxonomy(run.path, fmt, tmp_path / f"out{ext}", labels_db=store.path)
         assert out.read_text().strip()
-    assert tx.load(tmp_path / "out.json")["summary"]["n_error_types"] == 2
+    assert taxonomy.load(tmp_path / "out.json")["summary"]["n_error_types"] == 2
     with pytest.raises(ParameterError, match="format='xml'"):
-        tx.export(run.path, "xml", tmp_path / "x")
+        stages.export_taxonomy(run.path, "xml", tmp_path / "x")
     with pytest.raises(UserError, match="is a directory"):
-        tx.export(run.path, "json", tmp_path, labels_db=store.path)
+        stages.export_taxonomy(run.path, "json", tmp_path, labels_db=store.path)
     with pytest.raises(UserError, match="no labels database"):
-        tx.export(run.path, "json", tmp_path / "y.json", labels_db=tmp_path / "nope.sqlite")
+        stages.export_taxonomy(run.path, "json", tmp_path / "y.json", labels_db=tmp_path / "nope.sqlite")
 
 
 def test_cli_export(labeled, tmp_path):
@@ -195,12 +196,12 @@ def test_cli_export(labeled, tmp_path):
                                  "--labels-db", str(store.path)])
     assert result.exit_code == 0, result.output
     assert f"wrote {out}" in result.output
-    assert tx.load(out)["error_types"]
+    assert taxonomy.load(out)["error_types"]
     result = runner.invoke(app, ["export", str(run.path), "-f", "md", "-o", str(tmp_path / "r.md"),
                                  "--labels-db", str(store.path)])
     assert result.exit_code == 0 and (tmp_path / "r.md").read_text().startswith("# Error taxonomy")
     result = runner.invoke(app, ["export", str(run.path), "--format", "xml", "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2 and "--format='xml' is invalid" in result.output
+    assert result.exit_code == 2 and "--format 'xml' is invalid" in result.output
     result = runner.invoke(app, ["export", str(tmp_path / "missing"), "--out", str(tmp_path / "m.json")])
     assert result.exit_code == 2 and "no such run directory" in result.output
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_compare import LABELS, write_run, wrong
 from typer.testing import CliRunner
 
-from erroranalysis import runs, taxonomy
-from erroranalysis import taxonomy_apply as ta
+from erroranalysis import rundir, stages
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ParameterError, RunError, UserError
-from erroranalysis.labels import LabelStore
-from test_compare import LABELS, wrong, write_run
+from erroranalysis.labels import LabelStore, matching
+from erroranalysis.stages import suggestions as suggestions_stage
 
 N, N_TYPES, DIM = 240, 4, 12
 
@@ -49,7 +49,7 @@ def world(tmp_path):
     for t in range(N_TYPES):
         store.create_error_type(f"Kind {t}", f"failures of kind {t}", severity="high" if t == 0 else "medium")
         store.assign("a", [ids[i] for i in np.flatnonzero(fail_a & (truth == t))], f"Kind {t}")
-    path = taxonomy.export(a.path, "json", tmp_path / "taxonomy.json")
+    path = stages.export_taxonomy(a.path, "json", tmp_path / "taxonomy.json")
     known = {ids[i]: (f"Kind {truth[i]}" if truth[i] < N_TYPES else None) for i in np.flatnonzero(fail_b)}
     return {"ws": ws, "a": a.path, "b": b.path, "taxonomy": path, "truth": known, "ids": ids, "fail_a": fail_a,
             "fail_b": fail_b, "tmp": tmp_path}
@@ -60,21 +60,21 @@ def world(tmp_path):
 
 def test_carry_over_on_a_small_case_agrees_with_the_truth(world):
     other = world["tmp"] / "other" / "labels.sqlite"
-    result = ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=other)
-    score = ta.agreement(result.suggestions, world["truth"])
+    result = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=other)
+    score = matching.agreement(result.suggestions, world["truth"])
     print("carry-over (small case):", score)
     assert score["n"] == int(world["fail_b"].sum())
     assert score["accuracy_known"] >= 0.9 and score["precision"] >= 0.9
     assert score["unmatched_recall"] >= 0.8 and score["agreement"] >= 0.9
     assert result.by_basis["same example"] > 0 and result.by_basis["centroid"] > 0
     assert "own embedder (file)" in result.notes[0]
-    knn = ta.suggest(world["taxonomy"], world["b"], method="knn")
-    assert ta.agreement(knn.suggestions, world["truth"])["accuracy_known"] >= 0.9
+    knn = stages.suggest(world["taxonomy"], world["b"], method="knn")
+    assert matching.agreement(knn.suggestions, world["truth"])["accuracy_known"] >= 0.9
 
 
 def test_suggestions_are_pending_until_reviewed(world):
     other = world["tmp"] / "other" / "labels.sqlite"
-    result = ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=other, user="bob")
+    result = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=other, user="bob")
     store = LabelStore(other, user="carol")
     a = store.assignments("b")
     assert len(a) == result.n_suggested and set(a["source"]) == {"suggested"} and set(a["status"]) == {"pending"}
@@ -82,22 +82,22 @@ def test_suggestions_are_pending_until_reviewed(world):
     clustered = a.set_index("example_id")["cluster_id"]
     assert clustered.notna().all()  # the cluster each example is in now is kept beside the suggestion
     ids = a["example_id"].tolist()
-    assert ta.review(store, "b", ids[:3], accept=True).changed == 3
-    assert ta.review(store, "b", ids[3:5], accept=False).changed == 2
+    assert stages.review(store, "b", ids[:3], accept=True).changed == 3
+    assert stages.review(store, "b", ids[3:5], accept=False).changed == 2
     assert sum(store.counts("b").values()) == 3
     with pytest.raises(UserError, match="awaiting review"):
-        ta.review(store, "b", ids[:3], accept=True)
+        stages.review(store, "b", ids[:3], accept=True)
     assert store.events(limit=1)[0].user == "carol"
 
 
 def test_the_run_records_the_stage_and_the_suggestions_file(world):
-    result = ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=world["tmp"] / "x.sqlite", threshold=0.4)
-    run = runs.Run.open(world["b"])
+    result = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=world["tmp"] / "x.sqlite", threshold=0.4)
+    run = rundir.Run.open(world["b"])
     stage = run.manifest["stages"]["apply_taxonomy"]
     assert stage["status"] == "done" and stage["params"]["threshold"] == 0.4 and stage["params"]["threshold_given"]
     assert stage["n_suggested"] == result.n_suggested and stage["n_unmatched"] == result.n_unmatched
-    table = ta.read_suggestions(run)
-    assert list(table.columns) == ta.SUGGESTION_COLUMNS and len(table) == int(world["fail_b"].sum())
+    table = stages.read_suggestions(run)
+    assert list(table.columns) == suggestions_stage.SUGGESTION_COLUMNS and len(table) == int(world["fail_b"].sum())
     unmatched = table[table["status"] == "unmatched"]
     assert unmatched["error_type"].isna().all() and (unmatched["distance"] > 0.4).all()
     assert unmatched["closest_type"].notna().all()
@@ -109,7 +109,7 @@ def test_human_labels_flags_and_rejections_are_respected(world):
     failing = [i for i, f in zip(world["ids"], world["fail_b"]) if f]
     store.assign("b", failing[:2], "Kind 1")                     # a person labeled these
     store.set_flag("b", [failing[2]], "not_error")               # and said this one is fine
-    first = ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db)
+    first = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db)
     table = first.suggestions.set_index("example_id")
     assert table.loc[failing[0], "status"] == "kept" and table.loc[failing[2], "status"] == "flagged"
     a = store.assignments("b").set_index("example_id")
@@ -118,7 +118,7 @@ def test_human_labels_flags_and_rejections_are_respected(world):
     pending = a[a["status"] == "pending"].index.tolist()
     store.set_status("b", pending[:1], "rejected")
     version = store.version()
-    again = ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db)
+    again = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db)
     assert again.suggestions.set_index("example_id").loc[pending[0], "status"] == "rejected before"
     assert store.version() == version  # idempotent: nothing changed, nothing logged
     assert store.assignments("b").set_index("example_id").loc[pending[0], "status"] == "rejected"
@@ -126,9 +126,9 @@ def test_human_labels_flags_and_rejections_are_respected(world):
 
 def test_a_stricter_threshold_withdraws_earlier_suggestions(world):
     db = world["tmp"] / "o.sqlite"
-    loose = ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db, threshold=2.0, method="centroid")
+    loose = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db, threshold=2.0, method="centroid")
     assert loose.n_unmatched == 0
-    strict = ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db, threshold=1e-4, method="centroid")
+    strict = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db, threshold=1e-4, method="centroid")
     store = LabelStore(db)
     assert strict.n_suggested == strict.by_basis.get("same example", 0)
     assert len(store.assignments(strict.run_key)) == strict.n_suggested < loose.n_suggested
@@ -136,7 +136,7 @@ def test_a_stricter_threshold_withdraws_earlier_suggestions(world):
 
 
 def test_the_same_example_failing_the_same_way_keeps_its_type(world):
-    result = ta.suggest(world["taxonomy"], world["b"])
+    result = stages.suggest(world["taxonomy"], world["b"])
     table = result.suggestions.set_index("example_id")
     same = table[table["basis"] == "same example"]
     assert len(same) and (same["distance"] == 0).all() and (same.index == same["nearest_id"]).all()
@@ -148,9 +148,9 @@ def test_invalid_parameters_write_nothing(world):
     db = world["tmp"] / "never.sqlite"
     for bad in ({"threshold": 0}, {"threshold": 3}, {"k": 0}, {"method": "svm"}, {"on_clash": "merge"}):
         with pytest.raises(ParameterError):
-            ta.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db, **bad)
-    assert not db.exists() and not (world["b"] / ta.SUGGESTIONS).exists()
-    assert "apply_taxonomy" not in runs.Run.open(world["b"]).manifest["stages"]
+            stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=db, **bad)
+    assert not db.exists() and not (world["b"] / suggestions_stage.SUGGESTIONS).exists()
+    assert "apply_taxonomy" not in rundir.Run.open(world["b"]).manifest["stages"]
 
 
 # -- taxonomy files -------------------------------------------------------------------------------------------------
@@ -167,39 +167,39 @@ def _edit(world, change) -> Path:
 def test_unknown_fields_are_refused_naming_the_place(world):
     path = _edit(world, lambda d: d["run"].__setitem__("embedder", "minilm"))
     with pytest.raises(DataError, match=r"unknown field 'run/embedder'"):
-        ta.load_taxonomy(path)
+        suggestions_stage.load_taxonomy(path)
     path = _edit(world, lambda d: d["error_types"][0].__setitem__("colour", "red"))
     with pytest.raises(DataError, match=r"unknown field 'error_types/0/colour'"):
-        ta.load_taxonomy(path)
+        suggestions_stage.load_taxonomy(path)
     path = _edit(world, lambda d: d["assignments"][0].__setitem__("score", 1))
     with pytest.raises(DataError, match=r"unknown field 'assignments/0/score'"):
-        ta.load_taxonomy(path)
+        suggestions_stage.load_taxonomy(path)
     # free-form maps (per-class counts) take any key
     path = _edit(world, lambda d: d["error_types"][0]["per_class"]["by_label"].__setitem__("new class", 3))
-    assert ta.load_taxonomy(path)["error_types"][0]["per_class"]["by_label"]["new class"] == 3
+    assert suggestions_stage.load_taxonomy(path)["error_types"][0]["per_class"]["by_label"]["new class"] == 3
 
 
 def test_other_schema_versions_and_non_taxonomies_are_refused(world, tmp_path):
     with pytest.raises(DataError, match="schema_version 2 is not supported"):
-        ta.load_taxonomy(_edit(world, lambda d: d.__setitem__("schema_version", 2)))
+        suggestions_stage.load_taxonomy(_edit(world, lambda d: d.__setitem__("schema_version", 2)))
     with pytest.raises(DataError, match="not an erroranalysis taxonomy"):
-        ta.load_taxonomy(_edit(world, lambda d: d.__setitem__("format", "other")))
+        suggestions_stage.load_taxonomy(_edit(world, lambda d: d.__setitem__("format", "other")))
     with pytest.raises(DataError, match="is a directory"):
-        ta.load_taxonomy(tmp_path)
+        suggestions_stage.load_taxonomy(tmp_path)
     (tmp_path / "bad.json").write_text("{ nope")
     with pytest.raises(DataError, match="line 1: not valid JSON"):
-        ta.load_taxonomy(tmp_path / "bad.json")
+        suggestions_stage.load_taxonomy(tmp_path / "bad.json")
     doc = json.loads(world["taxonomy"].read_text())
     doc["schema_version"] = 9
     with pytest.raises(DataError, match="schema_version 9"):
-        ta.load_taxonomy(doc)
+        suggestions_stage.load_taxonomy(doc)
 
 
 def test_a_taxonomy_without_labeled_examples_cannot_be_applied(world, tmp_path):
     LabelStore(tmp_path / "blank.sqlite")
-    path = taxonomy.export(world["a"], "json", tmp_path / "empty.json", labels_db=tmp_path / "blank.sqlite")
+    path = stages.export_taxonomy(world["a"], "json", tmp_path / "empty.json", labels_db=tmp_path / "blank.sqlite")
     with pytest.raises(DataError, match="no labeled examples"):
-        ta.apply_taxonomy(path, world["b"], labels_db=tmp_path / "o.sqlite")
+        stages.apply_taxonomy(path, world["b"], labels_db=tmp_path / "o.sqlite")
     assert not (tmp_path / "o.sqlite").exists()
 
 
@@ -208,11 +208,11 @@ def test_a_taxonomy_without_labeled_examples_cannot_be_applied(world, tmp_path):
 
 def test_import_creates_types_and_is_idempotent(world, tmp_path):
     store = LabelStore(tmp_path / "w.sqlite", user="dan")
-    first = ta.import_taxonomy(world["taxonomy"], store)
+    first = suggestions_stage.import_taxonomy(world["taxonomy"], store)
     assert sorted(first.created) == [f"Kind {t}" for t in range(N_TYPES)] and not first.reused
     assert store.error_type("Kind 0").severity == "high"
     version = store.version()
-    second = ta.import_taxonomy(world["taxonomy"], store)
+    second = suggestions_stage.import_taxonomy(world["taxonomy"], store)
     assert not second.created and len(second.reused) == N_TYPES and store.version() == version
 
 
@@ -220,12 +220,12 @@ def test_import_name_clashes_are_reused_updated_or_refused(world, tmp_path):
     store = LabelStore(tmp_path / "w.sqlite", user="dan")
     store.create_error_type("kind 0", "our own meaning", severity="low")   # same name, other case and definition
     with pytest.raises(UserError, match="exists .* with another definition"):
-        ta.import_taxonomy(world["taxonomy"], store, on_clash="fail")
+        suggestions_stage.import_taxonomy(world["taxonomy"], store, on_clash="fail")
     assert [t.name for t in store.error_types()] == ["kind 0"]              # refused before writing anything
-    reused = ta.import_taxonomy(world["taxonomy"], store)
+    reused = suggestions_stage.import_taxonomy(world["taxonomy"], store)
     assert "kind 0" in reused.reused and store.error_type("kind 0").definition == "our own meaning"
     assert {c["field"] for c in reused.clashes} == {"definition", "severity", "name"}
-    updated = ta.import_taxonomy(world["taxonomy"], store, on_clash="update")
+    updated = suggestions_stage.import_taxonomy(world["taxonomy"], store, on_clash="update")
     assert updated.updated == ["kind 0"]
     t = store.error_type("kind 0")
     assert (t.definition, t.severity) == ("failures of kind 0", "high")
@@ -238,10 +238,10 @@ def test_match_vectors_votes_and_leaves_far_failures_unmatched():
     refs = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], dtype=np.float32)
     types = np.array([0, 0, 1, 1])
     fails = np.array([[1, 0.05], [0.05, 1], [-1, -0.2]], dtype=np.float32)
-    m = ta.match_vectors(fails, refs, types, k=3, threshold=0.2)
+    m = suggestions_stage.match_vectors(fails, refs, types, k=3, threshold=0.2)
     assert m.type_index.tolist() == [0, 1, -1] and m.closest[2] >= 0
     assert m.distance[0] < 0.01 and m.distance[2] > 1
-    c = ta.match_vectors(fails, refs, types, method="centroid", threshold=0.2)
+    c = suggestions_stage.match_vectors(fails, refs, types, method="centroid", threshold=0.2)
     assert c.type_index.tolist() == [0, 1, -1] and (c.vote == 1).all()
     assert refs[m.nearest[0]].tolist() == [1, 0]
 
@@ -250,16 +250,16 @@ def test_auto_threshold_is_calibrated_on_the_labeled_examples():
     rng = np.random.default_rng(0)
     refs = np.concatenate([rng.normal([5, 0, 0], 0.5, (30, 3)), rng.normal([0, 5, 0], 0.5, (30, 3))])
     types = np.repeat([0, 1], 30)
-    value, why = ta.auto_threshold(refs, types)
+    value, why = suggestions_stage.auto_threshold(refs, types)
     assert 0 < value < 0.1 and why.startswith("auto: 95%")
-    assert ta.auto_threshold(refs[:2], np.array([0, 1]))[0] == ta.DEFAULT_THRESHOLD
+    assert suggestions_stage.auto_threshold(refs[:2], np.array([0, 1]))[0] == matching.DEFAULT_THRESHOLD
 
 
 def test_agreement_scores_known_and_new_types():
     table = pd.DataFrame({"example_id": ["1", "2", "3", "4"], "status": ["suggested", "suggested", "unmatched",
                                                                           "suggested"],
                           "error_type": ["A", "B", None, "A"]})
-    score = ta.agreement(table, {"1": "A", "2": "A", "3": None, "4": None})
+    score = matching.agreement(table, {"1": "A", "2": "A", "3": None, "4": None})
     assert score == {"n": 4, "agreement": 0.5, "n_known": 2, "accuracy_known": 0.5, "coverage_known": 1.0,
                      "n_suggested": 3, "precision": 0.3333, "n_new": 2, "unmatched_recall": 0.5}
 
@@ -268,27 +268,27 @@ def test_agreement_scores_known_and_new_types():
 
 
 def test_hidden_states_need_the_labeled_examples_in_the_run(world, tmp_path):
-    df = pd.read_parquet(world["b"] / runs.PREDICTIONS)[["example_id", "text", "label", "pred"]]
+    df = pd.read_parquet(world["b"] / rundir.PREDICTIONS)[["example_id", "text", "label", "pred"]]
     df["example_id"] = "other-" + df["example_id"]
     run = write_run(tmp_path / "elsewhere", df)
-    runs.write_npy(run.file(runs.HIDDEN), np.random.default_rng(0).normal(size=(len(df), 8)).astype(np.float32))
+    rundir.write_npy(run.file(rundir.HIDDEN), np.random.default_rng(0).normal(size=(len(df), 8)).astype(np.float32))
     with pytest.raises(DataError, match="none of its .* labeled examples is in this run .* --embedder minilm"):
-        ta.suggest(world["taxonomy"], run.path, embedder="hidden")
+        stages.suggest(world["taxonomy"], run.path, embedder="hidden")
 
 
 def test_a_custom_embedder_the_run_was_clustered_with_asks_for_another(world):
-    meta = json.loads((world["b"] / runs.EMBEDDINGS_META).read_text())
+    meta = json.loads((world["b"] / rundir.EMBEDDINGS_META).read_text())
     meta["embedder"] = {"name": "MyEmbedder", "key": "my-embedder-v3"}
-    (world["b"] / runs.EMBEDDINGS_META).write_text(json.dumps(meta))
+    (world["b"] / rundir.EMBEDDINGS_META).write_text(json.dumps(meta))
     with pytest.raises(RunError, match="custom embedder 'my-embedder-v3' .* pass --embedder"):
-        ta.suggest(world["taxonomy"], world["b"])
+        stages.suggest(world["taxonomy"], world["b"])
 
 
 def test_a_taxonomy_of_another_task_is_refused(world):
-    run = runs.Run.open(world["b"])
+    run = rundir.Run.open(world["b"])
     run.update_manifest(task="generation")
     with pytest.raises(DataError, match="taxonomy of a classification run cannot be applied"):
-        ta.suggest(world["taxonomy"], world["b"])
+        stages.suggest(world["taxonomy"], world["b"])
 
 
 def test_minilm_embeds_the_taxonomy_texts_for_an_unclustered_run(tmp_path):
@@ -312,9 +312,9 @@ def test_minilm_embeds_the_taxonomy_texts_for_an_unclustered_run(tmp_path):
         store.create_error_type(name)
     store.assign("a", ["t0", "t1"], "Football read as business")
     store.assign("a", ["t3", "t4"], "Chips read as sport")
-    path = taxonomy.export(a.path, "json", tmp_path / "tax.json")
+    path = stages.export_taxonomy(a.path, "json", tmp_path / "tax.json")
     b = write_run(tmp_path / "b", pd.DataFrame(rows))
-    result = ta.suggest(path, b.path, threshold=0.75)
+    result = stages.suggest(path, b.path, threshold=0.75)
     table = result.suggestions.set_index("example_id")
     assert "not clustered; matching with minilm" in result.notes[0]
     assert table.loc["t2", "error_type"] == "Football read as business"
@@ -344,13 +344,13 @@ def test_cli_apply_taxonomy_dry_run_and_bad_input(world, tmp_path):
     result = CliRunner().invoke(app, ["apply-taxonomy", str(world["taxonomy"]), str(world["b"]), "--labels-db",
                                       str(db), "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert "would suggest" in result.output and not db.exists() and not (world["b"] / ta.SUGGESTIONS).exists()
+    assert "would suggest" in result.output and not db.exists() and not (world["b"] / suggestions_stage.SUGGESTIONS).exists()
     bad = _edit(world, lambda d: d.__setitem__("schema_version", 2))
     result = CliRunner().invoke(app, ["apply-taxonomy", str(bad), str(world["b"]), "--labels-db", str(db)])
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "schema_version 2" in result.output
     assert not db.exists()
     result = CliRunner().invoke(app, ["apply-taxonomy", str(world["taxonomy"]), str(world["b"]), "--threshold", "5"])
-    assert result.exit_code == 2 and "threshold=5.0 is invalid" in result.output
+    assert result.exit_code == 2 and "--threshold 5.0 is invalid" in result.output
 
 
 def test_cli_import_taxonomy(world, tmp_path, monkeypatch):
@@ -376,16 +376,16 @@ def test_a_type_of_one_confusion_only_takes_failures_that_make_it():
     refs = pd.DataFrame({"example_id": list("abcdefg"), "error_type": ["Tech as business"] * 3 + ["Sarcasm"] * 4,
                          "label": ["tech"] * 3 + ["sport", "tech", "business", "sport"],
                          "pred": ["business"] * 3 + ["tech", "sport", "sport", "tech"], "text": None})
-    rules = ta.confusion_constraints(refs)
+    rules = suggestions_stage.confusion_constraints(refs)
     assert rules == {"Tech as business": {"label": "tech", "pred": "business"}}
-    assert ta.confusion_constraints(refs, min_examples=4) == {}
+    assert suggestions_stage.confusion_constraints(refs, min_examples=4) == {}
     failures = pd.DataFrame({"label": ["tech", "tech", "sport"], "pred": ["business", "sport", "business"]})
-    allowed = ta.allowed_types(failures, ["Sarcasm", "Tech as business"], rules)
+    allowed = suggestions_stage.allowed_types(failures, ["Sarcasm", "Tech as business"], rules)
     assert allowed.tolist() == [[True, True], [True, False], [True, False]]
     vectors = np.array([[1, 0], [0, 1], [1, 0.01]], dtype=np.float32)   # all three close to type 1's examples
     labeled = np.array([[1, 0], [1, 0.02], [0.99, 0], [0, 1]], dtype=np.float32)
-    m = ta.match_vectors(vectors, labeled, [1, 1, 1, 0], threshold=0.1, allowed=allowed)
+    m = suggestions_stage.match_vectors(vectors, labeled, [1, 1, 1, 0], threshold=0.1, allowed=allowed)
     assert m.type_index.tolist() == [1, 0, -1]
     only_one = np.array([[False, True], [False, True], [False, False]])
-    m = ta.match_vectors(vectors, labeled, [1, 1, 1, 0], threshold=0.1, allowed=only_one)
+    m = suggestions_stage.match_vectors(vectors, labeled, [1, 1, 1, 0], threshold=0.1, allowed=only_one)
     assert m.excluded.tolist() == [False, False, True] and m.type_index[2] == -1 and m.closest[2] == 1

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from erroranalysis.checklist.training import diagnose, training_report
+from erroranalysis.checklist.training_log import find_log, load_training_log
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError
-from erroranalysis.training import diagnose, find_log, load_training_log, training_report
 
 STEPS = np.arange(10, 1001, 10)
 
@@ -310,7 +311,7 @@ def test_cli_missing_path_exits_2(tmp_path):
 def test_cli_json_to_a_folder_exits_2(tmp_path):
     path = write_state(tmp_path, healthy_history())
     result = CliRunner().invoke(app, ["training", str(path), "--json", str(tmp_path)])
-    assert result.exit_code == 2 and "--json=" in result.stderr and "not a folder" in result.stderr
+    assert result.exit_code == 2 and "--json '" in result.stderr and "not a folder" in result.stderr
 
 
 # -- the sample checkpoint's real log ---------------------------------------------------------------------------

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-
-from erroranalysis import runs
-from erroranalysis import taxonomy as tx
-from erroranalysis.labels import LabelStore
-from erroranalysis.runs import Run
 from ui_fixtures import make_workspace
 
-UI = Path(__file__).resolve().parent.parent / "ui"
-sys.path.insert(0, str(UI))
+from erroranalysis import rundir, stages
+from erroranalysis.labels import LabelStore, taxonomy
+from erroranalysis.rundir import Run
+from erroranalysis.stages import export as export_stage
+from erroranalysis_ui.eaui import charts, data, state
 
-from eaui import charts, data, state  # noqa: E402
+UI = Path(__file__).resolve().parent.parent / "ui"
+
 
 PAGES = ["runs", "overview", "confusion", "clusters", "label", "taxonomy"]
 TITLES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
@@ -201,7 +199,7 @@ def test_clusters_page_map_list_and_detail(start, workspace):
     assert at.session_state[state.CLUSTER] == first
     other = int(summary["cluster_id"].iloc[-1])
     at.selectbox(key=state.CLUSTER).set_value(other).run()
-    clusters = tx.read_clusters(Run.open(workspace / "news-a")).set_index("cluster_id")
+    clusters = export_stage.read_clusters(Run.open(workspace / "news-a")).set_index("cluster_id")
     assert at.subheader[1].value == clusters.loc[other, "name"]
     examples = at.dataframe[-1].value
     assert len(examples) == clusters.loc[other, "size"]
@@ -212,10 +210,10 @@ def test_clusters_page_map_list_and_detail(start, workspace):
 def test_a_slice_cluster_says_which_slice_defines_it(tmp_path, db, monkeypatch):
     root = make_workspace(tmp_path / "ws")
     run = Run.open(root / "news-a")
-    clusters = pd.read_parquet(run.file(runs.CLUSTERS))
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     clusters["slice_id"] = pd.array([3] + [None] * (len(clusters) - 1), dtype="Int64")
     clusters["slice"] = pd.array(['text contains "rain"'] + [None] * (len(clusters) - 1), dtype="string")
-    runs.write_parquet(run.file(runs.CLUSTERS), clusters)
+    rundir.write_parquet(run.file(rundir.CLUSTERS), clusters)
     monkeypatch.setenv("ERRORANALYSIS_RUNS", str(root))
     monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
     at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
@@ -238,7 +236,7 @@ def test_cluster_list_selection_opens_the_cluster(start):
 
 
 def test_map_figure_is_webgl_and_selection_gives_ids(workspace):
-    table = tx.base_table(Run.open(workspace / "news-a"))
+    table = export_stage.base_table(Run.open(workspace / "news-a"))
     failing = table[~table["correct"]]
     fig = charts.cluster_map(failing, {0: "zero <b>"}, highlight=0)
     assert {t.type for t in fig.data} == {"scattergl"}
@@ -337,7 +335,7 @@ def test_merge_clusters_into_one_error_type(start, db):
     picked = [int(c) for c in summary["cluster_id"].iloc[:2]]
     at.multiselect(key=state.MERGE_CLUSTERS).set_value(picked).run()
     button(at, "Merge clusters").click().run()
-    table = tx.example_table(Run.open(Path(at.session_state[state.CONFIG].runs_root) / "news-a"), store)
+    table = stages.example_table(Run.open(Path(at.session_state[state.CONFIG].runs_root) / "news-a"), store)
     members = table[table["cluster_id"].isin(picked)]
     assigned = store.assignments("news-a")
     assert sorted(assigned["example_id"]) == sorted(members["example_id"])
@@ -376,7 +374,7 @@ def test_refused_actions_are_messages(start):
 
 def test_map_selection_is_labeled_on_the_label_page(start, workspace):
     at = goto(start(), "clusters")
-    table = tx.base_table(Run.open(workspace / "news-a"))
+    table = export_stage.base_table(Run.open(workspace / "news-a"))
     picked = list(table[~table["correct"]]["example_id"].iloc[:4])
     at.session_state[state.MAP_SELECTION] = picked
     at.run()
@@ -423,7 +421,7 @@ def test_taxonomy_page_counts_and_downloads(start, db):
     assert [b.label for b in at.get("download_button")] == ["JSON", "CSV", "Markdown report"]
     store = LabelStore(db, user="tester")
     store.create_error_type("Sarcasm", "Irony read literally", "high")
-    table = tx.example_table(Run.open(Path(at.session_state[state.CONFIG].runs_root) / "news-a"), store)
+    table = stages.example_table(Run.open(Path(at.session_state[state.CONFIG].runs_root) / "news-a"), store)
     ids = list(table[table["cluster_id"] == 0]["example_id"])
     store.assign("news-a", ids, "Sarcasm")
     at.run()
@@ -433,7 +431,7 @@ def test_taxonomy_page_counts_and_downloads(start, db):
     assert len(at.dataframe[1].value) == len(ids)
     text = data.export_text("json", Path(at.session_state[state.CONFIG].runs_root) / "news-a", store)
     doc = json.loads(text)
-    tx.validate(doc)
+    taxonomy.validate(doc)
     assert doc["error_types"][0]["count"] == len(ids)
 
 

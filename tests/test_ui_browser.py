@@ -56,7 +56,7 @@ def _add_slices_and_training_log(run_dir: Path) -> None:
     checkpoint folder the synthetic manifest names (a relative path, read against the run folder)."""
     import math
 
-    from erroranalysis.slice_stage import slices_run
+    from erroranalysis.stages.slices import slices_run
 
     slices_run(run_dir, merge=False)
     history = []
@@ -215,7 +215,7 @@ def test_end_to_end(app, page, run_dir, tmp_path):
     info.value.save_as(target)
     _shot(page, "6-taxonomy")
 
-    from erroranalysis import taxonomy
+    from erroranalysis.labels import taxonomy
 
     doc = taxonomy.load(target)
     types = {t["name"]: t for t in doc["error_types"]}

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-
-from erroranalysis.checks_stage import checks_run
 from ui_fixtures import make_run
 
-UI = Path(__file__).resolve().parent.parent / "ui"
-sys.path.insert(0, str(UI))
+from erroranalysis.stages.checks import checks_run
+from erroranalysis_ui.eaui import state
 
-from eaui import state  # noqa: E402
+UI = Path(__file__).resolve().parent.parent / "ui"
+
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from ui_fixtures import make_run
 
 from erroranalysis.cli import ui as ui_cli
 from erroranalysis.cli.app import app
-from ui_fixtures import make_run
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ui"))
-from eaui import config  # noqa: E402
+from erroranalysis_ui.eaui import config
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +29,8 @@ def test_app_file_exists():
 
 @pytest.mark.parametrize("args, message", [
     (["/no/such/folder"], "no such folder"),
-    (["--port", "0"], "--port=0 is invalid"),
-    (["--port", "70000"], "--port=70000 is invalid"),
+    (["--port", "0"], "--port 0 is invalid"),
+    (["--port", "70000"], "--port 70000 is invalid"),
 ])
 def test_bad_arguments_are_one_line_errors(args, message, workspace):
     argv = ["ui"] + (args if args[0].startswith("/") else [str(workspace)] + args)
@@ -103,10 +101,9 @@ def test_a_wheel_ships_the_app_and_it_runs_from_there(tmp_path, workspace):
     """`pip install erroranalysis` (not editable) must give a working `erroranalysis ui`: the app is packaged as
     erroranalysis_ui, and app_path finds it there."""
     import os
+    import shutil
     import subprocess
     import zipfile
-
-    import shutil
 
     root = Path(__file__).resolve().parent.parent
     # build from a copy of the source files alone: an in-tree build/ folder could hold stale packages

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from test_compare import eval_frame, write_run, wrong
 
-from erroranalysis import runs
+from erroranalysis import rundir
 from erroranalysis.labels import LabelStore
-from test_compare import eval_frame, wrong, write_run
+from erroranalysis_ui.eaui import state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
-sys.path.insert(0, str(UI))
 
-from eaui import state  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +175,7 @@ def test_review_without_labeled_runs_says_what_to_do(start):
 
 
 def test_review_of_a_broken_suggestions_file_is_one_message(start, workspace, tmp_path):
-    run = runs.Run.open(workspace / "third")
+    run = rundir.Run.open(workspace / "third")
     run.file("taxonomy_suggestions.parquet").write_bytes(b"not parquet")
     try:
         at = start("review", run="third")

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-
-from erroranalysis import taxonomy as tx
-from erroranalysis.labels import LabelStore
-from erroranalysis.runs import Run
-from erroranalysis.slice_stage import read_slices, slices_run
 from ui_fixtures import make_run
 
-UI = Path(__file__).resolve().parent.parent / "ui"
-sys.path.insert(0, str(UI))
+from erroranalysis.labels import LabelStore
+from erroranalysis.rundir import Run
+from erroranalysis.stages import export as export_stage
+from erroranalysis.stages.slices import read_slices, slices_run
+from erroranalysis_ui.eaui import actions, state
 
-from eaui import actions, state  # noqa: E402
+UI = Path(__file__).resolve().parent.parent / "ui"
+
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +121,7 @@ def test_one_click_makes_a_slice_an_error_type(start, workspace, db):
     run = Run.open(workspace / "news-a")
     slices, members = read_slices(run)
     first = slices.sort_values("slice_id").iloc[0]
-    table = tx.base_table(run)
+    table = export_stage.base_table(run)
     ids = set(members.loc[members["slice_id"] == first["slice_id"], "example_id"].astype(str))
     failing = table[table["example_id"].isin(ids) & ~table["correct"]]
     assert len(failing) == int(first["failures"]) > 0
@@ -156,7 +154,7 @@ def test_failures_labeled_before_keep_their_type_unless_asked(start, workspace, 
     run = Run.open(workspace / "news-a")
     slices, members = read_slices(run)
     first = slices.sort_values("slice_id").iloc[0]
-    table = tx.base_table(run)
+    table = export_stage.base_table(run)
     ids = set(members.loc[members["slice_id"] == first["slice_id"], "example_id"].astype(str))
     failing = sorted(table[table["example_id"].isin(ids) & ~table["correct"]]["example_id"])
     store = LabelStore(db, user="someone")

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
-
-from erroranalysis import runs
-from erroranalysis.training import diagnose, read_trainer_state
 from ui_fixtures import make_run
 
-UI = Path(__file__).resolve().parent.parent / "ui"
-sys.path.insert(0, str(UI))
+from erroranalysis import rundir
+from erroranalysis.checklist.training import diagnose
+from erroranalysis.checklist.training_log import read_trainer_state
+from erroranalysis_ui.eaui import charts, state
 
-from eaui import charts, state  # noqa: E402
+UI = Path(__file__).resolve().parent.parent / "ui"
+
 
 
 def history(nan_at: int | None = None) -> list[dict]:
@@ -44,10 +43,10 @@ def write_state(folder: Path, log_history: list[dict]) -> Path:
 
 
 def point_model_at(run_dir: Path, folder: Path) -> None:
-    run = runs.Run.open(run_dir)
+    run = rundir.Run.open(run_dir)
     manifest = run.manifest
     manifest["model"]["path"] = str(folder)
-    runs.write_json(run.file(runs.MANIFEST), manifest)
+    rundir.write_json(run.file(rundir.MANIFEST), manifest)
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +160,7 @@ def test_paths_outside_the_workspace_are_refused(start, workspace, tmp_path):
 
 
 def test_the_checkpoint_folder_is_readable_only_for_its_own_run(start, workspace):
-    folder = runs.Run.open(workspace / "news-a").manifest["model"]["path"]
+    folder = rundir.Run.open(workspace / "news-a").manifest["model"]["path"]
     at = start("news-a")
     at.text_input(key=state.TRAINING_LOG).set_value(folder + "/trainer_state.json").run()
     assert not at.error and at.metric[0].value == "1"

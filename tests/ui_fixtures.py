@@ -53,7 +53,7 @@ def make_run(path: str | Path, *, n: int = 400, n_failures: int = 80, n_clusters
     """Write a complete synthetic run at `path` and return the `Run`."""
     import pandas as pd
 
-    from erroranalysis import runs
+    from erroranalysis import rundir
 
     rng = np.random.default_rng(seed)
     k = len(LABELS)
@@ -104,7 +104,7 @@ def make_run(path: str | Path, *, n: int = 400, n_failures: int = 80, n_clusters
     })
     df.loc[fail & (rng.random(n) < 0.3), "source"] = "forum"
 
-    run = runs.Run.create(path, overwrite=True, task="classification", labels=list(LABELS),
+    run = rundir.Run.create(path, overwrite=True, task="classification", labels=list(LABELS),
                           model={"path": "checkpoints/news-bert", "weights_sha256": "9f2c" + "0" * 60,
                                  "max_length": 256, "precision": "fp32", "batch_size": 32},
                           data={"path": "data/news_eval.jsonl", "sha256": "ab12" + "0" * 60, "rows": n,
@@ -112,16 +112,16 @@ def make_run(path: str | Path, *, n: int = 400, n_failures: int = 80, n_clusters
                                 "metadata_columns": ["source"]},
                           device="cpu", seed=seed)
     with run.stage("infer", {"batch_size": 32}):
-        runs.write_parquet(run.file(runs.PREDICTIONS), df)
+        rundir.write_parquet(run.file(rundir.PREDICTIONS), df)
         if with_probs:
-            runs.write_npy(run.file(runs.PROBS), probs)
+            rundir.write_npy(run.file(rundir.PROBS), probs)
     with run.stage("metrics"):
-        runs.write_json(run.file(runs.METRICS), _metrics(df, probs if with_probs else None))
+        rundir.write_json(run.file(rundir.METRICS), _metrics(df, probs if with_probs else None))
     if with_clusters:
         with run.stage("cluster", {"min_cluster_size": 5}):
             clusters, assignments = _clusters(df, fail, pair_of_fail, pairs, rng, include_correct_in_assignments)
-            runs.write_parquet(run.file(runs.CLUSTERS), clusters)
-            runs.write_parquet(run.file(runs.ASSIGNMENTS), assignments)
+            rundir.write_parquet(run.file(rundir.CLUSTERS), clusters)
+            rundir.write_parquet(run.file(rundir.ASSIGNMENTS), assignments)
     return run
 
 
@@ -260,12 +260,12 @@ def _metrics(df, probs) -> dict:
 def make_workspace(root: str | Path, **kwargs) -> Path:
     """A runs folder with two good runs (`news-a`, `news-b`, the second without clusters) and one broken run
     (`broken`, whose predictions.parquet is corrupt)."""
-    from erroranalysis import runs
+    from erroranalysis import rundir
 
     root = Path(root)
     make_run(root / "news-a", **kwargs)
     make_run(root / "news-b", n=200, n_failures=30, seed=1, with_clusters=False)
     broken = make_run(root / "broken", n=60, n_failures=10, seed=2)
-    broken.file(runs.PREDICTIONS).write_bytes(b"not a parquet file")
-    broken.file(runs.METRICS).write_text("{ not json", encoding="utf-8")
+    broken.file(rundir.PREDICTIONS).write_bytes(b"not a parquet file")
+    broken.file(rundir.METRICS).write_text("{ not json", encoding="utf-8")
     return root

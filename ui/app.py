@@ -1,25 +1,22 @@
 """The erroranalysis app: `erroranalysis ui runs/` or `streamlit run ui/app.py -- runs/ [--user NAME] [--open RUN]`.
 
 This file is the router (st.navigation) and the frame around every page: the run picker and who is labeling.
-Pages under views/ only render; data comes from eaui.data, work from the erroranalysis library. (Not pages/:
+Pages under views/ only render; data comes from erroranalysis_ui.eaui.data, work from the erroranalysis library. (Not pages/:
 Streamlit would also serve a pages/ folder beside this file as standalone pages, bypassing this router.)
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:  # so pages can `import eaui` however the app was started
-    sys.path.insert(0, str(_HERE))
+import streamlit as st
 
-import streamlit as st  # noqa: E402
+_HERE = Path(__file__).resolve().parent
 
 st.set_page_config(page_title="erroranalysis", page_icon=":material/troubleshoot:", layout="wide",
                    initial_sidebar_state="expanded")
 
-from eaui import components, config, data, state  # noqa: E402
+from erroranalysis_ui.eaui import components, config, data, state  # noqa: E402  (after set_page_config)
 
 if state.CONFIG not in st.session_state:
     st.session_state[state.CONFIG] = config.parse()

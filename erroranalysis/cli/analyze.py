@@ -8,8 +8,20 @@ from typing import Annotated
 import typer
 
 from erroranalysis.cli import common
-from erroranalysis.cli.run import (Encoding, IdColumn, LabelColumn, NoChecks, NoCluster, NoSlices, Split, TextColumn,
-                                   Train, after_options, data_options, report)
+from erroranalysis.cli.run import (
+    Encoding,
+    IdColumn,
+    LabelColumn,
+    NoChecks,
+    NoCluster,
+    NoSlices,
+    Split,
+    TextColumn,
+    Train,
+    after_options,
+    data_options,
+    report,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +44,7 @@ def register(app: typer.Typer) -> None:
         overwrite: common.Overwrite = False,
     ) -> None:
         """Analyze predictions made elsewhere: metrics and failure clusters, in a run directory."""
-        from erroranalysis.pipeline import analyze_predictions
+        from erroranalysis.stages.load_predictions import analyze_predictions
 
         run = analyze_predictions(predictions, out,
                                   data_opts=data_options(text_column, label_column, id_column, encoding, split),

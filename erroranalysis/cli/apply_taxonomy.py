@@ -55,9 +55,10 @@ def apply_taxonomy(
     """Suggest error types for a run's failures from a labeled taxonomy."""
     import json
 
-    from erroranalysis import taxonomy_apply as ta
+    from erroranalysis import stages
     from erroranalysis.labels import LabelStore, default_db_path
-    from erroranalysis.runs import Run
+    from erroranalysis.rundir import Run
+    from erroranalysis.stages import suggestions as suggestions_stage
 
     out = common.console()
     out.soft_wrap = True
@@ -66,15 +67,15 @@ def apply_taxonomy(
     with out.status("Embedding and matching failures…", spinner="dots") if out.is_terminal and not as_json \
             else _nothing():
         if dry_run:
-            doc = ta.load_taxonomy(taxonomy)
+            doc = suggestions_stage.load_taxonomy(taxonomy)
             store = LabelStore(db, create=False) if Path(db).is_file() else None
             if store is not None:
-                ta.plan_import(doc, store, on_clash=on_clash.value)
-            result = ta.suggest(doc, opened.path, store=store, method=method.value, k=k, threshold=threshold,
+                suggestions_stage.plan_import(doc, store, on_clash=on_clash.value)
+            result = stages.suggest(doc, opened.path, store=store, method=method.value, k=k, threshold=threshold,
                                 embedder=embedder, confusions=not ignore_confusions)
             result.taxonomy = str(taxonomy)
         else:
-            result = ta.apply_taxonomy(taxonomy, opened.path, labels_db=db, method=method.value, k=k,
+            result = stages.apply_taxonomy(taxonomy, opened.path, labels_db=db, method=method.value, k=k,
                                        threshold=threshold, embedder=embedder, on_clash=on_clash.value,
                                        confusions=not ignore_confusions)
     if as_json:

@@ -40,7 +40,7 @@ def checks(
     seed: common.Seed = 0,
 ) -> None:
     """Check the run's labels and data: label issues, duplicates, leakage, shift."""
-    from erroranalysis.checks_stage import checks_run
+    from erroranalysis.stages.checks import checks_run
 
     out = common.console()
     with out.status("checking") as status:

@@ -73,43 +73,26 @@ def cluster(
     """Cluster a run's failing examples into named error types."""
     import json
 
-    from erroranalysis.errors import ParameterError
-
     out = common.console()
-    try:
-        if names_only:
-            from erroranalysis.cluster_stage import name_run
+    if names_only:
+        from erroranalysis.stages.cluster import name_run
 
-            summary = name_run(run_dir, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed)
-        else:
-            from erroranalysis.cluster_stage import cluster_run
+        summary = name_run(run_dir, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed)
+    else:
+        from erroranalysis.stages.cluster import cluster_run
 
-            with _progress(out, quiet=as_json or not out.is_terminal) as progress:
-                summary = cluster_run(
-                    run_dir, embedder=embedder, min_cluster_size=min_cluster_size, min_samples=min_samples,
-                    seed=seed, reducer=reducer.value, n_components=n_components, n_neighbors=n_neighbors,
-                    error_aware=error_aware, pair_weight=pair_weight,
-                    assign_noise=None if keep_noise else assign_noise, layout=layout.value, max_fit=max_fit,
-                    slice_groups=slice_groups, group_purity=group_purity, n_keywords=n_keywords,
-                    n_exemplars=n_exemplars, cache=not no_cache, progress=progress)
-    except ParameterError as exc:  # name the flag the user typed, not the keyword argument
-        raise ParameterError(_flag_names(str(exc))) from None
+        with _progress(out, quiet=as_json or not out.is_terminal) as progress:
+            summary = cluster_run(
+                run_dir, embedder=embedder, min_cluster_size=min_cluster_size, min_samples=min_samples,
+                seed=seed, reducer=reducer.value, n_components=n_components, n_neighbors=n_neighbors,
+                error_aware=error_aware, pair_weight=pair_weight,
+                assign_noise=None if keep_noise else assign_noise, layout=layout.value, max_fit=max_fit,
+                slice_groups=slice_groups, group_purity=group_purity, n_keywords=n_keywords,
+                n_exemplars=n_exemplars, cache=not no_cache, progress=progress)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
     _print(out, summary)
-
-
-_FLAGS = {"min_cluster_size": "--min-cluster-size", "min_samples": "--min-samples", "seed": "--seed",
-          "reducer": "--reducer", "n_components": "--components", "n_neighbors": "--neighbors",
-          "pair_weight": "--pair-weight", "assign_noise": "--assign-noise", "layout": "--layout",
-          "max_fit": "--max-fit", "group_purity": "--group-purity", "n_keywords": "--keywords",
-          "n_exemplars": "--exemplars", "embedder": "--embedder"}
-
-
-def _flag_names(message: str) -> str:
-    name, sep, rest = message.partition("=")
-    return f"{_FLAGS[name]}={rest}" if sep and name in _FLAGS else message
 
 
 class _progress:

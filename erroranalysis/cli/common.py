@@ -36,12 +36,17 @@ def handle_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from erroranalysis.errors import ErrorAnalysisError
+        from erroranalysis.cli import flags
+        from erroranalysis.errors import ErrorAnalysisError, ParameterError
 
         try:
             return command(*args, **kwargs)
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except ParameterError as exc:
+            if debug_enabled():
+                raise
+            fail(flags.message(exc), exc.exit_code)
         except ErrorAnalysisError as exc:
             if debug_enabled():
                 raise

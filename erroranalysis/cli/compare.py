@@ -35,10 +35,11 @@ def compare(
 ) -> None:
     """Compare runs: a baseline first, then candidates."""
     from erroranalysis import compare as cmp
+    from erroranalysis import compare_report, stages
 
-    report = cmp.compare_runs(base, candidates, labels_db=labels_db, n_resamples=resamples, seed=seed,
+    report = stages.compare_runs(base, candidates, labels_db=labels_db, n_resamples=resamples, seed=seed,
                               min_overlap=min_overlap)
-    written = cmp.write_report(report, out) if out is not None else []
+    written = compare_report.write_report(report, out) if out is not None else []
     if as_json:
         typer.echo(cmp.to_json(report.doc), nl=False)
         return
@@ -54,6 +55,7 @@ def _print(out, doc: dict, n_examples: int) -> None:
     from rich.table import Table
 
     from erroranalysis import compare as cmp
+    from erroranalysis import compare_report
 
     comps = doc["comparisons"]
     if len(comps) > 1:
@@ -68,7 +70,7 @@ def _print(out, doc: dict, n_examples: int) -> None:
     for comp in comps:
         out.print()
         out.print(f"[bold]{escape(comp['candidate'])}[/bold] vs [bold]{escape(comp['base'])}[/bold] (baseline): "
-                  f"{escape(cmp.headline(comp))}")
+                  f"{escape(compare_report.headline(comp))}")
         for note in comp["notes"]:
             out.print(f"Note: {escape(note)}.")
         if len(comps) > 1:
@@ -78,17 +80,17 @@ def _print(out, doc: dict, n_examples: int) -> None:
             table.add_column(col, justify="right" if col else "left")
         for name in cmp.OVERALL:
             m = comp["overall"][name]
-            table.add_row(name.replace("_", " "), cmp._rate(m["base"]), cmp._rate(m["candidate"]),
-                          cmp._pts(m["delta"]) + (" *" if m["significant"] else ""), cmp._ci_text(m["ci"]))
+            table.add_row(name.replace("_", " "), compare_report.rate(m["base"]), compare_report.rate(m["candidate"]),
+                          compare_report.pts(m["delta"]) + (" *" if m["significant"] else ""), compare_report.ci_text(m["ci"]))
         out.print(table, soft_wrap=False)
         table = Table(title="Per class F1", show_edge=False, header_style="bold", title_justify="left")
         for col in ("class", "support", "baseline", "candidate", "delta", "95% CI"):
             table.add_column(col, justify="left" if col == "class" else "right")
         for row in sorted(comp["per_class"], key=lambda r: r["f1"]["delta"] or 0):
             f1 = row["f1"]
-            table.add_row(escape(row["label"]), f"{row['support']:,}", cmp._rate(f1["base"]),
-                          cmp._rate(f1["candidate"]),
-                          cmp._pts(f1["delta"]) + (" *" if f1["significant"] else ""), cmp._ci_text(f1["ci"]))
+            table.add_row(escape(row["label"]), f"{row['support']:,}", compare_report.rate(f1["base"]),
+                          compare_report.rate(f1["candidate"]),
+                          compare_report.pts(f1["delta"]) + (" *" if f1["significant"] else ""), compare_report.ci_text(f1["ci"]))
         out.print(table, soft_wrap=False)
         c = comp["counts"]
         out.print(f"{c['fixed']:,} fixed · {c['broken']:,} broken · {c['still_failing']:,} still failing · "

@@ -49,8 +49,8 @@ def doctor(
     """Walk the debugging checklist and write doctor.md."""
     from rich.markup import escape
 
-    from erroranalysis.doctor import doctor as run_doctor
-    from erroranalysis.pipeline import DataOptions, InferOptions
+    from erroranalysis.stages import run_doctor
+    from erroranalysis.stages.infer import DataOptions, InferOptions
 
     out = out if out is not None else Path("runs") / f"{Path(model).resolve().name}-doctor"
     data_opts = DataOptions(text_column=text_column, label_column=label_column, id_column=id_column,

@@ -27,13 +27,14 @@ def export(
     labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database; default "
                                                       "<RUN's folder>/labels.sqlite.")] = None,
 ) -> None:
-    from erroranalysis import taxonomy
-    from erroranalysis.errors import check_param
+    from erroranalysis import stages
+    from erroranalysis.labels import taxonomy
+    from erroranalysis.validation import check_param
 
     fmt = format.strip().lower()
     if fmt == "md":
         fmt = "markdown"
     check_param("--format", format, fmt in FORMATS, "json, csv or markdown")
     target = out if out is not None else Path(run) / f"taxonomy{taxonomy.EXTENSIONS[fmt]}"
-    path = taxonomy.export(run, fmt, target, labels_db=labels_db)
+    path = stages.export_taxonomy(run, fmt, target, labels_db=labels_db)
     typer.echo(f"wrote {path}")

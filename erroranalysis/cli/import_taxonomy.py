@@ -38,9 +38,9 @@ def import_taxonomy(
     """Import a taxonomy's error types into a labels database."""
     from rich.markup import escape
 
-    from erroranalysis import taxonomy_apply as ta
     from erroranalysis.errors import UserError
     from erroranalysis.labels import LabelStore, default_db_path
+    from erroranalysis.stages import suggestions as suggestions_stage
 
     if labels_db is None:
         if not Path("runs").is_dir():
@@ -50,7 +50,7 @@ def import_taxonomy(
     if labels_db.is_dir():
         raise UserError(f"{labels_db}: is a directory; pass the labels database file, e.g. "
                         f"{labels_db / 'labels.sqlite'}.")
-    doc = ta.load_taxonomy(taxonomy)
+    doc = suggestions_stage.load_taxonomy(taxonomy)
     out = common.console()
     out.soft_wrap = True
     if dry_run:
@@ -58,12 +58,12 @@ def import_taxonomy(
             out.print(f"{escape(str(labels_db))} does not exist yet: all {len(doc['error_types'])} error types would "
                       "be created.")
             return
-        plan = ta.plan_import(doc, LabelStore(labels_db, create=False), on_clash=on_clash.value)
+        plan = suggestions_stage.plan_import(doc, LabelStore(labels_db, create=False), on_clash=on_clash.value)
         for item in plan:
             diffs = ", ".join(f for f, _, _ in item["differences"])
             out.print(f"{item['action']:>7}  {escape(item['name'])}" + (f"  (differs: {diffs})" if diffs else ""))
         return
-    result = ta.import_taxonomy(doc, LabelStore(labels_db), on_clash=on_clash.value)
+    result = suggestions_stage.import_taxonomy(doc, LabelStore(labels_db), on_clash=on_clash.value)
     out.print(f"{escape(str(taxonomy))} → {escape(str(labels_db))}: {result.summary()}.")
     for name in result.created:
         out.print(f"  created  {escape(name)}")

@@ -19,9 +19,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Recompute metrics.json from predictions.parquet (and probs.npy) without re-running inference."""
         from erroranalysis.cli.show import print_summary
-        from erroranalysis.errors import check_param
-        from erroranalysis.pipeline import compute_run_metrics
-        from erroranalysis.runs import Run
+        from erroranalysis.rundir import Run
+        from erroranalysis.stages.metrics import compute_run_metrics
+        from erroranalysis.validation import check_param
 
         check_param("--bootstrap", n_resamples, n_resamples >= 0, "an integer >= 0")
         run = Run.open(run_dir)

@@ -41,9 +41,9 @@ def overfit(
     seed: common.Seed = 0,
 ) -> None:
     """Can the model memorize a tiny dataset?"""
-    from erroranalysis import runs
-    from erroranalysis.errors import check_param
-    from erroranalysis.overfit import overfit_check
+    from erroranalysis import rundir
+    from erroranalysis.checklist.overfit import overfit_check
+    from erroranalysis.validation import check_param
 
     if json_out is not None:
         check_param("--json", str(json_out), not json_out.is_dir(), "a file path, not a folder")
@@ -57,7 +57,7 @@ def overfit(
         if bar.live.is_started:
             bar.stop()
     if json_out is not None:
-        runs.write_json(json_out, result.to_dict())
+        rundir.write_json(json_out, result.to_dict())
     print_result(result)
     if json_out is not None:
         typer.echo(f"wrote {json_out}")
@@ -80,7 +80,7 @@ def _progress():
 def print_result(result) -> None:
     from rich.markup import escape
 
-    from erroranalysis.overfit import ascii_curve
+    from erroranalysis.checklist.overfit_diagnosis import ascii_curve
 
     out = common.console()
     c = result.curve

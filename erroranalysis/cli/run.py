@@ -23,14 +23,14 @@ Train = Annotated[Optional[Path], typer.Option("--train", help="Training data: a
 
 
 def after_options(no_cluster: bool, no_slices: bool, no_checks: bool, train: Path | None, seed: int):
-    from erroranalysis.pipeline import AfterOptions
+    from erroranalysis.stages.after import AfterOptions
 
     return AfterOptions(cluster=not no_cluster, slices=not no_slices, checks=not no_checks,
                         checks_params={"train": train} if train else {}, seed=seed)
 
 
 def data_options(text_column: str, label_column: str, id_column: str | None, encoding: str, split: str | None):
-    from erroranalysis.pipeline import DataOptions
+    from erroranalysis.stages.infer import DataOptions
 
     return DataOptions(text_column=text_column, label_column=label_column, id_column=id_column,
                        encoding=encoding, split=split)
@@ -55,8 +55,14 @@ def report(run) -> None:
 
 def progress_bar(description: str):
     """A rich progress bar with examples/s; returns (bar, advance(n, total))."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                    TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=True)
@@ -115,16 +121,16 @@ def register(app: typer.Typer) -> None:
         overwrite: common.Overwrite = False,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, error slices and failure clusters."""
-        from erroranalysis.errors import check_param
-        from erroranalysis.pipeline import InferOptions, run_checkpoint
+        from erroranalysis.stages.infer import InferOptions, run_checkpoint
+        from erroranalysis.validation import check_param
 
         check_param("--task", task, task in ("classification", "generation"), "classification or generation")
         data_opts = data_options(text_column, label_column, id_column, encoding, split)
         after = after_options(no_cluster, no_slices, no_checks, train, seed)
         bar, advance = progress_bar("generating" if task == "generation" else "inferring")
         if task == "generation":
-            from erroranalysis.generation import GenerationOptions
-            from erroranalysis.generation_pipeline import run_generation
+            from erroranalysis.infer.generation import GenerationOptions
+            from erroranalysis.stages.generate import run_generation
 
             gen_opts = GenerationOptions(
                 max_new_tokens=max_new_tokens, do_sample=sample, temperature=temperature, top_k=top_k, top_p=top_p,

@@ -44,13 +44,13 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
 
 
 def _print_clusters(run, out, limit: int) -> None:
-    from erroranalysis import runs
+    from erroranalysis import rundir
 
-    if run.stage_status("cluster") != "done" or not run.has(runs.CLUSTERS):
+    if run.stage_status("cluster") != "done" or not run.has(rundir.CLUSTERS):
         return
     from rich.table import Table
 
-    clusters = run.read_parquet(runs.CLUSTERS, "cluster")
+    clusters = run.read_parquet(rundir.CLUSTERS, "cluster")
     table = Table(title=f"Error clusters (top {min(limit, len(clusters))} of {len(clusters)})", title_justify="left")
     for column in ("id", "size", "name"):
         table.add_column(column, justify="right" if column != "name" else "left")
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         clusters: Annotated[int, typer.Option("--clusters", help="How many error clusters to list.")] = 10,
     ) -> None:
         """Print a run's overall metrics, per-class table, confusion matrix and top error clusters."""
-        from erroranalysis.runs import Run
+        from erroranalysis.rundir import Run
 
         run = Run.open(run_dir)
         run.require("metrics", f"run 'erroranalysis metrics {run_dir}'")

@@ -23,15 +23,16 @@ def training(
                                         "output folder, TensorBoard events, or a CSV/JSONL log with step and loss.")],
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
 ) -> None:
-    from erroranalysis import runs
-    from erroranalysis.errors import check_param
-    from erroranalysis.training import load_training_log, training_report
+    from erroranalysis import rundir
+    from erroranalysis.checklist.training import training_report
+    from erroranalysis.checklist.training_log import load_training_log
+    from erroranalysis.validation import check_param
 
     if json_out is not None:
         check_param("--json", str(json_out), not json_out.is_dir(), "a file path, not a folder")
     report = training_report(load_training_log(log))
     if json_out is not None:
-        runs.write_json(json_out, report)
+        rundir.write_json(json_out, report)
     _print(report)
     if json_out is not None:
         typer.echo(f"wrote {json_out}")

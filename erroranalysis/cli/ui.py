@@ -92,8 +92,9 @@ def ui(
 ) -> None:
     import subprocess
 
-    from erroranalysis.errors import UserError, check_param
-    from erroranalysis.runs import MANIFEST
+    from erroranalysis.errors import UserError
+    from erroranalysis.rundir import MANIFEST
+    from erroranalysis.validation import check_param
 
     check_param("--port", port, 1 <= port <= 65535, "an integer from 1 to 65535")
     if target is None:

@@ -9,9 +9,8 @@ from typing import Callable
 import streamlit as st
 
 from erroranalysis.errors import UserError
-
-from eaui import components as ui
-from eaui import state
+from erroranalysis_ui.eaui import components as ui
+from erroranalysis_ui.eaui import state
 
 
 def _run(action: Callable[[], str | None]) -> None:
@@ -185,7 +184,7 @@ def _review_selected_ids() -> list[str]:
 
 def review_selected(run_key: str, accept: bool) -> None:
     """Accept (they become labels) or reject the suggestions selected in the Review table."""
-    from erroranalysis.taxonomy_apply import review
+    from erroranalysis.stages.suggestions import review
 
     def act() -> str:
         ids = _review_selected_ids()
@@ -200,7 +199,7 @@ def review_selected(run_key: str, accept: bool) -> None:
 
 def review_ids(run_key: str, ids: list[str], accept: bool) -> None:
     """Accept or reject every suggestion shown."""
-    from erroranalysis.taxonomy_apply import review
+    from erroranalysis.stages.suggestions import review
 
     def act() -> str:
         change = review(ui.labels(), run_key, ids, accept)

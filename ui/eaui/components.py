@@ -14,9 +14,8 @@ import streamlit as st
 
 from erroranalysis.errors import UserError
 from erroranalysis.labels import LabelStore
-
-from eaui import data, state
-from eaui.config import AppConfig
+from erroranalysis_ui.eaui import data, state
+from erroranalysis_ui.eaui.config import AppConfig
 
 # Static CSS only (no user text is ever interpolated here).
 _CSS = """

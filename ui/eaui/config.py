@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from erroranalysis.labels import default_db_path, default_user
-from erroranalysis.runs import MANIFEST
+from erroranalysis.rundir import MANIFEST
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ from typing import Any
 
 import streamlit as st
 
-from erroranalysis import taxonomy
+from erroranalysis import stages
 from erroranalysis.errors import RunError, UserError
 from erroranalysis.labels import LabelStore
-from erroranalysis.runs import ASSIGNMENTS, CLUSTERS, MANIFEST, METRICS, PREDICTIONS, Run
+from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, MANIFEST, METRICS, PREDICTIONS, Run
+from erroranalysis.stages import export as export_stage
 
 MAX_DEPTH = 2  # runs are looked for at <root>/<run> and <root>/<group>/<run>
 
@@ -152,17 +153,17 @@ def clusters(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _clusters(path: str, stamps) -> Any:
-    return taxonomy.read_clusters(Run.open(path))
+    return export_stage.read_clusters(Run.open(path))
 
 
 def base_table(path: Path):
-    """Predictions joined with clusters and the 2-D layout (taxonomy.base_table). Shared, read-only."""
+    """Predictions joined with clusters and the 2-D layout (export_stage.base_table). Shared, read-only."""
     return _base_table(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS))
 
 
 @st.cache_resource(show_spinner="Reading the run…", max_entries=4)
 def _base_table(path: str, stamps):
-    return taxonomy.base_table(Run.open(path))
+    return export_stage.base_table(Run.open(path))
 
 
 # -- labels -------------------------------------------------------------------------------------------------------
@@ -185,11 +186,11 @@ def label_tables(db: LabelStore, key: str):
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _label_tables(db_path: str, key: str, version: int, _db: LabelStore):
-    return taxonomy.label_tables(_db, key)
+    return export_stage.label_tables(_db, key)
 
 
 def examples(path: Path, db: LabelStore):
-    """The run's example table with labels attached (taxonomy.attach_labels). Shared, read-only."""
+    """The run's example table with labels attached (export_stage.attach_labels). Shared, read-only."""
     key = db.run_key(path)
     version = db.version()
     return _examples(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path), key, version, db)
@@ -198,7 +199,7 @@ def examples(path: Path, db: LabelStore):
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _examples(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore):
     base = _base_table(path, stamps)
-    return taxonomy.attach_labels(base, *_label_tables(db_path, key, version, _db))
+    return export_stage.attach_labels(base, *_label_tables(db_path, key, version, _db))
 
 
 def error_types(db: LabelStore):
@@ -231,7 +232,7 @@ def export_text(fmt: str, path: Path, db: LabelStore) -> str:
 @st.cache_data(show_spinner="Preparing the export…", max_entries=12)
 def _export_text(fmt: str, path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore) -> str:
     table = _examples(path, stamps, db_path, key, version, _db)
-    return taxonomy.render(fmt, Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db))
+    return stages.render(fmt, Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db))
 
 
 def taxonomy_doc(path: Path, db: LabelStore) -> dict:
@@ -242,7 +243,7 @@ def taxonomy_doc(path: Path, db: LabelStore) -> dict:
 @st.cache_data(show_spinner=False, max_entries=8)
 def _taxonomy_doc(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore) -> dict:
     table = _examples(path, stamps, db_path, key, version, _db)
-    return taxonomy.build_taxonomy(Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db),
+    return stages.build_taxonomy(Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db),
                                    include_text=False, exemplars=5)
 
 
@@ -298,7 +299,7 @@ MAP_BACKGROUND = 20_000
 def cluster_map_figure(path: Path, db: LabelStore, *, highlight: int | None, show_correct: bool):
     """The map as a Plotly figure; the point arrays are built once per run and shared, so switching the highlighted
     cluster only restyles markers."""
-    from eaui import charts
+    from erroranalysis_ui.eaui import charts
 
     stamps = file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
     return charts.fast_figure(charts.styled_map(_cluster_map_base(str(path), stamps, show_correct), highlight))
@@ -306,7 +307,7 @@ def cluster_map_figure(path: Path, db: LabelStore, *, highlight: int | None, sho
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _cluster_map_base(path: str, stamps, show_correct: bool) -> dict:
-    from eaui import charts
+    from erroranalysis_ui.eaui import charts
 
     table = _base_table(path, stamps)
     placed = table[table["x"].notna() & table["y"].notna()]
@@ -326,7 +327,7 @@ _COMPARE_FILES = (MANIFEST, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
 
 
 def comparison(root: Path, base: str, candidates: list[str], db: LabelStore):
-    """erroranalysis.compare.compare_runs of runs in the workspace (keys), cached on their files and the labels
+    """erroranalysis.stages.compare_runs of runs in the workspace (keys), cached on their files and the labels
     version. Shared, read-only. Raises UserError for runs over different eval sets."""
     paths = [run_dir(root, k) for k in [base, *candidates]]
     stamps = tuple(file_stamps(p, *_COMPARE_FILES) for p in paths)
@@ -335,21 +336,20 @@ def comparison(root: Path, base: str, candidates: list[str], db: LabelStore):
 
 @st.cache_resource(show_spinner="Comparing runs…", max_entries=8)
 def _comparison(paths: tuple, stamps, db_path: str, version: int, _db: LabelStore):
-    from erroranalysis import compare
 
-    return compare.compare_runs(paths[0], list(paths[1:]), store=_db)
+    return stages.compare_runs(paths[0], list(paths[1:]), store=_db)
 
 
 def suggestions(path: Path):
     """The run's taxonomy_suggestions.parquet (what apply-taxonomy matched, with distances), or None."""
-    from erroranalysis.taxonomy_apply import SUGGESTIONS
+    from erroranalysis.stages.suggestions import SUGGESTIONS
 
     return _suggestions(str(path), file_stamps(path, SUGGESTIONS))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _suggestions(path: str, stamps):
-    from erroranalysis.taxonomy_apply import read_suggestions
+    from erroranalysis.stages.suggestions import read_suggestions
 
     return read_suggestions(Run.open(path))
 
@@ -358,7 +358,7 @@ def _suggestions(path: str, stamps):
 
 
 def _slice_stamps(path: Path) -> tuple:
-    from erroranalysis.runs import SLICE_MEMBERS, SLICES
+    from erroranalysis.rundir import SLICE_MEMBERS, SLICES
 
     return file_stamps(path, SLICES, SLICE_MEMBERS, MANIFEST)
 
@@ -371,7 +371,7 @@ def slices(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _slices(path: str, stamps):
-    from erroranalysis.slice_stage import STAGE, read_slices
+    from erroranalysis.stages.slices import STAGE, read_slices
 
     run = Run.open(path)
     if run.stage_status(STAGE) != "done":
@@ -442,7 +442,7 @@ def training_log_file(typed: str | None, runs_root: Path, model_dir: Path | None
 
     Only files under the runs folder or the checkpoint folder are read: a path elsewhere, or a symlink that leads
     out of them, is refused (UserError), as is a folder without a log."""
-    from erroranalysis.training import find_log
+    from erroranalysis.checklist.training_log import find_log
 
     roots = [runs_root] + ([model_dir] if model_dir is not None else [])
     where_ = f"the runs folder {runs_root}" + (f" or the checkpoint folder {model_dir}" if model_dir else "")
@@ -478,10 +478,10 @@ def training_log(file: Path, kind: str):
 
 @st.cache_data(show_spinner="Reading the training log…", max_entries=16)
 def _training_log(file: str, kind: str, stamps):
-    from erroranalysis import training
+    from erroranalysis.checklist import training, training_log
 
-    reader = {"trainer_state": training.read_trainer_state, "tensorboard": training.read_tensorboard,
-              "csv": training.read_csv_log, "jsonl": training.read_jsonl_log}[kind]
+    reader = {"trainer_state": training_log.read_trainer_state, "tensorboard": training_log.read_tensorboard,
+              "csv": training_log.read_csv_log, "jsonl": training_log.read_jsonl_log}[kind]
     log = reader(file)
     return log, training.diagnose(log), {name: training.summarize(s) for name, s in log.signals.items()}
 
@@ -491,14 +491,14 @@ def _training_log(file: str, kind: str, stamps):
 
 def checks(path: Path):
     """(checks.json report, checks.parquet table) of the run, or None when its checks stage has not run."""
-    from erroranalysis.checks_stage import CHECKS, CHECKS_JSON
+    from erroranalysis.stages.checks import CHECKS, CHECKS_JSON
 
     return _checks(str(path), file_stamps(path, CHECKS, CHECKS_JSON))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _checks(path: str, stamps):
-    from erroranalysis.checks_stage import read_checks, read_checks_report
+    from erroranalysis.stages.checks import read_checks, read_checks_report
 
     run = Run.open(path)
     if run.stage_status("checks") != "done":

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from eaui import data, tables
-from eaui import components as ui
+from erroranalysis_ui.eaui import components as ui
+from erroranalysis_ui.eaui import data, tables
 
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from eaui import charts, data, state, tables
-from eaui import components as ui
+from erroranalysis_ui.eaui import charts, data, state, tables
+from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 ui.header("Clusters", current, "failing examples grouped into candidate error types")

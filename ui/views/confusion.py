@@ -6,9 +6,8 @@ import numpy as np
 import streamlit as st
 
 from erroranalysis.errors import UserError
-
-from eaui import charts, data, state, tables
-from eaui import components as ui
+from erroranalysis_ui.eaui import charts, data, state, tables
+from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 ui.header("Confusion matrix", current, "rows are the true label, columns the prediction")

@@ -8,9 +8,8 @@ import streamlit as st
 
 from erroranalysis.errors import UserError
 from erroranalysis.labels import SEVERITIES
-
-from eaui import actions, charts, data, state, tables
-from eaui import components as ui
+from erroranalysis_ui.eaui import actions, charts, data, state, tables
+from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 store = ui.labels()

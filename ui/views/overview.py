@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from eaui import charts, data, state
-from eaui import components as ui
+from erroranalysis_ui.eaui import charts, data, state
+from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 ui.header("Overview", current)

@@ -8,13 +8,12 @@ import json
 
 import streamlit as st
 
-from erroranalysis import taxonomy as tx
-from erroranalysis import taxonomy_apply as ta
+from erroranalysis import stages
 from erroranalysis.errors import UserError
-from erroranalysis.runs import Run
-
-from eaui import actions, data, state, tables
-from eaui import components as ui
+from erroranalysis.labels import matching
+from erroranalysis.rundir import Run
+from erroranalysis_ui.eaui import actions, data, state, tables
+from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 store = ui.labels()
@@ -28,7 +27,7 @@ with ui.guard("Suggestions need predictions.parquet; re-run the inference stage.
 suggested = table[table["source"] == "suggested"]
 pending = suggested[suggested["status"] == "pending"]
 failures = table[~table["correct"].astype(bool)]
-unmatched = found[(found["status"] == ta.STATUS_UNMATCHED)] if found is not None else None
+unmatched = found[(found["status"] == matching.STATUS_UNMATCHED)] if found is not None else None
 if unmatched is not None:  # still unmatched: nobody labeled them since
     unlabeled = set(failures.loc[failures["error_type_id"] < 0, "example_id"])
     unmatched = unmatched[unmatched["example_id"].isin(unlabeled)]
@@ -73,9 +72,9 @@ with st.expander("Suggest error types from a taxonomy", expanded=pending.empty, 
         origin = st.file_uploader("Taxonomy JSON ('erroranalysis export RUN --format json')", type=["json"],
                                   key=state.REVIEW_UPLOAD)
     row = st.container(horizontal=True, vertical_alignment="bottom", gap="medium")
-    if state.get(state.REVIEW_METHOD) not in ta.METHODS:
-        st.session_state[state.REVIEW_METHOD] = ta.METHODS[0]
-    method = row.selectbox("Match by", list(ta.METHODS), key=state.REVIEW_METHOD, width=220,
+    if state.get(state.REVIEW_METHOD) not in matching.METHODS:
+        st.session_state[state.REVIEW_METHOD] = matching.METHODS[0]
+    method = row.selectbox("Match by", list(matching.METHODS), key=state.REVIEW_METHOD, width=220,
                            format_func={"centroid": "nearest type centroid", "knn": "nearest labeled examples"}.get)
     if state.REVIEW_AUTO not in st.session_state:
         st.session_state[state.REVIEW_AUTO] = True
@@ -96,7 +95,7 @@ with st.expander("Suggest error types from a taxonomy", expanded=pending.empty, 
             try:
                 if isinstance(origin, str):
                     name = f"run {origin}"
-                    doc = tx.build_taxonomy(Run.open(data.run_dir(cfg.runs_root, origin)), store)
+                    doc = stages.build_taxonomy(Run.open(data.run_dir(cfg.runs_root, origin)), store)
                 else:
                     name = origin.name
                     try:
@@ -105,7 +104,7 @@ with st.expander("Suggest error types from a taxonomy", expanded=pending.empty, 
                         raise UserError(f"{name}: not valid JSON ({exc}); upload a taxonomy JSON export.") from None
                     if not isinstance(doc, dict):
                         raise UserError(f"{name}: not an erroranalysis taxonomy; upload a taxonomy JSON export.")
-                result = ta.apply_taxonomy(doc, current.path, store=store, method=method,
+                result = stages.apply_taxonomy(doc, current.path, store=store, method=method,
                                            threshold=None if auto else float(threshold), name=name,
                                            confusions=confusions)
             except UserError as exc:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from erroranalysis.errors import UserError
-
-from eaui import components as ui
-from eaui import data, state
+from erroranalysis_ui.eaui import components as ui
+from erroranalysis_ui.eaui import data, state
 
 cfg = ui.config()
 st.title("Runs")

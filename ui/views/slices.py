@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from eaui import actions, charts, data, state, tables
-from eaui import components as ui
+from erroranalysis_ui.eaui import actions, charts, data, state, tables
+from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 store = ui.labels()

@@ -5,11 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from erroranalysis import taxonomy as tx
-from erroranalysis.labels import FLAG_TITLES
-
-from eaui import charts, data, state, tables
-from eaui import components as ui
+from erroranalysis.labels import FLAG_TITLES, taxonomy
+from erroranalysis_ui.eaui import charts, data, state, tables
+from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 store = ui.labels()
@@ -34,7 +32,7 @@ stem = f"{current.key.replace('/', '_')}-taxonomy"
 for fmt, label, icon in (("json", "JSON", ":material/data_object:"), ("csv", "CSV", ":material/table:"),
                          ("markdown", "Markdown report", ":material/description:")):
     row.download_button(label, data=lambda fmt=fmt: data.export_text(fmt, current.path, store),
-                        file_name=stem + tx.EXTENSIONS[fmt], mime=tx.MIME[fmt], icon=icon,
+                        file_name=stem + taxonomy.EXTENSIONS[fmt], mime=taxonomy.MIME[fmt], icon=icon,
                         key=state.DOWNLOAD + fmt, on_click="ignore", type="primary" if fmt == "json" else "secondary")
 st.caption("JSON follows the versioned schema in docs/taxonomy.md; CSV has one row per labeled example; the Markdown "
            "report reads well in a pull request. `erroranalysis export` writes the same files.")

@@ -7,12 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from erroranalysis.checklist.training_log import SIGNAL_NAMES
 from erroranalysis.errors import UserError
-from erroranalysis.training import SIGNAL_NAMES
-
-from eaui import charts, data, state
-from eaui import components as ui
-
+from erroranalysis_ui.eaui import charts, data, state
+from erroranalysis_ui.eaui import components as ui
 
 
 def _code(text) -> str:

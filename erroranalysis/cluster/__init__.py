@@ -1,0 +1,36 @@
+"""Group failing examples into error types: reduce, cluster, assign, name.
+
+The pipeline, like BERTopic's but small: a reducer (`UMAPReducer` by default), feature blocks (the confusion
+pair), a clusterer (`HDBSCANClusterer`), noise assignment, slice groups; naming is separate from clustering,
+so names change without re-clustering (`describe_clusters`). Private modules hold the parts; this is the API.
+"""
+
+from __future__ import annotations
+
+from erroranalysis.cluster._blocks import Clusterer, ConfusionPairFeature, FeatureBlock, HDBSCANClusterer
+from erroranalysis.cluster._fit import ClusteringResult, FailureClustering, cluster_failures, default_min_cluster_size
+from erroranalysis.cluster._groups import group_scatter, relabel_by_size, take_out_groups
+from erroranalysis.cluster._naming import (
+    COLUMNS,
+    LIST_COLUMNS,
+    MAX_CHARS,
+    MAX_CORRECT_DOCS,
+    TOKEN_PATTERN,
+    class_tfidf,
+    cluster_name,
+    describe_clusters,
+    pick_keywords,
+    short_text,
+)
+from erroranalysis.cluster._neighbors import knn_cosine, local_error_rate
+from erroranalysis.cluster._reduce import (
+    REDUCERS,
+    NoReducer,
+    PCAReducer,
+    Reducer,
+    UMAPReducer,
+    import_umap,
+    layout_2d,
+    make_reducer,
+    numba_cache_dir,
+)

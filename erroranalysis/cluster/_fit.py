@@ -1,0 +1,364 @@
+"""Group failing examples into error types: reduce, cluster, assign; stages injected, defaults sensible.
+
+The pipeline, like BERTopic's but small:
+
+    vectors ──reducer──▶ coordinates ──+ feature blocks──▶ clusterer ──▶ noise assignment ──▶ labels
+       │                                     (confusion pair, slices, ...)
+       └── local error rate over all examples ──▶ systematic / scattered tiers (error-aware split)
+
+- **Reducer** (`UMAPReducer` by default, `PCAReducer`, `NoReducer`): anything with `fit_transform(X)`.
+- **Feature blocks** (`ConfusionPairFeature`; slice membership can be one): anything with `name`, `weight` and
+  `transform(frame) -> [n, k]`, appended to the standardized coordinates with that weight.
+- **Clusterer** (`HDBSCANClusterer`): anything with `fit(Y) -> (labels, strengths)`.
+- **Error-aware tiers**: when vectors of correct examples are given, each failure's local error rate (share of
+  failing examples among its nearest neighbours in the whole eval set, smoothed over its nearest failures) is
+  tested against the overall failure share. Failures in regions where the model fails more than it does
+  overall ("systematic") are clustered apart from failures scattered among correct examples ("scattered"), so a
+  real error type is not diluted by unrelated failures of the same class.
+- **Noise assignment**: an unclustered failure joins the cluster most of its nearest clustered neighbours (of
+  its own tier) belong to when its membership strength reaches `assign_noise`. Never across tiers: a scattered
+  failure that lands near a systematic cluster is not part of that error type.
+- **Slice groups** (`fit(..., groups=...)`): a failure's strong error slice (`slices.slice_groups`), e.g. texts
+  that mention the weather. An embedding groups texts by their dominant topic, so such a concept's failures
+  end up scattered over topic clusters, each a minority there. When no cluster holds half of a slice's failures
+  and they make up less than `group_purity` of the clusters they fall in, they are taken out into one cluster
+  of kind "slice". A slice the embedding already groups (mostly one cluster, or clusters it fills) is left alone.
+
+Edges: no failures (nothing to do), fewer than `min_failures` (grouped by confusion pair, and the result says
+so), identical vectors (one cluster). Above `max_fit` failures the reducer and clusterer are fitted on a seeded
+sample and the rest join their nearest fitted neighbours, so memory and time stay bounded.
+
+Heavy imports (umap, hdbscan, sklearn) happen inside functions. `import_umap()` turns on numba's on-disk cache
+for UMAP, so only the first process on a machine pays the ~30 s of compilation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from erroranalysis.cluster._blocks import FeatureBlock, HDBSCANClusterer
+from erroranalysis.cluster._groups import relabel_by_size, take_out_groups
+from erroranalysis.cluster._neighbors import _assign_noise, _vote, knn_cosine, local_error_rate
+from erroranalysis.cluster._reduce import REDUCERS, make_reducer
+from erroranalysis.errors import DataError
+from erroranalysis.validation import check_param
+
+SYSTEMATIC, SCATTERED, ALL, BY_PAIR, SINGLE, SLICE = ("systematic", "scattered", "all", "confusion_pair", "single",
+                                                     "slice")
+
+
+@dataclass
+class ClusteringResult:
+    """Per failure: `labels` (cluster id, -1 unclustered; ids ordered by size, 0 largest), `membership` in
+    [0, 1], `reassigned` (was noise, joined its nearest cluster), `tier` (systematic / scattered / all /
+    confusion_pair / single / slice), `local_error_rate` (NaN without context). Per cluster: `cluster_tier`, and
+    `cluster_group` for clusters taken out as a slice group."""
+
+    labels: np.ndarray
+    membership: np.ndarray
+    reassigned: np.ndarray
+    tier: np.ndarray
+    local_error_rate: np.ndarray
+    coordinates: np.ndarray | None
+    method: str
+    note: str = ""
+    params: dict = field(default_factory=dict)
+    cluster_tier: dict = field(default_factory=dict)
+    cluster_group: dict = field(default_factory=dict)  # cluster id -> the group (slice id) it was taken out as
+
+    @property
+    def n_clusters(self) -> int:
+        return int(self.labels.max() + 1) if len(self.labels) and self.labels.max() >= 0 else 0
+
+    @property
+    def noise_share(self) -> float:
+        return float((self.labels < 0).mean()) if len(self.labels) else 0.0
+
+
+def default_min_cluster_size(n: int) -> int:
+    """max(5, round(sqrt(n) / 2)): 8 for 250 failures, 16 for 1,000, 35 for 5,000, 158 for 100,000."""
+    return max(5, int(round(math.sqrt(max(n, 1)) / 2)))
+
+
+class FailureClustering:
+    """Cluster failing examples. `__init__` stores parameters; `fit` does the work; results end in `_`.
+
+    Parameters
+    ----------
+    reducer : "umap" | "pca" | "none" | a Reducer
+    n_components : reduced dimensions (default 5 for UMAP, 10 for PCA)
+    n_neighbors : UMAP neighbourhood
+    min_cluster_size : None scales with the number of failures (`default_min_cluster_size`), per tier
+    min_samples : HDBSCAN's density smoothing; None = min_cluster_size
+    clusterer : a Clusterer; None builds `HDBSCANClusterer(min_cluster_size, min_samples)`
+    features : extra FeatureBlocks (e.g. `ConfusionPairFeature`)
+    error_aware : split systematic from scattered failures when correct examples are given
+    local_k, alpha : neighbours and significance of the local error-rate test
+    assign_noise : minimum share of an unclustered failure's nearest clustered neighbours in one cluster for it
+        to join that cluster; None never assigns
+    group_purity : with `groups`, a group's failures are taken out into their own cluster when no cluster holds
+        half of them and they make up, on average, less than this share of the clusters they fall in (0 never
+        takes a group out)
+    min_failures : below this many failures, group by confusion pair instead of clustering
+    max_fit : above this many failures, fit on a seeded sample and assign the rest to their nearest neighbours
+    seed : every random step
+    """
+
+    def __init__(self, *, reducer="umap", n_components: int | None = None, n_neighbors: int = 15,
+                 min_cluster_size: int | None = None, min_samples: int | None = None, clusterer=None,
+                 features: Sequence[FeatureBlock] = (), error_aware: bool = True, local_k: int = 15,
+                 alpha: float = 0.2, assign_noise: float | None = 0.5, group_purity: float = 0.5,
+                 min_failures: int = 20, max_fit: int = 20_000, seed: int = 0):
+        self.reducer = reducer
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.min_cluster_size = min_cluster_size
+        self.min_samples = min_samples
+        self.clusterer = clusterer
+        self.features = features
+        self.error_aware = error_aware
+        self.local_k = local_k
+        self.alpha = alpha
+        self.assign_noise = assign_noise
+        self.group_purity = group_purity
+        self.min_failures = min_failures
+        self.max_fit = max_fit
+        self.seed = seed
+
+    def validate(self) -> None:
+        """Check every parameter; raises ParameterError with the one message format."""
+        if isinstance(self.reducer, str):
+            check_param("reducer", self.reducer, self.reducer in REDUCERS, "one of " + ", ".join(REDUCERS))
+        else:
+            check_param("reducer", self.reducer, hasattr(self.reducer, "fit_transform"),
+                        "'umap', 'pca', 'none' or an object with fit_transform")
+        check_param("n_components", self.n_components,
+                    self.n_components is None or (_is_int(self.n_components) and 1 <= self.n_components <= 100),
+                    "an integer in [1, 100]")
+        check_param("n_neighbors", self.n_neighbors, _is_int(self.n_neighbors) and 2 <= self.n_neighbors <= 200,
+                    "an integer in [2, 200]")
+        check_param("min_cluster_size", self.min_cluster_size,
+                    self.min_cluster_size is None or (_is_int(self.min_cluster_size) and self.min_cluster_size >= 2),
+                    "an integer >= 2")
+        check_param("min_samples", self.min_samples,
+                    self.min_samples is None or (_is_int(self.min_samples) and self.min_samples >= 1), "an integer >= 1")
+        check_param("local_k", self.local_k, _is_int(self.local_k) and 2 <= self.local_k <= 200,
+                    "an integer in [2, 200]")
+        check_param("alpha", self.alpha, isinstance(self.alpha, (int, float)) and 0 < self.alpha < 1, "a number in (0, 1)")
+        check_param("assign_noise", self.assign_noise,
+                    self.assign_noise is None or (isinstance(self.assign_noise, (int, float)) and 0 <= self.assign_noise <= 1),
+                    "a number in [0, 1], or None to keep noise unassigned")
+        check_param("group_purity", self.group_purity, isinstance(self.group_purity, (int, float))
+                    and not isinstance(self.group_purity, bool) and 0 <= self.group_purity <= 1, "a number in [0, 1]")
+        check_param("min_failures", self.min_failures, _is_int(self.min_failures) and self.min_failures >= 2,
+                    "an integer >= 2")
+        check_param("max_fit", self.max_fit, _is_int(self.max_fit) and self.max_fit >= 100, "an integer >= 100")
+        check_param("seed", self.seed, _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
+
+    def fit(self, vectors: np.ndarray, failed: np.ndarray | None = None, frame=None,
+            groups: np.ndarray | None = None) -> "FailureClustering":
+        """Cluster the rows of `vectors` where `failed` (all rows when None); the other rows are context.
+
+        `frame` (optional) holds one row per failure, in order, with at least `label` and `pred`; it feeds the
+        confusion-pair fallback and the feature blocks. `groups` (optional) gives each failure, in order, the
+        group it belongs to (a slice id, lower ids preferred; -1 for none); see `take_out_groups`.
+        """
+        self.validate()
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2:
+            raise DataError(f"vectors: shape {vectors.shape} is not [n, d].")
+        failed = np.ones(len(vectors), dtype=bool) if failed is None else np.asarray(failed, dtype=bool)
+        if failed.shape != (len(vectors),):
+            raise DataError(f"failed: {failed.shape[0]} flags for {len(vectors)} vectors; give one per row.")
+        if not np.isfinite(vectors).all():
+            raise DataError("vectors: contain NaN or infinite values; fix the embedder that produced them.")
+        X = vectors[failed]
+        n = len(X)
+        if frame is not None and len(frame) != n:
+            raise DataError(f"frame: {len(frame)} rows for {n} failures; give one row per failure, in order.")
+        if groups is not None:
+            groups = np.asarray(groups)
+            if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
+                raise DataError(f"groups: {groups.shape} {groups.dtype} values for {n} failures; give one integer "
+                                "per failure (-1 for none).")
+        mcs = self.min_cluster_size or default_min_cluster_size(n)
+        self.min_cluster_size_ = mcs
+        params = {"min_cluster_size": mcs, "n_failures": n}
+        if n == 0:
+            self.result_ = self._result(np.zeros(0, np.int64), None, method="empty", note="no failures to cluster",
+                                        params=params)
+            return self
+        if n < self.min_failures:
+            self.result_ = self._by_pair(frame, n, params)
+            return self
+        if float(np.ptp(X, axis=0).max()) < 1e-6:
+            labels = np.zeros(n, dtype=np.int64)
+            self.result_ = self._result(labels, np.ones(n, np.float32), method="single",
+                                        note=f"all {n} failures have the same vector; one cluster", params=params,
+                                        tier=np.full(n, SINGLE, dtype=object))
+            return self
+
+        extra = self._feature_matrix(frame, n)
+        rng = np.random.default_rng(self.seed)
+        fit_rows = np.arange(n) if n <= self.max_fit else np.sort(rng.choice(n, self.max_fit, replace=False))
+        # error-aware tiers from the local error rate over all examples
+        rate = np.full(n, np.nan, dtype=np.float32)
+        systematic = np.zeros(n, dtype=bool)
+        context = self.error_aware and (~failed).any()
+        if context:
+            all_rows = np.flatnonzero(failed)
+            keep_ctx = np.flatnonzero(~failed)
+            if len(keep_ctx) > self.max_fit:
+                keep_ctx = np.sort(rng.choice(keep_ctx, self.max_fit, replace=False))
+            ref = np.concatenate([all_rows[fit_rows], keep_ctx])
+            ref_failed = np.zeros(len(ref), dtype=bool)
+            ref_failed[: len(fit_rows)] = True
+            r, s, base = local_error_rate(vectors[ref], ref_failed, k=self.local_k, alpha=self.alpha)
+            rate[fit_rows], systematic[fit_rows] = r, s
+            params.update(base_error_rate=round(base, 4), local_k=self.local_k, alpha=self.alpha)
+
+        reducer = self._reducer()
+        Y = reducer.fit_transform(X[fit_rows])
+        mu, sd = Y.mean(axis=0), max(float(Y.std(axis=0).mean()), 1e-12)
+        Y = (Y - mu) / sd
+        Z = np.hstack([Y, extra[fit_rows]]).astype(np.float32)
+        clusterer = self.clusterer or HDBSCANClusterer(mcs, self.min_samples)
+
+        m = len(fit_rows)
+        labels = np.full(m, -1, dtype=np.int64)
+        strength = np.zeros(m, dtype=np.float32)
+        tier = np.full(m, ALL, dtype=object)
+        cluster_tier: dict[int, str] = {}
+        tiers = [(ALL, np.ones(m, dtype=bool))]
+        if context:
+            sys_fit = systematic[fit_rows]
+            tiers = [(SYSTEMATIC, sys_fit), (SCATTERED, ~sys_fit)]
+            params["systematic_share"] = round(float(sys_fit.mean()), 4)
+        offset = 0
+        reassigned = np.zeros(m, dtype=bool)
+        for name, mask in tiers:
+            tier[mask] = name
+            if mask.sum() < 2:
+                continue
+            tier_clusterer = clusterer
+            if self.clusterer is None and self.min_cluster_size is None and name != ALL:
+                # each tier is its own clustering problem: the default size scales with the tier
+                tier_mcs = default_min_cluster_size(int(mask.sum()))
+                tier_clusterer = HDBSCANClusterer(tier_mcs, self.min_samples)
+                params.setdefault("tier_min_cluster_size", {})[name] = tier_mcs
+            lab, st = tier_clusterer.fit(Z[mask])
+            if self.assign_noise is not None:
+                lab, st, moved = _assign_noise(Z[mask], lab, st, self.assign_noise)
+                reassigned[mask] = moved
+            found = lab >= 0
+            lab[found] += offset
+            for c in np.unique(lab[found]):
+                cluster_tier[int(c)] = name
+            offset = int(lab.max()) + 1 if found.any() else offset
+            labels[mask], strength[mask] = lab, st
+
+        full_labels = np.full(n, -1, dtype=np.int64)
+        full_strength = np.zeros(n, dtype=np.float32)
+        full_tier = np.full(n, ALL, dtype=object)
+        full_reassigned = np.zeros(n, dtype=bool)
+        full_labels[fit_rows], full_strength[fit_rows] = labels, strength
+        full_tier[fit_rows], full_reassigned[fit_rows] = tier, reassigned
+        coords = np.zeros((n, Y.shape[1]), dtype=np.float32)
+        coords[fit_rows] = Y
+        note = ""
+        if m < n:  # the rest join their nearest fitted neighbours (cosine, original space)
+            rest = np.setdiff1d(np.arange(n), fit_rows)
+            near, dist = knn_cosine(X[rest], X[fit_rows], 10, return_distance=True)
+            lab, st = _vote(labels[near])
+            _, ref_dist = knn_cosine(X[fit_rows[: min(m, 5000)]], X[fit_rows], 11, return_distance=True)
+            d90 = float(np.quantile(ref_dist[:, 1:].mean(axis=1), 0.9))
+            st = st * np.minimum(1.0, d90 / np.maximum(dist.mean(axis=1), 1e-12))
+            full_labels[rest], full_strength[rest] = lab, np.where(lab >= 0, st * 0.5, 0)
+            full_reassigned[rest] = False
+            full_tier[rest] = tier[near[:, 0]]
+            weights = 1.0 / np.maximum(dist, 1e-6)
+            coords[rest] = (Y[near] * weights[..., None]).sum(axis=1) / weights.sum(axis=1, keepdims=True)
+            note = f"fitted on a sample of {m} of {n} failures; the rest joined their nearest neighbours"
+            params["fit_sample"] = m
+        cluster_group: dict[int, int] = {}
+        if groups is not None and self.group_purity > 0:
+            min_size = min([mcs, *params.get("tier_min_cluster_size", {}).values()])
+            full_labels, cluster_group = take_out_groups(full_labels, groups, min_size=min_size,
+                                                         max_purity=self.group_purity)
+            for c in cluster_group:
+                rows = full_labels == c
+                full_tier[rows], full_strength[rows], full_reassigned[rows] = SLICE, 1.0, False
+                cluster_tier[c] = SLICE
+            full_reassigned[full_labels < 0] = False  # members of a dissolved remainder are unclustered again
+            params.update(group_purity=self.group_purity, groups_taken_out=len(cluster_group))
+        self.result_ = self._result(full_labels, full_strength, method="hdbscan", note=note, params=params,
+                                    tier=full_tier, reassigned=full_reassigned, rate=rate, coords=coords,
+                                    cluster_tier=cluster_tier, cluster_group=cluster_group)
+        return self
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _feature_matrix(self, frame, n: int) -> np.ndarray:
+        """The weighted feature blocks for all n failures, computed once so every subset shares columns."""
+        blocks = [np.zeros((n, 0), dtype=np.float32)]
+        for block in self.features:
+            if block.weight > 0:
+                if frame is None:
+                    raise DataError(f"feature {block.name!r} needs the failures' rows (frame=...).")
+                values = np.asarray(block.transform(frame), dtype=np.float32)
+                if values.ndim != 2 or len(values) != n:
+                    raise DataError(f"feature {block.name!r}: shape {values.shape} is not [{n}, k].")
+                blocks.append(block.weight * values)
+        return np.hstack(blocks)
+
+    def _reducer(self):
+        if not isinstance(self.reducer, str):
+            return self.reducer
+        return make_reducer(self.reducer, n_components=self.n_components, n_neighbors=self.n_neighbors,
+                            seed=self.seed)
+
+    def _by_pair(self, frame, n: int, params: dict) -> ClusteringResult:
+        if frame is None:
+            labels = np.zeros(n, dtype=np.int64)
+            note = f"only {n} failures (< {self.min_failures}); too few to cluster, kept as one group"
+        else:
+            pairs = (frame["label"].astype(str) + "\x1f" + frame["pred"].astype(str)).to_numpy()
+            _, labels = np.unique(pairs, return_inverse=True)
+            labels = labels.reshape(-1).astype(np.int64)
+            note = f"only {n} failures (< {self.min_failures}); too few to cluster by content, grouped by confusion pair"
+        return self._result(labels, np.ones(n, np.float32), method="confusion_pairs", note=note, params=params,
+                            tier=np.full(n, BY_PAIR, dtype=object))
+
+    def _result(self, labels, strength, *, method, note, params, tier=None, reassigned=None, rate=None,
+                coords=None, cluster_tier=None, cluster_group=None) -> ClusteringResult:
+        n = len(labels)
+        labels, mapping = relabel_by_size(labels)
+        ct = {mapping[old]: t for old, t in (cluster_tier or {}).items() if old in mapping}
+        cg = {mapping[old]: int(g) for old, g in (cluster_group or {}).items() if old in mapping}
+        tier = np.full(n, ALL, dtype=object) if tier is None else tier
+        for c in range(int(labels.max()) + 1 if n and labels.max() >= 0 else 0):
+            if c not in ct:
+                members = tier[labels == c]
+                values, counts = np.unique(members.astype(str), return_counts=True)
+                ct[c] = str(values[counts.argmax()])
+        strength = np.zeros(n, np.float32) if strength is None else np.asarray(strength, dtype=np.float32)
+        strength = np.where(labels >= 0, np.clip(strength, 0, 1), 0).astype(np.float32)
+        return ClusteringResult(
+            labels=labels, membership=strength,
+            reassigned=np.zeros(n, bool) if reassigned is None else reassigned,
+            tier=tier, local_error_rate=np.full(n, np.nan, np.float32) if rate is None else rate,
+            coordinates=coords, method=method, note=note, params=params, cluster_tier=ct, cluster_group=cg)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def cluster_failures(vectors: np.ndarray, failed: np.ndarray | None = None, frame=None, groups=None,
+                     **params) -> ClusteringResult:
+    """Functional form: `FailureClustering(**params).fit(vectors, failed, frame, groups).result_`."""
+    return FailureClustering(**params).fit(vectors, failed, frame, groups).result_

@@ -1,0 +1,65 @@
+"""Slice groups: failures of a strong error slice the embedding scattered become one cluster; cluster ids by size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def take_out_groups(labels: np.ndarray, groups: np.ndarray, *, min_size: int, max_purity: float = 0.5
+                    ) -> tuple[np.ndarray, dict[int, int]]:
+    """Take the failures of each group that the clustering scattered out into a cluster of their own.
+
+    labels: cluster per failure (-1 unclustered); groups: group per failure (-1 none). Groups are tried in
+    increasing id order (slice ids rank best first). A group with at least `min_size` failures is scattered when
+    no cluster holds half of them and its purity (see `group_scatter`) is below `max_purity`: its failures were a
+    minority wherever they landed, so the embedding did not see what they share. A group the embedding split
+    into clusters it dominates (sub-types), or kept mostly in one cluster, is left alone. A cluster left with
+    fewer than `min_size` failures is dissolved (its failures become unclustered). Returns the new labels and
+    {new cluster id: group id}.
+    """
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    groups = np.asarray(groups, dtype=np.int64)
+    taken: dict[int, int] = {}
+    next_id = int(labels.max()) + 1 if len(labels) else 0
+    for g in np.unique(groups[groups >= 0]):
+        rows = np.flatnonzero(groups == g)
+        if len(rows) < min_size:
+            continue
+        largest, purity = group_scatter(labels, rows)
+        if largest >= 0.5 or purity >= max_purity:
+            continue
+        touched = {int(c) for c in labels[rows] if c >= 0}
+        labels[rows] = next_id
+        taken[next_id] = int(g)
+        next_id += 1
+        for c in touched:  # what is left of a cluster the group was taken from
+            left = labels == c
+            if 0 < left.sum() < min_size:
+                labels[left] = -1
+    return labels, taken
+
+
+def group_scatter(labels: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
+    """How the clustering spread the failures `rows`: (the largest share of them in one cluster, purity), where
+    purity is the mean over `rows` of the share of their cluster's failures that are among `rows` (0 when
+    unclustered)."""
+    largest, total = 0, 0.0
+    for c, count in zip(*np.unique(labels[rows], return_counts=True)):
+        if c >= 0:  # each of the `count` rows in cluster c scores count / |c|
+            largest = max(largest, int(count))
+            total += count * count / int((labels == c).sum())
+    return largest / len(rows), total / len(rows)
+
+
+def relabel_by_size(labels: np.ndarray) -> tuple[np.ndarray, dict[int, int]]:
+    """Renumber clusters 0.. by size, largest first (ties: first seen first); -1 stays -1."""
+    labels = np.asarray(labels, dtype=np.int64)
+    ids = [c for c in np.unique(labels) if c >= 0]
+    first = {c: int(np.flatnonzero(labels == c)[0]) for c in ids}
+    order = sorted(ids, key=lambda c: (-int((labels == c).sum()), first[c]))
+    mapping = {int(c): i for i, c in enumerate(order)}
+    out = np.full(len(labels), -1, dtype=np.int64)
+    for old, new in mapping.items():
+        out[labels == old] = new
+    return out, mapping

@@ -1,0 +1,300 @@
+"""Distribution shift between a training set and the eval set, with plain-language findings.
+
+`shift_report` compares:
+
+- class balance: each label's share in train and eval, a chi-square test of independence on the 2 x K table
+  of counts, Cramer's V as the effect size, labels present on one side only;
+- length and tokens: words per text (whitespace tokens), a two-sample Kolmogorov-Smirnov test, vocabulary
+  sizes and the out-of-vocabulary rate (eval word tokens never seen in train);
+- the words that moved most: log-odds ratio with an informative Dirichlet prior (Monroe, Colaresi & Quinn 2008,
+  "Fightin' Words"), the pooled counts as the prior, ranked by z-score;
+- a domain classifier: logistic regression that tells train from eval on embeddings, cross-validated; its
+  ROC AUC is ~0.5 when the sets look alike and near 1 when they are easy to tell apart. Its out-of-fold scores
+  also name the eval examples least like training.
+
+Findings reuse `erroranalysis.training.Finding` (check, severity, steps=(), message, advice).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Callable, Sequence
+
+import numpy as np
+
+from erroranalysis.errors import DataError
+from erroranalysis.findings import SEVERITIES, Finding
+from erroranalysis.validation import check_param
+
+_WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
+
+# Thresholds behind the findings (named so reports and docs can quote them).
+CHI2_ALPHA = 0.01
+CRAMERS_V_NOTABLE = 0.1
+LENGTH_RATIO_NOTABLE = 1.25
+OOV_NOTABLE = 0.05
+WORD_Z_NOTABLE = 4.0
+AUC_NOTABLE = 0.7
+AUC_STRONG = 0.9
+
+
+def words(text) -> list[str]:
+    """Lower-cased word tokens: letters first, then letters, digits, apostrophes or hyphens."""
+    return _WORD.findall(str(text).lower())
+
+
+def shift_report(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_labels=None, eval_labels=None,
+                 train_embeddings=None, eval_embeddings=None, embed: Callable | None = None,
+                 domain_classifier: bool = True, n_words: int = 15, min_count: int = 5,
+                 max_per_side: int = 5000, folds: int = 5, seed: int = 0) -> dict:
+    """A JSON-serializable report: class_balance, lengths, vocabulary, words, domain, findings.
+
+    Embeddings for the domain classifier come from `train_embeddings`/`eval_embeddings` (one row per text),
+    else from `embed(texts)`, else the packaged MiniLM; `domain_classifier=False` skips it.
+    """
+    check_param("n_words", n_words, isinstance(n_words, int) and n_words >= 1, "an integer >= 1")
+    check_param("min_count", min_count, isinstance(min_count, int) and min_count >= 1, "an integer >= 1")
+    check_param("folds", folds, isinstance(folds, int) and folds >= 2, "an integer >= 2")
+    check_param("max_per_side", max_per_side, isinstance(max_per_side, int) and max_per_side >= 10,
+                "an integer >= 10")
+    train_texts, eval_texts = [str(t) for t in train_texts], [str(t) for t in eval_texts]
+    if not train_texts or not eval_texts:
+        raise DataError(f"shift: {len(train_texts)} train and {len(eval_texts)} eval texts; both need examples.")
+    train_tokens = [words(t) for t in train_texts]
+    eval_tokens = [words(t) for t in eval_texts]
+    report: dict = {"n_train": len(train_texts), "n_eval": len(eval_texts)}
+    if train_labels is not None and eval_labels is not None:
+        report["class_balance"] = class_balance(train_labels, eval_labels)
+    report["lengths"] = length_stats(train_tokens, eval_tokens)
+    report["vocabulary"] = vocabulary_stats(train_tokens, eval_tokens)
+    report["words"] = moved_words(train_tokens, eval_tokens, n=n_words, min_count=min_count)
+    if domain_classifier:
+        report["domain"] = domain_auc(train_texts, eval_texts, train_embeddings=train_embeddings,
+                                      eval_embeddings=eval_embeddings, embed=embed, max_per_side=max_per_side,
+                                      folds=folds, seed=seed)
+    report["findings"] = [f.to_dict() for f in findings(report)]
+    return report
+
+
+# -- parts ------------------------------------------------------------------------------------------------------
+
+
+def class_balance(train_labels, eval_labels) -> dict:
+    """Counts and shares per label, chi-square test of independence (set x label), Cramer's V."""
+    from scipy.stats import chi2_contingency
+
+    train = Counter(str(x) for x in train_labels)
+    evals = Counter(str(x) for x in eval_labels)
+    labels = sorted(set(train) | set(evals))
+    table = np.array([[train[c] for c in labels], [evals[c] for c in labels]], dtype=np.float64)
+    n_train, n_eval = table.sum(1)
+    rows = [{"label": c, "train": int(train[c]), "eval": int(evals[c]),
+             "train_share": train[c] / n_train, "eval_share": evals[c] / n_eval,
+             "difference": evals[c] / n_eval - train[c] / n_train} for c in labels]
+    out = {"labels": rows, "only_in_train": [c for c in labels if not evals[c]],
+           "only_in_eval": [c for c in labels if not train[c]], "chi2": None, "p_value": None, "dof": None,
+           "cramers_v": None}
+    if len(labels) >= 2:
+        chi2, p, dof, _ = chi2_contingency(table, correction=False)
+        out.update(chi2=float(chi2), p_value=float(p), dof=int(dof),
+                   cramers_v=float(math.sqrt(chi2 / table.sum())))  # min(rows, cols) - 1 = 1 for two sets
+    return out
+
+
+def length_stats(train_tokens: list[list[str]], eval_tokens: list[list[str]]) -> dict:
+    """Words per text on each side (mean, quantiles), and a two-sample KS test."""
+    from scipy.stats import ks_2samp
+
+    t = np.array([len(x) for x in train_tokens], dtype=np.float64)
+    e = np.array([len(x) for x in eval_tokens], dtype=np.float64)
+    ks = ks_2samp(t, e)
+    return {"unit": "words", "train": _describe(t), "eval": _describe(e),
+            "mean_ratio": float(e.mean() / t.mean()) if t.mean() > 0 else None,
+            "ks_statistic": float(ks.statistic), "ks_p_value": float(ks.pvalue)}
+
+
+def _describe(values: np.ndarray) -> dict:
+    q = np.quantile(values, [0.1, 0.5, 0.9, 0.99])
+    return {"mean": float(values.mean()), "p10": float(q[0]), "median": float(q[1]), "p90": float(q[2]),
+            "p99": float(q[3]), "max": float(values.max()), "empty": int((values == 0).sum())}
+
+
+def vocabulary_stats(train_tokens: list[list[str]], eval_tokens: list[list[str]]) -> dict:
+    """Vocabulary sizes, type/token ratios and how much of eval's text is out of train's vocabulary."""
+    train_vocab = set().union(*train_tokens) if train_tokens else set()
+    eval_counts = Counter(w for toks in eval_tokens for w in toks)
+    n_eval_tokens = sum(eval_counts.values())
+    oov_tokens = sum(c for w, c in eval_counts.items() if w not in train_vocab)
+    n_train_tokens = sum(len(x) for x in train_tokens)
+    per_text = np.array([sum(w not in train_vocab for w in toks) / len(toks) if toks else 0.0
+                         for toks in eval_tokens])
+    return {"train_vocabulary": len(train_vocab), "eval_vocabulary": len(eval_counts),
+            "train_tokens": n_train_tokens, "eval_tokens": n_eval_tokens,
+            "train_type_token_ratio": len(train_vocab) / n_train_tokens if n_train_tokens else None,
+            "eval_type_token_ratio": len(eval_counts) / n_eval_tokens if n_eval_tokens else None,
+            "oov_token_rate": oov_tokens / n_eval_tokens if n_eval_tokens else 0.0,
+            "oov_type_rate": sum(w not in train_vocab for w in eval_counts) / len(eval_counts) if eval_counts else 0.0,
+            "eval_texts_mostly_oov": int((per_text > 0.5).sum())}
+
+
+def moved_words(train_tokens: list[list[str]], eval_tokens: list[list[str]], *, n: int = 15,
+                min_count: int = 5, prior_weight: float = 1.0) -> dict:
+    """Words more frequent in eval than train (and the reverse), by log-odds ratio z-score with an informative
+    Dirichlet prior (the pooled counts times `prior_weight`). Words seen fewer than `min_count` times are left out."""
+    train = Counter(w for toks in train_tokens for w in toks)
+    evals = Counter(w for toks in eval_tokens for w in toks)
+    vocab = sorted(w for w in set(train) | set(evals) if train[w] + evals[w] >= min_count)
+    if not vocab:
+        return {"method": "log-odds ratio, informative Dirichlet prior", "more_in_eval": [], "more_in_train": []}
+    y_e = np.array([evals[w] for w in vocab], dtype=np.float64)
+    y_t = np.array([train[w] for w in vocab], dtype=np.float64)
+    alpha = prior_weight * (y_e + y_t)
+    a0 = alpha.sum()
+    n_e, n_t = sum(evals.values()), sum(train.values())
+    delta = (np.log((y_e + alpha) / (n_e + a0 - y_e - alpha))
+             - np.log((y_t + alpha) / (n_t + a0 - y_t - alpha)))
+    z = delta / np.sqrt(1 / (y_e + alpha) + 1 / (y_t + alpha))
+
+    def rows(order):
+        return [{"word": vocab[i], "z": float(z[i]), "eval_count": int(y_e[i]), "train_count": int(y_t[i]),
+                 "eval_per_1k": 1000 * y_e[i] / max(n_e, 1), "train_per_1k": 1000 * y_t[i] / max(n_t, 1)}
+                for i in order]
+
+    order = np.argsort(-z, kind="stable")
+    return {"method": "log-odds ratio, informative Dirichlet prior",
+            "more_in_eval": rows([i for i in order[:n] if z[i] > 0]),
+            "more_in_train": rows([i for i in order[::-1][:n] if z[i] < 0])}
+
+
+def domain_auc(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_embeddings=None,
+               eval_embeddings=None, embed: Callable | None = None, max_per_side: int = 5000, folds: int = 5,
+               seed: int = 0, n_examples: int = 10) -> dict:
+    """Cross-validated ROC AUC of a logistic regression telling eval from train on embeddings, and the eval
+    examples it finds least like training (highest out-of-fold score)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+    rng = np.random.default_rng(seed)
+    t_rows = _sample(len(train_texts), max_per_side, rng)
+    e_rows = _sample(len(eval_texts), max_per_side, rng)
+    folds = min(folds, len(t_rows), len(e_rows))
+    if folds < 2:
+        return {"auc": None, "folds": folds, "note": "too few examples on one side for cross-validation"}
+    t_vec = _embeddings(train_texts, t_rows, train_embeddings, embed, "train")
+    e_vec = _embeddings(eval_texts, e_rows, eval_embeddings, embed, "eval")
+    if t_vec.shape[1] != e_vec.shape[1]:
+        raise DataError(f"embeddings: train vectors have {t_vec.shape[1]} dimensions, eval {e_vec.shape[1]}; "
+                        "embed both with the same model.")
+    x = np.vstack([t_vec, e_vec]).astype(np.float64)
+    y = np.r_[np.zeros(len(t_vec)), np.ones(len(e_vec))]
+    model = LogisticRegression(C=1.0, max_iter=1000, class_weight="balanced")
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    scores = cross_val_predict(model, x, y, cv=splitter, method="predict_proba")[:, 1]
+    auc = float(roc_auc_score(y, scores))
+    eval_scores = scores[len(t_vec):]
+    top = np.argsort(-eval_scores, kind="stable")[:n_examples]
+    return {"auc": auc, "folds": folds, "n_train": int(len(t_rows)), "n_eval": int(len(e_rows)),
+            "classifier": "logistic regression (C=1, balanced)",
+            "least_like_train": [{"eval_index": int(e_rows[i]), "score": float(eval_scores[i])} for i in top]}
+
+
+def _sample(n: int, limit: int, rng) -> np.ndarray:
+    return np.arange(n) if n <= limit else np.sort(rng.choice(n, limit, replace=False))
+
+
+def _embeddings(texts, rows, given, embed, side) -> np.ndarray:
+    if given is not None:
+        given = np.asarray(given)
+        if given.ndim != 2 or len(given) != len(texts):
+            raise DataError(f"{side} embeddings: shape {tuple(given.shape)} does not give one vector per text "
+                            f"({len(texts)} texts).")
+        vectors = given[rows]
+    else:
+        if embed is None:
+            from erroranalysis.datachecks.duplicates import default_embed
+
+            embed = default_embed()
+        vectors = np.asarray(embed([texts[i] for i in rows]))
+    if not np.isfinite(vectors).all():
+        raise DataError(f"{side} embeddings: contain NaN or infinite values; fix the embedder that produced them.")
+    return vectors
+
+
+# -- findings ---------------------------------------------------------------------------------------------------
+
+
+def findings(report: dict) -> list[Finding]:
+    """Plain-language findings from a shift report, most severe first."""
+    out: list[Finding] = []
+    balance = report.get("class_balance")
+    if balance:
+        if balance["only_in_eval"]:
+            out.append(Finding("label_unseen_in_train", "error", (),
+                               f"labels {_names(balance['only_in_eval'])} occur in eval but never in train",
+                               "The model cannot learn a class it never saw: add training examples for them, or "
+                               "check that the two files spell labels the same way."))
+        if balance["only_in_train"]:
+            out.append(Finding("label_missing_in_eval", "info", (),
+                               f"labels {_names(balance['only_in_train'])} occur in train but never in eval",
+                               "Their per-class scores cannot be measured on this eval set."))
+        p, v = balance["p_value"], balance["cramers_v"]
+        if p is not None and p < CHI2_ALPHA and v >= CRAMERS_V_NOTABLE:
+            moved = max(balance["labels"], key=lambda r: abs(r["difference"]))
+            out.append(Finding(
+                "class_balance_shift", "warning", (),
+                f"class balance differs between train and eval (chi-square p={p:.2g}, Cramer's V={v:.2f}); "
+                f"largest change: {moved['label']!r} is {moved['train_share']:.0%} of train and "
+                f"{moved['eval_share']:.0%} of eval",
+                "Per-class metrics are comparable, accuracy is not: read per-class recall, and consider "
+                "re-weighting classes or recalibrating the decision thresholds for the eval distribution."))
+    lengths = report["lengths"]
+    ratio = lengths["mean_ratio"]
+    if ratio is not None and (ratio >= LENGTH_RATIO_NOTABLE or ratio <= 1 / LENGTH_RATIO_NOTABLE) \
+            and lengths["ks_p_value"] < CHI2_ALPHA:
+        longer = "longer" if ratio > 1 else "shorter"
+        out.append(Finding(
+            "length_shift", "warning", (),
+            f"eval texts are {longer} than training texts: {lengths['eval']['mean']:.0f} words on average vs "
+            f"{lengths['train']['mean']:.0f} (KS p={lengths['ks_p_value']:.2g})",
+            "Check the error rate by length (metrics per_slice text_length) and, for longer texts, how many were "
+            "truncated at --max-length."))
+    vocab = report["vocabulary"]
+    if vocab["oov_token_rate"] >= OOV_NOTABLE:
+        out.append(Finding(
+            "vocabulary_shift", "warning", (),
+            f"{vocab['oov_token_rate']:.0%} of eval's words never occur in the training set "
+            f"({vocab['eval_texts_mostly_oov']} eval texts are mostly such words)",
+            "Eval covers topics or wording training did not: look at the words that moved most, and add "
+            "training data from eval's domain."))
+    moved = [w for w in report["words"]["more_in_eval"] if w["z"] >= WORD_Z_NOTABLE][:8]
+    if moved:
+        out.append(Finding(
+            "words_moved", "info", (),
+            "words much more frequent in eval than in train: " + ", ".join(repr(w["word"]) for w in moved),
+            "If these words mark a topic or source the model rarely saw, expect errors there: check the slices "
+            "report for them."))
+    domain = report.get("domain")
+    if domain and domain.get("auc") is not None:
+        auc = domain["auc"]
+        if auc >= AUC_STRONG:
+            out.append(Finding(
+                "domain_shift", "error", (),
+                f"a classifier tells eval from training texts almost perfectly (AUC {auc:.2f}): the two sets come "
+                "from clearly different distributions",
+                "Eval measures generalization to a new domain, not held-out performance: read the eval examples "
+                "least like training, and add training data like them if that domain matters."))
+        elif auc >= AUC_NOTABLE:
+            out.append(Finding(
+                "domain_shift", "warning", (),
+                f"a classifier tells eval from training texts fairly well (AUC {auc:.2f}): the sets differ",
+                "Read the eval examples least like training; compare their error rate with the rest."))
+    return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
+
+
+def _names(values, limit: int = 5) -> str:
+    values = list(values)
+    shown = ", ".join(repr(v) for v in values[:limit])
+    return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")

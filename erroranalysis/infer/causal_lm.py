@@ -1,0 +1,251 @@
+"""Causal language models: loading a local folder or a GGUF file, offline, from safetensors only.
+
+A GGUF file is read by transformers once (dequantized, 13 to 17 s for SmolLM2-135M) and written as a safetensors
+folder under `<cache>/gguf/<sha256 prefix>/`; every later load reads that folder (well under a second).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from erroranalysis.errors import ModelError
+from erroranalysis.validation import check_param
+
+PRECISIONS = ("auto", "fp32", "bf16")
+GGUF_MAGIC = b"GGUF"
+DEFAULT_CONTEXT = 2048
+
+
+@dataclass
+class CausalLM:
+    """A loaded causal language model and where it came from."""
+
+    model: Any
+    tokenizer: Any
+    path: Path  # what the user passed: a folder or a .gguf file
+    folder: Path  # the safetensors folder actually loaded (the cache folder for a GGUF file)
+    device: str
+    precision: str  # "fp32" or "bf16"
+    weights_sha256: str
+    format: str  # "safetensors" or "gguf"
+    context_length: int
+    eos_ids: tuple[int, ...] = ()
+    pad_id: int = 0
+    _cache_kwarg: str = field(default="past_key_values", repr=False)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def describe(self) -> dict:
+        return {"path": str(Path(self.path).resolve()), "format": self.format, "weights_sha256": self.weights_sha256,
+                "converted_folder": str(self.folder) if self.format == "gguf" else None,
+                "precision": self.precision, "context_length": self.context_length,
+                "chat_template": self.has_chat_template, "architecture": type(self.model).__name__}
+
+
+def cache_root() -> Path:
+    """`$ERRORANALYSIS_CACHE_DIR`, else `$XDG_CACHE_HOME/erroranalysis`, else `~/.cache/erroranalysis`.
+
+    The same convention as the embedding cache.
+    """
+    explicit = os.environ.get("ERRORANALYSIS_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "erroranalysis"
+
+
+def is_gguf(path: str | Path) -> bool:
+    path = Path(path)
+    return path.suffix.lower() == ".gguf"
+
+
+def check_gguf(file: Path) -> None:
+    """Cheap checks before transformers is imported: the file exists and starts with the GGUF magic bytes."""
+    if not file.exists():
+        raise ModelError(f"{file}: no such GGUF file; check --model.")
+    if not file.is_file():
+        raise ModelError(f"{file}: is a folder; --model takes a .gguf file or a checkpoint folder.")
+    with open(file, "rb") as f:
+        head = f.read(4)
+    if head != GGUF_MAGIC:
+        raise ModelError(f"{file}: not a GGUF file (it does not start with the GGUF magic bytes); "
+                         "pass a .gguf model file or a safetensors checkpoint folder.")
+
+
+def gguf_sha256(file: Path) -> str:
+    """The file's SHA-256, remembered by (path, size, mtime) so later loads do not re-read a large file."""
+    file = Path(file).resolve()
+    stat = file.stat()
+    key = hashlib.blake2b(f"{file}|{stat.st_size}|{stat.st_mtime_ns}".encode(), digest_size=16).hexdigest()
+    memo = cache_root() / "gguf" / "hashes" / key
+    if memo.is_file():
+        value = memo.read_text().strip()
+        if len(value) == 64:
+            return value
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    value = digest.hexdigest()
+    _write_text_atomic(memo, value + "\n")
+    return value
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def converted_folder(file: Path, sha256: str | None = None) -> Path:
+    return cache_root() / "gguf" / (sha256 or gguf_sha256(file))[:24]
+
+
+def convert_gguf(file: str | Path, *, log: Callable[[str], None] | None = None) -> Path:
+    """The cached safetensors folder for a GGUF file, converting it on first use.
+
+    transformers reads the GGUF (dequantized to fp32); the config loses its `quantization_config`, a plain model is
+    rebuilt from it and given the weights with `load_state_dict`, then saved with the tokenizer (chat template
+    included). The folder appears at once (temporary folder, then a rename) or not at all.
+    """
+    file = Path(file)
+    check_gguf(file)
+    sha = gguf_sha256(file)
+    target = converted_folder(file, sha)
+    if (target / "source.json").is_file():
+        return target
+    if log:
+        log(f"converting {file.name} to a cached safetensors folder (once): {target}")
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
+        loaded = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
+                                                      dtype=torch.float32)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:  # gguf and transformers raise many types for files they cannot map
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(f"{file}: transformers cannot read this GGUF file ({first}); use a GGUF of an "
+                         "architecture transformers supports, or a safetensors checkpoint folder.") from None
+    config_dict = loaded.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config_dict.pop("_name_or_path", None)
+    config = AutoConfig.for_model(**config_dict)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict(), assign=True, strict=False)
+    model.tie_weights()
+    model.generation_config = copy.deepcopy(loaded.generation_config)
+    del loaded
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        from importlib import metadata
+
+        (tmp / "source.json").write_text(json.dumps(
+            {"gguf": str(file.resolve()), "sha256": sha, "transformers": metadata.version("transformers")},
+            indent=2) + "\n")
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished the same conversion first
+            if not (target / "source.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "auto",
+                   trust_remote_code: bool = False, log: Callable[[str], None] | None = None) -> CausalLM:
+    """Load a local causal LM from a safetensors folder or a `.gguf` file (converted once, then cached)."""
+    from erroranalysis.infer.classifier import check_checkpoint, resolve_device, weights_sha256
+
+    check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
+    path = Path(path)
+    if is_gguf(path):
+        check_gguf(path)
+        sha = gguf_sha256(path)
+        folder = convert_gguf(path, log=log)
+        fmt = "gguf"
+    else:
+        if path.is_file():
+            raise ModelError(f"{path}: is a file; --model takes a checkpoint folder or a .gguf file.")
+        folder, sha, fmt = path, None, "safetensors"
+    files = check_checkpoint(folder, trust_remote_code)
+    resolved = resolve_device(device)
+    if precision == "auto":
+        precision = "bf16" if resolved.startswith("cuda") else "fp32"
+    if sha is None:
+        sha = weights_sha256(files)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code,
+            dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelError(f"{folder}: cannot load it as a causal language model ({str(exc).splitlines()[0]}).") from None
+    model.eval().to(resolved)
+    eos = _eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = eos[0] if eos else 0
+    return CausalLM(model=model, tokenizer=tokenizer, path=path, folder=folder, device=resolved, precision=precision,
+                    weights_sha256=sha, format=fmt, context_length=_context_length(model, tokenizer),
+                    eos_ids=eos, pad_id=int(pad), _cache_kwarg=_cache_kwarg(model))
+
+
+def _eos_ids(model, tokenizer) -> tuple[int, ...]:
+    ids: list[int] = []
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (config_eos, tokenizer.eos_token_id):
+        if value is None:
+            continue
+        for v in (value if isinstance(value, (list, tuple)) else [value]):
+            if v is not None and int(v) not in ids:
+                ids.append(int(v))
+    return tuple(ids)
+
+
+def _context_length(model, tokenizer) -> int:
+    config = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    return int(value) if isinstance(value, int) and 0 < value < 10_000_000 else DEFAULT_CONTEXT
+
+
+def _cache_kwarg(model) -> str:
+    """transformers 5.x calls the KV cache argument `cache`; 4.x called it `past_key_values`."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"

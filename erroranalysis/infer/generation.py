@@ -1,0 +1,425 @@
+"""Batched generation with a KV cache, and teacher-forced losses.
+
+`generate_batch` is "a batch of prompts in, a batch of outputs out" with the model loaded once by the caller, so the
+same function runs in-process and under a distributed engine. Per batch it:
+
+1. left-pads the prompts and runs them through the model once (prefill), keeping the KV cache;
+2. teacher-forces the reference answer on a copy of that cache: the reference loss costs only its own tokens;
+3. decodes greedily or by sampling (temperature, top-k, top-p, seeded) from the cache, one token per step for the
+   rows still running, recording the log-probability of every generated token: the output loss comes for free.
+
+Rows stop at an end-of-sequence token, at a stop string, or after `max_new_tokens`. Finished rows are dropped from
+the cache, so a batch costs what its longest answer costs, not more.
+
+Prompts longer than the context are cut from the left (the end of a prompt, where the question usually is, is
+kept) and flagged `truncated`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from erroranalysis.errors import DataError, ModelError
+from erroranalysis.infer.causal_lm import PRECISIONS, CausalLM
+from erroranalysis.validation import check_param
+
+LOSS_CHUNK = 128  # reference tokens teacher-forced per forward pass (bounds the logits held at once)
+
+
+@dataclass
+class GenerationOptions:
+    """How to generate (the CLI's --max-new-tokens, --sample, --temperature, --stop, ... options)."""
+
+    max_new_tokens: int = 64
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1.0: off
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    batch_size: int = 16
+    max_prompt_tokens: int | None = None  # None: the model's context minus max_new_tokens
+    chat_template: bool = True  # apply the tokenizer's chat template to `prompt` when it has one
+    precision: str = "auto"  # auto: bf16 on CUDA, fp32 elsewhere
+    device: str = "auto"
+    trust_remote_code: bool = False
+    # What generation_pipeline.run_generation checks (generate() itself ignores these):
+    checks: tuple[str, ...] | None = None  # None: chosen from the eval set's columns (checkers.default_checks)
+    labels: tuple[str, ...] = ()  # allowed labels besides the gold ones in the eval set
+    regex: str | None = None  # a pattern for rows without a `regex` cell
+    reference_column: str = "reference"
+    messages_column: str = "messages"
+
+    def validate(self) -> "GenerationOptions":
+        check_param("max_new_tokens", self.max_new_tokens, _is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
+                    "an integer >= 1")
+        check_param("temperature", self.temperature, _is_number(self.temperature) and self.temperature > 0,
+                    "a number > 0")
+        check_param("top_k", self.top_k, _is_int(self.top_k) and self.top_k >= 0, "an integer >= 0 (0 turns it off)")
+        check_param("top_p", self.top_p, _is_number(self.top_p) and 0 < self.top_p <= 1, "a number in (0, 1]")
+        check_param("seed", self.seed, _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
+        check_param("batch_size", self.batch_size, _is_int(self.batch_size) and self.batch_size >= 1,
+                    "an integer >= 1")
+        check_param("max_prompt_tokens", self.max_prompt_tokens,
+                    self.max_prompt_tokens is None or (_is_int(self.max_prompt_tokens) and self.max_prompt_tokens >= 1),
+                    "an integer >= 1, or None for the model's context minus max_new_tokens")
+        check_param("precision", self.precision, self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
+        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        check_param("stop", self.stop, all(isinstance(s, str) and s for s in stops), "non-empty strings")
+        self.stop = stops
+        labels = (self.labels,) if isinstance(self.labels, str) else tuple(self.labels or ())
+        check_param("labels", self.labels, all(isinstance(s, str) and s.strip() for s in labels), "non-empty strings")
+        self.labels = labels
+        return self
+
+    def describe(self) -> dict:
+        """The parameters that decide the outputs, for the manifest."""
+        return {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
+                "temperature": self.temperature if self.do_sample else None,
+                "top_k": self.top_k if self.do_sample else None, "top_p": self.top_p if self.do_sample else None,
+                "seed": self.seed, "stop": list(self.stop), "batch_size": self.batch_size,
+                "max_prompt_tokens": self.max_prompt_tokens, "chat_template": self.chat_template,
+                "regex": self.regex, "extra_labels": list(self.labels)}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and np.isfinite(value)
+
+
+def parse_messages(value) -> list[dict]:
+    """A `messages` cell (a list of {"role", "content"} or its JSON text) as a list; ValueError says what is wrong."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON ({exc.msg}); write a list of {{\"role\", \"content\"}} objects") from None
+    if hasattr(value, "tolist"):  # a numpy array from Parquet
+        value = value.tolist()
+    if not isinstance(value, list) or not value:
+        raise ValueError("expected a non-empty list of {\"role\", \"content\"} objects")
+    messages = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"message {i} is not an object with string 'role' and 'content'")
+        messages.append({"role": m["role"], "content": m["content"]})
+    return messages
+
+
+def render_prompt(lm: CausalLM, prompt: str | None = None, messages: list[dict] | None = None,
+                  chat_template: bool = True) -> tuple[str, bool]:
+    """The text the model sees, and whether it already holds the special tokens (a rendered chat template).
+
+    `messages` require a chat template; a plain `prompt` is wrapped as one user message when the tokenizer has one
+    and `chat_template` is on, and used as is otherwise.
+    """
+    if messages is not None:
+        if not lm.has_chat_template:
+            raise ModelError(f"{lm.path}: the tokenizer has no chat template, so the 'messages' column cannot be "
+                             "rendered; use a 'prompt' column or a chat model.")
+        return _apply_template(lm, messages), True
+    if chat_template and lm.has_chat_template:
+        return _apply_template(lm, [{"role": "user", "content": prompt or ""}]), True
+    return prompt or "", False
+
+
+def _apply_template(lm: CausalLM, messages: list[dict]) -> str:
+    try:
+        return lm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # jinja raises TemplateError (and templates raise their own exceptions)
+        raise ValueError(f"the chat template rejected these messages ({str(exc).splitlines()[0]})") from None
+
+
+def encode_prompts(lm: CausalLM, texts: Sequence[str], templated: Sequence[bool],
+                   max_prompt_tokens: int) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """Token ids cut from the left to `max_prompt_tokens`, whether each was cut, and the length before cutting."""
+    ids: list[list[int]] = [None] * len(texts)  # type: ignore[list-item]
+    for flag in (True, False):
+        rows = [i for i, t in enumerate(templated) if bool(t) == flag]
+        if rows:
+            enc = lm.tokenizer([texts[i] for i in rows], add_special_tokens=not flag, verbose=False)["input_ids"]
+            for i, seq in zip(rows, enc):
+                ids[i] = list(seq)
+    start = lm.tokenizer.bos_token_id
+    start = start if start is not None else (lm.eos_ids[0] if lm.eos_ids else lm.pad_id)
+    for i, seq in enumerate(ids):
+        if not seq:  # an empty prompt without special tokens: the model needs one token to start from
+            ids[i] = [int(start)]
+    full = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    truncated = full > max_prompt_tokens
+    for i in np.flatnonzero(truncated):
+        ids[i] = ids[i][-max_prompt_tokens:]
+    return ids, truncated, full
+
+
+def encode_answers(lm: CausalLM, answers: Sequence[str | None]) -> list[list[int] | None]:
+    """Token ids of reference answers (no special tokens); None where there is no answer."""
+    rows = [i for i, a in enumerate(answers) if isinstance(a, str) and a != ""]
+    out: list[list[int] | None] = [None] * len(answers)
+    if rows:
+        enc = lm.tokenizer([answers[i] for i in rows], add_special_tokens=False, verbose=False)["input_ids"]
+        for i, seq in zip(rows, enc):
+            out[i] = list(seq) or None
+    return out
+
+
+def prompt_budget(lm: CausalLM, opts: GenerationOptions) -> int:
+    """Most prompt tokens kept: --max-prompt-tokens, within the context minus the room for new tokens."""
+    room = lm.context_length - opts.max_new_tokens
+    if room < 1:
+        raise DataError(f"--max-new-tokens {opts.max_new_tokens} leaves no room for a prompt in the model's "
+                        f"{lm.context_length}-token context; lower it.")
+    return min(room, opts.max_prompt_tokens) if opts.max_prompt_tokens else room
+
+
+def generate(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: GenerationOptions, *,
+             reference_ids: Sequence[Sequence[int] | None] | None = None,
+             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Generate for every prompt, in input order: output text and ids, stop reason, output and reference losses.
+
+    Prompts are batched longest first (padding only within similar lengths); with sampling, one generator seeded
+    with `opts.seed` drives every batch, so a run is reproducible for the same prompts, order and batch size.
+    """
+    import torch
+
+    opts.validate()
+    n = len(prompt_ids)
+    lengths = np.fromiter((len(p) for p in prompt_ids), dtype=np.int64, count=n)
+    order = np.argsort(-lengths, kind="stable")
+    generator = None
+    if opts.do_sample:
+        generator = torch.Generator(device=lm.device).manual_seed(int(opts.seed))
+    result: dict[str, Any] = {"output": [""] * n, "output_ids": [[] for _ in range(n)],
+                              "stop_reason": [""] * n, "output_loss": np.full(n, np.nan, np.float32),
+                              "reference_loss": np.full(n, np.nan, np.float32),
+                              "n_output_tokens": np.zeros(n, np.int32)}
+    for start in range(0, n, opts.batch_size):
+        rows = order[start:start + opts.batch_size]
+        refs = None if reference_ids is None else [reference_ids[i] for i in rows]
+        outs = generate_batch(lm, [prompt_ids[i] for i in rows], opts, reference_ids=refs, generator=generator)
+        for i, out in zip(rows, outs):
+            result["output"][i] = out["output"]
+            result["output_ids"][i] = out["output_ids"]
+            result["stop_reason"][i] = out["stop_reason"]
+            result["output_loss"][i] = out["output_loss"]
+            result["reference_loss"][i] = out["reference_loss"]
+            result["n_output_tokens"][i] = len(out["output_ids"])
+        if progress:
+            progress(len(rows))
+    return result
+
+
+def generate_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: GenerationOptions, *,
+                   reference_ids: Sequence[Sequence[int] | None] | None = None, generator=None) -> list[dict]:
+    """One batch: prefill, reference loss on a copy of the cache, then decoding. Returns one dict per prompt."""
+    import torch
+
+    device = lm.device
+    b = len(prompt_ids)
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((b, width), lm.pad_id, dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.long)
+    for r, seq in enumerate(prompt_ids):
+        if len(seq):
+            ids[r, width - len(seq):] = torch.as_tensor(list(seq), dtype=torch.long)
+            mask[r, width - len(seq):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache = _cache_of(out)
+        last = out.logits[:, -1, :].float()
+        del out
+        ref_loss = np.full(b, np.nan, np.float32)
+        if reference_ids is not None and any(reference_ids):
+            ref_loss = _reference_loss(lm, cache, last, mask, positions[:, -1], reference_ids)
+        rows = _decode(lm, cache, last, mask, positions[:, -1], opts, generator)
+    return [{**row, "reference_loss": float(ref_loss[r])} for r, row in enumerate(rows)]
+
+
+def _cache_of(out):
+    for name in ("cache", "past_key_values"):
+        value = getattr(out, name, None)
+        if value is not None:
+            return value
+    raise ModelError("the model returned no KV cache; erroranalysis generates with decoder-only transformers.")
+
+
+def _forward_step(lm: CausalLM, cache, tokens, mask, positions, keep: int = 0):
+    kwargs = {lm._cache_kwarg: cache}
+    return lm.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+                    logits_to_keep=keep, **kwargs)
+
+
+def _reference_loss(lm: CausalLM, cache, last_logits, mask, last_pos, reference_ids) -> np.ndarray:
+    """Mean negative log-likelihood per reference token, teacher-forced after the prompt, on a copy of the cache."""
+    import torch
+
+    b = len(reference_ids)
+    room = [max(lm.context_length - int(last_pos[r]) - 1, 1) for r in range(b)]
+    refs = [list(r)[:room[i]] if r else [] for i, r in enumerate(reference_ids)]
+    total = torch.zeros(b, dtype=torch.float64)
+    count = torch.zeros(b, dtype=torch.float64)
+    first = torch.log_softmax(last_logits, dim=-1).cpu()
+    for r, ref in enumerate(refs):
+        if ref:
+            total[r] -= float(first[r, ref[0]])
+            count[r] += 1
+    longest = max((len(r) for r in refs), default=0)
+    if longest > 1:
+        cache = copy.deepcopy(cache)
+        mask = mask.clone()
+        # feed ref[:-1]; the logits at token j predict ref[j + 1]
+        for start in range(0, longest - 1, LOSS_CHUNK):
+            stop = min(start + LOSS_CHUNK, longest - 1)
+            width = stop - start
+            tokens = torch.full((b, width), lm.pad_id, dtype=torch.long)
+            step_mask = torch.zeros((b, width), dtype=torch.long)
+            targets = torch.full((b, width), -1, dtype=torch.long)
+            for r, ref in enumerate(refs):
+                part = ref[start:min(stop, len(ref) - 1)]
+                if part:
+                    tokens[r, :len(part)] = torch.as_tensor(part)
+                    step_mask[r, :len(part)] = 1
+                    targets[r, :len(part)] = torch.as_tensor(ref[start + 1:start + 1 + len(part)])
+            device = mask.device
+            mask = torch.cat([mask, step_mask.to(device)], dim=1)
+            positions = (last_pos[:, None] + 1 + start + torch.arange(width, device=device)[None, :])
+            out = _forward_step(lm, cache, tokens.to(device), mask, positions)
+            logp = torch.log_softmax(out.logits.float(), dim=-1).cpu()
+            del out
+            valid = targets >= 0
+            picked = logp.gather(2, targets.clamp(min=0)[..., None])[..., 0]
+            total -= (picked * valid).sum(1).double()
+            count += valid.sum(1).double()
+    loss = (total / count.clamp(min=1)).numpy().astype(np.float32)
+    loss[count.numpy() == 0] = np.nan
+    return loss
+
+
+def _decode(lm: CausalLM, cache, logits, mask, last_pos, opts: GenerationOptions, generator) -> list[dict]:
+    """Greedy or sampled decoding from a prefilled cache; rows leave the batch as they finish."""
+    import torch
+
+    b = logits.shape[0]
+    device = logits.device
+    eos = torch.as_tensor(lm.eos_ids or (-1,), device=device)
+    active = torch.arange(b, device=device)  # original row of each row still in the batch
+    tokens: list[list[int]] = [[] for _ in range(b)]
+    logps: list[list[float]] = [[] for _ in range(b)]
+    reason = ["length"] * b
+    stops = opts.stop
+    tail_tokens = max((len(s) for s in stops), default=0) + 2
+    positions = last_pos.clone()
+    for step in range(opts.max_new_tokens):
+        logp = torch.log_softmax(logits, dim=-1)
+        chosen = _choose(logits, opts, generator) if opts.do_sample else logits.argmax(-1)
+        chosen_logp = logp.gather(1, chosen[:, None])[:, 0]
+        done = torch.isin(chosen, eos)
+        chosen_list, logp_list, done_list = chosen.tolist(), chosen_logp.tolist(), done.tolist()
+        keep = []
+        for k, row in enumerate(active.tolist()):
+            if done_list[k]:
+                reason[row] = "eos"
+                continue
+            tokens[row].append(chosen_list[k])
+            logps[row].append(logp_list[k])
+            if stops and any(s in lm.tokenizer.decode(tokens[row][-tail_tokens:], skip_special_tokens=True)
+                             for s in stops):
+                reason[row] = "stop"
+                continue
+            keep.append(k)
+        if not keep or step == opts.max_new_tokens - 1:
+            break
+        if len(keep) < len(active):
+            index = torch.as_tensor(keep, device=device)
+            cache.batch_select_indices(index)
+            active, chosen, mask, positions = active[index], chosen[index], mask[index], positions[index]
+        positions = positions + 1
+        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
+        out = _forward_step(lm, cache, chosen[:, None], mask, positions[:, None], keep=1)
+        logits = out.logits[:, -1, :].float()
+        del out
+    results = []
+    for row in range(b):
+        text = lm.tokenizer.decode(tokens[row], skip_special_tokens=True)
+        if stops:
+            cut = min((text.find(s) for s in stops if s in text), default=-1)
+            if cut >= 0:
+                text = text[:cut]
+        loss = -float(np.mean(logps[row])) if logps[row] else float("nan")
+        results.append({"output": text, "output_ids": tokens[row], "stop_reason": reason[row], "output_loss": loss})
+    return results
+
+
+def _choose(logits, opts: GenerationOptions, generator):
+    """Sample one token per row: temperature, then top-k, then top-p (nucleus)."""
+    import torch
+
+    scores = logits / opts.temperature
+    if opts.top_k and opts.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, opts.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if opts.top_p < 1.0:
+        sorted_scores, sorted_idx = torch.sort(scores, descending=True, dim=-1)
+        cum = torch.softmax(sorted_scores, dim=-1).cumsum(-1)
+        remove = cum - torch.softmax(sorted_scores, dim=-1) > opts.top_p  # keep the smallest set reaching top_p
+        sorted_scores = sorted_scores.masked_fill(remove, float("-inf"))
+        scores = torch.full_like(scores, float("-inf")).scatter(1, sorted_idx, sorted_scores)
+    probs = torch.softmax(scores, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+def answer_losses(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], answer_ids: Sequence[Sequence[int] | None], *,
+                  batch_size: int = 8) -> np.ndarray:
+    """Mean negative log-likelihood per answer token given its prompt, by plain teacher forcing (one forward pass
+    over prompt + answer per example, batched with left padding). NaN where the answer is empty. An answer that
+    does not fit in the context after its prompt counts only its first tokens, as in `generate`."""
+    import torch
+
+    n = len(prompt_ids)
+    loss = np.full(n, np.nan, np.float32)
+    rows_all = [i for i in range(n) if answer_ids[i]]
+    rows_all.sort(key=lambda i: -(len(prompt_ids[i]) + len(answer_ids[i])))
+    for start in range(0, len(rows_all), batch_size):
+        rows = rows_all[start:start + batch_size]
+        seqs = []
+        for i in rows:  # as in generation: the whole prompt, and the answer's first tokens that fit the context
+            prompt = list(prompt_ids[i])
+            seqs.append((prompt, list(answer_ids[i])[:max(lm.context_length - len(prompt), 1)]))
+        width = max(len(p) + len(a) for p, a in seqs)
+        keep = max(len(a) for _, a in seqs) + 1
+        ids = torch.full((len(rows), width), lm.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        target_mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        for r, (p, a) in enumerate(seqs):
+            seq = p + a
+            ids[r, width - len(seq):] = torch.as_tensor(seq)
+            mask[r, width - len(seq):] = 1
+            target_mask[r, width - len(a):] = True
+            if not p:
+                target_mask[r, width - len(a)] = False  # the first token has nothing to be predicted from
+        ids, mask = ids.to(lm.device), mask.to(lm.device)
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        keep = min(keep, width)
+        with torch.inference_mode():
+            logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                              logits_to_keep=keep).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1).cpu()  # positions width-keep .. width-2
+        targets = ids[:, width - keep + 1:].cpu()
+        valid = target_mask[:, width - keep + 1:]
+        picked = logp.gather(2, targets[..., None])[..., 0]
+        total = -(picked * valid).sum(1).double()
+        count = valid.sum(1).double()
+        for r, i in enumerate(rows):
+            if count[r] > 0:
+                loss[i] = float(total[r] / count[r])
+    return loss

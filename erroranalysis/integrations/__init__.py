@@ -1,0 +1,2 @@
+"""Hooks into training: the Trainer callback and checkpoint watching.
+"""

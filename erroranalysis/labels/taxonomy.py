@@ -1,0 +1,335 @@
+"""The taxonomy document: its JSON schema and validation, and its renderings (JSON, CSV, Markdown).
+
+The JSON format is documented in docs/taxonomy.md.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from erroranalysis.errors import DataError
+from erroranalysis.labels import FLAG_TITLES, FLAGS, SEVERITIES
+
+FORMAT = "erroranalysis.taxonomy"
+SCHEMA_VERSION = 1
+EXPORT_FORMATS = ("json", "csv", "markdown")
+EXTENSIONS = {"json": ".json", "csv": ".csv", "markdown": ".md"}
+MIME = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
+
+
+# CSV cells that a spreadsheet would read as a formula start with one of these (OWASP "CSV injection").
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+CLUSTER_COLUMNS = ("cluster_id", "size", "name")
+ASSIGNMENT_COLUMNS = ("example_id", "cluster_id")
+CSV_COLUMNS = ["example_id", "error_type", "severity", "source", "status", "label", "pred", "correct", "confidence",
+               "loss", "cluster_id", "cluster_name", "label_wrong", "not_error", "note", "updated", "updated_by",
+               "text"]
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, float) and math.isnan(value):
+        return []
+    if isinstance(value, str):
+        return [value]
+    try:
+        return [str(v) if not isinstance(v, (int, float)) else v for v in list(value)]
+    except TypeError:
+        return [value]
+
+
+def labeled_rows(table):
+    """The rows an export lists: examples with an error type, a flag or a note."""
+    return table[(table["error_type_id"] >= 0) | table["label_wrong"] | table["not_error"] | (table["note"] != "")]
+
+
+def _exemplars(rows, k: int):
+    if k == 0 or rows.empty:
+        return rows.head(0)
+    order = rows.assign(_m=rows["membership"].fillna(-1.0), _c=rows["confidence"].fillna(-1.0))
+    return order.sort_values(["_m", "_c", "example_id"], ascending=[False, False, True]).head(k)
+
+
+def _example(r, *, include_text: bool) -> dict:
+    item = {
+        "example_id": str(r["example_id"]),
+        "label": str(r["label"]),
+        "pred": str(r["pred"]),
+        "correct": bool(r["correct"]),
+        "confidence": _num(r.get("confidence")),
+        "loss": _num(r.get("loss")),
+    }
+    if include_text:
+        item["text"] = "" if r.get("text") is None else str(r["text"])
+    return item
+
+
+def _num(value) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) or math.isinf(value) else _round(value)
+
+
+def _round(value: float) -> float:
+    return round(float(value), 6)
+
+
+_NUM_OR_NULL = {"type": ["number", "null"]}
+_STR_OR_NULL = {"type": ["string", "null"]}
+_EXAMPLE = {
+    "type": "object",
+    "required": ["example_id", "label", "pred", "correct", "confidence", "loss"],
+    "properties": {
+        "example_id": {"type": "string"},
+        "label": {"type": "string"},
+        "pred": {"type": "string"},
+        "correct": {"type": "boolean"},
+        "confidence": _NUM_OR_NULL,
+        "loss": _NUM_OR_NULL,
+        "text": {"type": "string"},
+    },
+}
+_COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
+JSON_SCHEMA: dict = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "erroranalysis taxonomy export",
+    "description": "Error types of one run with counts, per-class breakdown, exemplars and per-example assignments.",
+    "type": "object",
+    "required": ["format", "schema_version", "generated", "tool", "run", "summary", "error_types", "assignments"],
+    "properties": {
+        "format": {"const": FORMAT},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "generated": {"type": "string"},
+        "tool": {"type": "object", "required": ["name", "version"],
+                 "properties": {"name": {"type": "string"}, "version": {"type": "string"}}},
+        "run": {
+            "type": "object",
+            "required": ["name", "key", "task", "labels", "n_examples", "n_failures"],
+            "properties": {
+                "name": {"type": "string"},
+                "key": {"type": "string"},
+                "task": {"type": "string"},
+                "labels": {"type": "array", "items": {"type": "string"}},
+                "model": _STR_OR_NULL,
+                "data": _STR_OR_NULL,
+                "n_examples": {"type": "integer", "minimum": 0},
+                "n_failures": {"type": "integer", "minimum": 0},
+                "accuracy": _NUM_OR_NULL,
+            },
+        },
+        "summary": {
+            "type": "object",
+            "required": ["n_error_types", "n_assigned", "n_labeled_failures", "n_unlabeled_failures",
+                         "share_of_failures_labeled", "n_suggested", "flags"],
+            "properties": {
+                "n_error_types": {"type": "integer", "minimum": 0},
+                "n_assigned": {"type": "integer", "minimum": 0},
+                "n_labeled_failures": {"type": "integer", "minimum": 0},
+                "n_unlabeled_failures": {"type": "integer", "minimum": 0},
+                "share_of_failures_labeled": {"type": "number", "minimum": 0, "maximum": 1},
+                "n_suggested": {"type": "integer", "minimum": 0},
+                "flags": {"type": "object", "required": list(FLAGS), "properties": {
+                    f: {"type": "integer", "minimum": 0} for f in FLAGS}},
+            },
+        },
+        "error_types": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "name", "definition", "severity", "count", "failures", "suggested",
+                             "share_of_failures", "per_class", "clusters", "exemplars"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "name": {"type": "string", "minLength": 1},
+                    "definition": {"type": "string"},
+                    "severity": {"enum": list(SEVERITIES)},
+                    "count": {"type": "integer", "minimum": 0},
+                    "failures": {"type": "integer", "minimum": 0},
+                    "suggested": {"type": "integer", "minimum": 0},
+                    "share_of_failures": {"type": "number", "minimum": 0, "maximum": 1},
+                    "per_class": {
+                        "type": "object",
+                        "required": ["by_label", "by_pred", "confusions"],
+                        "properties": {
+                            "by_label": _COUNTS,
+                            "by_pred": _COUNTS,
+                            "confusions": {"type": "array", "items": {
+                                "type": "object", "required": ["label", "pred", "count"],
+                                "properties": {"label": {"type": "string"}, "pred": {"type": "string"},
+                                               "count": {"type": "integer", "minimum": 0}}}},
+                        },
+                    },
+                    "clusters": {"type": "array", "items": {
+                        "type": "object", "required": ["cluster_id", "name", "count"],
+                        "properties": {"cluster_id": {"type": "integer"}, "name": {"type": "string"},
+                                       "count": {"type": "integer", "minimum": 0}}}},
+                    "exemplars": {"type": "array", "items": _EXAMPLE},
+                    "created": {"type": "string"},
+                    "created_by": {"type": "string"},
+                },
+            },
+        },
+        "assignments": {
+            "type": "array",
+            "items": {
+                "allOf": [_EXAMPLE, {
+                    "type": "object",
+                    "required": ["error_type", "error_type_id", "source", "status", "cluster_id", "flags", "note"],
+                    "properties": {
+                        "error_type": _STR_OR_NULL,
+                        "error_type_id": {"type": ["integer", "null"]},
+                        "source": {"enum": ["human", "suggested", None]},
+                        "status": {"enum": ["accepted", "pending", "rejected", None]},
+                        "cluster_id": {"type": "integer"},
+                        "flags": {"type": "array", "items": {"enum": list(FLAGS)}},
+                        "note": _STR_OR_NULL,
+                        "updated": _STR_OR_NULL,
+                        "updated_by": _STR_OR_NULL,
+                    },
+                }],
+            },
+        },
+    },
+}
+
+
+def validate(doc: dict, source: str = "taxonomy") -> None:
+    """Raise DataError naming the first place `doc` breaks JSON_SCHEMA."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(JSON_SCHEMA)
+    error = next(iter(sorted(validator.iter_errors(doc), key=lambda e: list(e.path))), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise DataError(f"{source}: {where}: {error.message.splitlines()[0]}; export it again with this version.")
+
+
+def load(path: str | Path) -> dict:
+    """Read and validate a taxonomy JSON export."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file; export one with 'erroranalysis export RUN --format json'.") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise DataError(f"{path}: not an erroranalysis taxonomy (no \"format\": \"{FORMAT}\").")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise DataError(f"{path}: schema_version {doc.get('schema_version')!r} is not supported "
+                        f"(expected {SCHEMA_VERSION}).")
+    validate(doc, str(path))
+    return doc
+
+
+def to_json(doc: dict) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def neutralize(value: Any) -> Any:
+    """A CSV cell a spreadsheet will not run as a formula: text starting with = + - @ (or tab / CR) gets a leading
+    apostrophe. Numbers are left alone (a number we wrote is not a formula)."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def csv_frame(table):
+    """The CSV export's rows (examples with an error type, flag or note), text columns neutralized."""
+    rows = labeled_rows(table).copy()
+    for col in CSV_COLUMNS:
+        if col not in rows.columns:
+            rows[col] = ""
+    rows = rows[CSV_COLUMNS]
+    for col in rows.columns:
+        if rows[col].dtype == object or str(rows[col].dtype).startswith(("string", "str")):
+            rows[col] = rows[col].map(neutralize)
+    return rows
+
+
+def to_csv(table) -> str:
+    buf = io.StringIO()
+    csv_frame(table).to_csv(buf, index=False)
+    return buf.getvalue()
+
+
+def md_escape(text: Any, limit: int | None = None) -> str:
+    """Text safe inside a Markdown table cell or paragraph: one line, markup characters escaped, HTML inert."""
+    s = " ".join(str("" if text is None else text).split())
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1].rstrip() + "…"
+    s = s.replace("\\", "\\\\")
+    for ch in "`*_[]()#|!~":
+        s = s.replace(ch, "\\" + ch)
+    return s.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def to_markdown(doc: dict, *, exemplars: int = 3) -> str:
+    """A report of the taxonomy that reads well in a pull request."""
+    run, summary = doc["run"], doc["summary"]
+    lines = [f"# Error taxonomy: {md_escape(run['name'])}", ""]
+    facts = []
+    if run.get("model"):
+        facts.append(f"model `{md_code(run['model'])}`")
+    if run.get("data"):
+        facts.append(f"data `{md_code(run['data'])}`")
+    facts.append(f"{run['n_examples']:,} examples")
+    if run.get("accuracy") is not None:
+        facts.append(f"accuracy {run['accuracy']:.1%}")
+    facts.append(f"{run['n_failures']:,} failures")
+    lines += [" · ".join(facts), ""]
+    lines.append(f"**{summary['n_labeled_failures']:,} of {run['n_failures']:,} failures labeled "
+                 f"({summary['share_of_failures_labeled']:.0%})** into {summary['n_error_types']} error "
+                 f"type{'' if summary['n_error_types'] == 1 else 's'}"
+                 + (f"; {summary['n_suggested']:,} suggestions await review" if summary["n_suggested"] else "")
+                 + ".")
+    flagged = [f"{n:,} marked *{FLAG_TITLES[f]}*" for f, n in summary["flags"].items() if n]
+    if flagged:
+        lines.append(f"Flags: {', '.join(flagged)}.")
+    lines.append("")
+    types = doc["error_types"]
+    if not types:
+        lines += ["_No error types yet: label failures in the app (`erroranalysis ui`)._", ""]
+    else:
+        lines += ["| Error type | Severity | Examples | Share of failures | Top confusion |",
+                  "| --- | --- | ---: | ---: | --- |"]
+        for t in types:
+            top = t["per_class"]["confusions"][:1]
+            conf = f"{md_escape(top[0]['label'])} → {md_escape(top[0]['pred'])} ({top[0]['count']})" if top else ""
+            lines.append(f"| {md_escape(t['name'], 60)} | {t['severity']} | {t['count']:,} | "
+                         f"{t['share_of_failures']:.1%} | {conf} |")
+        lines.append("")
+        for t in types:
+            lines.append(f"## {md_escape(t['name'])}")
+            lines.append("")
+            lines.append(f"*{t['severity']} severity · {t['count']:,} examples · "
+                         f"{t['share_of_failures']:.1%} of failures*")
+            lines.append("")
+            if t["definition"]:
+                lines += [md_escape(t["definition"], 1000), ""]
+            confs = t["per_class"]["confusions"][:3]
+            if confs:
+                lines.append("Confusions: " + ", ".join(
+                    f"{md_escape(c['label'])} → {md_escape(c['pred'])} ({c['count']})" for c in confs) + ".")
+                lines.append("")
+            for ex in t["exemplars"][:exemplars]:
+                conf = f", confidence {ex['confidence']:.2f}" if ex.get("confidence") is not None else ""
+                lines.append(f"> {md_escape(ex.get('text', ''), 240)}  ")
+                lines.append(f"> — `{md_code(ex['example_id'])}`: {md_escape(ex['label'])} → "
+                             f"{md_escape(ex['pred'])}{conf}")
+                lines.append("")
+    lines.append(f"<sub>erroranalysis {md_escape(doc['tool']['version'])} · taxonomy schema "
+                 f"v{doc['schema_version']} · {md_escape(doc['generated'])}</sub>")
+    return "\n".join(lines) + "\n"
+
+
+def md_code(text: Any) -> str:
+    """Text for an inline `code` span in Markdown: one line, no backticks."""
+    return " ".join(str(text).split()).replace("`", "'")

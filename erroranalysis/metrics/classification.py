@@ -1,0 +1,315 @@
+"""Classification metrics as pure functions over arrays: the content of a run's `metrics.json`.
+
+Everything is derived from confusion counts, so per-class scores, slices and the bootstrap share one code path
+and stay fast on millions of rows. Scores follow scikit-learn with `zero_division=0`. See docs/run-directory.md.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from erroranalysis.errors import DataError, preview
+from erroranalysis.validation import check_param
+
+CI_LEVEL = 0.95
+TOP_CONFUSIONS = 10
+BOOTSTRAP_CELLS = 4_000_000  # confusion cells held at once while resampling
+QUANTILE_BUCKETS = 5
+OTHER = "(other)"
+MISSING = "(missing)"
+
+
+def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.DataFrame | None = None,
+                    texts=None, *, n_bins: int = 15, n_resamples: int = 1000, seed: int = 0,
+                    max_slice_values: int = 20) -> dict:
+    """Every metric of `metrics.json` for gold labels `y_true` and predictions `y_pred`.
+
+    `labels` fixes the class order (confusion rows = true, columns = predicted); `probs` is float
+    [n, n_classes] in that order; `metadata` holds one column per slice; `texts` gives the `text_length` slice.
+    """
+    labels = _check_labels(labels)
+    _check_options(n_bins, n_resamples, seed, max_slice_values)
+    t = encode_labels(y_true, labels, "y_true")
+    p = encode_labels(y_pred, labels, "y_pred")
+    _check_lengths(len(t), y_pred=len(p), probs=None if probs is None else len(probs),
+                   metadata=None if metadata is None else len(metadata), texts=None if texts is None else len(texts))
+    probs = None if probs is None else _check_probs(probs, len(t), len(labels))
+
+    k = len(labels)
+    cm = confusion_counts(t, p, k)
+    acc_ci, f1_ci = bootstrap_intervals(cm, n_resamples, seed) if n_resamples else (None, None)
+    result = {
+        "overall": _overall(cm, acc_ci),
+        "per_class": _per_class(cm, labels, f1_ci),
+        "confusion": _confusion(cm, labels),
+        "top_confusions": top_confusions(cm, labels),
+    }
+    if probs is not None:
+        result["calibration"] = calibration(t, probs, n_bins)
+        result["overall"]["ece"] = result["calibration"]["ece"]
+        result["overall"]["brier"] = result["calibration"]["brier"]
+    result["per_slice"] = _all_slices(t, p, k, metadata, texts, max_slice_values)
+    result["bootstrap"] = {"n_resamples": n_resamples, "seed": seed, "level": CI_LEVEL}
+    return result
+
+
+def _check_labels(labels) -> list[str]:
+    if labels is None or isinstance(labels, str) or len(labels) == 0:
+        raise DataError(f"labels={labels!r} is invalid: expected a non-empty list of class names.")
+    names = [str(label) for label in labels]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise DataError(f"labels has duplicates: {preview(duplicates)}; list each class once.")
+    return names
+
+
+def _check_options(n_bins, n_resamples, seed, max_slice_values) -> None:
+    check_param("n_bins", n_bins, _is_int(n_bins) and n_bins >= 1, "an integer >= 1")
+    check_param("n_resamples", n_resamples, _is_int(n_resamples) and n_resamples >= 0, "an integer >= 0")
+    check_param("seed", seed, _is_int(seed) and seed >= 0, "an integer >= 0")
+    check_param("max_slice_values", max_slice_values, _is_int(max_slice_values) and max_slice_values >= 1,
+                "an integer >= 1")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_lengths(n: int, **others: int | None) -> None:
+    if n == 0:
+        raise DataError("y_true is empty: metrics need at least one example.")
+    for name, length in others.items():
+        if length is not None and length != n:
+            raise DataError(f"{name} has {length} rows but y_true has {n}; pass arrays of the same length.")
+
+
+def _check_probs(probs, n: int, k: int) -> np.ndarray:
+    probs = np.asarray(probs)
+    if probs.ndim != 2 or probs.shape != (n, k):
+        raise DataError(f"probs has shape {probs.shape}; expected ({n}, {k}): one row per example, "
+                        "one column per label in labels order.")
+    if not np.issubdtype(probs.dtype, np.number):
+        raise DataError(f"probs has dtype {probs.dtype}; expected floats.")
+    if not np.isfinite(probs).all():
+        row = int(np.flatnonzero(~np.isfinite(probs).all(axis=1))[0])
+        raise DataError(f"probs row {row} has NaN or inf; expected probabilities in [0, 1].")
+    return probs
+
+
+def encode_labels(values, labels: Sequence[str], name: str = "y") -> np.ndarray:
+    """Map label values (compared as strings) to their position in `labels`; unknown or missing values raise."""
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object).ravel())
+    if (codes < 0).any():
+        raise DataError(f"{name} has a missing label at index {int(np.flatnonzero(codes < 0)[0])}; "
+                        "every example needs a label.")
+    position = {label: i for i, label in enumerate(labels)}
+    names = [str(u) for u in uniques]
+    unknown = [u for u in names if u not in position]
+    if unknown:
+        raise DataError(f"{name} has labels not in labels: {preview(unknown)} (known: {preview(labels)}); "
+                        "add them to labels or fix the data.")
+    return np.array([position[u] for u in names], dtype=np.int64)[codes]
+
+
+def confusion_counts(t: np.ndarray, p: np.ndarray, k: int) -> np.ndarray:
+    """Counts [k, k] of (true code, predicted code) pairs; one bincount instead of a Python loop."""
+    return np.bincount(t * k + p, minlength=k * k).reshape(k, k)
+
+
+def scores_from_confusion(cm: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-class precision, recall, F1, support and predicted counts; `cm` may have leading batch axes."""
+    tp = np.diagonal(cm, axis1=-2, axis2=-1).astype(np.float64)
+    support = cm.sum(axis=-1)
+    predicted = cm.sum(axis=-2)
+    return {"precision": _safe_div(tp, predicted), "recall": _safe_div(tp, support),
+            "f1": _safe_div(2 * tp, support + predicted), "support": support, "predicted": predicted}
+
+
+def _safe_div(num, den) -> np.ndarray:
+    # sklearn's zero_division=0: an undefined ratio counts as 0.
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
+
+
+def _overall(cm: np.ndarray, acc_ci) -> dict:
+    s = scores_from_confusion(cm)
+    n = int(cm.sum())
+    correct = int(np.trace(cm))
+    weights = s["support"] / n
+    out = {"n": n, "n_failures": n - correct, "accuracy": correct / n, "accuracy_ci": _pair(acc_ci)}
+    for name in ("precision", "recall", "f1"):
+        out[f"macro_{name}"] = float(s[name].mean())
+    # Every prediction is one of `labels`, so micro precision = micro recall = accuracy, as in sklearn.
+    micro_p, micro_r = correct / max(int(s["predicted"].sum()), 1), correct / n
+    out.update(micro_precision=micro_p, micro_recall=micro_r,
+               micro_f1=float(_safe_div(2 * micro_p * micro_r, micro_p + micro_r)))
+    for name in ("precision", "recall", "f1"):
+        out[f"weighted_{name}"] = float((s[name] * weights).sum())
+    return out
+
+
+def _per_class(cm: np.ndarray, labels: list[str], f1_ci) -> list[dict]:
+    s = scores_from_confusion(cm)
+    return [{"label": label, "precision": float(s["precision"][i]), "recall": float(s["recall"][i]),
+             "f1": float(s["f1"][i]), "support": int(s["support"][i]), "predicted": int(s["predicted"][i]),
+             "f1_ci": None if f1_ci is None else _pair(f1_ci[i])}
+            for i, label in enumerate(labels)]
+
+
+def _confusion(cm: np.ndarray, labels: list[str]) -> dict:
+    normalized = _safe_div(cm, cm.sum(axis=1, keepdims=True))
+    return {"labels": list(labels), "matrix": cm.tolist(), "normalized": normalized.tolist()}
+
+
+def top_confusions(cm: np.ndarray, labels: Sequence[str], limit: int = TOP_CONFUSIONS) -> list[dict]:
+    """The most frequent (true, predicted) mistakes, largest first, with their share of all failures."""
+    off = cm.copy()
+    np.fill_diagonal(off, 0)
+    failures = int(off.sum())
+    order = np.argsort(-off, axis=None, kind="stable")[:limit]
+    rows, cols = np.unravel_index(order, off.shape)
+    return [{"label": labels[r], "pred": labels[c], "count": int(off[r, c]),
+             "share_of_failures": int(off[r, c]) / failures}
+            for r, c in zip(rows, cols) if off[r, c] > 0]
+
+
+def _pair(values) -> list[float] | None:
+    return None if values is None else [float(values[0]), float(values[1])]
+
+
+def bootstrap_intervals(cm: np.ndarray, n_resamples: int = 1000, seed: int = 0,
+                        level: float = CI_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile intervals for accuracy ([2]) and per-class F1 ([k, 2]).
+
+    Resampling n rows with replacement puts a multinomial number of rows in each confusion cell, so drawing
+    the cell counts directly gives the same distribution at a cost independent of n.
+    """
+    check_param("n_resamples", n_resamples, _is_int(n_resamples) and n_resamples >= 1, "an integer >= 1")
+    k, n = cm.shape[0], int(cm.sum())
+    cells = np.flatnonzero(cm)  # an empty cell stays empty in every resample
+    rng = np.random.default_rng(seed)
+    chunk = max(1, BOOTSTRAP_CELLS // (k * k))  # bounds memory when there are many classes
+    accuracy, f1 = [], []
+    for size in np.diff(np.r_[0:n_resamples:chunk, n_resamples]):
+        draws = np.zeros((size, k * k), dtype=np.int64)
+        draws[:, cells] = rng.multinomial(n, cm.ravel()[cells] / n, size=size)
+        draws = draws.reshape(size, k, k)
+        accuracy.append(np.trace(draws, axis1=1, axis2=2) / n)
+        f1.append(scores_from_confusion(draws)["f1"])
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    return np.percentile(np.concatenate(accuracy), q), np.percentile(np.concatenate(f1), q, axis=0).T
+
+
+def calibration(t: np.ndarray, probs: np.ndarray, n_bins: int = 15) -> dict:
+    """Reliability bins, expected calibration error and multiclass Brier score.
+
+    Confidence is the largest probability and a row is correct when its arg-max is the true class. Bins are
+    equal-width, (lower, upper], the first also holding 0.
+    """
+    confidence = probs.max(axis=1).astype(np.float64)
+    correct = probs.argmax(axis=1) == t
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    bin_of = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, n_bins - 1)
+    count = np.bincount(bin_of, minlength=n_bins)
+    conf_sum = np.bincount(bin_of, weights=confidence, minlength=n_bins)
+    acc_sum = np.bincount(bin_of, weights=correct, minlength=n_bins)
+    mean_conf, mean_acc = _safe_div(conf_sum, count), _safe_div(acc_sum, count)
+    ece = float((count / len(t) * np.abs(mean_acc - mean_conf)).sum())
+    bins = [{"lower": float(edges[i]), "upper": float(edges[i + 1]), "count": int(count[i]),
+             "confidence": float(mean_conf[i]) if count[i] else None,
+             "accuracy": float(mean_acc[i]) if count[i] else None} for i in range(n_bins)]
+    return {"n_bins": n_bins, "ece": ece, "brier": brier_score(t, probs), "bins": bins}
+
+
+def brier_score(t: np.ndarray, probs: np.ndarray) -> float:
+    """Mean over rows of sum over classes of (p - one_hot)^2, without building the one-hot matrix."""
+    squares = np.einsum("ij,ij->i", probs, probs, dtype=np.float64)
+    p_true = probs[np.arange(len(t)), t].astype(np.float64)
+    return float(np.mean(squares - 2 * p_true + 1))
+
+
+def _all_slices(t, p, k, metadata, texts, max_values) -> dict:
+    out = {}
+    if metadata is not None:
+        for column in metadata.columns:
+            key = f"meta_{column}" if str(column) == "text_length" and texts is not None else str(column)
+            codes, names = bucket_values(metadata[column], max_values)
+            out[key] = slice_metrics(t, p, k, codes, names)
+    if texts is not None:
+        codes, names = bucket_values(word_counts(texts), max_values, numeric=True)
+        out["text_length"] = slice_metrics(t, p, k, codes, names)
+    return out
+
+
+def slice_metrics(t: np.ndarray, p: np.ndarray, k: int, codes: np.ndarray, names: Sequence[str]) -> list[dict]:
+    """n, accuracy, error rate and macro F1 per slice, from one bincount over (slice, true, predicted).
+
+    Macro F1 averages the classes that occur in the slice (as gold or prediction), like sklearn's default.
+    """
+    m = len(names)
+    cms = np.bincount((codes * k + t) * k + p, minlength=m * k * k).reshape(m, k, k)
+    s = scores_from_confusion(cms)
+    present = (s["support"] + s["predicted"]) > 0
+    out = []
+    for i, name in enumerate(names):
+        n = int(cms[i].sum())
+        if n == 0:
+            continue
+        accuracy = float(np.trace(cms[i])) / n
+        out.append({"slice": name, "n": n, "accuracy": accuracy, "error_rate": 1 - accuracy,
+                    "macro_f1": float(s["f1"][i][present[i]].mean())})
+    return out
+
+
+def word_counts(texts) -> np.ndarray:
+    """Whitespace word count per text; a missing text counts 0 words."""
+    return np.fromiter((len(x.split()) if isinstance(x, str) else 0 for x in texts), dtype=np.int64,
+                       count=len(texts))
+
+
+def bucket_values(values, max_values: int = 20, numeric: bool | None = None) -> tuple[np.ndarray, list[str]]:
+    """Slice codes and names for one column: quantile buckets for a many-valued numeric column, otherwise
+    the `max_values` most frequent values with the rest as "(other)"; missing values form "(missing)"."""
+    series = pd.Series(np.asarray(values) if not isinstance(values, pd.Series) else values).reset_index(drop=True)
+    if numeric is None:
+        numeric = (pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+                   and series.nunique() > 2 * QUANTILE_BUCKETS)
+    codes, names = _quantile_buckets(series) if numeric else _top_values(series, max_values)
+    missing = series.isna().to_numpy()
+    if missing.any():
+        codes = np.where(missing, len(names), codes)
+        names = names + [MISSING]
+    return codes.astype(np.int64), names
+
+
+def _quantile_buckets(series: pd.Series) -> tuple[np.ndarray, list[str]]:
+    x = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = x[~np.isnan(x)]
+    if finite.size == 0:
+        return np.zeros(len(x), dtype=np.int64), []
+    edges = np.unique(np.quantile(finite, np.linspace(0, 1, QUANTILE_BUCKETS + 1)))
+    # (e_i, e_i+1] buckets, the first closed on the left, as pandas.qcut makes them.
+    codes = np.clip(np.searchsorted(edges, x, side="left") - 1, 0, max(len(edges) - 2, 0))
+    if len(edges) == 1:
+        return codes, [_fmt(edges[0])]
+    names = [f"{'[' if i == 0 else '('}{_fmt(edges[i])}, {_fmt(edges[i + 1])}]" for i in range(len(edges) - 1)]
+    return codes, names
+
+
+def _top_values(series: pd.Series, max_values: int) -> tuple[np.ndarray, list[str]]:
+    codes, uniques = pd.factorize(series)  # missing values get -1; bucket_values relabels them
+    counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
+    kept = np.argsort(-counts, kind="stable")[:max_values]
+    if pd.api.types.is_numeric_dtype(series):  # a few numbers read best in their own order
+        kept = kept[np.argsort(np.asarray(uniques)[kept], kind="stable")]
+    remap = np.full(len(uniques) + 1, len(kept), dtype=np.int64)  # the last slot catches the -1 codes
+    remap[kept] = np.arange(len(kept))
+    names = [str(uniques[i]) for i in kept] + ([OTHER] if len(uniques) > max_values else [])
+    return remap[codes], names
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.4g}"

@@ -1,0 +1,24 @@
+"""Error slices: interpretable groups of examples whose error rate stands out.
+
+`extract_features` (words, phrases, metadata, length, truncation, label), `find_slices` (SliceLine's score, a
+corrected binomial test, word merging, pruning), `slice_groups` (each failure's strong slice, for clustering).
+Everything here is a pure function over arrays and DataFrames; `erroranalysis.stages.slices` reads and writes
+the run directory.
+"""
+
+from __future__ import annotations
+
+from erroranalysis.slices._candidate import EmbedFn
+from erroranalysis.slices._features import Features, count_terms, default_min_support, extract_features
+from erroranalysis.slices._merge import default_word_embedder
+from erroranalysis.slices._search import (
+    MEMBER_COLUMNS,
+    SLICE_COLUMNS,
+    SliceResult,
+    check_search_params,
+    empty_members,
+    empty_slices,
+    find_slices,
+    slice_groups,
+)
+from erroranalysis.slices._stats import CORRECTIONS, adjust_pvalues, binomial_pvalues, sliceline_score

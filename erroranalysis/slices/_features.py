@@ -1,0 +1,375 @@
+"""Interpretable features of examples: word and phrase presence, metadata buckets, length, truncation, the label.
+
+`extract_features` builds a sparse binary matrix [n_examples, n_features] with one description per column.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from erroranalysis.errors import DataError
+from erroranalysis.validation import check_param
+
+# Function words never start or end a phrase feature ("of the", "the rain": the word alone says it). Negations are
+# not among them: they are often what a model fails on ("not good"). Kept here rather than importing
+# scikit-learn's list, whose import alone costs seconds.
+_STOP_WORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being below between
+both but by can could did do does doing down during each either else ever every few for from further had has
+have having he her here hers herself him himself his how i if in into is it its itself just may me might more
+most much must my myself of off on once only or other otherwise our ours ourselves out over own per rather same
+shall she should since so some such than that the their theirs them themselves then there these they this those
+though through thus to too under until up upon us very via was we were what when where whether which while who
+whom whose why will with within without would yet you your yours yourself yourselves
+""".split())
+
+
+_TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # CountVectorizer's default token_pattern
+_KIND_ORDER = {"text": 0, "label": 1, "metadata": 2, "length": 3, "truncated": 4}
+
+
+@dataclass
+class Features:
+    """A binary feature matrix and what each column means.
+
+    `matrix` is CSC, int32 0/1, [n_examples, n_features]. `keys` are stable machine names (`text:rain`,
+    `meta:source=b`, `length:>=120`, `truncated`, `label=sport`), `descriptions` are readable
+    (`text contains "rain"`), `groups` name mutually exclusive families (never conjoined with each other: the
+    buckets of one column), `kinds` are "text", "metadata", "length", "truncated" or "label", and `terms` hold the
+    word or phrase of text features (None elsewhere).
+    """
+
+    matrix: sp.csc_matrix
+    keys: list[str]
+    descriptions: list[str]
+    groups: list[str]
+    kinds: list[str]
+    terms: list[str | None]
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def n_examples(self) -> int:
+        return self.matrix.shape[0]
+
+    def __len__(self) -> int:
+        return self.matrix.shape[1]
+
+    def support(self) -> np.ndarray:
+        return np.asarray(self.matrix.sum(axis=0)).ravel().astype(np.int64)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"key": self.keys, "description": self.descriptions, "kind": self.kinds,
+                             "group": self.groups, "support": self.support()})
+
+
+def default_min_support(n_examples: int) -> int:
+    """The smallest slice worth reporting: 10 examples, or 0.1% of the eval set when that is more."""
+    return max(10, math.ceil(n_examples / 1000))
+
+
+def extract_features(
+    texts: Sequence[str] | None = None,
+    metadata: pd.DataFrame | None = None,
+    *,
+    labels: Sequence | None = None,
+    truncated: Sequence[bool] | None = None,
+    min_support: int = 10,
+    ngram_max: int = 2,
+    n_buckets: int = 5,
+    max_categories: int = 10,
+    max_text_features: int | None = None,
+    phrase_stop_words: bool = True,
+) -> Features:
+    """Build the binary feature matrix the slice search runs over.
+
+    texts: words and phrases of up to `ngram_max` words present in at least `min_support` texts (lowercased,
+    CountVectorizer's tokenization), and the text length in words in `n_buckets` quantile buckets.
+    metadata: one column per metadata field; strings, booleans and numbers with at most `max_categories` distinct
+    values are categorical (one feature per value, plus missing), other numbers are bucketed by quantiles.
+    labels: the true label of each example (classification), one feature per class. truncated: whether the input
+    was cut. Columns that cannot give a useful feature (one value, every value unique) are skipped with a message
+    in `Features.messages`, never an error.
+    """
+    check_param("min_support", min_support, isinstance(min_support, (int, np.integer)) and min_support >= 1,
+                "an integer >= 1")
+    check_param("ngram_max", ngram_max, ngram_max in (1, 2, 3), "1, 2 or 3")
+    check_param("n_buckets", n_buckets, isinstance(n_buckets, (int, np.integer)) and 2 <= n_buckets <= 20,
+                "an integer between 2 and 20")
+    check_param("max_categories", max_categories, isinstance(max_categories, (int, np.integer))
+                and max_categories >= 1, "an integer >= 1")
+    lengths = [len(x) for x in (texts, metadata, labels, truncated) if x is not None]
+    if not lengths:
+        raise DataError("extract_features: give texts, metadata, labels or truncated; nothing to build features from.")
+    n = lengths[0]
+    if any(length != n for length in lengths):
+        raise DataError(f"extract_features: inputs have different lengths ({lengths}); give one value per example.")
+
+    messages: list[str] = []
+    blocks: list[sp.csc_matrix] = []
+    keys: list[str] = []
+    descriptions: list[str] = []
+    groups: list[str] = []
+    kinds: list[str] = []
+    terms: list[str | None] = []
+
+    cols: list[np.ndarray] = []  # row indices of each non-text feature
+
+    def add(rows: np.ndarray, key: str, description: str, group: str, kind: str) -> None:
+        if not min_support <= len(rows) < n:  # too small to report, or every example: no contrast
+            return
+        cols.append(np.asarray(rows, dtype=np.int32))
+        keys.append(key)
+        descriptions.append(description)
+        groups.append(group)
+        kinds.append(kind)
+        terms.append(None)
+
+    if texts is not None:
+        clean = [t if isinstance(t, str) else "" for t in texts]
+        matrix, found = count_terms(clean, min_support=min_support, ngram_max=ngram_max,
+                                    phrase_stop_words=phrase_stop_words, max_features=max_text_features)
+        if matrix.shape[1]:
+            blocks.append(matrix.tocsc())
+            keys.extend(f"text:{t}" for t in found)
+            descriptions.extend(f'text contains "{t}"' for t in found)
+            groups.extend(f"text:{t}" for t in found)
+            kinds.extend(["text"] * len(found))
+            terms.extend(found)
+        elif n and not any(t.strip() for t in clean):
+            messages.append("every text is empty: no word or length features.")
+        elif n:
+            messages.append(f"no word or phrase occurs in at least {min_support} texts: no word features.")
+        if n and any(t.strip() for t in clean):
+            words = np.fromiter((len(t.split()) for t in clean), dtype=float, count=n)
+            _numeric_features(words, "length", "text length", "length", "length", n_buckets, min_support,
+                              add, messages, unit=" words")
+
+    if truncated is not None:
+        flags = pd.Series(truncated).fillna(False).astype(bool).to_numpy()
+        count = int(flags.sum())
+        if 0 < count < n:
+            if count >= min_support:
+                add(np.flatnonzero(flags), "truncated", "truncated", "truncated", "truncated")
+        elif n:
+            messages.append(f"truncation skipped: {'every' if count else 'no'} input was truncated.")
+
+    if labels is not None:
+        _categorical_features(pd.Series(list(labels), dtype=object), "label", "label", "label", "label",
+                              min_support, add, messages)
+
+    if metadata is not None:
+        for name in metadata.columns:
+            _metadata_column(metadata[name], str(name), n_buckets, max_categories, min_support, add, messages)
+
+    if cols:
+        indptr = np.zeros(len(cols) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(c) for c in cols])
+        indices = np.concatenate(cols) if cols else np.zeros(0, np.int32)
+        other = sp.csc_matrix((np.ones(len(indices), np.int32), indices, indptr), shape=(n, len(cols)))
+        blocks.append(other)
+    if blocks:
+        matrix = sp.hstack(blocks, format="csc", dtype=np.int32)
+    else:
+        matrix = sp.csc_matrix((n, 0), dtype=np.int32)
+    matrix.sort_indices()
+    return Features(matrix, keys, descriptions, groups, kinds, terms, messages)
+
+
+def count_terms(
+    texts: Sequence[str],
+    *,
+    min_support: int,
+    ngram_max: int = 2,
+    phrase_stop_words: bool = True,
+    max_features: int | None = None,
+) -> tuple[sp.csr_matrix, list[str]]:
+    """Binary presence of words and phrases of up to `ngram_max` words in at least `min_support` texts.
+
+    The same matrix as sklearn's `CountVectorizer(binary=True, ngram_range=(1, ngram_max), min_df=min_support)`
+    (same lowercasing and token pattern, columns in its alphabetical order) when `phrase_stop_words=False`, several
+    times faster: a phrase is counted only where all its words and its shorter prefix are frequent, with numpy
+    sorts instead of a Python dictionary of every phrase. With `phrase_stop_words=True`, phrases that start or
+    end with an English function word (negations aside) are dropped: `the rain` says no more than `rain`.
+    """
+    n = len(texts)
+    tokens = [_TOKEN_PATTERN.findall(t.lower()) for t in texts]
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+    flat = list(itertools.chain.from_iterable(tokens))
+    if not flat:
+        return sp.csr_matrix((n, 0), dtype=np.int32), []
+    word_ids, vocab = pd.factorize(pd.Series(flat, dtype=object))
+    vocab = np.asarray(vocab, dtype=object)
+    word_ids = word_ids.astype(np.int64)
+    doc = np.repeat(np.arange(n, dtype=np.int64), lengths)
+
+    # unigrams; frequent words re-numbered 0..k-1 so that phrase codes stay small
+    word_df = _document_frequency(doc, word_ids, len(vocab))
+    frequent = word_df >= min_support
+    n_words = int(frequent.sum())
+    word_map = np.full(len(vocab), -1, dtype=np.int64)
+    word_map[frequent] = np.arange(n_words)
+    word_of = word_map[word_ids]  # per token: its frequent-word id, or -1
+    vocab_frequent = vocab[frequent]
+    names: list[np.ndarray] = [vocab_frequent]
+    pairs: list[tuple[np.ndarray, np.ndarray]] = [(doc[word_of >= 0], word_of[word_of >= 0])]
+
+    gram_ids = word_of  # per token: id of the (k-1)-gram starting there, or -1 when that gram is rare
+    prev_names = vocab_frequent
+    for k in range(2, ngram_max + 1):
+        length = len(doc) - (k - 1)
+        if length <= 0 or not len(prev_names):
+            break
+        prefix, last = gram_ids[:length], word_of[k - 1:]
+        starts = np.flatnonzero((prefix >= 0) & (last >= 0) & (doc[:length] == doc[k - 1:]))
+        if not len(starts):
+            break
+        codes = prefix[starts] * n_words + last[starts]
+        uniq, inverse = _unique_inverse(codes)
+        df = _document_frequency(doc[starts], inverse, len(uniq))
+        keep = df >= min_support
+        new_id = np.full(len(uniq), -1, dtype=np.int64)
+        new_id[keep] = np.arange(int(keep.sum()))
+        next_ids = np.full(len(doc), -1, dtype=np.int64)
+        next_ids[starts] = new_id[inverse]
+        kept_codes = uniq[keep]
+        gram_names = np.array([f"{a} {b}" for a, b in zip(prev_names[kept_codes // n_words],
+                                                            vocab_frequent[kept_codes % n_words])], dtype=object)
+        names.append(gram_names)
+        pairs.append((doc[next_ids >= 0], next_ids[next_ids >= 0]))
+        gram_ids, prev_names = next_ids, gram_names
+
+    # Assemble: columns in alphabetical order (CountVectorizer's), optional stop-word and size filters.
+    all_names = np.concatenate(names) if names else np.zeros(0, dtype=object)
+    offsets = np.cumsum([0] + [len(x) for x in names])
+    rows = np.concatenate([p[0] for p in pairs])
+    cols = np.concatenate([p[1] + offsets[i] for i, p in enumerate(pairs)])
+    key = _unique_sorted(rows * max(len(all_names), 1) + cols)
+    rows, cols = key // max(len(all_names), 1), key % max(len(all_names), 1)
+    matrix = sp.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(n, len(all_names)))
+
+    keep = np.ones(len(all_names), dtype=bool)
+    if phrase_stop_words and len(all_names):
+        for i in range(offsets[1], len(all_names)):
+            words = all_names[i].split(" ")
+            if words[0] in _STOP_WORDS or words[-1] in _STOP_WORDS:
+                keep[i] = False
+    if max_features is not None and keep.sum() > max_features:
+        support = np.asarray(matrix.sum(axis=0)).ravel()
+        order = np.argsort(-np.where(keep, support, -1), kind="stable")[:max_features]
+        keep = np.zeros(len(all_names), dtype=bool)
+        keep[order] = True
+    order = np.argsort(all_names[keep].astype(str), kind="stable")
+    chosen = np.flatnonzero(keep)[order]
+    return matrix[:, chosen].tocsr(), [str(x) for x in all_names[chosen]]
+
+
+def _unique_sorted(values: np.ndarray) -> np.ndarray:
+    # numpy 2.4's np.unique is hash based and ~50x slower than a sort on int64 arrays of millions.
+    if not len(values):
+        return values
+    s = np.sort(values)
+    return s[np.concatenate([[True], s[1:] != s[:-1]])]
+
+
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    first = np.concatenate([[True], s[1:] != s[:-1]])
+    ids = np.cumsum(first) - 1
+    inverse = np.empty(len(values), dtype=np.int64)
+    inverse[order] = ids
+    return s[first], inverse
+
+
+def _document_frequency(doc: np.ndarray, term: np.ndarray, n_terms: int) -> np.ndarray:
+    pairs = _unique_sorted(doc * n_terms + term)
+    return np.bincount(pairs % n_terms, minlength=n_terms)
+
+
+def _show(value) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
+
+
+def _fmt(value: float) -> str:
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def _numeric_features(values: np.ndarray, key: str, label: str, group: str, kind: str, n_buckets: int,
+                      min_support: int, add, messages: list[str], unit: str = "") -> None:
+    present = np.isfinite(values)  # NaN and +-inf count as missing
+    finite = values[present]
+    if not len(finite) or np.all(finite == finite[0]):
+        messages.append(f"{label} skipped: it has one value.")
+        return
+    edges = np.unique(np.quantile(finite, np.linspace(0, 1, n_buckets + 1)))
+    cuts = edges[1:-1] if len(edges) > 2 else edges[1:]  # interior cut points
+    cuts = cuts[cuts > finite.min()]
+    for c in cuts:
+        add(np.flatnonzero(present & (values < c)), f"{key}:<{_fmt(c)}", f"{label} < {_fmt(c)}{unit}", group, kind)
+        add(np.flatnonzero(present & (values >= c)), f"{key}:>={_fmt(c)}", f"{label} >= {_fmt(c)}{unit}", group,
+            kind)
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        add(np.flatnonzero(present & (values >= lo) & (values < hi)), f"{key}:[{_fmt(lo)},{_fmt(hi)})",
+            f"{label} in [{_fmt(lo)}, {_fmt(hi)}){unit}", group, kind)
+    if not present.all():
+        add(np.flatnonzero(~present), f"{key}:missing", f"{label} is missing", group, kind)
+
+
+def _categorical_features(values: pd.Series, key: str, label: str, group: str, kind: str, min_support: int,
+                          add, messages: list[str]) -> None:
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    n_values = len(uniques) + int((codes < 0).any())
+    if n_values <= 1:
+        shown = _show(uniques[0]) if len(uniques) else "missing"
+        messages.append(f"{label} skipped: it has one value ({shown}).")
+        return
+    counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
+    for i, value in enumerate(uniques):
+        if counts[i] < min_support:
+            continue
+        shown = f'"{value}"' if isinstance(value, str) else str(value)
+        add(np.flatnonzero(codes == i), f"{key}={value}", f"{label} == {shown}", group, kind)
+    missing = int((codes < 0).sum())
+    if missing >= min_support:
+        add(np.flatnonzero(codes < 0), f"{key}=<missing>", f"{label} is missing", group, kind)
+    if counts.max(initial=0) < min_support and missing < min_support:
+        messages.append(f"{label}: no value occurs in at least {min_support} examples; no feature from it.")
+
+
+def _metadata_column(column: pd.Series, name: str, n_buckets: int, max_categories: int, min_support: int,
+                     add, messages: list[str]) -> None:
+    label = f"metadata column {name!r}"
+    values = column.reset_index(drop=True)
+    try:
+        n_unique = int(values.nunique(dropna=True))
+    except TypeError:
+        messages.append(f"{label} skipped: its values are lists or dicts, not categories or numbers.")
+        return
+    n_present = int(values.notna().sum())
+    if n_unique + int(n_present < len(values)) <= 1:
+        shown = _show(values.dropna().iloc[0]) if n_present else "missing"
+        messages.append(f"{label} skipped: it has one value ({shown}).")
+        return
+    is_bool = pd.api.types.is_bool_dtype(values)
+    is_numeric = pd.api.types.is_numeric_dtype(values) and not is_bool
+    if is_numeric and n_unique > max_categories:
+        _numeric_features(values.to_numpy(dtype=float, na_value=np.nan), f"meta:{name}", name, f"meta:{name}",
+                          "metadata", n_buckets, min_support, add, messages)
+        return
+    if not is_numeric and n_unique == n_present > 1:
+        messages.append(f"{label} skipped: every value is unique (an id or free text?).")
+        return
+    _categorical_features(values.astype(object).where(values.notna(), None), f"meta:{name}", name, f"meta:{name}",
+                          "metadata", min_support, add, messages)

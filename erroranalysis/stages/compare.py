@@ -1,0 +1,131 @@
+"""Read runs for a comparison (predictions, clusters, labels) and compare a baseline with candidates.
+
+    report = compare_runs("runs/base", ["runs/cand"])      # examples matched by example id
+    write_report(report, "out/")                            # compare.json, compare.md, compare_examples.parquet
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from erroranalysis import __version__, rundir
+from erroranalysis.compare import (
+    FORMAT,
+    LEVEL,
+    MIN_OVERLAP,
+    SCHEMA_VERSION,
+    Report,
+    RunView,
+    _f,
+    _is_int,
+    _labels_union,
+    compare_pair,
+    series,
+)
+from erroranalysis.errors import DataError, UserError, preview
+from erroranalysis.validation import check_param
+
+
+def read_run(path: str | Path, store=None) -> RunView:
+    """A run's predictions, clusters and labels for comparing."""
+    from erroranalysis.stages.export import read_cluster_assignments, read_clusters
+
+    run = rundir.Run.open(path)
+    frame = run.predictions()
+    file = run.file(rundir.PREDICTIONS)
+    missing = [c for c in ("example_id", "label", "pred", "correct") if c not in frame.columns]
+    if missing:
+        raise DataError(f"{file}: missing column(s) {preview(missing)}; re-run the stage that writes it.")
+    frame = frame.reset_index(drop=True)
+    out = frame[["example_id", "label", "pred", "correct"]].copy()
+    out["example_id"] = out["example_id"].astype(str)
+    out["label"] = out["label"].astype(str)
+    out["pred"] = out["pred"].astype(str)
+    out["correct"] = out["correct"].fillna(False).astype(bool)
+    out["text"] = frame["text"].fillna("").astype(str) if "text" in frame.columns else ""
+    out["confidence"] = frame["confidence"].astype(np.float64) if "confidence" in frame.columns else np.nan
+    dup = out["example_id"].duplicated()
+    if dup.any():
+        raise DataError(f"{file}, column 'example_id': duplicate ids {preview(out['example_id'][dup].unique())}; "
+                        "runs are matched by example id, so every example needs its own.")
+    key = store.run_key(run.path) if store is not None else run.name
+    view = RunView(name=key, path=run.path, manifest=run.manifest, frame=out, labels=run.labels, key=key)
+    assign = read_cluster_assignments(run)
+    if assign is not None:
+        failing = set(out.loc[~out["correct"], "example_id"])
+        a = assign[(assign["cluster_id"] >= 0) & assign["example_id"].isin(failing)]
+        view.clusters = {int(c): set(g["example_id"]) for c, g in a.groupby("cluster_id")}
+        names = read_clusters(run)
+        if names is not None:
+            view.cluster_names = {int(c): str(n) for c, n in zip(names["cluster_id"], names["name"])}
+    if store is not None:
+        a = store.assignments(key, include_rejected=False)
+        view.types = a[["example_id", "error_type", "severity", "status"]].copy()
+        view.types["example_id"] = view.types["example_id"].astype(str)
+    return view
+
+
+def compare_runs(base: str | Path, candidates: Sequence[str | Path], *, labels_db: str | Path | None = None,
+                 store=None, n_resamples: int = 1000, seed: int = 0, level: float = LEVEL,
+                 min_overlap: float = MIN_OVERLAP) -> Report:
+    """Compare each candidate run with the baseline run (same eval set, matched by example id).
+
+    Error types come from the labels store: `labels_db`, or `store`, or `<base's folder>/labels.sqlite` when it
+    exists (without one the report has no error-type section)."""
+    import pandas as pd
+
+    from erroranalysis.stages.export import open_store
+
+    check_param("n_resamples", n_resamples, _is_int(n_resamples) and 1 <= n_resamples <= 100_000,
+                "an integer in [1, 100000]")
+    check_param("min_overlap", min_overlap, isinstance(min_overlap, (int, float)) and not isinstance(min_overlap, bool)
+                and 0 < min_overlap <= 1, "a number in (0, 1]")
+    candidates = list(candidates)
+    if not candidates:
+        raise UserError("compare needs a candidate run besides the baseline: compare BASE CANDIDATE [CANDIDATE ...].")
+    paths = [Path(base)] + [Path(c) for c in candidates]
+    resolved = [p.resolve() for p in paths]
+    for i, p in enumerate(resolved):
+        if p in resolved[:i]:
+            raise UserError(f"{paths[i]}: given twice (runs must be distinct); list each run once, baseline first.")
+    if store is None:
+        store = open_store(paths[0], labels_db)
+    views = [read_run(p, store) for p in paths]
+    names = [v.name for v in views]
+    if len(set(names)) < len(names):  # same folder name in two places: tell them apart by path
+        for v in views:
+            v.name = str(v.path)
+    labels = _labels_union(*views)
+    comparisons, frames = [], []
+    for cand in views[1:]:
+        result, examples = compare_pair(views[0], cand, n_resamples=n_resamples, seed=seed, level=level,
+                                        min_overlap=min_overlap, labels=labels)
+        comparisons.append(result)
+        frames.append(examples)
+    doc = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"name": "erroranalysis", "version": __version__},
+        "baseline": views[0].name,
+        "runs": [_run_info(v, i == 0) for i, v in enumerate(views)],
+        "labels_db": str(store.path) if store is not None else None,
+        "bootstrap": {"n_resamples": n_resamples, "seed": seed, "level": level, "paired": True},
+        "comparisons": comparisons,
+    }
+    doc["series"] = series(doc)
+    return Report(doc=doc, examples=pd.concat(frames, ignore_index=True))
+
+
+def _run_info(v: RunView, baseline: bool) -> dict:
+    model = v.manifest.get("model") or {}
+    data = v.manifest.get("data") or {}
+    n = len(v.frame)
+    n_fail = int((~v.frame["correct"]).sum())
+    return {"name": v.name, "path": str(v.path), "baseline": baseline, "model": model.get("path"),
+            "data": data.get("path"), "n": n, "n_failures": n_fail, "accuracy": _f(1 - n_fail / n) if n else None,
+            "clustered": bool(v.clusters)}

@@ -1,0 +1,306 @@
+"""The labeled error taxonomy of a run: one table that joins predictions, clusters and labels, and the exports
+the app and `erroranalysis export` share (JSON with a versioned schema, CSV, Markdown).
+
+    from erroranalysis.stages import export
+
+    doc = export.build_taxonomy(Run.open("runs/sample"), LabelStore("runs/labels.sqlite"))
+    export.export_taxonomy("runs/sample", "csv", "labels.csv")  # what the CLI does
+
+The JSON format is documented in docs/taxonomy.md.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from erroranalysis import __version__
+from erroranalysis.errors import RunError, UserError
+from erroranalysis.labels import FLAGS, LabelStore, default_db_path
+from erroranalysis.labels.taxonomy import (
+    ASSIGNMENT_COLUMNS,
+    CLUSTER_COLUMNS,
+    EXPORT_FORMATS,
+    EXTENSIONS,
+    FORMAT,
+    SCHEMA_VERSION,
+    _as_list,
+    _example,
+    _exemplars,
+    _round,
+    labeled_rows,
+    to_csv,
+    to_json,
+    to_markdown,
+    validate,
+)
+from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, Run, atomic_write
+from erroranalysis.validation import check_param
+
+
+def read_clusters(run: Run):
+    """clusters.parquet as a DataFrame sorted by size (largest first), list columns as lists; None when the run
+    was not clustered. RunError when the file is damaged or lacks a column."""
+    if not run.has(CLUSTERS):
+        return None
+    df = run.read_parquet(CLUSTERS, "cluster")
+    _require_columns(run.file(CLUSTERS), df, CLUSTER_COLUMNS, "cluster")
+    df = df.copy()
+    for col in ("keywords", "top_confusions", "exemplar_ids"):
+        if col not in df.columns:
+            df[col] = [[] for _ in range(len(df))]
+        df[col] = [_as_list(v) for v in df[col]]
+    df["cluster_id"] = df["cluster_id"].astype("int64")
+    df["size"] = df["size"].astype("int64")
+    df["name"] = df["name"].fillna("").astype(str)
+    return df.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
+
+
+def read_cluster_assignments(run: Run):
+    """assignments.parquet (example_id, cluster_id, membership, x, y, ...) or None when absent."""
+    if not run.has(ASSIGNMENTS):
+        return None
+    df = run.read_parquet(ASSIGNMENTS, "cluster")
+    _require_columns(run.file(ASSIGNMENTS), df, ASSIGNMENT_COLUMNS, "cluster")
+    df = df.copy()
+    df["example_id"] = df["example_id"].astype(str)
+    df["cluster_id"] = df["cluster_id"].astype("int64")
+    return df
+
+
+def _require_columns(file: Path, df, columns, stage: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise RunError(f"{file}: missing column {missing[0]!r}; re-run the {stage!r} stage.")
+
+
+def base_table(run: Run):
+    """One row per example, in eval-set order: predictions.parquet plus cluster_id (-1 when unclustered or the run
+    has no clusters), cluster_name, membership, x and y (NaN without a layout)."""
+    import numpy as np
+    import pandas as pd
+
+    df = run.predictions().copy()
+    _require_columns(run.file("predictions.parquet"), df, ("example_id", "label", "pred", "correct"), "infer")
+    df["example_id"] = df["example_id"].astype(str)
+    for col in ("confidence", "loss"):
+        if col not in df.columns:
+            df[col] = np.nan
+    if "text" not in df.columns:
+        df["text"] = ""
+    assign = read_cluster_assignments(run)
+    if assign is None:
+        df["cluster_id"] = np.int64(-1)
+        df["cluster_name"] = ""
+        df["membership"] = np.nan
+        df["x"] = np.nan
+        df["y"] = np.nan
+        return df
+    assign = assign.drop_duplicates("example_id")
+    # One hash lookup, then array takes: much faster than a merge on 100k string keys.
+    pos = pd.Index(assign["example_id"]).get_indexer(df["example_id"])
+    found = pos >= 0
+    take = np.where(found, pos, 0)
+    cluster = assign["cluster_id"].to_numpy()[take] if len(assign) else np.zeros(len(df), dtype=np.int64)
+    df["cluster_id"] = np.where(found, cluster, -1).astype(np.int64)
+    for col in ("membership", "x", "y"):
+        if col in assign.columns and len(assign):
+            df[col] = np.where(found, assign[col].to_numpy(dtype=float)[take], np.nan)
+        else:
+            df[col] = np.nan
+    clusters = read_clusters(run)
+    names = dict(zip(clusters["cluster_id"], clusters["name"])) if clusters is not None else {}
+    df["cluster_name"] = pd.Series(df["cluster_id"].map(names), index=df.index).fillna("").astype(str)
+    return df
+
+
+def label_tables(store: LabelStore | None, key: str):
+    """(assignments, flags, notes) DataFrames of one run from the store (empty ones without a store)."""
+    import pandas as pd
+
+    if store is None:
+        return (pd.DataFrame(columns=["run", "example_id", "error_type_id", "error_type", "severity", "source",
+                                      "status", "cluster_id", "updated", "updated_by"]),
+                pd.DataFrame(columns=["run", "example_id", "flag", "created", "created_by"]),
+                pd.DataFrame(columns=["run", "example_id", "text", "updated", "updated_by"]))
+    return store.assignments(key), store.flags(key), store.notes(key)
+
+
+def attach_labels(base, assignments, flags, notes):
+    """base_table plus the labels: error_type_id (-1 = none), error_type, severity, source, status,
+    labeled_cluster_id (the cluster when it was labeled), label_wrong, not_error, note, updated, updated_by."""
+    import numpy as np
+    import pandas as pd
+
+    df = base.copy()
+    idx = df["example_id"]
+    if len(assignments):
+        a = assignments.drop_duplicates("example_id")
+        pos = pd.Index(a["example_id"]).get_indexer(idx)
+        found = pos >= 0
+        take = np.where(found, pos, 0)
+        df["error_type_id"] = np.where(found, a["error_type_id"].to_numpy()[take], -1).astype("int64")
+        for col in ("error_type", "severity", "source", "status", "updated", "updated_by"):
+            values = a[col].astype(object).to_numpy()[take]
+            df[col] = np.where(found, values, "").astype(object)
+        cl = a["cluster_id"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)[take]
+        df["labeled_cluster_id"] = pd.array(np.where(found, cl, np.nan), dtype="Float64").astype("Int64")
+    else:
+        df["error_type_id"] = np.int64(-1)
+        for col in ("error_type", "severity", "source", "status", "updated", "updated_by"):
+            df[col] = ""
+        df["labeled_cluster_id"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    for flag in FLAGS:
+        ids = set(flags.loc[flags["flag"] == flag, "example_id"]) if len(flags) else set()
+        df[flag] = idx.isin(ids)
+    if len(notes):
+        df["note"] = idx.map(notes.set_index("example_id")["text"]).fillna("").astype(str)
+    else:
+        df["note"] = ""
+    return df
+
+
+def example_table(run: Run, store: LabelStore | None = None):
+    """base_table(run) with the run's labels from `store` attached (see attach_labels)."""
+    key = store.run_key(run.path) if store is not None else run.name
+    return attach_labels(base_table(run), *label_tables(store, key))
+
+
+def build_taxonomy(run: Run, store: LabelStore | None = None, *, exemplars: int = 3, include_text: bool = True,
+                   table=None, error_types=None) -> dict:
+    """The labeled taxonomy of `run` as a JSON-ready dict (validates against JSON_SCHEMA).
+
+    `table` (an example_table) and `error_types` (store.error_types()) may be passed when already at hand.
+    """
+    check_param("exemplars", exemplars, isinstance(exemplars, int) and exemplars >= 0, "an integer >= 0")
+    if table is None:
+        table = example_table(run, store)
+    if error_types is None:
+        error_types = store.error_types() if store is not None else []
+    manifest = run.manifest
+    failures = ~table["correct"].astype(bool)
+    n_fail = int(failures.sum())
+    accepted = table["status"] == "accepted"
+    labeled_failures = int((failures & accepted & (table["error_type_id"] >= 0)).sum())
+
+    types = []
+    for et in error_types:
+        rows = table[table["error_type_id"] == et.id]
+        acc = rows[rows["status"] == "accepted"]
+        acc_fail = acc[~acc["correct"].astype(bool)]
+        by_label = acc["label"].value_counts()
+        by_pred = acc["pred"].value_counts()
+        conf = acc_fail.groupby(["label", "pred"]).size().sort_values(ascending=False)
+        clusters = acc[acc["cluster_id"] >= 0].groupby(["cluster_id", "cluster_name"]).size() \
+            .sort_values(ascending=False)
+        types.append({
+            "id": int(et.id),
+            "name": et.name,
+            "definition": et.definition,
+            "severity": et.severity,
+            "count": int(len(acc)),
+            "failures": int(len(acc_fail)),
+            "suggested": int((rows["status"] == "pending").sum()),
+            "share_of_failures": _round(len(acc_fail) / n_fail) if n_fail else 0.0,
+            "per_class": {
+                "by_label": {str(k): int(v) for k, v in by_label.items()},
+                "by_pred": {str(k): int(v) for k, v in by_pred.items()},
+                "confusions": [{"label": str(lab), "pred": str(pred), "count": int(c)}
+                               for (lab, pred), c in conf.items()],
+            },
+            "clusters": [{"cluster_id": int(cid), "name": str(name), "count": int(c)}
+                         for (cid, name), c in clusters.items()],
+            "exemplars": [_example(r, include_text=True) for _, r in _exemplars(acc, exemplars).iterrows()],
+            "created": et.created,
+            "created_by": et.created_by,
+        })
+    types.sort(key=lambda t: (-t["count"], t["name"].lower()))
+
+    listed = labeled_rows(table)
+    assignments = []
+    cols = ["example_id", "label", "pred", "correct", "confidence", "loss", "error_type", "error_type_id", "source",
+            "status", "cluster_id", "note", "updated", "updated_by", *FLAGS] + (["text"] if include_text else [])
+    for r in listed[cols].to_dict("records"):
+        item = _example(r, include_text=include_text)
+        item.update({
+            "error_type": r["error_type"] or None,
+            "error_type_id": int(r["error_type_id"]) if r["error_type_id"] >= 0 else None,
+            "source": r["source"] or None,
+            "status": r["status"] or None,
+            "cluster_id": int(r["cluster_id"]),
+            "flags": [f for f in FLAGS if bool(r[f])],
+            "note": r["note"] or None,
+            "updated": r["updated"] or None,
+            "updated_by": r["updated_by"] or None,
+        })
+        assignments.append(item)
+
+    model = manifest.get("model") or {}
+    data = manifest.get("data") or {}
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"name": "erroranalysis", "version": __version__},
+        "run": {
+            "name": run.name,
+            "key": store.run_key(run.path) if store is not None else run.name,
+            "task": manifest.get("task", "classification"),
+            "labels": [str(x) for x in manifest.get("labels", [])],
+            "model": model.get("path"),
+            "data": data.get("path"),
+            "n_examples": int(len(table)),
+            "n_failures": n_fail,
+            "accuracy": _round(1 - n_fail / len(table)) if len(table) else None,
+        },
+        "summary": {
+            "n_error_types": len(types),
+            "n_assigned": int((accepted & (table["error_type_id"] >= 0)).sum()),
+            "n_labeled_failures": labeled_failures,
+            "n_unlabeled_failures": n_fail - labeled_failures,
+            "share_of_failures_labeled": _round(labeled_failures / n_fail) if n_fail else 0.0,
+            "n_suggested": int((table["status"] == "pending").sum()),
+            "flags": {f: int(table[f].sum()) for f in FLAGS},
+        },
+        "error_types": types,
+        "assignments": assignments,
+    }
+
+
+def render(fmt: str, run: Run, store: LabelStore | None, *, table=None, error_types=None) -> str:
+    """The export in `fmt` (json, csv or markdown) as text."""
+    check_param("format", fmt, fmt in EXPORT_FORMATS, f"one of {', '.join(EXPORT_FORMATS)}")
+    if table is None:
+        table = example_table(run, store)
+    if fmt == "csv":
+        return to_csv(table)
+    doc = build_taxonomy(run, store, table=table, error_types=error_types)
+    if fmt == "json":
+        validate(doc)
+        return to_json(doc)
+    return to_markdown(doc)
+
+
+def open_store(run_path: str | Path, labels_db: str | Path | None = None) -> LabelStore | None:
+    """The labels store for a run: `labels_db` when given (it must exist), else `<run's parent>/labels.sqlite` when
+    it exists, else None (a run nobody labeled yet exports with no error types)."""
+    if labels_db is not None:
+        path = Path(labels_db)
+        if not path.is_file():
+            raise UserError(f"{path}: no labels database here; check --labels-db.")
+        return LabelStore(path, create=False)
+    path = default_db_path(Path(run_path).resolve().parent)
+    return LabelStore(path, create=False) if path.is_file() else None
+
+
+def export_taxonomy(run_path: str | Path, fmt: str, out: str | Path, *, labels_db: str | Path | None = None) -> Path:
+    """Write the run's taxonomy export to `out` atomically; return the path."""
+    check_param("format", fmt, fmt in EXPORT_FORMATS, f"one of {', '.join(EXPORT_FORMATS)}")
+    run = Run.open(run_path)
+    store = open_store(run.path, labels_db)
+    text = render(fmt, run, store)
+    out = Path(out)
+    if out.is_dir():
+        raise UserError(f"{out}: is a directory; pass a file name such as {out / ('taxonomy' + EXTENSIONS[fmt])}.")
+    atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"))
+    return out
