@@ -70,8 +70,8 @@ def continue_training(checkpoint: Path, rows: list[dict], out: Path, *, epochs: 
 def sample_runs(min_type: int):
     """Run A (the sample checkpoint) and two second runs, B1 (A fine-tuned one more epoch on the validation split)
     and B2 (a checkpoint trained from all-MiniLM-L6-v2 on the validation split alone); truth = the confusion."""
-    from erroranalysis.stages.after import AfterOptions
-    from erroranalysis.stages.infer import DataOptions, InferOptions, run_checkpoint
+    from erroranalysis.data import DataOptions
+    from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
     sample = Path(os.environ["ERRORANALYSIS_SAMPLE"])
     if not (sample / ".built").exists():
@@ -98,7 +98,7 @@ def sample_runs(min_type: int):
         if not (path / "predictions.parquet").is_file():
             t = time.perf_counter()
             run_checkpoint(model, sample / "eval.jsonl", path, data_opts=DataOptions(id_column="id"),
-                           infer_opts=InferOptions(batch_size=32, max_length=128), after=AfterOptions(cluster=False),
+                           infer_opts=InferParams(batch_size=32, max_length=128), after=AfterParams(cluster=None),
                            overwrite=True)
             print(f"run {name}: inference over the eval set in {time.perf_counter() - t:.0f} s")
         made[name] = path

@@ -35,9 +35,9 @@ def build(workdir: Path, n: int, failures: int, clusters: int) -> Path:
     """The synthetic run (reused when already built with the same sizes) and a labels db with 3k labels."""
     from ui_fixtures import make_run
 
+    from erroranalysis import stages
     from erroranalysis.labels import LabelStore
     from erroranalysis.rundir import Run
-    from erroranalysis.stages import export as export_stage
 
     stamp = workdir / "sizes.json"
     sizes = {"n": n, "failures": failures, "clusters": clusters}
@@ -53,7 +53,7 @@ def build(workdir: Path, n: int, failures: int, clusters: int) -> Path:
     for suffix in ("-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
     store = LabelStore(db, user="bench")
-    table = export_stage.base_table(Run.open(run_dir))
+    table = stages.base_table(Run.open(run_dir))
     fail = table[~table["correct"]]
     for i, name in enumerate(["Vocabulary overlap", "Sarcasm", "Negation", "Long input", "Label noise"]):
         store.create_error_type(name, f"benchmark type {i}", ["low", "medium", "high", "critical", "medium"][i])
@@ -158,12 +158,12 @@ def measure_label_action(repeat: int) -> float:
 def map_payload(run_dir: Path) -> int:
     import plotly.io
 
-    from erroranalysis.rundir import Run
-    from erroranalysis.stages import export as export_stage
+    from erroranalysis import stages
+    from erroranalysis.rundir import Run, readers
     from erroranalysis_ui.eaui import charts
 
-    table = export_stage.base_table(Run.open(run_dir))
-    clusters = export_stage.read_clusters(Run.open(run_dir))
+    table = stages.base_table(Run.open(run_dir))
+    clusters = readers.read_clusters(Run.open(run_dir))
     fig = charts.cluster_map(table[~table["correct"]], dict(zip(clusters["cluster_id"], clusters["name"])),
                              highlight=0)
     return len(plotly.io.to_json(fig, validate=False))

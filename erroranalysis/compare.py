@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from erroranalysis.errors import DataError, preview
-from erroranalysis.validation import check_param
+from erroranalysis.validation import check_param, is_int
 
 FORMAT = "erroranalysis.compare"
 SCHEMA_VERSION = 1
@@ -39,8 +39,6 @@ STATUSES = ("fixed", "broken", "still_failing", "still_correct")
 REPORT_FILES = ("compare.json", "compare.md", "compare_examples.parquet")
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def stats_from_confusion(cm: np.ndarray) -> dict[str, np.ndarray]:
@@ -68,8 +66,8 @@ def paired_bootstrap(t: np.ndarray, pa: np.ndarray, pb: np.ndarray, k: int, *, n
     Resampling examples with replacement (the same rows for both runs) puts a multinomial number of rows in each
     (gold, pred a, pred b) cell, so the cells are drawn directly: the cost grows with the non-empty cells, not rows.
     """
-    check_param("n_resamples", n_resamples, _is_int(n_resamples) and n_resamples >= 1, "an integer >= 1")
-    check_param("seed", seed, _is_int(seed) and seed >= 0, "an integer >= 0")
+    check_param("n_resamples", n_resamples, is_int(n_resamples) and n_resamples >= 1, "an integer >= 1")
+    check_param("seed", seed, is_int(seed) and seed >= 0, "an integer >= 0")
     check_param("level", level, isinstance(level, float) and 0.5 <= level < 1, "a float in [0.5, 1)")
     t, pa, pb = (np.asarray(x, dtype=np.int64) for x in (t, pa, pb))
     n = len(t)

@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from erroranalysis import rundir
-from erroranalysis.compare import OVERALL, REPORT_FILES, Report, series_frame, to_json
-from erroranalysis.errors import UserError
+from erroranalysis.compare import OVERALL, series_frame
 
 
 def pts(value: float | None) -> str:
@@ -135,20 +131,3 @@ def to_markdown(doc: dict, *, examples: int = 10) -> str:
     lines.append(f"<sub>erroranalysis {esc(doc['tool']['version'])} · compare schema v{doc['schema_version']} · "
                  f"{esc(doc['generated'])}</sub>")
     return "\n".join(lines) + "\n"
-
-
-def write_report(report: Report, out: str | Path) -> list[Path]:
-    """compare.json, compare.md and compare_examples.parquet in folder `out`, all three or none."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: exists and is not a folder; pass a folder to --out.")
-    if (out / rundir.MANIFEST).is_file():
-        raise UserError(f"{out}: is a run directory; write the comparison to another folder.")
-    text_json = to_json(report.doc)
-    text_md = to_markdown(report.doc)
-    paths = [out / name for name in REPORT_FILES]
-    with rundir.atomic_files(*paths) as (tj, tm, tp):
-        tj.write_text(text_json, encoding="utf-8")
-        tm.write_text(text_md, encoding="utf-8")
-        report.examples.to_parquet(tp, index=False)
-    return paths

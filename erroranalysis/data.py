@@ -6,7 +6,6 @@ are 1-based lines of the file (a CSV's header is line 1); Parquet and datasets f
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -15,14 +14,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from erroranalysis import files
 from erroranalysis.errors import DataError, preview, where
-from erroranalysis.rundir import CORE_COLUMNS
+
+# Columns predictions.parquet always has; any other column of an eval set is metadata (renamed `meta_<name>` when
+# its name is one of these).
+CORE_COLUMNS = ("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated")
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet", ".pq": "parquet"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataOptions:
     """How to read the eval set (the CLI's --text-column, --label-column, ... options)."""
 
@@ -54,6 +57,12 @@ class EvalSet:
     def describe(self) -> dict:
         return {"path": str(self.path), "sha256": self.sha256, "rows": len(self), "format": self.format,
                 "columns": self.columns, "metadata_columns": self.metadata_columns}
+
+
+def read_eval_set(path: str | Path, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
+    """`load_eval_set` with the options as one object (what the stages pass)."""
+    return load_eval_set(path, text_column=opts.text_column, label_column=opts.label_column,
+                         id_column=opts.id_column, encoding=opts.encoding, split=opts.split, required=required)
 
 
 def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: str | None = "label",
@@ -89,7 +98,7 @@ def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: 
         name = f"meta_{column}" if column in CORE_COLUMNS or column in ("pred", "output") else str(column)
         frame[name] = raw[column].to_numpy()
         metadata.append(name)
-    return EvalSet(frame=frame, path=path, format=fmt, sha256=file_sha256(path),
+    return EvalSet(frame=frame, path=path, format=fmt, sha256=files.digest(path)["sha256"],
                    columns={"text": text_column, "label": label_column, "id": id_column},
                    metadata_columns=metadata)
 
@@ -184,11 +193,11 @@ def _read_dataset_dir(path: Path, split: str | None) -> pd.DataFrame:
                         "or a folder saved with datasets' save_to_disk.")
     import pyarrow as pa
 
-    files = [path / f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
-    if not files:
+    parts = [path / f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
+    if not parts:
         raise DataError(f"{state}: lists no data files; re-save the dataset with save_to_disk.")
     try:
-        tables = [pa.ipc.open_stream(pa.memory_map(str(f))).read_all() for f in files]
+        tables = [pa.ipc.open_stream(pa.memory_map(str(f))).read_all() for f in parts]
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"{path}: unreadable Arrow data ({str(exc).splitlines()[0]}); re-save the dataset.") from None
     frame = pa.concat_tables(tables).to_pandas()
@@ -256,12 +265,21 @@ def map_labels(values: np.ndarray, known: list[str], *, source: str, lines: np.n
     return mapped
 
 
-def file_sha256(path: Path) -> str:
-    """Hash of a file, or of a folder's files in name order."""
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+def read_train_set(path: str | Path, *, text_column: str = "text", label_column: str = "label",
+                    id_column: str | None = None, encoding: str = "utf-8", split: str | None = None):
+    """A training file in any eval-set format. A file without the expected columns is a one-line DataError
+    naming the file and every missing column."""
+    path = Path(path)
+    try:
+        return load_eval_set(path, text_column=text_column, label_column=label_column, id_column=id_column,
+                             encoding=encoding, split=split)
+    except DataError as exc:
+        if "no column" not in str(exc) and "no id column" not in str(exc):
+            raise
+    raw, _ = read_table(path, encoding=encoding, split=split)
+    found = [str(c) for c in raw.columns if c != "_line"]
+    missing = [c for c in (text_column, label_column, id_column) if c and c not in raw.columns]
+    raise DataError(f"{path}: the train file lacks the eval set's column(s) {', '.join(repr(c) for c in missing)} "
+                    f"(columns found: {preview(found, 8)}); rename them in the train file or pass "
+                    "--train-text-column / --train-label-column.")
+

@@ -10,8 +10,8 @@ Three sources, one interface (`embed(frame) -> float32 [n, d]` over rows of pred
 - `PrecomputedEmbedder`: vectors from a `.npy` file, with rows in predictions order or matched by example id
   through a sidecar `<file>.json` (`{"example_ids": [...]}`, the format of a run's own `embeddings.json`).
 
-`resolve_embedder(spec, run)` turns a CLI spec (`minilm`, `hidden`, `FILE.npy`) into one of these and checks
-it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
+`erroranalysis.stages.embedders.resolve_embedder(spec, run)` turns a CLI spec (`minilm`, `hidden`, `FILE.npy`)
+into one of these and checks it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
 `MiniLMEmbedder.__call__` maps a batch of rows to a batch of vectors, the shape Ray Data's `map_batches` wants.
 """
 
@@ -28,8 +28,8 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from erroranalysis import rundir
-from erroranalysis.errors import DataError, ModelError, RunError
+from erroranalysis import files
+from erroranalysis.errors import DataError, ModelError
 from erroranalysis.validation import check_param
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -127,7 +127,7 @@ class EmbeddingCache:
                 with open(p, "wb") as f:
                     np.savez(f, hashes=hashes, vectors=np.asarray(vectors, dtype=np.float32))
 
-            rundir.atomic_write(self.folder / name, _save)
+            files.atomic_write(self.folder / name, _save)
             if len(shards) >= self.max_shards:
                 for shard in shards:
                     shard.unlink(missing_ok=True)
@@ -275,21 +275,14 @@ class MiniLMEmbedder:
 
 
 class HiddenStatesEmbedder:
-    """Rows of the run's hidden_states.npy (mean-pooled last hidden state, predictions row order)."""
+    """Rows of the run's hidden states (mean-pooled last hidden state, predictions row order)."""
 
     key = "hidden_states"
 
-    def __init__(self, run: "rundir.Run", n_rows: int):
-        states = run.hidden_states()
-        if states is None:
-            raise RunError(f"{run.path}: no {rundir.HIDDEN} (runs made by 'analyze' have none); "
-                           "use --embedder minilm or --embedder FILE.npy.")
-        _check_matrix(states, run.file(rundir.HIDDEN))
-        if states.shape[0] != n_rows:
-            raise RunError(f"{run.file(rundir.HIDDEN)}: {states.shape[0]} rows but {rundir.PREDICTIONS} has {n_rows}; "
-                           "re-run inference so both come from the same eval set.")
+    def __init__(self, states: np.ndarray, source: str = "hidden_states.npy"):
+        _check_matrix(states, Path(source))
         self.states = states
-        self.source = run.file(rundir.HIDDEN)
+        self.source = source
 
     def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
         positions = frame.index.to_numpy()
@@ -367,31 +360,14 @@ def _check_matrix(vectors: np.ndarray, path: Path) -> None:
         raise DataError(f"{path}: contains NaN or infinite values; fix the vectors that produced them.")
 
 
-def resolve_embedder(spec, run: "rundir.Run", predictions, *, cache: bool = True,
-                     cache_dir: str | Path | None = None, batch_size: int = 32, device: str = "auto") -> Embedder:
-    """`minilm` | `hidden` | a path to a .npy file | an object with `embed(frame)` and `key`."""
-    if hasattr(spec, "embed"):
-        return spec
-    check_param("embedder", spec, isinstance(spec, (str, Path)) and str(spec) != "",
-                "'minilm', 'hidden' or a path to a .npy file")
-    text = str(spec)
-    if text == "minilm":
-        minilm_path()  # fail early when the package is missing
-        return MiniLMEmbedder(cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device)
-    if text == "hidden":
-        return HiddenStatesEmbedder(run, len(predictions))
-    if text.endswith(".npy") or os.sep in text or Path(text).suffix:
-        return PrecomputedEmbedder(text, predictions["example_id"].astype(str).tolist())
-    raise DataError(f"--embedder {text!r}: expected 'minilm', 'hidden' or a path to a .npy file.")
-
-
 def describe(embedder: Embedder) -> dict:
     """What embeddings.json records about the embedder."""
     if isinstance(embedder, MiniLMEmbedder):
         return {"name": "minilm", "key": embedder.key, "model": "sentence-transformers/all-MiniLM-L6-v2",
                 "pooling": "mean", "normalized": True, "max_length": embedder.max_length}
     if isinstance(embedder, HiddenStatesEmbedder):
-        return {"name": "hidden", "key": embedder.key, "source": rundir.HIDDEN, "pooling": "mean", "normalized": False}
+        return {"name": "hidden", "key": embedder.key, "source": embedder.source, "pooling": "mean",
+                "normalized": False}
     if isinstance(embedder, PrecomputedEmbedder):
         return {"name": "file", "key": embedder.key, "source": str(embedder.path),
                 "ids_from": str(embedder.sidecar) if embedder.sidecar else "row order"}

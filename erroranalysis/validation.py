@@ -68,3 +68,44 @@ def _range(kind: str, low, high) -> str:
     if high is not None:
         return f"{kind} <= {high}"
     return kind
+
+
+class Params:
+    """Base of the stages' frozen parameter dataclasses: validated once, at construction (`validate` raises, it
+    never writes), changed only by `replace`, recorded in the manifest by `record`."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise a ParameterError for the first bad value."""
+
+    def replace(self, **changes):
+        """A copy with `changes`; an unknown name is a ParameterError, not a TypeError."""
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(self)}
+        for name, value in changes.items():
+            check_param(name, value, name in names, f"a parameter of {type(self).__name__} "
+                        f"({', '.join(sorted(names))})")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def of(cls, **values):
+        """`cls(**values)`, with an unknown name reported as a ParameterError."""
+        return cls().replace(**values)
+
+    def record(self) -> dict:
+        """The parameters as JSON for the manifest (objects by their name)."""
+        import dataclasses
+
+        def plain(value):
+            if value is None or isinstance(value, (bool, int, float, str)):
+                return value
+            if isinstance(value, (list, tuple)):
+                return [plain(v) for v in value]
+            if isinstance(value, dict):
+                return {str(k): plain(v) for k, v in value.items()}
+            return getattr(value, "key", None) or getattr(value, "__name__", None) or type(value).__name__
+
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -64,13 +64,13 @@ def eval_jsonl(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_run(tiny_checkpoint, tmp_path_factory) -> Path:
     """A finished run (inference + metrics, no clustering) of the tiny checkpoint over the tiny eval set."""
-    from erroranalysis.stages.after import AfterOptions
-    from erroranalysis.stages.infer import DataOptions, InferOptions, run_checkpoint
+    from erroranalysis.data import DataOptions
+    from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
     folder = tmp_path_factory.mktemp("tiny_run")
     data = write_jsonl(folder / "eval.jsonl", eval_rows())
     run = run_checkpoint(tiny_checkpoint, data, folder / "run", data_opts=DataOptions(id_column="id"),
-                         infer_opts=InferOptions(batch_size=8, max_length=64), after=AfterOptions(cluster=False))
+                         infer_opts=InferParams(batch_size=8, max_length=64), after=AfterParams(cluster=None))
     return run.path
 
 

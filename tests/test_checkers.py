@@ -211,7 +211,7 @@ def test_default_checks():
 
 def test_check_names_parameter_error():
     assert output_cells.check_names("exact,json") == ["exact", "json"]
-    with pytest.raises(ParameterError, match="checks='nope' is invalid"):
+    with pytest.raises(ParameterError, match="output_checks='nope' is invalid"):
         output_cells.check_names("nope")
 
 

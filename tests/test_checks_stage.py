@@ -6,20 +6,14 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis import rundir
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ParameterError, RunError
-from erroranalysis.stages.checks import (
-    CHECK_COLUMNS,
-    CHECKS,
-    CHECKS_JSON,
-    checks_run,
-    label_issue_share,
-    read_checks,
-    read_checks_report,
-)
+from erroranalysis.rundir import CHECKS, CHECKS_JSON
+from erroranalysis.rundir.readers import read_checks, read_checks_report, read_predictions
+from erroranalysis.stages.checks import CHECK_COLUMNS, checks_run, label_issue_share
 
 LABELS = ["business", "sport", "tech"]
 
@@ -58,13 +52,8 @@ def make_run(path, *, n=300, n_flips=20, probs=True, seed=0):
         "example_id": [f"ex{i}" for i in range(n)], "text": texts, "label": names[given], "pred": pred,
         "correct": names[given] == pred, "confidence": p.max(1), "loss": np.float32(0.1),
         "n_tokens": np.int32(16), "truncated": False})
-    run = rundir.Run.create(path, task="classification", labels=LABELS,
-                          data={"columns": {"text": "body", "label": "topic", "id": None}, "metadata_columns": []})
-    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
-    if probs:
-        rundir.write_npy(run.file(rundir.PROBS), p)
-    with run.stage("infer"):
-        pass
+    run = inferred_run(path, frame, labels=LABELS, probs=p if probs else None,
+                       data={"columns": {"text": "body", "label": "topic", "id": None}, "metadata_columns": []})
     return run, set(flipped.tolist()) | {1}, texts, names[true]
 
 
@@ -171,15 +160,17 @@ def test_bad_parameters_and_runs(tmp_path):
         checks_run(run.path, train=tmp_path / "missing.jsonl", embedder="none")
     with pytest.raises(RunError, match="no such run directory"):
         checks_run(tmp_path / "nope")
-    rundir.write_npy(run.file(rundir.PROBS), np.ones((5, 3), dtype=np.float32) / 3)
-    with pytest.raises(DataError, match=r"shape \(5, 3\), expected \(30, 3\)"):
-        checks_run(run.path, embedder="none")
+    assert "checks" not in run.manifest["stages"]
+    frame = read_predictions(run)
+    short = inferred_run(tmp_path / "short", frame, labels=LABELS, probs=np.ones((5, 3), dtype=np.float32) / 3)
+    with pytest.raises(RunError, match=r"shape \(5, 3\), expected \(30, 3\)"):
+        checks_run(short.path, embedder="none")
     nan = np.full((30, 3), 1 / 3, dtype=np.float32)
     nan[4, 1] = np.nan
-    rundir.write_npy(run.file(rundir.PROBS), nan)
+    with_nan = inferred_run(tmp_path / "nan", frame, labels=LABELS, probs=nan)
     with pytest.raises(DataError, match="row 4, class 'sport': probability nan is not a finite number"):
-        checks_run(run.path, embedder="none")
-    assert "checks" not in run.manifest["stages"]
+        checks_run(with_nan.path, embedder="none")
+    assert "checks" not in with_nan.manifest["stages"]
 
 
 def test_a_failing_stage_is_marked_failed_and_keeps_old_files(tmp_path):
@@ -194,7 +185,7 @@ def test_a_failing_stage_is_marked_failed_and_keeps_old_files(tmp_path):
         checks_run(run.path, embedder=broken)
     assert run.manifest["stages"]["checks"]["status"] == "failed"
     assert run.file(CHECKS).read_bytes() == before
-    assert not list(run.path.glob(".*.tmp"))
+    assert not list(run.path.glob(".*.tmp")) and not any((run.path / ".staging").iterdir())
 
 
 def test_label_issue_share():

@@ -100,14 +100,11 @@ def test_bad_model_leaves_no_run(tmp_path, eval_jsonl):
     assert not out.exists()
 
 
-def test_bad_parameter_marks_stage_failed(tiny_checkpoint, tmp_path, eval_jsonl):
+def test_bad_parameter_writes_nothing(tiny_checkpoint, tmp_path, eval_jsonl):
     out = tmp_path / "run"
     assert_user_error(invoke("run", "--model", tiny_checkpoint, "--data", eval_jsonl, "--out", out,
-                             "--batch-size", "0"), r"--batch-size 0 is invalid")
-    run = Run.open(out)
-    assert run.stage_status("infer") == "failed"
-    assert not run.has(rundir.PREDICTIONS) and not run.has(rundir.METRICS)
-    assert not list(out.glob(".*.tmp"))
+                             "--batch-size", "0"), r"--batch-size 0 is invalid: expected an integer >= 1")
+    assert not out.exists()
 
 
 def test_analyze_with_probabilities(tmp_path):
@@ -128,7 +125,7 @@ def test_analyze_with_probabilities(tmp_path):
     gold = np.array([labels.index(l) for l in df["label"]])
     np.testing.assert_allclose(preds["loss"], -np.log(probs[np.arange(40), gold]), atol=1e-5)
     assert run.metrics()["overall"]["ece"] is not None
-    assert "region" in run.metrics()["per_slice"]
+    assert "region" in run.metrics()["by_metadata"]
 
 
 def test_analyze_without_probabilities(tmp_path):

@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from fake_runs import commit
 
-from erroranalysis import rundir
-from erroranalysis.rundir import Run
-from erroranalysis.stages.checks import CHECKS
+from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.cluster import with_other_stages
 
 
 def make_run(tmp_path, *, slices: bool, checks: bool) -> Run:
-    run = Run.create(tmp_path / "run", task="classification", labels=["a", "b"])
+    with create_run(tmp_path / "run", task="classification", labels=["a", "b"]) as run:
+        pass
     if slices:
-        with run.stage("slices"):
-            rundir.write_parquet(run.file(rundir.SLICES), pd.DataFrame(
-                {"slice_id": [0, 1], "description": ['text contains "rain"', 'source == "app"']}))
-            rundir.write_parquet(run.file(rundir.SLICE_MEMBERS), pd.DataFrame(
-                {"example_id": ["f0", "f1", "f2", "f3", "f5"], "slice_id": [0, 0, 0, 1, 1]}))
+        commit(run, "slices", slices_parquet=pd.DataFrame(
+            {"slice_id": [0, 1], "description": ['text contains "rain"', 'source == "app"']}),
+            slice_members_parquet=pd.DataFrame({"example_id": ["f0", "f1", "f2", "f3", "f5"],
+                                                "slice_id": [0, 0, 0, 1, 1]}))
     if checks:
-        with run.stage("checks"):
-            rundir.write_parquet(run.file(CHECKS), pd.DataFrame(
-                {"example_id": [f"f{i}" for i in range(6)], "label_issue": [False, False, False, True, True, False]}))
+        commit(run, "checks", checks_parquet=pd.DataFrame(
+            {"example_id": [f"f{i}" for i in range(6)], "label_issue_score": 0.5,
+             "label_issue": [False, False, False, True, True, False]}), checks_json={})
     return run
 
 

@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import commit, inferred_run
 
 from erroranalysis import rundir
 from erroranalysis.errors import DataError, ParameterError, RunError
+from erroranalysis.rundir import create_run
 from erroranalysis.stages.cluster import cluster_run, name_run
 
 LABELS = ["business", "sport", "culture"]
@@ -53,14 +55,7 @@ def synthetic(n: int = 600, seed: int = 0, d: int = 24):
 def make_run(path: Path, frame=None, vectors=None, *, hidden: bool = True, stage: str = "infer") -> rundir.Run:
     if frame is None:
         frame, vectors = synthetic()
-    run = rundir.Run.create(path, task="classification", labels=LABELS)
-    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
-    if hidden and vectors is not None:
-        rundir.write_npy(run.file(rundir.HIDDEN), vectors)
-    if stage:
-        with run.stage(stage):
-            pass
-    return run
+    return inferred_run(path, frame, labels=LABELS, hidden=vectors if hidden else None, stage=stage)
 
 
 FAST = dict(embedder="hidden", reducer="pca", layout="pca")
@@ -224,7 +219,7 @@ def test_name_run_needs_clustering(tmp_path):
     (dict(assign_noise=2.0), ParameterError, "^assign_noise="),
     (dict(pair_weight=-1), ParameterError, "^pair_weight="),
     (dict(seed=-3), ParameterError, "^seed="),
-    (dict(embedder="sbert"), DataError, "expected 'minilm', 'hidden'"),
+    (dict(embedder="sbert"), ParameterError, "expected 'minilm', 'hidden'"),
 ])
 def test_bad_input_leaves_previous_clustering(tmp_path, change, error, message):
     run = make_run(tmp_path / "run")
@@ -251,31 +246,34 @@ def test_hidden_states_missing(tmp_path):
 def test_run_without_predictions(tmp_path):
     with pytest.raises(RunError, match="no such run directory"):
         cluster_run(tmp_path / "nope", **FAST)
-    run = rundir.Run.create(tmp_path / "empty", task="classification", labels=LABELS)
+    with create_run(tmp_path / "empty", task="classification", labels=LABELS) as run:
+        pass
     with pytest.raises(RunError, match="stage 'infer' was not run"):
         cluster_run(run.path, **FAST)
     with run.stage("infer"):
         pass
-    with pytest.raises(RunError, match="missing predictions.parquet"):
+    with pytest.raises(RunError, match="stage 'infer' wrote no predictions.parquet"):
         cluster_run(run.path, **FAST)
 
 
 def test_predictions_without_required_columns(tmp_path):
     frame, vectors = synthetic(n=60)
     run = make_run(tmp_path / "run", frame.drop(columns=["pred"]), vectors)
-    with pytest.raises(DataError, match="missing column\\(s\\) 'pred'"):
+    with pytest.raises(RunError, match="missing column\\(s\\) 'pred'"):
         cluster_run(run.path, **FAST)
     frame2 = frame.copy()
     frame2.loc[3, "example_id"] = frame2.loc[4, "example_id"]
     run2 = make_run(tmp_path / "run2", frame2, vectors)
-    with pytest.raises(DataError, match="duplicate ids 'ex0004'"):
+    with pytest.raises(RunError, match="duplicate ids 'ex0004'"):
         cluster_run(run2.path, **FAST)
 
 
 def test_analyze_runs_are_accepted(tmp_path):
     frame, vectors = synthetic(n=120)
-    run = make_run(tmp_path / "run", frame, vectors, stage="load_predictions")
-    assert cluster_run(run.path, **FAST)["n_failures"] == int((~frame["correct"]).sum())
+    run = make_run(tmp_path / "run", frame, stage="load_predictions")  # 'analyze' keeps no hidden states
+    np.save(tmp_path / "vectors.npy", vectors)
+    summary = cluster_run(run.path, **{**FAST, "embedder": str(tmp_path / "vectors.npy")})
+    assert summary["n_failures"] == int((~frame["correct"]).sum())
 
 
 def test_progress_reports_phases(tmp_path):
@@ -439,9 +437,8 @@ def test_name_run_keeps_other_stages_columns(tmp_path):
     cluster_run(run.path, **FAST)
     predictions = run.predictions()
     failing = predictions.loc[~predictions["correct"], "example_id"].tolist()
-    with run.stage("slices"):
-        rundir.write_parquet(run.file(rundir.SLICES), pd.DataFrame({"slice_id": [0], "description": ["all failures"]}))
-        rundir.write_parquet(run.file(rundir.SLICE_MEMBERS), pd.DataFrame({"example_id": failing, "slice_id": 0}))
+    commit(run, "slices", slices_parquet=pd.DataFrame({"slice_id": [0], "description": ["all failures"]}),
+           slice_members_parquet=pd.DataFrame({"example_id": failing, "slice_id": 0}))
     name_run(run.path)
     clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     assert all(list(s) == ["all failures (100%)"] for s in clusters["slices"])
@@ -515,9 +512,8 @@ def test_broken_slices_file_is_a_one_line_error(tmp_path):
     run = make_run(tmp_path / "run")
     cluster_run(run.path, **FAST)
     before = snapshot(run)
-    with run.stage("slices"):
-        rundir.write_parquet(run.file(rundir.SLICES), pd.DataFrame({"slice_id": [0], "description": ["x"]}))
-        rundir.write_parquet(run.file(rundir.SLICE_MEMBERS), pd.DataFrame({"example_id": ["ex0001"], "slice_id": [0]}))
+    commit(run, "slices", slices_parquet=pd.DataFrame({"slice_id": [0], "description": ["x"]}),
+           slice_members_parquet=pd.DataFrame({"example_id": ["ex0001"], "slice_id": [0]}))
     with pytest.raises(DataError, match=r"slices\.parquet: missing column\(s\) .*--no-slice-groups"):
         cluster_run(run.path, **FAST)
     after = snapshot(run)
@@ -529,7 +525,7 @@ def test_name_run_on_a_clustering_from_before_slice_clusters(tmp_path):
     run = make_run(tmp_path / "run")
     cluster_run(run.path, **FAST)
     old = pd.read_parquet(run.file(rundir.CLUSTERS)).drop(columns=["slice_id", "slice"])
-    rundir.write_parquet(run.file(rundir.CLUSTERS), old)
+    commit(run, "cluster_names", clusters_parquet=old)
     name_run(run.path)
     clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     assert clusters["slice_id"].isna().all() and clusters["name"].tolist() == old["name"].tolist()

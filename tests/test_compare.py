@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import commit, inferred_run
 from typer.testing import CliRunner
 
 from erroranalysis import compare, compare_report, rundir, stages
@@ -31,32 +32,30 @@ def write_run(path: Path, frame: pd.DataFrame, *, labels=LABELS, clusters: dict[
                        ("truncated", False)):
         if col not in frame.columns:
             frame[col] = value
-    run = rundir.Run.create(path, overwrite=True, task="classification", labels=list(labels),
-                          model={"path": f"checkpoints/{path.name}"},
-                          data={"path": "data/eval.jsonl", "sha256": sha, "rows": len(frame)}, seed=0)
-    with run.stage("infer"):
-        rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
+    run = inferred_run(path, frame, labels=labels, model={"path": f"checkpoints/{path.name}"},
+                       data={"path": "data/eval.jsonl", "sha256": sha, "rows": len(frame)}, seed=0)
+    clustering = {}
     if clusters is not None:
         ids = frame["example_id"].astype(str)
         cid = np.array([clusters.get(i, -1) for i in ids], dtype=np.int64)
-        with run.stage("cluster"):
-            rundir.write_parquet(run.file(rundir.ASSIGNMENTS), pd.DataFrame({
-                "example_id": ids, "cluster_id": cid, "failure": ~frame["correct"].to_numpy(),
-                "membership": np.float32(1.0), "x": np.float32(0), "y": np.float32(0)}))
-            names = cluster_names or {}
-            rows = [{"cluster_id": c, "size": int((cid == c).sum()), "name": names.get(c, f"cluster {c}"),
-                     "keywords": ["w"], "top_confusions": [], "exemplar_ids": []} for c in sorted(set(cid) - {-1})]
-            rundir.write_parquet(run.file(rundir.CLUSTERS), pd.DataFrame(rows))
+        clustering["assignments_parquet"] = pd.DataFrame({
+            "example_id": ids, "cluster_id": cid, "failure": ~frame["correct"].to_numpy(),
+            "membership": np.float32(1.0), "x": np.float32(0), "y": np.float32(0)})
+        names = cluster_names or {}
+        clustering["clusters_parquet"] = pd.DataFrame([
+            {"cluster_id": c, "size": int((cid == c).sum()), "name": names.get(c, f"cluster {c}"), "keywords": ["w"],
+             "top_confusions": [], "exemplar_ids": []} for c in sorted(set(cid) - {-1})])
     if vectors is not None:
         from erroranalysis import embedding
 
         emb = embedding.PrecomputedEmbedder(vectors, frame["example_id"].astype(str).tolist())
         fail = frame[~frame["correct"]]
         rows = emb.embed(fail)
-        rundir.write_npy(run.file(rundir.EMBEDDINGS), rows.astype(np.float32))
-        rundir.write_json(run.file(rundir.EMBEDDINGS_META), {"embedder": embedding.describe(emb), "dim": rows.shape[1],
-                                                         "rows": len(fail),
-                                                         "example_ids": fail["example_id"].astype(str).tolist()})
+        clustering["embeddings_npy"] = rows.astype(np.float32)
+        clustering["embeddings_json"] = {"embedder": embedding.describe(emb), "dim": rows.shape[1],
+                                         "rows": len(fail), "example_ids": fail["example_id"].astype(str).tolist()}
+    if clustering:
+        commit(run, "cluster", **clustering)
     return run
 
 
@@ -204,7 +203,7 @@ def test_error_types_before_and_after_come_from_the_labels_store(pair):
 def test_write_report_writes_json_markdown_and_examples(pair, tmp_path):
     base, cand = pair
     report = stages.compare_runs(base, [cand], n_resamples=50)
-    paths = compare_report.write_report(report, tmp_path / "out")
+    paths = stages.write_report(report, tmp_path / "out")
     assert [p.name for p in paths] == list(compare.REPORT_FILES)
     doc = json.loads(paths[0].read_text(encoding="utf-8"))
     assert doc["format"] == compare.FORMAT and doc["schema_version"] == 1 and doc["baseline"] == "base"
@@ -219,9 +218,9 @@ def test_write_report_refuses_a_file_or_a_run_directory(pair, tmp_path):
     report = stages.compare_runs(base, [cand], n_resamples=20)
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="not a folder"):
-        compare_report.write_report(report, tmp_path / "file")
+        stages.write_report(report, tmp_path / "file")
     with pytest.raises(UserError, match="is a run directory"):
-        compare_report.write_report(report, base)
+        stages.write_report(report, base)
     assert not (base / "compare.json").exists()
 
 

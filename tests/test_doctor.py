@@ -8,10 +8,11 @@ from test_overfit import build_tiny_checkpoint, keyword_rows, write_jsonl
 from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
+from erroranalysis.data import DataOptions
 from erroranalysis.errors import DataError, RunError
+from erroranalysis.stages import InferParams
 from erroranalysis.stages.doctor import REPORT_JSON, REPORT_MD
 from erroranalysis.stages.doctor import run_doctor as doctor
-from erroranalysis.stages.infer import DataOptions, InferOptions
 
 TITLES = ["Can it memorize a tiny dataset?", "Is training loss healthy?", "Is validation loss healthy?",
           "Which classes fail?", "Which examples fail?", "Is the label or the objective wrong?"]
@@ -48,7 +49,7 @@ def setup(tmp_path_factory):
 
 def run_doctor(setup, out, **kwargs):
     options = dict(train=setup["train"], log=setup["log"], data_opts=DataOptions(id_column="id"),
-                   infer_opts=InferOptions(batch_size=16, max_length=64, device="cpu"), n=16, steps=3, lr=1e-3,
+                   infer_opts=InferParams(batch_size=16, max_length=64, device="cpu"), n=16, steps=3, lr=1e-3,
                    control=False, embedder=bow_embed)
     options.update(kwargs)
     return doctor(setup["model"], setup["data"], out, **options)

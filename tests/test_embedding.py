@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import inferred_run
 
-from erroranalysis import rundir
 from erroranalysis.embedding import (
     EmbeddingCache,
     HiddenStatesEmbedder,
@@ -12,10 +12,10 @@ from erroranalysis.embedding import (
     PrecomputedEmbedder,
     cache_root,
     describe,
-    resolve_embedder,
     text_hashes,
 )
 from erroranalysis.errors import DataError, ParameterError, RunError
+from erroranalysis.stages.embedders import resolve_embedder
 
 
 @pytest.fixture(autouse=True)
@@ -36,15 +36,9 @@ class CountingEmbedder(MiniLMEmbedder):
 
 
 def make_run(path, n=6, hidden=None):
-    run = rundir.Run.create(path, task="classification", labels=["x", "y"])
     df = pd.DataFrame({"example_id": [f"e{i}" for i in range(n)], "text": [f"text {i}" for i in range(n)],
                        "label": ["x"] * n, "pred": ["y"] * n, "correct": [False] * n})
-    rundir.write_parquet(run.file(rundir.PREDICTIONS), df)
-    if hidden is not None:
-        rundir.write_npy(run.file(rundir.HIDDEN), hidden)
-    with run.stage("infer"):
-        pass
-    return run, df
+    return inferred_run(path, df, labels=["x", "y"], hidden=hidden), df
 
 
 def test_cache_root_from_env(tmp_path):
@@ -173,7 +167,7 @@ def test_precomputed_missing_or_wrong_kind(tmp_path):
 
 def test_unknown_embedder_name(tmp_path):
     run, df = make_run(tmp_path / "run")
-    with pytest.raises(DataError, match="expected 'minilm', 'hidden'"):
+    with pytest.raises(ParameterError, match="expected 'minilm', 'hidden'"):
         resolve_embedder("sbert", run, df)
     with pytest.raises(ParameterError, match="^embedder="):
         resolve_embedder("", run, df)
@@ -192,7 +186,7 @@ def test_hidden_states_missing_or_misaligned(tmp_path):
     with pytest.raises(RunError, match="no hidden_states.npy"):
         resolve_embedder("hidden", run, df)
     run, df = make_run(tmp_path / "b", hidden=np.zeros((4, 3), np.float32))
-    with pytest.raises(RunError, match="4 rows but predictions.parquet has 6"):
+    with pytest.raises(RunError, match=r"shape \(4, 3\) does not have one row per prediction"):
         resolve_embedder("hidden", run, df)
 
 

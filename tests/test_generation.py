@@ -326,15 +326,15 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _run(model, data, out, **gen):
+    from erroranalysis.data import DataOptions
     from erroranalysis.infer.generation import GenerationOptions
-    from erroranalysis.stages.after import AfterOptions
+    from erroranalysis.stages import AfterParams
     from erroranalysis.stages.generate import run_generation
-    from erroranalysis.stages.infer import DataOptions
 
     has_id = '"id"' in Path(data).read_text().splitlines()[0]
     return run_generation(model, data, out, data_opts=DataOptions(id_column="id" if has_id else None),
                           gen_opts=GenerationOptions(**{"max_new_tokens": 8, "batch_size": 4, **gen}),
-                          after=AfterOptions(cluster=False))
+                          after=AfterParams(cluster=None))
 
 
 @pytest.fixture(scope="module")
@@ -368,7 +368,7 @@ def test_run_manifest_and_metrics(generation_run):
     assert manifest["task"] == "generation"
     assert manifest["labels"] == LABELS + ["unparseable"]
     assert manifest["model"]["format"] == "safetensors"
-    assert manifest["generation"]["checks"] == ["label", "json", "json_schema"]
+    assert manifest["generation"]["output_checks"] == ["label", "json", "json_schema"]
     assert manifest["stages"]["infer"]["status"] == "done" and manifest["stages"]["metrics"]["status"] == "done"
     assert manifest["data"]["metadata_columns"] == ["source"]
     metrics = generation_run.metrics()
@@ -376,7 +376,7 @@ def test_run_manifest_and_metrics(generation_run):
     assert metrics["overall"]["macro_excludes"] == ["unparseable"]
     per_class = {c["label"]: c for c in metrics["per_class"]}
     assert metrics["overall"]["macro_f1"] == pytest.approx(np.mean([per_class[l]["f1"] for l in LABELS]))
-    checks = metrics["checks"]
+    checks = metrics["output_checks"]
     preds = generation_run.predictions()
     assert checks["n"] == 12 and checks["n_failed"] == int((~preds["correct"]).sum())
     # one failure count across the product: failing a check, not only a wrong label
@@ -404,7 +404,7 @@ def test_failure_count_is_failing_a_check_not_a_wrong_label():
     labels = ["a", "b", "unparseable"]
     result = adjust_metrics(compute_metrics(preds["label"].to_numpy(), preds["pred"].to_numpy(), labels),
                             preds, labels)
-    assert result["overall"]["n_failures"] == 4 == result["checks"]["n_failed"]
+    assert result["overall"]["n_failures"] == 4 == result["output_checks"]["n_failed"]
     assert result["overall"]["n_label_errors"] == 2 and result["overall"]["accuracy"] == pytest.approx(4 / 6)
 
 
@@ -414,14 +414,14 @@ def test_run_without_labels_uses_pass_fail(tiny_lm_dir, tmp_path):
     preds = run.predictions()
     assert run.labels == ["pass", "fail"]
     assert set(preds["label"]) == {"pass"} and (preds["pred"] == np.where(preds["correct"], "pass", "fail")).all()
-    assert run.manifest["generation"]["checks"] == ["normalized"]
+    assert run.manifest["generation"]["output_checks"] == ["normalized"]
 
 
 def test_run_with_messages_and_explicit_checks(tiny_lm_dir, tmp_path):
     rows = [{"id": str(i), "messages": [{"role": "system", "content": "JSON only"},
                                          {"role": "user", "content": f"item {i}"}],
              "reference": "x", "regex": r"\d"} for i in range(3)]
-    run = _run(tiny_lm_dir, write_jsonl(tmp_path / "m.jsonl", rows), tmp_path / "run", checks=("exact", "regex"),
+    run = _run(tiny_lm_dir, write_jsonl(tmp_path / "m.jsonl", rows), tmp_path / "run", output_checks=("exact", "regex"),
                stop=("\n",))
     preds = run.predictions()
     assert preds["prompt"].iloc[0] == "system: JSON only\nuser: item 0"
@@ -465,7 +465,7 @@ def test_unreadable_gguf_fails_before_writing(tmp_path):
 @pytest.mark.parametrize("rows, kwargs, message", [
     ([{"reference": "x"}], {}, "no 'prompt' or 'messages' column"),
     ([{"prompt": "x"}], {}, "no check applies"),
-    ([{"prompt": "x", "reference": "y"}], {"checks": ("json_schema",)}, "check 'json_schema' needs a 'schema' column"),
+    ([{"prompt": "x", "reference": "y"}], {"output_checks": ("json_schema",)}, "check 'json_schema' needs a 'schema' column"),
     ([{"prompt": "x", "reference": "y", "checks": "exact,nope"}], {}, "line 1, column 'checks': unknown check 'nope'"),
     ([{"prompt": "x", "label": "unparseable"}], {}, "the label 'unparseable' is reserved"),
     ([{"messages": "[]", "reference": "y"}], {}, "line 1, column 'messages': expected a non-empty list"),
@@ -480,8 +480,8 @@ def test_bad_prompt_sets_fail_before_writing(tiny_lm_dir, tmp_path, rows, kwargs
 
 def test_bad_check_option_fails_before_writing(tiny_lm_dir, tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(ParameterError, match="checks='jsn' is invalid") as info:
-        _run(tiny_lm_dir, write_jsonl(tmp_path / "p.jsonl", prompt_rows(2)), out, checks="jsn")
+    with pytest.raises(ParameterError, match="output_checks='jsn' is invalid") as info:
+        _run(tiny_lm_dir, write_jsonl(tmp_path / "p.jsonl", prompt_rows(2)), out, output_checks="jsn")
     _assert_nothing_written(out, info)
 
 

@@ -141,17 +141,17 @@ def test_slices_on_hand_example():
     y_pred = ["a", "b", "b", "b", "a", "a"]
     metadata = pd.DataFrame({"source": ["web", "web", "web", "news", "news", None]})
     texts = ["one", "one two", "one two three", "x " * 10, "x " * 20, "x " * 30]
-    per_slice = compute_metrics(y_true, y_pred, ["a", "b"], metadata=metadata, texts=texts,
-                                n_resamples=0)["per_slice"]
-    web, news, missing = per_slice["source"]
-    assert (web["slice"], web["n"], web["accuracy"]) == ("web", 3, pytest.approx(2 / 3))
+    by_metadata = compute_metrics(y_true, y_pred, ["a", "b"], metadata=metadata, texts=texts,
+                                  n_resamples=0)["by_metadata"]
+    web, news, missing = by_metadata["source"]
+    assert (web["value"], web["n"], web["accuracy"]) == ("web", 3, pytest.approx(2 / 3))
     assert web["error_rate"] == pytest.approx(1 / 3)
     assert web["macro_f1"] == pytest.approx((2 / 3 + 2 / 3) / 2)  # a: P=1 R=.5; b: P=.5 R=1
-    assert (news["slice"], news["n"], news["accuracy"], news["macro_f1"]) == ("news", 2, 1.0, 1.0)
-    assert (missing["slice"], missing["n"], missing["accuracy"], missing["macro_f1"]) == ("(missing)", 1, 0.0, 0.0)
-    lengths = per_slice["text_length"]
+    assert (news["value"], news["n"], news["accuracy"], news["macro_f1"]) == ("news", 2, 1.0, 1.0)
+    assert (missing["value"], missing["n"], missing["accuracy"], missing["macro_f1"]) == ("(missing)", 1, 0.0, 0.0)
+    lengths = by_metadata["text_length"]
     assert sum(row["n"] for row in lengths) == 6
-    assert lengths[0]["slice"].startswith("[1,") and lengths[-1]["slice"].endswith("30]")
+    assert lengths[0]["value"].startswith("[1,") and lengths[-1]["value"].endswith("30]")
 
 
 def test_categorical_slices_keep_top_values_and_other():
@@ -178,7 +178,7 @@ def test_result_is_strict_json(arrays):
     metadata = pd.DataFrame({"n": np.arange(len(y_true)), "kind": ["k"] * len(y_true)})
     result = compute_metrics(y_true, y_pred, LABELS, probs, metadata, [""] * len(y_true), n_resamples=20)
     assert json.loads(json.dumps(result, allow_nan=False)) == result
-    assert set(result) == {"overall", "per_class", "confusion", "top_confusions", "calibration", "per_slice",
+    assert set(result) == {"overall", "per_class", "confusion", "top_confusions", "calibration", "by_metadata",
                            "bootstrap"}
     assert "calibration" not in compute_metrics(y_true, y_pred, LABELS, n_resamples=0)
 
@@ -210,7 +210,7 @@ def test_bad_input_raises_one_line_user_error(kwargs, match):
 
 
 @pytest.mark.parametrize("name, value", [("n_bins", 0), ("n_resamples", -1), ("seed", -2),
-                                         ("max_slice_values", 0), ("n_bins", 2.5), ("n_resamples", True)])
+                                         ("max_metadata_values", 0), ("n_bins", 2.5), ("n_resamples", True)])
 def test_bad_parameters_raise_parameter_error(name, value):
     with pytest.raises(ParameterError, match=f"{name}={value!r} is invalid"):
         compute_metrics(["a"], ["a"], ["a"], **{name: value})

@@ -8,12 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
+from fake_runs import inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis import rundir
-from erroranalysis.errors import DataError, ParameterError, RunError
+from erroranalysis import files, rundir
+from erroranalysis.errors import ParameterError, RunError
+from erroranalysis.rundir import SLICE_MEMBERS, SLICES, create_run
+from erroranalysis.rundir.readers import read_slices
 from erroranalysis.slices import SLICE_COLUMNS
-from erroranalysis.stages.slices import SLICE_MEMBERS, SLICES, read_slices, slices_run
+from erroranalysis.stages.slices import slices_run
 
 LABELS = ["neg", "pos"]
 FILLER = [f"w{i}" for i in range(100)]
@@ -45,11 +48,7 @@ def make_run(path, *, n=600, seed=0, metadata_columns=("source", "uid"), fail_al
     for name, values in (extra_columns or {}).items():
         frame[name] = values
     data = {"metadata_columns": list(metadata_columns)} if metadata_columns is not None else {}
-    run = rundir.Run.create(path, task="classification", labels=LABELS, data=data)
-    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
-    with run.stage("infer"):
-        pass
-    return run, has_rain, source
+    return inferred_run(path, frame, labels=LABELS, data=data), has_rain, source
 
 
 def test_slices_run_writes_both_files_and_records_the_stage(tmp_path):
@@ -130,19 +129,23 @@ def test_bad_predictions_leave_previous_slices_intact(tmp_path):
     before = _snapshot(run)
     frame = run.predictions()
     frame.loc[3, "example_id"] = "ex1"
-    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame)
-    with pytest.raises(DataError, match=r"column 'example_id': duplicate ids \['ex1'\]"):
+    files.write_parquet(run.file(rundir.PREDICTIONS), frame)  # changed behind the stage's back
+    with pytest.raises(RunError, match="predictions.parquet: .*(damaged or replaced since|does not match the checksum)"):
         slices_run(run.path, merge=False)
     assert _snapshot(run) == before
-    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame.drop(columns=["correct"]))
-    with pytest.raises(DataError, match="no 'correct' column"):
-        slices_run(run.path, merge=False)
-    assert _snapshot(run) == before
-    rundir.write_parquet(run.file(rundir.PREDICTIONS), frame.assign(example_id=[f"x{i}" for i in range(len(frame))],
-                                                              correct="yes"))
-    with pytest.raises(DataError, match="column 'correct': values \\['yes'\\] are not booleans"):
-        slices_run(run.path, merge=False)
-    assert _snapshot(run) == before
+    dup = inferred_run(tmp_path / "dup", frame, labels=LABELS)
+    with pytest.raises(RunError, match=r"column 'example_id': duplicate ids 'ex1'"):
+        slices_run(dup.path, merge=False)
+    with create_run(tmp_path / "nocorrect", task="classification", labels=LABELS) as bare:
+        with bare.stage("infer") as staging:
+            staging.write_parquet(rundir.PREDICTIONS, frame.drop(columns=["correct"]))
+    with pytest.raises(RunError, match=r"missing column\(s\) 'correct'"):
+        slices_run(bare.path, merge=False)
+    yes = inferred_run(tmp_path / "yes", frame.assign(example_id=[f"x{i}" for i in range(len(frame))], correct="yes"),
+                       labels=LABELS)
+    with pytest.raises(RunError, match="column 'correct': values 'yes' are not booleans"):
+        slices_run(yes.path, merge=False)
+    assert "slices" not in dup.manifest["stages"] and "slices" not in yes.manifest["stages"]
 
 
 def test_a_failure_inside_the_stage_is_recorded_and_keeps_old_files(tmp_path, monkeypatch):
@@ -166,10 +169,11 @@ def test_a_failure_inside_the_stage_is_recorded_and_keeps_old_files(tmp_path, mo
 def test_missing_run_and_missing_predictions(tmp_path):
     with pytest.raises(RunError, match="no such run directory"):
         slices_run(tmp_path / "nope")
-    run = rundir.Run.create(tmp_path / "empty", task="classification", labels=LABELS)
-    with pytest.raises(RunError, match="missing predictions.parquet"):
+    with create_run(tmp_path / "empty", task="classification", labels=LABELS) as run:
+        pass
+    with pytest.raises(RunError, match="stage 'infer' was not run"):
         slices_run(run.path)
-    with pytest.raises(RunError, match="stage 'slices' was not run"):
+    with pytest.raises(RunError, match="slices.parquet is not available: stage 'infer' was not run"):
         read_slices(run)
 
 

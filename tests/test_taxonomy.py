@@ -7,13 +7,14 @@ import io
 import json
 
 import pytest
+from fake_runs import commit
 from typer.testing import CliRunner
 from ui_fixtures import make_run
 
 from erroranalysis import stages
 from erroranalysis.errors import DataError, ParameterError, RunError, UserError
 from erroranalysis.labels import LabelStore, taxonomy
-from erroranalysis.rundir import Run
+from erroranalysis.rundir import Run, readers
 from erroranalysis.stages import export as export_stage
 
 
@@ -57,18 +58,16 @@ def test_base_table_without_clusters(tmp_path):
     run = make_run(tmp_path / "plain", n=40, n_failures=8, with_clusters=False)
     table = export_stage.base_table(run)
     assert (table["cluster_id"] == -1).all() and table["x"].isna().all()
-    assert export_stage.read_clusters(run) is None
+    assert readers.read_clusters(run, optional=True) is None
 
 
 def test_clusters_missing_a_column_is_a_run_error(tmp_path):
     import pandas as pd
 
-    from erroranalysis.rundir import write_parquet
-
     run = make_run(tmp_path / "r", n=40, n_failures=8)
-    write_parquet(run.file("clusters.parquet"), pd.DataFrame({"cluster_id": [0], "size": [3]}))
-    with pytest.raises(RunError, match="missing column 'name'; re-run the 'cluster' stage"):
-        export_stage.read_clusters(run)
+    commit(run, "cluster_names", clusters_parquet=pd.DataFrame({"cluster_id": [0], "size": [3]}))
+    with pytest.raises(RunError, match=r"clusters.parquet: missing column\(s\) 'name'; run the stage"):
+        readers.read_clusters(run)
 
 
 def test_example_table_attaches_labels(labeled):
@@ -213,5 +212,6 @@ def test_cli_export_of_a_damaged_run_is_one_line(tmp_path):
     run.file("predictions.parquet").write_bytes(b"garbage")
     result = CliRunner().invoke(app, ["export", str(run.path), "--out", str(tmp_path / "b.json")])
     assert result.exit_code == 2
-    assert "predictions.parquet: unreadable" in result.output and "Traceback" not in result.output
+    assert "predictions.parquet: " in result.output and "damaged or replaced since" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "b.json").exists()

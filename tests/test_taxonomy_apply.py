@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_runs import commit, inferred_run
 from test_compare import LABELS, write_run, wrong
 from typer.testing import CliRunner
 
@@ -96,7 +97,7 @@ def test_the_run_records_the_stage_and_the_suggestions_file(world):
     stage = run.manifest["stages"]["apply_taxonomy"]
     assert stage["status"] == "done" and stage["params"]["threshold"] == 0.4 and stage["params"]["threshold_given"]
     assert stage["n_suggested"] == result.n_suggested and stage["n_unmatched"] == result.n_unmatched
-    table = stages.read_suggestions(run)
+    table = rundir.readers.read_suggestions(run)
     assert list(table.columns) == suggestions_stage.SUGGESTION_COLUMNS and len(table) == int(world["fail_b"].sum())
     unmatched = table[table["status"] == "unmatched"]
     assert unmatched["error_type"].isna().all() and (unmatched["distance"] > 0.4).all()
@@ -270,18 +271,24 @@ def test_agreement_scores_known_and_new_types():
 def test_hidden_states_need_the_labeled_examples_in_the_run(world, tmp_path):
     df = pd.read_parquet(world["b"] / rundir.PREDICTIONS)[["example_id", "text", "label", "pred"]]
     df["example_id"] = "other-" + df["example_id"]
-    run = write_run(tmp_path / "elsewhere", df)
-    rundir.write_npy(run.file(rundir.HIDDEN), np.random.default_rng(0).normal(size=(len(df), 8)).astype(np.float32))
+    hidden = np.random.default_rng(0).normal(size=(len(df), 8)).astype(np.float32)
+    run = inferred_run(tmp_path / "elsewhere", df, labels=LABELS, hidden=hidden)
     with pytest.raises(DataError, match="none of its .* labeled examples is in this run .* --embedder minilm"):
         stages.suggest(world["taxonomy"], run.path, embedder="hidden")
 
 
-def test_a_custom_embedder_the_run_was_clustered_with_asks_for_another(world):
-    meta = json.loads((world["b"] / rundir.EMBEDDINGS_META).read_text())
-    meta["embedder"] = {"name": "MyEmbedder", "key": "my-embedder-v3"}
-    (world["b"] / rundir.EMBEDDINGS_META).write_text(json.dumps(meta))
+def test_a_custom_embedder_the_run_was_clustered_with_asks_for_another(world, tmp_path):
+    import shutil
+
+    shutil.copytree(world["b"], tmp_path / "b")
+    run = rundir.Run.open(tmp_path / "b")
+    vectors, meta = rundir.readers.read_embeddings(run)
+    meta["embedder"] = {"name": "MyEmbedder", "key": "my-embedder-v3"}  # as a clustering with a custom one leaves it
+    commit(run, "cluster", embeddings_npy=np.asarray(vectors), embeddings_json=meta,
+           clusters_parquet=pd.read_parquet(run.file(rundir.CLUSTERS)),
+           assignments_parquet=pd.read_parquet(run.file(rundir.ASSIGNMENTS)))
     with pytest.raises(RunError, match="custom embedder 'my-embedder-v3' .* pass --embedder"):
-        stages.suggest(world["taxonomy"], world["b"])
+        stages.suggest(world["taxonomy"], run.path)
 
 
 def test_a_taxonomy_of_another_task_is_refused(world):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fake_runs import commit
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_workspace
 
 from erroranalysis import rundir, stages
 from erroranalysis.labels import LabelStore, taxonomy
-from erroranalysis.rundir import Run
-from erroranalysis.stages import export as export_stage
+from erroranalysis.rundir import Run, readers
 from erroranalysis_ui.eaui import charts, data, state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
@@ -108,7 +108,7 @@ def test_a_broken_run_shows_a_message_not_a_traceback(start, page):
     at = goto(start(run="broken"), page)
     assert not at.exception
     assert at.error, f"{page}: no message for a broken run"
-    assert "unreadable" in at.error[0].value and "broken" in at.error[0].value
+    assert "damaged or replaced since" in at.error[0].value and "broken" in at.error[0].value
 
 
 def test_other_runs_still_work_after_a_broken_one(start):
@@ -199,7 +199,7 @@ def test_clusters_page_map_list_and_detail(start, workspace):
     assert at.session_state[state.CLUSTER] == first
     other = int(summary["cluster_id"].iloc[-1])
     at.selectbox(key=state.CLUSTER).set_value(other).run()
-    clusters = export_stage.read_clusters(Run.open(workspace / "news-a")).set_index("cluster_id")
+    clusters = readers.read_clusters(Run.open(workspace / "news-a")).set_index("cluster_id")
     assert at.subheader[1].value == clusters.loc[other, "name"]
     examples = at.dataframe[-1].value
     assert len(examples) == clusters.loc[other, "size"]
@@ -213,7 +213,7 @@ def test_a_slice_cluster_says_which_slice_defines_it(tmp_path, db, monkeypatch):
     clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
     clusters["slice_id"] = pd.array([3] + [None] * (len(clusters) - 1), dtype="Int64")
     clusters["slice"] = pd.array(['text contains "rain"'] + [None] * (len(clusters) - 1), dtype="string")
-    rundir.write_parquet(run.file(rundir.CLUSTERS), clusters)
+    commit(run, "cluster_names", clusters_parquet=clusters)
     monkeypatch.setenv("ERRORANALYSIS_RUNS", str(root))
     monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
     at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
@@ -236,7 +236,7 @@ def test_cluster_list_selection_opens_the_cluster(start):
 
 
 def test_map_figure_is_webgl_and_selection_gives_ids(workspace):
-    table = export_stage.base_table(Run.open(workspace / "news-a"))
+    table = stages.base_table(Run.open(workspace / "news-a"))
     failing = table[~table["correct"]]
     fig = charts.cluster_map(failing, {0: "zero <b>"}, highlight=0)
     assert {t.type for t in fig.data} == {"scattergl"}
@@ -374,7 +374,7 @@ def test_refused_actions_are_messages(start):
 
 def test_map_selection_is_labeled_on_the_label_page(start, workspace):
     at = goto(start(), "clusters")
-    table = export_stage.base_table(Run.open(workspace / "news-a"))
+    table = stages.base_table(Run.open(workspace / "news-a"))
     picked = list(table[~table["correct"]]["example_id"].iloc[:4])
     at.session_state[state.MAP_SELECTION] = picked
     at.run()

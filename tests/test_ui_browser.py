@@ -56,7 +56,7 @@ def _add_slices_and_training_log(run_dir: Path) -> None:
     checkpoint folder the synthetic manifest names (a relative path, read against the run folder)."""
     import math
 
-    from erroranalysis.stages.slices import slices_run
+    from erroranalysis.stages import slices_run
 
     slices_run(run_dir, merge=False)
     history = []

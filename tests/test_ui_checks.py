@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_runs import commit
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
-from erroranalysis.stages.checks import checks_run
+from erroranalysis.rundir import Run
+from erroranalysis.stages import checks_run
 from erroranalysis_ui.eaui import state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
@@ -20,7 +22,8 @@ def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("ws")
     make_run(root / "checked", n=120, n_failures=30)
     checks_run(root / "checked", embedder="none")
-    (root / "checked" / "doctor.md").write_text("# Doctor\n\nThe training loss is still falling.\n")
+    commit(Run.open(root / "checked"), "doctor", doctor_md="# Doctor\n\nThe training loss is still falling.\n",
+           doctor_json={})
     make_run(root / "unchecked", n=60, n_failures=10, seed=1, with_clusters=False)
     return root
 

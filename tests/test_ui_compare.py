@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from fake_runs import commit
 from streamlit.testing.v1 import AppTest
 from test_compare import eval_frame, write_run, wrong
 
@@ -176,9 +178,10 @@ def test_review_without_labeled_runs_says_what_to_do(start):
 
 def test_review_of_a_broken_suggestions_file_is_one_message(start, workspace, tmp_path):
     run = rundir.Run.open(workspace / "third")
-    run.file("taxonomy_suggestions.parquet").write_bytes(b"not parquet")
+    commit(run, "apply_taxonomy", taxonomy_suggestions_parquet=pd.DataFrame({"example_id": ["x"]}))
     try:
         at = start("review", run="third")
         assert not at.exception and at.error and "taxonomy_suggestions.parquet" in at.error[0].value
     finally:
-        run.file("taxonomy_suggestions.parquet").unlink()
+        with run.stage("apply_taxonomy"):  # removes the file again
+            pass

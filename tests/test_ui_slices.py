@@ -9,10 +9,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
+from erroranalysis import stages
 from erroranalysis.labels import LabelStore
 from erroranalysis.rundir import Run
-from erroranalysis.stages import export as export_stage
-from erroranalysis.stages.slices import read_slices, slices_run
+from erroranalysis.rundir.readers import read_slices
+from erroranalysis.stages import slices_run
 from erroranalysis_ui.eaui import actions, state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
@@ -121,7 +122,7 @@ def test_one_click_makes_a_slice_an_error_type(start, workspace, db):
     run = Run.open(workspace / "news-a")
     slices, members = read_slices(run)
     first = slices.sort_values("slice_id").iloc[0]
-    table = export_stage.base_table(run)
+    table = stages.base_table(run)
     ids = set(members.loc[members["slice_id"] == first["slice_id"], "example_id"].astype(str))
     failing = table[table["example_id"].isin(ids) & ~table["correct"]]
     assert len(failing) == int(first["failures"]) > 0
@@ -154,7 +155,7 @@ def test_failures_labeled_before_keep_their_type_unless_asked(start, workspace, 
     run = Run.open(workspace / "news-a")
     slices, members = read_slices(run)
     first = slices.sort_values("slice_id").iloc[0]
-    table = export_stage.base_table(run)
+    table = stages.base_table(run)
     ids = set(members.loc[members["slice_id"] == first["slice_id"], "example_id"].astype(str))
     failing = sorted(table[table["example_id"].isin(ids) & ~table["correct"]]["example_id"])
     store = LabelStore(db, user="someone")

@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
-from erroranalysis import rundir
+from erroranalysis import files, rundir
 from erroranalysis.checklist.training import diagnose
 from erroranalysis.checklist.training_log import read_trainer_state
 from erroranalysis_ui.eaui import charts, state
@@ -46,7 +46,7 @@ def point_model_at(run_dir: Path, folder: Path) -> None:
     run = rundir.Run.open(run_dir)
     manifest = run.manifest
     manifest["model"]["path"] = str(folder)
-    rundir.write_json(run.file(rundir.MANIFEST), manifest)
+    files.write_json(run.file(rundir.MANIFEST), manifest)
 
 
 @pytest.fixture(scope="module")

@@ -104,24 +104,25 @@ def make_run(path: str | Path, *, n: int = 400, n_failures: int = 80, n_clusters
     })
     df.loc[fail & (rng.random(n) < 0.3), "source"] = "forum"
 
-    run = rundir.Run.create(path, overwrite=True, task="classification", labels=list(LABELS),
-                          model={"path": "checkpoints/news-bert", "weights_sha256": "9f2c" + "0" * 60,
-                                 "max_length": 256, "precision": "fp32", "batch_size": 32},
-                          data={"path": "data/news_eval.jsonl", "sha256": "ab12" + "0" * 60, "rows": n,
-                                "format": "jsonl", "columns": {"text": "text", "label": "label", "id": "id"},
-                                "metadata_columns": ["source"]},
-                          device="cpu", seed=seed)
-    with run.stage("infer", {"batch_size": 32}):
-        rundir.write_parquet(run.file(rundir.PREDICTIONS), df)
-        if with_probs:
-            rundir.write_npy(run.file(rundir.PROBS), probs)
-    with run.stage("metrics"):
-        rundir.write_json(run.file(rundir.METRICS), _metrics(df, probs if with_probs else None))
-    if with_clusters:
-        with run.stage("cluster", {"min_cluster_size": 5}):
-            clusters, assignments = _clusters(df, fail, pair_of_fail, pairs, rng, include_correct_in_assignments)
-            rundir.write_parquet(run.file(rundir.CLUSTERS), clusters)
-            rundir.write_parquet(run.file(rundir.ASSIGNMENTS), assignments)
+    manifest = dict(task="classification", labels=list(LABELS),
+                    model={"path": "checkpoints/news-bert", "weights_sha256": "9f2c" + "0" * 60,
+                           "max_length": 256, "precision": "fp32", "batch_size": 32},
+                    data={"path": "data/news_eval.jsonl", "sha256": "ab12" + "0" * 60, "rows": n,
+                          "format": "jsonl", "columns": {"text": "text", "label": "label", "id": "id"},
+                          "metadata_columns": ["source"]},
+                    device="cpu", seed=seed)
+    with rundir.create_run(path, overwrite=True, **manifest) as run:
+        with run.stage("infer", {"batch_size": 32}) as staging:
+            staging.write_parquet(rundir.PREDICTIONS, df)
+            if with_probs:
+                staging.write_npy(rundir.PROBS, probs)
+        with run.stage("metrics") as staging:
+            staging.write_json(rundir.METRICS, _metrics(df, probs if with_probs else None))
+        if with_clusters:
+            with run.stage("cluster", {"min_cluster_size": 5}) as staging:
+                clusters, assignments = _clusters(df, fail, pair_of_fail, pairs, rng, include_correct_in_assignments)
+                staging.write_parquet(rundir.CLUSTERS, clusters)
+                staging.write_parquet(rundir.ASSIGNMENTS, assignments)
     return run
 
 
@@ -240,7 +241,7 @@ def _metrics(df, probs) -> dict:
         rows = []
         for value, group in df.groupby(column):
             a = float(group["correct"].mean())
-            rows.append({"slice": str(value), "n": int(len(group)), "accuracy": a, "error_rate": 1 - a,
+            rows.append({"value": str(value), "n": int(len(group)), "accuracy": a, "error_rate": 1 - a,
                          "macro_f1": a})
         per_slice[column] = rows
     words = df["text"].str.split().str.len()
@@ -249,10 +250,10 @@ def _metrics(df, probs) -> dict:
     for lo, hi in zip(qs[:-1], qs[1:]):
         m = (words >= lo) & (words <= hi)
         a = float(df.loc[m, "correct"].mean()) if m.any() else 0.0
-        rows.append({"slice": f"{int(lo)}-{int(hi)} words", "n": int(m.sum()), "accuracy": a, "error_rate": 1 - a,
+        rows.append({"value": f"{int(lo)}-{int(hi)} words", "n": int(m.sum()), "accuracy": a, "error_rate": 1 - a,
                      "macro_f1": a})
     per_slice["text_length"] = rows
-    out["per_slice"] = per_slice
+    out["by_metadata"] = per_slice
     out["bootstrap"] = {"n_resamples": 0, "seed": 0, "level": 0.95}
     return out
 

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from erroranalysis import rundir
 from erroranalysis.findings import SEVERITIES, Finding
 
 STATUSES = ("problem", "warning", "ok", "skipped")
@@ -45,7 +45,7 @@ def render_markdown(result: DoctorResult, *, model: Path, data: Path) -> str:
     from erroranalysis import __version__
 
     lines = [f"# Doctor report: {model.name} on {data.name}", "",
-             f"Run directory `{result.run}`, written {rundir.now_iso()} by erroranalysis {__version__}.", "",
+             f"Run directory `{result.run}`, written {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} by erroranalysis {__version__}.", "",
              "## Summary", "",
              _table(["#", "check", "result", "finding"],
                     [(str(i), s.title, STATUS_TEXT[s.status], s.summary) for i, s in enumerate(result.sections, 1)]),

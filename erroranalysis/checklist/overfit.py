@@ -237,7 +237,7 @@ def train_copy(clf, input_ids: list[list[int]], label_ids: np.ndarray, *, steps:
             if measure(step):
                 break
     model.zero_grad(set_to_none=True)
-    del model, optimizer
+    del optimizer  # the copy goes with this frame; the optimizer's state first
     return curve, params, gradients
 
 

@@ -18,7 +18,7 @@ from erroranalysis.cli.run import (
     Split,
     TextColumn,
     Train,
-    after_options,
+    after_params,
     data_options,
     report,
 )
@@ -44,10 +44,10 @@ def register(app: typer.Typer) -> None:
         overwrite: common.Overwrite = False,
     ) -> None:
         """Analyze predictions made elsewhere: metrics and failure clusters, in a run directory."""
-        from erroranalysis.stages.load_predictions import analyze_predictions
+        from erroranalysis import stages
 
-        run = analyze_predictions(predictions, out,
+        run = stages.analyze_predictions(predictions, out,
                                   data_opts=data_options(text_column, label_column, id_column, encoding, split),
-                                  pred_column=pred_column, after=after_options(no_cluster, no_slices, no_checks, train, seed),
+                                  pred_column=pred_column, after=after_params(no_cluster, no_slices, no_checks, train, seed),
                                   overwrite=overwrite)
         report(run)

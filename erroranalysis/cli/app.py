@@ -35,7 +35,7 @@ def _root(
 
 
 COMMANDS = ["run", "analyze", "metrics", "show", "cluster", "slices", "ui", "export", "checks", "training",
-            "overfit", "doctor", "compare", "apply_taxonomy", "import_taxonomy"]
+            "overfit", "doctor", "compare", "apply_taxonomy", "import_taxonomy", "migrate"]
 
 
 def _register() -> None:
@@ -50,4 +50,12 @@ _register()
 
 
 def main() -> None:
-    app()
+    import signal
+    import sys
+
+    from erroranalysis.cli import common
+    from erroranalysis.rundir import run as rundir_run
+
+    rundir_run.COMMAND = ["erroranalysis", *sys.argv[1:]]  # recorded in the manifest of a run this creates
+    signal.signal(signal.SIGTERM, common.terminated)  # SIGTERM is handled like Ctrl-C: stages marked interrupted
+    app()  # commands turn interrupts and a closed stdout into exit codes themselves (common.handle_errors)

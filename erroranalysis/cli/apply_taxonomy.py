@@ -56,9 +56,8 @@ def apply_taxonomy(
     import json
 
     from erroranalysis import stages
-    from erroranalysis.labels import LabelStore, default_db_path
+    from erroranalysis.labels import LabelStore, default_db_path, importing
     from erroranalysis.rundir import Run
-    from erroranalysis.stages import suggestions as suggestions_stage
 
     out = common.console()
     out.soft_wrap = True
@@ -67,10 +66,10 @@ def apply_taxonomy(
     with out.status("Embedding and matching failures…", spinner="dots") if out.is_terminal and not as_json \
             else _nothing():
         if dry_run:
-            doc = suggestions_stage.load_taxonomy(taxonomy)
+            doc = importing.load_taxonomy(taxonomy)
             store = LabelStore(db, create=False) if Path(db).is_file() else None
             if store is not None:
-                suggestions_stage.plan_import(doc, store, on_clash=on_clash.value)
+                importing.plan_import(doc, store, on_clash=on_clash.value)
             result = stages.suggest(doc, opened.path, store=store, method=method.value, k=k, threshold=threshold,
                                 embedder=embedder, confusions=not ignore_confusions)
             result.taxonomy = str(taxonomy)

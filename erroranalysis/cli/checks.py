@@ -40,15 +40,15 @@ def checks(
     seed: common.Seed = 0,
 ) -> None:
     """Check the run's labels and data: label issues, duplicates, leakage, shift."""
-    from erroranalysis.stages.checks import checks_run
+    from erroranalysis import stages
 
+    params = stages.CheckParams(train=str(train) if train else None, embedder=embedder,
+                                near_threshold=near_threshold, neighbors=neighbors, shift=not no_shift,
+                                train_text_column=train_text_column, train_label_column=train_label_column,
+                                train_id_column=train_id_column, encoding=encoding, split=split, seed=seed)
     out = common.console()
     with out.status("checking") as status:
-        summary = checks_run(run, train=train, embedder=embedder, near_threshold=near_threshold,
-                             neighbors=neighbors, shift=not no_shift, train_text_column=train_text_column,
-                             train_label_column=train_label_column, train_id_column=train_id_column,
-                             encoding=encoding, split=split, seed=seed,
-                             progress=lambda message: status.update(f"checking: {message}"))
+        summary = stages.checks_run(run, params, progress=lambda message: status.update(f"checking: {message}"))
     _print(out, run, summary)
 
 

@@ -73,22 +73,20 @@ def cluster(
     """Cluster a run's failing examples into named error types."""
     import json
 
+    from erroranalysis import stages
+
     out = common.console()
     if names_only:
-        from erroranalysis.stages.cluster import name_run
-
-        summary = name_run(run_dir, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed)
+        summary = stages.name_run(run_dir, n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed)
     else:
-        from erroranalysis.stages.cluster import cluster_run
-
+        params = stages.ClusterParams(
+            embedder=embedder, min_cluster_size=min_cluster_size, min_samples=min_samples, seed=seed,
+            reducer=reducer.value, n_components=n_components, n_neighbors=n_neighbors, error_aware=error_aware,
+            pair_weight=pair_weight, assign_noise=None if keep_noise else assign_noise, layout=layout.value,
+            max_fit=max_fit, slice_groups=slice_groups, group_purity=group_purity, n_keywords=n_keywords,
+            n_exemplars=n_exemplars, cache=not no_cache)
         with _progress(out, quiet=as_json or not out.is_terminal) as progress:
-            summary = cluster_run(
-                run_dir, embedder=embedder, min_cluster_size=min_cluster_size, min_samples=min_samples,
-                seed=seed, reducer=reducer.value, n_components=n_components, n_neighbors=n_neighbors,
-                error_aware=error_aware, pair_weight=pair_weight,
-                assign_noise=None if keep_noise else assign_noise, layout=layout.value, max_fit=max_fit,
-                slice_groups=slice_groups, group_purity=group_purity, n_keywords=n_keywords,
-                n_exemplars=n_exemplars, cache=not no_cache, progress=progress)
+            summary = stages.cluster_run(run_dir, params, progress=progress)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return

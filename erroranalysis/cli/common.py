@@ -40,9 +40,19 @@ def handle_errors(command: Callable) -> Callable:
         from erroranalysis.errors import ErrorAnalysisError, ParameterError
 
         try:
-            return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            result = command(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
+            return result
+        except (typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (see `terminated`): the stage is marked already
+            name, code = ("SIGTERM", 143) if isinstance(exc, Terminated) else ("Ctrl-C", 130)
+            print(f"interrupted ({name}): the stage that was running is marked interrupted; "
+                  "'erroranalysis show RUN' says how to resume.", file=sys.stderr)
+            raise typer.Exit(code) from None
+        except BrokenPipeError:  # `erroranalysis show RUN | head`: the reader left, which is not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
         except ParameterError as exc:
             if debug_enabled():
                 raise
@@ -60,7 +70,23 @@ def handle_errors(command: Callable) -> Callable:
     return wrapper
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so a running stage is marked interrupted and cleans up."""
+
+
+def terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def console():
+    """The terminal output of every command: user strings reach it escaped (rich.markup.escape) or with
+    markup=False; a closed pipe (`| head`) ends the command quietly with exit 0."""
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(0)
+
+    return _Console(stderr=False, highlight=False)

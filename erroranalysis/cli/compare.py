@@ -35,11 +35,11 @@ def compare(
 ) -> None:
     """Compare runs: a baseline first, then candidates."""
     from erroranalysis import compare as cmp
-    from erroranalysis import compare_report, stages
+    from erroranalysis import stages
 
     report = stages.compare_runs(base, candidates, labels_db=labels_db, n_resamples=resamples, seed=seed,
                               min_overlap=min_overlap)
-    written = compare_report.write_report(report, out) if out is not None else []
+    written = stages.write_report(report, out) if out is not None else []
     if as_json:
         typer.echo(cmp.to_json(report.doc), nl=False)
         return

@@ -49,14 +49,14 @@ def doctor(
     """Walk the debugging checklist and write doctor.md."""
     from rich.markup import escape
 
-    from erroranalysis.stages import run_doctor
-    from erroranalysis.stages.infer import DataOptions, InferOptions
+    from erroranalysis.data import DataOptions
+    from erroranalysis.stages import InferParams, run_doctor
 
     out = out if out is not None else Path("runs") / f"{Path(model).resolve().name}-doctor"
     data_opts = DataOptions(text_column=text_column, label_column=label_column, id_column=id_column,
                             encoding=encoding, split=split)
-    infer_opts = InferOptions(batch_size=batch_size, max_length=max_length, device=device,
-                              trust_remote_code=trust_remote_code)
+    infer_opts = InferParams(batch_size=batch_size, max_length=max_length, device=device,
+                             trust_remote_code=trust_remote_code)
     console = common.console()
     with console.status("doctor") as status:
         result = run_doctor(model, data, out, train=train, log=log, data_opts=data_opts, infer_opts=infer_opts,
@@ -67,4 +67,4 @@ def doctor(
     console.print("\n[bold]What to look at next[/bold]")
     for i, step in enumerate(result.next_steps, 1):
         console.print(f"  {i}. {escape(step.replace('**', ''))}", soft_wrap=True)
-    console.print(f"\nreport: {result.report}", soft_wrap=True)
+    console.print(f"\nreport: {result.report}", soft_wrap=True, markup=False)

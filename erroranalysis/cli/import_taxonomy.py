@@ -39,8 +39,7 @@ def import_taxonomy(
     from rich.markup import escape
 
     from erroranalysis.errors import UserError
-    from erroranalysis.labels import LabelStore, default_db_path
-    from erroranalysis.stages import suggestions as suggestions_stage
+    from erroranalysis.labels import LabelStore, default_db_path, importing
 
     if labels_db is None:
         if not Path("runs").is_dir():
@@ -50,7 +49,7 @@ def import_taxonomy(
     if labels_db.is_dir():
         raise UserError(f"{labels_db}: is a directory; pass the labels database file, e.g. "
                         f"{labels_db / 'labels.sqlite'}.")
-    doc = suggestions_stage.load_taxonomy(taxonomy)
+    doc = importing.load_taxonomy(taxonomy)
     out = common.console()
     out.soft_wrap = True
     if dry_run:
@@ -58,12 +57,12 @@ def import_taxonomy(
             out.print(f"{escape(str(labels_db))} does not exist yet: all {len(doc['error_types'])} error types would "
                       "be created.")
             return
-        plan = suggestions_stage.plan_import(doc, LabelStore(labels_db, create=False), on_clash=on_clash.value)
+        plan = importing.plan_import(doc, LabelStore(labels_db, create=False), on_clash=on_clash.value)
         for item in plan:
             diffs = ", ".join(f for f, _, _ in item["differences"])
             out.print(f"{item['action']:>7}  {escape(item['name'])}" + (f"  (differs: {diffs})" if diffs else ""))
         return
-    result = suggestions_stage.import_taxonomy(doc, LabelStore(labels_db), on_clash=on_clash.value)
+    result = importing.import_taxonomy(doc, LabelStore(labels_db), on_clash=on_clash.value)
     out.print(f"{escape(str(taxonomy))} → {escape(str(labels_db))}: {result.summary()}.")
     for name in result.created:
         out.print(f"  created  {escape(name)}")

@@ -18,13 +18,10 @@ def register(app: typer.Typer) -> None:
         n_resamples: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for the 95% intervals.")] = 1000,
     ) -> None:
         """Recompute metrics.json from predictions.parquet (and probs.npy) without re-running inference."""
+        from erroranalysis import stages
         from erroranalysis.cli.show import print_summary
         from erroranalysis.rundir import Run
-        from erroranalysis.stages.metrics import compute_run_metrics
-        from erroranalysis.validation import check_param
 
-        check_param("--bootstrap", n_resamples, n_resamples >= 0, "an integer >= 0")
+        params = stages.MetricsParams(seed=seed, n_resamples=n_resamples)
         run = Run.open(run_dir)
-        run.require("infer" if run.stage_status("infer") else "load_predictions",
-                    "re-create the run with 'erroranalysis run' or 'analyze'")
-        print_summary(compute_run_metrics(run, seed=seed, n_resamples=n_resamples), run)
+        print_summary(stages.compute_run_metrics(run, params), run)

@@ -41,7 +41,7 @@ def overfit(
     seed: common.Seed = 0,
 ) -> None:
     """Can the model memorize a tiny dataset?"""
-    from erroranalysis import rundir
+    from erroranalysis import files
     from erroranalysis.checklist.overfit import overfit_check
     from erroranalysis.validation import check_param
 
@@ -57,7 +57,7 @@ def overfit(
         if bar.live.is_started:
             bar.stop()
     if json_out is not None:
-        rundir.write_json(json_out, result.to_dict())
+        files.write_json(json_out, result.to_dict())
     print_result(result)
     if json_out is not None:
         typer.echo(f"wrote {json_out}")

@@ -22,15 +22,15 @@ NoChecks = Annotated[bool, typer.Option("--no-checks", help="Skip the data check
 Train = Annotated[Optional[Path], typer.Option("--train", help="Training data: adds train/eval leakage and shift to the checks.")]
 
 
-def after_options(no_cluster: bool, no_slices: bool, no_checks: bool, train: Path | None, seed: int):
-    from erroranalysis.stages.after import AfterOptions
+def after_params(no_cluster: bool, no_slices: bool, no_checks: bool, train: Path | None, seed: int):
+    from erroranalysis import stages
 
-    return AfterOptions(cluster=not no_cluster, slices=not no_slices, checks=not no_checks,
-                        checks_params={"train": train} if train else {}, seed=seed)
+    return stages.AfterParams.with_seed(seed, checks=not no_checks, slices=not no_slices, cluster=not no_cluster,
+                                        check_params={"train": str(train)} if train else None)
 
 
 def data_options(text_column: str, label_column: str, id_column: str | None, encoding: str, split: str | None):
-    from erroranalysis.stages.infer import DataOptions
+    from erroranalysis.data import DataOptions
 
     return DataOptions(text_column=text_column, label_column=label_column, id_column=id_column,
                        encoding=encoding, split=split)
@@ -38,19 +38,22 @@ def data_options(text_column: str, label_column: str, id_column: str | None, enc
 
 def report(run) -> None:
     """Where the results are, and the headline numbers."""
+    from rich.markup import escape
+
     metrics = run.metrics()
     overall = metrics["overall"]
     out = common.console()
-    out.print(f"[bold]{run.path}[/bold]: {overall['n']} examples, accuracy {overall['accuracy']:.3f}, "
+    out.print(f"[bold]{escape(str(run.path))}[/bold]: {overall['n']} examples, accuracy {overall['accuracy']:.3f}, "
               f"macro F1 {overall['macro_f1']:.3f}, {overall['n_failures']} failures")
-    if "checks" in metrics:
-        checks = metrics["checks"]
-        out.print(f"checks: pass rate {checks.get('pass_rate')}, failed {checks.get('n_failed')}, "
+    if "output_checks" in metrics:
+        checks = metrics["output_checks"]
+        out.print(f"output checks: pass rate {checks.get('pass_rate')}, failed {checks.get('n_failed')}, "
                   f"unparseable {checks.get('unparseable')}, low loss but failing "
                   f"{(checks.get('loss') or {}).get('low_loss_failures')}")
     stages = run.manifest["stages"]
-    out.print("stages: " + ", ".join(f"{name} {s['status']} ({s.get('seconds', 0):.1f}s)" for name, s in stages.items()))
-    out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}")
+    out.print("stages: " + ", ".join(f"{name} {s['status']} ({s.get('seconds', 0):.1f}s)" for name, s in stages.items()),
+              markup=False)
+    out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}", markup=False)
 
 
 def progress_bar(description: str):
@@ -99,7 +102,7 @@ def register(app: typer.Typer) -> None:
         split: Split = None,
         batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default 32; 16 for generation).")] = None,
         max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example; longer texts are cut and flagged.")] = 256,
-        precision: Annotated[Optional[str], typer.Option("--precision", help="fp32 or bf16 (default fp32; bf16 always on CUDA); generation also takes auto.")] = None,
+        precision: Annotated[Optional[str], typer.Option("--precision", help="fp32 or bf16 (default fp32); generation also takes auto.")] = None,
         device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
         trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow code shipped with the checkpoint to run.")] = False,
         max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", rich_help_panel=GEN, help="Tokens to generate per prompt.")] = 64,
@@ -108,7 +111,7 @@ def register(app: typer.Typer) -> None:
         top_k: Annotated[int, typer.Option("--top-k", rich_help_panel=GEN)] = 0,
         top_p: Annotated[float, typer.Option("--top-p", rich_help_panel=GEN)] = 1.0,
         stop: Annotated[Optional[list[str]], typer.Option("--stop", rich_help_panel=GEN, help="Stop string (repeatable).")] = None,
-        checks: Annotated[Optional[str], typer.Option("--checks", rich_help_panel=GEN, help="Comma-separated checkers (default: from the columns present).")] = None,
+        output_checks: Annotated[Optional[str], typer.Option("--output-checks", "--checks", rich_help_panel=GEN, help="Comma-separated output checks (default: from the columns present; --checks is the old name).")] = None,
         labels: Annotated[Optional[str], typer.Option("--labels", rich_help_panel=GEN, help="Comma-separated allowed labels beyond the gold ones.")] = None,
         regex: Annotated[Optional[str], typer.Option("--regex", rich_help_panel=GEN, help="Pattern every output must match.")] = None,
         max_prompt_tokens: Annotated[Optional[int], typer.Option("--max-prompt-tokens", rich_help_panel=GEN, help="Longer prompts are cut from the left and flagged.")] = None,
@@ -121,29 +124,30 @@ def register(app: typer.Typer) -> None:
         overwrite: common.Overwrite = False,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, error slices and failure clusters."""
-        from erroranalysis.stages.infer import InferOptions, run_checkpoint
+        from erroranalysis import stages
         from erroranalysis.validation import check_param
 
         check_param("--task", task, task in ("classification", "generation"), "classification or generation")
         data_opts = data_options(text_column, label_column, id_column, encoding, split)
-        after = after_options(no_cluster, no_slices, no_checks, train, seed)
+        after = after_params(no_cluster, no_slices, no_checks, train, seed)
         bar, advance = progress_bar("generating" if task == "generation" else "inferring")
         if task == "generation":
             from erroranalysis.infer.generation import GenerationOptions
-            from erroranalysis.stages.generate import run_generation
 
             gen_opts = GenerationOptions(
                 max_new_tokens=max_new_tokens, do_sample=sample, temperature=temperature, top_k=top_k, top_p=top_p,
                 seed=seed, stop=tuple(stop or ()), batch_size=16 if batch_size is None else batch_size, max_prompt_tokens=max_prompt_tokens,
                 chat_template=not no_chat_template, precision=precision or "auto", device=device,
-                trust_remote_code=trust_remote_code, checks=_split(checks) or None, regex=regex, labels=_split(labels))
+                trust_remote_code=trust_remote_code, output_checks=_split(output_checks) or None, regex=regex,
+                labels=_split(labels))
             with bar:
-                result = run_generation(model, data, out, data_opts=data_opts, gen_opts=gen_opts, after=after,
+                result = stages.run_generation(model, data, out, data_opts=data_opts, gen_opts=gen_opts, after=after,
                                         overwrite=overwrite, progress=advance, log=bar.console.print)
         else:
-            infer_opts = InferOptions(batch_size=32 if batch_size is None else batch_size, max_length=max_length, precision=precision or "fp32",
-                                      device=device, trust_remote_code=trust_remote_code)
+            infer_opts = stages.InferParams(batch_size=32 if batch_size is None else batch_size, max_length=max_length,
+                                            precision=precision or "fp32", device=device,
+                                            trust_remote_code=trust_remote_code)
             with bar:
-                result = run_checkpoint(model, data, out, data_opts=data_opts, infer_opts=infer_opts, after=after,
+                result = stages.run_checkpoint(model, data, out, data_opts=data_opts, infer_opts=infer_opts, after=after,
                                         overwrite=overwrite, progress=advance)
         report(result)

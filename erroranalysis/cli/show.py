@@ -14,11 +14,12 @@ def _interval(ci) -> str:
 
 
 def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     out = common.console()
     o = metrics["overall"]
-    out.print(f"[bold]{run.path}[/bold]  {o['n']} examples, {o['n_failures']} failures")
+    out.print(f"[bold]{escape(str(run.path))}[/bold]  {o['n']} examples, {o['n_failures']} failures")
     out.print(f"accuracy {o['accuracy']:.3f}{_interval(o.get('accuracy_ci'))}   macro F1 {o['macro_f1']:.3f}   "
               f"weighted F1 {o['weighted_f1']:.3f}"
               + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}" if o.get("ece") is not None else ""))
@@ -27,7 +28,7 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     for column in ("label", "precision", "recall", "F1 [95% CI]", "support"):
         per_class.add_column(column, justify="left" if column == "label" else "right")
     for row in sorted(metrics["per_class"], key=lambda r: r["f1"] if r["f1"] is not None else 0):
-        per_class.add_row(row["label"], f"{row['precision']:.3f}", f"{row['recall']:.3f}",
+        per_class.add_row(escape(row["label"]), f"{row['precision']:.3f}", f"{row['recall']:.3f}",
                           f"{row['f1']:.3f}{_interval(row.get('f1_ci'))}", str(row["support"]))
     out.print(per_class)
 
@@ -35,27 +36,39 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     matrix = Table(title="Confusion (rows: true, columns: predicted)", title_justify="left")
     matrix.add_column("true \\ pred")
     for label in confusion["labels"]:
-        matrix.add_column(label, justify="right")
+        matrix.add_column(escape(label), justify="right")
     for label, row in zip(confusion["labels"], confusion["matrix"]):
-        matrix.add_row(label, *[f"[bold]{v}[/bold]" if label == col else (f"[red]{v}[/red]" if v else "·")
+        matrix.add_row(escape(label), *[f"[bold]{v}[/bold]" if label == col else (f"[red]{v}[/red]" if v else "·")
                                 for col, v in zip(confusion["labels"], row)])
     out.print(matrix)
     _print_clusters(run, out, top_clusters)
+    print_stage_problems(run, out)
+
+
+def print_stage_problems(run, out) -> None:
+    """Every stage that is not done, and why, with the command that resumes it: a run never looks complete when
+    it is not."""
+    manifest = run.manifest
+    for name in manifest.get("stages", {}):
+        reason = run.notice(name) or run.explain(name, manifest)
+        if reason:
+            out.print(f"{name}: {reason}", style="yellow", markup=False, soft_wrap=True)
 
 
 def _print_clusters(run, out, limit: int) -> None:
-    from erroranalysis import rundir
-
-    if run.stage_status("cluster") != "done" or not run.has(rundir.CLUSTERS):
-        return
+    from rich.markup import escape
     from rich.table import Table
 
-    clusters = run.read_parquet(rundir.CLUSTERS, "cluster")
+    from erroranalysis.rundir import readers
+
+    clusters = readers.read_clusters(run, optional=True)
+    if clusters is None:
+        return
     table = Table(title=f"Error clusters (top {min(limit, len(clusters))} of {len(clusters)})", title_justify="left")
     for column in ("id", "size", "name"):
         table.add_column(column, justify="right" if column != "name" else "left")
     for row in clusters.head(limit).itertuples():
-        table.add_row(str(row.cluster_id), str(row.size), str(row.name))
+        table.add_row(str(row.cluster_id), str(row.size), escape(str(row.name)))
     out.print(table)
 
 
@@ -70,5 +83,4 @@ def register(app: typer.Typer) -> None:
         from erroranalysis.rundir import Run
 
         run = Run.open(run_dir)
-        run.require("metrics", f"run 'erroranalysis metrics {run_dir}'")
         print_summary(run.metrics(), run, clusters)

@@ -26,10 +26,11 @@ def register(app: typer.Typer) -> None:
             "--no-merge", help="Do not merge near-synonymous word slices (skips the embedding model).")] = False,
     ) -> None:
         """Find error slices and write slices.parquet and slice_members.parquet into the run."""
-        from erroranalysis.stages.slices import slices_run
+        from erroranalysis import stages
 
-        summary = slices_run(run_dir, min_support=min_support, max_order=max_order, alpha=alpha, top_k=top,
-                             merge=not no_merge)
+        params = stages.SliceParams(min_support=min_support, max_order=max_order, alpha=alpha, top_k=top,
+                                    merge=not no_merge)
+        summary = stages.slices_run(run_dir, params)
         print_slices(summary)
 
 

@@ -23,7 +23,7 @@ def training(
                                         "output folder, TensorBoard events, or a CSV/JSONL log with step and loss.")],
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
 ) -> None:
-    from erroranalysis import rundir
+    from erroranalysis import files
     from erroranalysis.checklist.training import training_report
     from erroranalysis.checklist.training_log import load_training_log
     from erroranalysis.validation import check_param
@@ -32,7 +32,7 @@ def training(
         check_param("--json", str(json_out), not json_out.is_dir(), "a file path, not a folder")
     report = training_report(load_training_log(log))
     if json_out is not None:
-        rundir.write_json(json_out, report)
+        files.write_json(json_out, report)
     _print(report)
     if json_out is not None:
         typer.echo(f"wrote {json_out}")

@@ -45,7 +45,7 @@ from erroranalysis.cluster._groups import relabel_by_size, take_out_groups
 from erroranalysis.cluster._neighbors import _assign_noise, _vote, knn_cosine, local_error_rate
 from erroranalysis.cluster._reduce import REDUCERS, make_reducer
 from erroranalysis.errors import DataError
-from erroranalysis.validation import check_param
+from erroranalysis.validation import check_param, is_int
 
 SYSTEMATIC, SCATTERED, ALL, BY_PAIR, SINGLE, SLICE = ("systematic", "scattered", "all", "confusion_pair", "single",
                                                      "slice")
@@ -137,16 +137,16 @@ class FailureClustering:
             check_param("reducer", self.reducer, hasattr(self.reducer, "fit_transform"),
                         "'umap', 'pca', 'none' or an object with fit_transform")
         check_param("n_components", self.n_components,
-                    self.n_components is None or (_is_int(self.n_components) and 1 <= self.n_components <= 100),
+                    self.n_components is None or (is_int(self.n_components) and 1 <= self.n_components <= 100),
                     "an integer in [1, 100]")
-        check_param("n_neighbors", self.n_neighbors, _is_int(self.n_neighbors) and 2 <= self.n_neighbors <= 200,
+        check_param("n_neighbors", self.n_neighbors, is_int(self.n_neighbors) and 2 <= self.n_neighbors <= 200,
                     "an integer in [2, 200]")
         check_param("min_cluster_size", self.min_cluster_size,
-                    self.min_cluster_size is None or (_is_int(self.min_cluster_size) and self.min_cluster_size >= 2),
+                    self.min_cluster_size is None or (is_int(self.min_cluster_size) and self.min_cluster_size >= 2),
                     "an integer >= 2")
         check_param("min_samples", self.min_samples,
-                    self.min_samples is None or (_is_int(self.min_samples) and self.min_samples >= 1), "an integer >= 1")
-        check_param("local_k", self.local_k, _is_int(self.local_k) and 2 <= self.local_k <= 200,
+                    self.min_samples is None or (is_int(self.min_samples) and self.min_samples >= 1), "an integer >= 1")
+        check_param("local_k", self.local_k, is_int(self.local_k) and 2 <= self.local_k <= 200,
                     "an integer in [2, 200]")
         check_param("alpha", self.alpha, isinstance(self.alpha, (int, float)) and 0 < self.alpha < 1, "a number in (0, 1)")
         check_param("assign_noise", self.assign_noise,
@@ -154,10 +154,10 @@ class FailureClustering:
                     "a number in [0, 1], or None to keep noise unassigned")
         check_param("group_purity", self.group_purity, isinstance(self.group_purity, (int, float))
                     and not isinstance(self.group_purity, bool) and 0 <= self.group_purity <= 1, "a number in [0, 1]")
-        check_param("min_failures", self.min_failures, _is_int(self.min_failures) and self.min_failures >= 2,
+        check_param("min_failures", self.min_failures, is_int(self.min_failures) and self.min_failures >= 2,
                     "an integer >= 2")
-        check_param("max_fit", self.max_fit, _is_int(self.max_fit) and self.max_fit >= 100, "an integer >= 100")
-        check_param("seed", self.seed, _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
+        check_param("max_fit", self.max_fit, is_int(self.max_fit) and self.max_fit >= 100, "an integer >= 100")
+        check_param("seed", self.seed, is_int(self.seed) and self.seed >= 0, "an integer >= 0")
 
     def fit(self, vectors: np.ndarray, failed: np.ndarray | None = None, frame=None,
             groups: np.ndarray | None = None) -> "FailureClustering":
@@ -354,8 +354,6 @@ class FailureClustering:
             coordinates=coords, method=method, note=note, params=params, cluster_tier=ct, cluster_group=cg)
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def cluster_failures(vectors: np.ndarray, failed: np.ndarray | None = None, frame=None, groups=None,

@@ -259,7 +259,7 @@ def findings(report: dict) -> list[Finding]:
             "length_shift", "warning", (),
             f"eval texts are {longer} than training texts: {lengths['eval']['mean']:.0f} words on average vs "
             f"{lengths['train']['mean']:.0f} (KS p={lengths['ks_p_value']:.2g})",
-            "Check the error rate by length (metrics per_slice text_length) and, for longer texts, how many were "
+            "Check the error rate by length (metrics by_metadata text_length) and, for longer texts, how many were "
             "truncated at --max-length."))
     vocab = report["vocabulary"]
     if vocab["oov_token_rate"] >= OOV_NOTABLE:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from erroranalysis import files
 from erroranalysis.errors import ModelError
 from erroranalysis.validation import check_param
 
@@ -92,21 +93,9 @@ def gguf_sha256(file: Path) -> str:
         value = memo.read_text().strip()
         if len(value) == 64:
             return value
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    value = digest.hexdigest()
-    _write_text_atomic(memo, value + "\n")
+    value = files.hash_files([file])["sha256"]
+    files.write_text(memo, value + "\n")
     return value
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def converted_folder(file: Path, sha256: str | None = None) -> Path:

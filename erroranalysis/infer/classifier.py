@@ -8,7 +8,6 @@ not the eval set, and yields results in the eval set's order.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from erroranalysis.errors import ModelError
+from erroranalysis.files import hash_files
 from erroranalysis.validation import check_param
 
 PRECISIONS = ("fp32", "bf16")
@@ -146,12 +146,7 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
 
 def weights_sha256(files: list[Path]) -> str:
     """One hash over a checkpoint's weight files, in order: which weights a run used."""
-    digest = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    return hash_files(files)["sha256"]
 
 
 def tokenize(tokenizer, texts: list[str], max_length: int) -> tuple[list[list[int]], np.ndarray]:

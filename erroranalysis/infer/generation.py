@@ -26,13 +26,13 @@ import numpy as np
 
 from erroranalysis.errors import DataError, ModelError
 from erroranalysis.infer.causal_lm import PRECISIONS, CausalLM
-from erroranalysis.validation import check_param
+from erroranalysis.validation import Params, check_choice, check_int, check_number, check_param, is_int
 
 LOSS_CHUNK = 128  # reference tokens teacher-forced per forward pass (bounds the logits held at once)
 
 
-@dataclass
-class GenerationOptions:
+@dataclass(frozen=True)
+class GenerationOptions(Params):
     """How to generate (the CLI's --max-new-tokens, --sample, --temperature, --stop, ... options)."""
 
     max_new_tokens: int = 64
@@ -48,34 +48,35 @@ class GenerationOptions:
     precision: str = "auto"  # auto: bf16 on CUDA, fp32 elsewhere
     device: str = "auto"
     trust_remote_code: bool = False
-    # What generation_pipeline.run_generation checks (generate() itself ignores these):
-    checks: tuple[str, ...] | None = None  # None: chosen from the eval set's columns (checkers.default_checks)
+    # What the generate stage checks (generate() itself ignores these):
+    output_checks: tuple[str, ...] | None = None  # None: chosen from the eval set's columns (default_checks)
     labels: tuple[str, ...] = ()  # allowed labels besides the gold ones in the eval set
     regex: str | None = None  # a pattern for rows without a `regex` cell
     reference_column: str = "reference"
     messages_column: str = "messages"
 
-    def validate(self) -> "GenerationOptions":
-        check_param("max_new_tokens", self.max_new_tokens, _is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
-                    "an integer >= 1")
-        check_param("temperature", self.temperature, _is_number(self.temperature) and self.temperature > 0,
-                    "a number > 0")
-        check_param("top_k", self.top_k, _is_int(self.top_k) and self.top_k >= 0, "an integer >= 0 (0 turns it off)")
-        check_param("top_p", self.top_p, _is_number(self.top_p) and 0 < self.top_p <= 1, "a number in (0, 1]")
-        check_param("seed", self.seed, _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
-        check_param("batch_size", self.batch_size, _is_int(self.batch_size) and self.batch_size >= 1,
-                    "an integer >= 1")
+    def __post_init__(self) -> None:
+        for name in ("stop", "labels"):  # one string is one entry
+            value = getattr(self, name)
+            if isinstance(value, str) or value is None:
+                object.__setattr__(self, name, (value,) if value else ())
+        super().__post_init__()
+
+    def validate(self) -> None:
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_number("temperature", self.temperature, 0, low_open=True)
+        check_param("top_k", self.top_k, is_int(self.top_k) and self.top_k >= 0, "an integer >= 0 (0 turns it off)")
+        check_number("top_p", self.top_p, 0, 1, low_open=True)
+        check_int("seed", self.seed, 0)
+        check_int("batch_size", self.batch_size, 1)
         check_param("max_prompt_tokens", self.max_prompt_tokens,
-                    self.max_prompt_tokens is None or (_is_int(self.max_prompt_tokens) and self.max_prompt_tokens >= 1),
+                    self.max_prompt_tokens is None or (is_int(self.max_prompt_tokens) and self.max_prompt_tokens >= 1),
                     "an integer >= 1, or None for the model's context minus max_new_tokens")
-        check_param("precision", self.precision, self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
-        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
-        check_param("stop", self.stop, all(isinstance(s, str) and s for s in stops), "non-empty strings")
-        self.stop = stops
-        labels = (self.labels,) if isinstance(self.labels, str) else tuple(self.labels or ())
-        check_param("labels", self.labels, all(isinstance(s, str) and s.strip() for s in labels), "non-empty strings")
-        self.labels = labels
-        return self
+        check_choice("precision", self.precision, PRECISIONS)
+        check_param("stop", self.stop, isinstance(self.stop, tuple) and all(isinstance(s, str) and s for s in self.stop),
+                    "non-empty strings")
+        check_param("labels", self.labels, isinstance(self.labels, tuple) and
+                    all(isinstance(s, str) and s.strip() for s in self.labels), "non-empty strings")
 
     def describe(self) -> dict:
         """The parameters that decide the outputs, for the manifest."""
@@ -85,14 +86,6 @@ class GenerationOptions:
                 "seed": self.seed, "stop": list(self.stop), "batch_size": self.batch_size,
                 "max_prompt_tokens": self.max_prompt_tokens, "chat_template": self.chat_template,
                 "regex": self.regex, "extra_labels": list(self.labels)}
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and np.isfinite(value)
 
 
 def parse_messages(value) -> list[dict]:

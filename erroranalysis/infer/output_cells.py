@@ -25,7 +25,7 @@ def check_names(names: Iterable[str] | str | None) -> list[str] | None:
     try:
         parsed = parse_check_names(names if isinstance(names, str) else list(names))
     except ValueError:
-        raise ParameterError("checks", names, "check names from: " + ", ".join(CHECKERS)) from None
+        raise ParameterError("output_checks", names, "check names from: " + ", ".join(CHECKERS)) from None
     return parsed or None
 
 

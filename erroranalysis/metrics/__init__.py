@@ -17,8 +17,8 @@ from erroranalysis.metrics.classification import (
     compute_metrics,
     confusion_counts,
     encode_labels,
+    group_metrics,
     scores_from_confusion,
-    slice_metrics,
     top_confusions,
     word_counts,
 )

@@ -1,6 +1,6 @@
 """Classification metrics as pure functions over arrays: the content of a run's `metrics.json`.
 
-Everything is derived from confusion counts, so per-class scores, slices and the bootstrap share one code path
+Everything is derived from confusion counts, so per-class scores, metrics by metadata and the bootstrap share one code path
 and stay fast on millions of rows. Scores follow scikit-learn with `zero_division=0`. See docs/run-directory.md.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.errors import DataError, preview
-from erroranalysis.validation import check_param
+from erroranalysis.validation import check_param, is_int
 
 CI_LEVEL = 0.95
 TOP_CONFUSIONS = 10
@@ -24,14 +24,14 @@ MISSING = "(missing)"
 
 def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.DataFrame | None = None,
                     texts=None, *, n_bins: int = 15, n_resamples: int = 1000, seed: int = 0,
-                    max_slice_values: int = 20) -> dict:
+                    max_metadata_values: int = 20) -> dict:
     """Every metric of `metrics.json` for gold labels `y_true` and predictions `y_pred`.
 
     `labels` fixes the class order (confusion rows = true, columns = predicted); `probs` is float
-    [n, n_classes] in that order; `metadata` holds one column per slice; `texts` gives the `text_length` slice.
+    [n, n_classes] in that order; `metadata` holds one column for metrics by its values; `texts` gives `text_length`.
     """
     labels = _check_labels(labels)
-    _check_options(n_bins, n_resamples, seed, max_slice_values)
+    _check_options(n_bins, n_resamples, seed, max_metadata_values)
     t = encode_labels(y_true, labels, "y_true")
     p = encode_labels(y_pred, labels, "y_pred")
     _check_lengths(len(t), y_pred=len(p), probs=None if probs is None else len(probs),
@@ -51,7 +51,7 @@ def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.D
         result["calibration"] = calibration(t, probs, n_bins)
         result["overall"]["ece"] = result["calibration"]["ece"]
         result["overall"]["brier"] = result["calibration"]["brier"]
-    result["per_slice"] = _all_slices(t, p, k, metadata, texts, max_slice_values)
+    result["by_metadata"] = _by_metadata(t, p, k, metadata, texts, max_metadata_values)
     result["bootstrap"] = {"n_resamples": n_resamples, "seed": seed, "level": CI_LEVEL}
     return result
 
@@ -66,16 +66,14 @@ def _check_labels(labels) -> list[str]:
     return names
 
 
-def _check_options(n_bins, n_resamples, seed, max_slice_values) -> None:
-    check_param("n_bins", n_bins, _is_int(n_bins) and n_bins >= 1, "an integer >= 1")
-    check_param("n_resamples", n_resamples, _is_int(n_resamples) and n_resamples >= 0, "an integer >= 0")
-    check_param("seed", seed, _is_int(seed) and seed >= 0, "an integer >= 0")
-    check_param("max_slice_values", max_slice_values, _is_int(max_slice_values) and max_slice_values >= 1,
+def _check_options(n_bins, n_resamples, seed, max_metadata_values) -> None:
+    check_param("n_bins", n_bins, is_int(n_bins) and n_bins >= 1, "an integer >= 1")
+    check_param("n_resamples", n_resamples, is_int(n_resamples) and n_resamples >= 0, "an integer >= 0")
+    check_param("seed", seed, is_int(seed) and seed >= 0, "an integer >= 0")
+    check_param("max_metadata_values", max_metadata_values, is_int(max_metadata_values) and max_metadata_values >= 1,
                 "an integer >= 1")
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _check_lengths(n: int, **others: int | None) -> None:
@@ -187,7 +185,7 @@ def bootstrap_intervals(cm: np.ndarray, n_resamples: int = 1000, seed: int = 0,
     Resampling n rows with replacement puts a multinomial number of rows in each confusion cell, so drawing
     the cell counts directly gives the same distribution at a cost independent of n.
     """
-    check_param("n_resamples", n_resamples, _is_int(n_resamples) and n_resamples >= 1, "an integer >= 1")
+    check_param("n_resamples", n_resamples, is_int(n_resamples) and n_resamples >= 1, "an integer >= 1")
     k, n = cm.shape[0], int(cm.sum())
     cells = np.flatnonzero(cm)  # an empty cell stays empty in every resample
     rng = np.random.default_rng(seed)
@@ -231,23 +229,23 @@ def brier_score(t: np.ndarray, probs: np.ndarray) -> float:
     return float(np.mean(squares - 2 * p_true + 1))
 
 
-def _all_slices(t, p, k, metadata, texts, max_values) -> dict:
+def _by_metadata(t, p, k, metadata, texts, max_values) -> dict:
     out = {}
     if metadata is not None:
         for column in metadata.columns:
             key = f"meta_{column}" if str(column) == "text_length" and texts is not None else str(column)
             codes, names = bucket_values(metadata[column], max_values)
-            out[key] = slice_metrics(t, p, k, codes, names)
+            out[key] = group_metrics(t, p, k, codes, names)
     if texts is not None:
         codes, names = bucket_values(word_counts(texts), max_values, numeric=True)
-        out["text_length"] = slice_metrics(t, p, k, codes, names)
+        out["text_length"] = group_metrics(t, p, k, codes, names)
     return out
 
 
-def slice_metrics(t: np.ndarray, p: np.ndarray, k: int, codes: np.ndarray, names: Sequence[str]) -> list[dict]:
-    """n, accuracy, error rate and macro F1 per slice, from one bincount over (slice, true, predicted).
-
-    Macro F1 averages the classes that occur in the slice (as gold or prediction), like sklearn's default.
+def group_metrics(t: np.ndarray, p: np.ndarray, k: int, codes: np.ndarray, names: Sequence[str]) -> list[dict]:
+    """n, accuracy, error rate and macro F1 per value of a column (`codes` index `names`), from one bincount over
+    (value, true, predicted). Macro F1 averages the classes that occur in the group (as gold or prediction),
+    like sklearn's default.
     """
     m = len(names)
     cms = np.bincount((codes * k + t) * k + p, minlength=m * k * k).reshape(m, k, k)
@@ -259,7 +257,7 @@ def slice_metrics(t: np.ndarray, p: np.ndarray, k: int, codes: np.ndarray, names
         if n == 0:
             continue
         accuracy = float(np.trace(cms[i])) / n
-        out.append({"slice": name, "n": n, "accuracy": accuracy, "error_rate": 1 - accuracy,
+        out.append({"value": name, "n": n, "accuracy": accuracy, "error_rate": 1 - accuracy,
                     "macro_f1": float(s["f1"][i][present[i]].mean())})
     return out
 

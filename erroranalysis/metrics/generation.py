@@ -23,7 +23,7 @@ def low_loss_failures(reference_loss: np.ndarray, passed: np.ndarray) -> np.ndar
 
 
 def generation_metrics(preds, labels: list[str]) -> dict:
-    """The "checks" section of metrics.json: pass rates overall, per checker, per label and per stop reason,
+    """The "output_checks" section of metrics.json: pass rates overall, per checker, per label and per stop reason,
     the commonest failure reasons, and loss beside behaviour."""
     import pandas as pd
 
@@ -95,7 +95,7 @@ def _ratio(num, den):
 
 def adjust_metrics(result: dict, preds, labels: list[str]) -> dict:
     """metrics.json for a generation run: macro averages over the real classes only (not "unparseable", a
-    predicted-only column of the confusion matrix), plus the "checks" section. `overall.n_failures` counts the
+    predicted-only column of the confusion matrix), plus the "output_checks" section. `overall.n_failures` counts the
     examples that failed a check (`correct` false: what is clustered, labeled and exported, as in every run);
     `overall.n_label_errors` counts label != pred, the complement of `accuracy`."""
     gold_labels = [label for label in labels if label != UNPARSEABLE]
@@ -105,7 +105,7 @@ def adjust_metrics(result: dict, preds, labels: list[str]) -> dict:
         for name in ("precision", "recall", "f1"):
             overall[f"macro_{name}"] = float(np.mean([c[name] for c in rows])) if rows else None
         overall["macro_excludes"] = [UNPARSEABLE]
-    result["checks"] = generation_metrics(preds, gold_labels)
+    result["output_checks"] = generation_metrics(preds, gold_labels)
     overall["n_label_errors"] = overall.get("n_failures")
-    overall["n_failures"] = result["checks"]["n_failed"]
+    overall["n_failures"] = result["output_checks"]["n_failed"]
     return result

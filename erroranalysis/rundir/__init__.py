@@ -1,14 +1,24 @@
 """The run directory: the contract between stages, the CLI, the UI and users' own scripts.
 
-See docs/run-directory.md for the format.
+    with create_run("runs/x", task="classification", labels=[...]) as run:   # --overwrite builds beside, swaps
+        with run.stage("metrics", params) as staging:
+            staging.write_json(METRICS, result)                             # committed with the stage
+    readers.read_metrics(Run.open("runs/x"))                                # refused unless 'metrics' is done
+
+See docs/run-directory.md for the format, the stage states and the commit protocol.
 """
 
 from __future__ import annotations
 
+from erroranalysis.rundir import readers
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
+    CHECKS,
+    CHECKS_JSON,
     CLUSTERS,
     CORE_COLUMNS,
+    DOCTOR_JSON,
+    DOCTOR_MD,
     EMBEDDINGS,
     EMBEDDINGS_META,
     HIDDEN,
@@ -18,6 +28,8 @@ from erroranalysis.rundir.artifacts import (
     PROBS,
     SLICE_MEMBERS,
     SLICES,
+    STAGE_ARTIFACTS,
+    SUGGESTIONS,
+    TRAINER_STATE,
 )
-from erroranalysis.rundir.atomic import atomic_files, atomic_write, write_json, write_npy, write_parquet
-from erroranalysis.rundir.run import SCHEMA_VERSION, Run, now_iso, package_versions
+from erroranalysis.rundir.run import SCHEMA_VERSION, Run, check_out, create_run, now_iso, package_versions

@@ -1,20 +1,72 @@
-"""The names of a run directory's files, and the columns predictions always have.
+"""The names of a run directory's files, which stage writes each, and the command that (re)runs a stage.
+
+One table, so the commit protocol, the readers' messages and the docs agree on who owns what.
 """
 
 from __future__ import annotations
 
 MANIFEST = "manifest.json"
+LOCK = ".lock"
+STAGING = ".staging"
+
 PREDICTIONS = "predictions.parquet"
 PROBS = "probs.npy"
 HIDDEN = "hidden_states.npy"
+TRAINER_STATE = "trainer_state.json"
 METRICS = "metrics.json"
+CHECKS = "checks.parquet"
+CHECKS_JSON = "checks.json"
+SLICES = "slices.parquet"
+SLICE_MEMBERS = "slice_members.parquet"
 EMBEDDINGS = "embeddings.npy"
 EMBEDDINGS_META = "embeddings.json"
 CLUSTERS = "clusters.parquet"
 ASSIGNMENTS = "assignments.parquet"
-SLICES = "slices.parquet"
-SLICE_MEMBERS = "slice_members.parquet"
+SUGGESTIONS = "taxonomy_suggestions.parquet"
+DOCTOR_MD = "doctor.md"
+DOCTOR_JSON = "doctor.json"
+
+from erroranalysis.data import CORE_COLUMNS  # noqa: E402,F401  (predictions.parquet's columns, defined by data)
+
+# stage -> the artifacts it owns. A stage's artifacts are committed together; one it owns but did not write this
+# time is removed at the commit, so no file outlives the stage run that made it.
+STAGE_ARTIFACTS = {
+    "infer": (PREDICTIONS, PROBS, HIDDEN, TRAINER_STATE),
+    "load_predictions": (PREDICTIONS, PROBS),
+    "metrics": (METRICS,),
+    "checks": (CHECKS, CHECKS_JSON),
+    "slices": (SLICES, SLICE_MEMBERS),
+    "cluster": (EMBEDDINGS, EMBEDDINGS_META, CLUSTERS, ASSIGNMENTS),
+    "cluster_names": (CLUSTERS,),
+    "apply_taxonomy": (SUGGESTIONS,),
+    "doctor": (DOCTOR_MD, DOCTOR_JSON),
+}
+
+# The stages that create a run's predictions; every other stage reads them.
+SOURCE_STAGES = ("infer", "load_predictions")
+
+# stage -> the stages whose artifacts it reads ("source" = whichever of SOURCE_STAGES made the run)
+INPUTS = {
+    "metrics": ("source",),
+    "checks": ("source",),
+    "slices": ("source",),
+    "cluster": ("source",),
+    "cluster_names": ("source", "cluster"),
+    "apply_taxonomy": ("source",),
+    "doctor": ("source", "metrics"),
+}
+
+# stage -> the command that runs it again over the run ({run}); the source stages re-run the run's own command
+COMMANDS = {
+    "metrics": "erroranalysis metrics {run}",
+    "checks": "erroranalysis checks {run}",
+    "slices": "erroranalysis slices {run}",
+    "cluster": "erroranalysis cluster {run}",
+    "cluster_names": "erroranalysis cluster {run} --names-only",
+    "apply_taxonomy": "erroranalysis apply-taxonomy TAXONOMY.json {run}",
+}
 
 
-# Columns predictions.parquet always has; any other column is eval-set metadata.
-CORE_COLUMNS = ("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated")
+def owner(name: str) -> tuple[str, ...]:
+    """The stages that may write artifact `name`."""
+    return tuple(stage for stage, names in STAGE_ARTIFACTS.items() if name in names)

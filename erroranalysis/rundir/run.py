@@ -1,28 +1,36 @@
 """The run directory: the contract between stages, the CLI, the UI and users' own scripts.
 
-Every artifact is written atomically (temporary file, then `os.replace`), so a reader never sees half a file.
-The manifest records each stage's status; a stage that raised is recorded as failed, never left looking done.
-See docs/run-directory.md for the format.
+`manifest.json` is the single commit point. Each stage is recorded there as `running` (with its pid and host),
+`committing`, `done`, `failed` or `interrupted`; a `running` or `committing` stage whose process is gone (nobody
+holds the run's lock) reads as `interrupted`, with the command that resumes it. Artifacts are committed with their
+stage (`rundir.commit`), and readers use an artifact only when the stage that wrote it is `done`
+(`rundir.readers`). See docs/run-directory.md.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
+import shlex
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
-
-from erroranalysis import __version__
+from erroranalysis import __version__, files
 from erroranalysis.errors import RunError
-from erroranalysis.rundir.artifacts import HIDDEN, MANIFEST, METRICS, PREDICTIONS, PROBS
-from erroranalysis.rundir.atomic import write_json
+from erroranalysis.rundir import commit, swap
+from erroranalysis.rundir.artifacts import COMMANDS, INPUTS, MANIFEST, SOURCE_STAGES
+from erroranalysis.rundir.lock import RunLock, host, writer_alive
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+LIVE = ("running", "committing")
+
+# The command line of this process, recorded in the manifest of a run it creates (so "resume" can repeat it).
+COMMAND: list[str] | None = None
 
 
 def now_iso() -> str:
@@ -30,36 +38,10 @@ def now_iso() -> str:
 
 
 class Run:
-    """A run directory. `Run.create` starts one, `Run.open` reads an existing one."""
+    """A run directory. `create_run` starts one; `Run.open` opens an existing one."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-
-    # -- creation and opening -------------------------------------------------------------------------------
-
-    @classmethod
-    def create(cls, path: str | Path, *, overwrite: bool = False, **manifest: Any) -> "Run":
-        path = Path(path)
-        if path.exists() and not path.is_dir():
-            raise RunError(f"{path}: exists and is not a directory; choose another --out.")
-        if path.is_dir() and any(path.iterdir()):
-            if not (path / MANIFEST).exists():
-                raise RunError(f"{path}: directory is not empty and is not a run; choose another --out.")
-            if not overwrite:
-                raise RunError(f"{path}: a run already exists here; pass --overwrite to replace it.")
-            shutil.rmtree(path)
-        path.mkdir(parents=True, exist_ok=True)
-        run = cls(path)
-        base = {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "erroranalysis", "version": __version__},
-            "created": now_iso(),
-            "stages": {},
-            "versions": package_versions(),
-        }
-        base.update(manifest)
-        write_json(path / MANIFEST, base)
-        return run
 
     @classmethod
     def open(cls, path: str | Path) -> "Run":
@@ -79,18 +61,42 @@ class Run:
         file = self.path / MANIFEST
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RunError(f"{file}: unreadable manifest ({exc}); re-create the run.") from None
+        except (OSError, ValueError) as exc:
+            raise RunError(f"{file}: unreadable manifest ({str(exc).splitlines()[0]}); re-create the run.") from None
+        if not isinstance(data, dict):
+            raise RunError(f"{file}: not a run manifest (a JSON object); re-create the run.")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise RunError(f"{file}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}).")
+            if isinstance(version, int) and version < SCHEMA_VERSION:
+                raise RunError(f"{file}: schema_version {version} is from an older erroranalysis; upgrade the run "
+                               f"with 'erroranalysis migrate {self.path}'.")
+            raise RunError(f"{file}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}); "
+                           "use the erroranalysis version that made it.")
         return data
 
     def update_manifest(self, **fields: Any) -> dict:
-        data = self.manifest
-        data.update(fields)
-        write_json(self.path / MANIFEST, data)
+        with self.lock():
+            data = self.manifest
+            data.update(fields)
+            self._write(data)
         return data
+
+    def _write(self, data: dict) -> None:
+        files.write_json(self.path / MANIFEST, data)
+
+    def lock(self) -> RunLock:
+        return RunLock(self.path, self._busy)
+
+    def _busy(self) -> str:
+        try:
+            stages = self.manifest.get("stages", {})
+        except RunError:
+            return "another process is writing it"
+        live = [(n, s) for n, s in stages.items() if s.get("status") in LIVE]
+        if not live:
+            return "another process is writing it"
+        name, s = live[-1]
+        return f"stage {name!r} is running (pid {s.get('pid')} on {s.get('host')}, since {s.get('started')})"
 
     @property
     def name(self) -> str:
@@ -104,42 +110,134 @@ class Run:
     def task(self) -> str:
         return self.manifest.get("task", "classification")
 
-    # -- stages ---------------------------------------------------------------------------------------------
+    # -- stage states ---------------------------------------------------------------------------------------
+
+    def state(self, name: str, manifest: dict | None = None) -> dict | None:
+        """The stage's manifest entry with its effective `status` (`interrupted` for a live status whose process
+        is gone), or None when it never ran."""
+        entry = (manifest or self.manifest).get("stages", {}).get(name)
+        if entry is None:
+            return None
+        entry = dict(entry)
+        if entry.get("status") in LIVE and not writer_alive(self.path):
+            entry["recorded_status"], entry["status"] = entry["status"], "interrupted"
+        return entry
 
     def stage_status(self, name: str) -> str | None:
-        return self.manifest.get("stages", {}).get(name, {}).get("status")
+        entry = self.state(name)
+        return entry.get("status") if entry else None
 
-    def require(self, name: str, hint: str = "") -> None:
-        status = self.stage_status(name)
-        if status != "done":
-            state = "was not run" if status is None else f"is {status}"
-            raise RunError(f"{self.path}: stage {name!r} {state}{'; ' + hint if hint else ''}.")
+    def source_stage(self, manifest: dict | None = None) -> str:
+        """The stage that made the run's predictions (infer or load_predictions)."""
+        stages = (manifest or self.manifest).get("stages", {})
+        return next((s for s in SOURCE_STAGES if s in stages), SOURCE_STAGES[0])
+
+    def resume_command(self, name: str) -> str:
+        if name in COMMANDS:
+            return COMMANDS[name].format(run=shlex.quote(str(self.path)))
+        command = self.manifest.get("command")
+        if command:
+            return command if "--overwrite" in command else f"{command} --overwrite"
+        return "re-create the run with 'erroranalysis run' or 'analyze' (--overwrite)"
+
+    def explain(self, name: str, manifest: dict | None = None) -> str | None:
+        """Why stage `name`'s outputs cannot be used, naming the stage to run; None when it is done."""
+        manifest = manifest or self.manifest
+        for needed in INPUTS.get(name, ()):
+            upstream = self.source_stage(manifest) if needed == "source" else needed
+            reason = self.explain(upstream, manifest)
+            if reason:
+                return reason
+        entry = self.state(name, manifest)
+        status = entry.get("status") if entry else None
+        if status == "done":
+            return None
+        command = self.resume_command(name)
+        if status is None:
+            return f"stage {name!r} was not run; run: {command}"
+        if status in LIVE:
+            return (f"stage {name!r} is running (pid {entry.get('pid')} on {entry.get('host')}, since "
+                    f"{entry.get('started')}); wait for it to finish")
+        if status == "interrupted" and entry.get("recorded_status") == "committing":
+            return (f"stage {name!r} was stopped while saving its files (pid {entry.get('pid')} on "
+                    f"{entry.get('host')}); any command that writes this run finishes saving them, e.g.: {command}")
+        if status == "interrupted":
+            return (f"stage {name!r} was interrupted (pid {entry.get('pid')} on {entry.get('host')}, started "
+                    f"{entry.get('started')}); resume with: {command}")
+        return f"stage {name!r} failed ({entry.get('error')}); fix that and run: {command}"
+
+    def notice(self, name: str) -> str | None:
+        """When stage `name` has committed outputs but its latest attempt is not done: what happened, for a warning
+        beside the (older) outputs shown; None otherwise."""
+        manifest = self.manifest
+        entry = self.state(name, manifest)
+        committed = any(a.get("stage") == name for a in manifest.get("artifacts", {}).values())
+        if not entry or entry.get("status") == "done" or not committed:
+            return None
+        return f"showing the last completed {name!r} outputs: {self.explain(name, manifest)}"
+
+    def require(self, name: str) -> None:
+        reason = self.explain(name)
+        if reason:
+            raise RunError(f"{self.path}: {reason}")
+
+    # -- running a stage ------------------------------------------------------------------------------------
 
     @contextmanager
-    def stage(self, name: str, params: dict | None = None) -> Iterator[dict]:
-        """Record a stage: running, then done with its seconds, or failed with the error.
+    def stage(self, name: str, params: dict | None = None) -> Iterator[commit.Staging]:
+        """Run stage `name`: record it running, yield its staging area, commit its artifacts with it.
 
-        Yields a dict the stage may fill with extra facts to keep in its manifest entry.
-        """
-        extra: dict = {}
-        self._set_stage(name, {"status": "running", "params": params or {}, "started": now_iso()})
-        start = time.perf_counter()
-        try:
-            yield extra
-        except BaseException as exc:
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self._set_stage(name, {"status": "failed", "error": message,
-                                   "seconds": round(time.perf_counter() - start, 3)})
-            raise
-        self._set_stage(name, {"status": "done", "seconds": round(time.perf_counter() - start, 3),
-                               "finished": now_iso(), **extra})
+        An exception marks it failed (KeyboardInterrupt and SIGTERM: interrupted) and leaves the previous
+        artifacts as they were."""
+        with self.lock():
+            self.recover()
+            commit.sweep(self.path, name)
+            start = time.perf_counter()
+            self._set(name, {"status": "running", "params": params or {}, "started": now_iso(),
+                             "pid": os.getpid(), "host": host()}, replace=True)
+            staging = commit.Staging(self.path, name)
+            try:
+                yield staging
+                plan = staging.plan()
+            except BaseException as exc:
+                staging.discard()
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self._set(name, {"status": status, "error": text, "seconds": round(time.perf_counter() - start, 3),
+                                 "finished": now_iso()})
+                raise
+            done = {"status": "done", "params": params or {}, "seconds": round(time.perf_counter() - start, 3),
+                    "finished": now_iso(), **staging.facts}
+            self._commit(name, {**plan, "done": done})
 
-    def _set_stage(self, name: str, fields: dict) -> None:
+    def _commit(self, name: str, plan: dict) -> None:
+        self._set(name, {"status": "committing", "commit": plan})
+        commit.apply(self.path, plan)
         data = self.manifest
-        entry = data.setdefault("stages", {}).setdefault(name, {})
+        artifacts = data.setdefault("artifacts", {})
+        for artifact in plan["remove"]:
+            artifacts.pop(artifact, None)
+        for artifact in plan["write"]:
+            artifacts[artifact] = {"stage": name, **plan["digests"][artifact], "written": plan["done"]["finished"]}
+        data["stages"][name] = plan["done"]
+        self._write(data)
+        commit.finish(self.path, plan)
+
+    def recover(self) -> None:
+        """Roll forward a commit a killed process left half done (call with the lock held)."""
+        for name, entry in self.manifest.get("stages", {}).items():
+            if entry.get("status") == "committing" and "commit" in entry:
+                self._commit(name, entry["commit"])
+
+    def _set(self, name: str, fields: dict, replace: bool = False) -> None:
+        data = self.manifest
+        stages = data.setdefault("stages", {})
+        entry = {} if replace else stages.get(name, {})
         entry.pop("error", None)
+        entry.pop("commit", None)
         entry.update(fields)
-        write_json(self.path / MANIFEST, data)
+        stages[name] = entry
+        self._write(data)
 
     # -- artifacts ------------------------------------------------------------------------------------------
 
@@ -147,53 +245,93 @@ class Run:
         return self.path / name
 
     def has(self, name: str) -> bool:
-        return (self.path / name).is_file()
+        """Whether artifact `name` is committed and the stage that wrote it is done."""
+        from erroranalysis.rundir.readers import usable
 
+        return usable(self, name)
+
+    # the typed readers, as methods for convenience (one implementation: rundir.readers)
     def predictions(self, columns: list[str] | None = None):
-        import pandas as pd
+        from erroranalysis.rundir import readers
 
-        file = self._existing(PREDICTIONS, "infer")
-        try:
-            return pd.read_parquet(file, columns=columns)
-        except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise RunError(f"{file}: unreadable ({str(exc).splitlines()[0]}); re-run the stage that writes it.") from None
+        return readers.read_predictions(self, columns=columns)
 
-    def probs(self) -> np.ndarray | None:
-        if not self.has(PROBS):
-            return None
-        return self._load_npy(PROBS)
+    def probs(self):
+        from erroranalysis.rundir import readers
 
-    def hidden_states(self) -> np.ndarray | None:
-        return self._load_npy(HIDDEN) if self.has(HIDDEN) else None
+        return readers.read_probs(self)
+
+    def hidden_states(self):
+        from erroranalysis.rundir import readers
+
+        return readers.read_hidden(self)
 
     def metrics(self) -> dict:
-        file = self._existing(METRICS, "metrics")
+        from erroranalysis.rundir import readers
+
+        return readers.read_metrics(self)
+
+
+@contextmanager
+def create_run(path: str | Path, *, overwrite: bool = False, **manifest: Any) -> Iterator[Run]:
+    """Create a run and hold it for writing while the block runs.
+
+    With `overwrite`, an existing run is replaced only when the block succeeds: the new one is built beside it and
+    the two trade places at the end, so a failed or killed overwrite leaves the old run intact."""
+    final = Path(path)
+    existing = check_out(final, overwrite)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    swap.remove_stale_builds(final, writer_alive)
+    if not existing:
+        final.mkdir(exist_ok=True)
+        run = Run(final)
+        with run.lock():
+            run._write(_new_manifest(manifest))
+            yield run
+        return
+    with Run(final).lock():  # nobody writes the old run while its replacement is built
+        build = swap.building_path(final)
+        build.mkdir()
+        run = Run(build)
         try:
-            return json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RunError(f"{file}: unreadable ({exc}); run 'erroranalysis metrics {self.path}'.") from None
+            with run.lock():
+                run._write(_new_manifest(manifest))
+                yield run
+                swap.exchange(build, final)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+        run.path = final
+        shutil.rmtree(build, ignore_errors=True)  # now the old run
 
-    def read_parquet(self, name: str, stage: str):
-        import pandas as pd
 
-        file = self._existing(name, stage)
-        try:
-            return pd.read_parquet(file)
-        except Exception as exc:
-            raise RunError(f"{file}: unreadable ({str(exc).splitlines()[0]}); re-run the {stage!r} stage.") from None
+def check_out(path: Path, overwrite: bool) -> bool:
+    """Whether a run may be created at `path` (RunError if not); True when it replaces an existing run. Commands
+    that do long work before creating their run call it first, so a clash fails at once."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunError(f"{path}: exists and is not a directory; choose another --out.")
+    existing = path.is_dir() and any(path.iterdir())
+    if existing and not (path / MANIFEST).exists():
+        raise RunError(f"{path}: directory is not empty and is not a run; choose another --out.")
+    if existing and not overwrite:
+        raise RunError(f"{path}: a run already exists here; pass --overwrite to replace it.")
+    return existing
 
-    def _load_npy(self, name: str) -> np.ndarray:
-        file = self.path / name
-        try:
-            return np.load(file, mmap_mode="r")
-        except (OSError, ValueError) as exc:
-            raise RunError(f"{file}: unreadable ({exc}); re-run the stage that writes it.") from None
 
-    def _existing(self, name: str, stage: str) -> Path:
-        file = self.path / name
-        if not file.is_file():
-            raise RunError(f"{self.path}: missing {name}; run the {stage!r} stage first.")
-        return file
+def _new_manifest(fields: dict) -> dict:
+    base = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "erroranalysis", "version": __version__},
+        "created": now_iso(),
+        "command": shlex.join(COMMAND) if COMMAND else None,
+        "stages": {},
+        "artifacts": {},
+        "versions": package_versions(),
+        "python": sys.version.split()[0],
+    }
+    base.update(fields)
+    return base
 
 
 def package_versions() -> dict[str, str]:

@@ -1,28 +1,31 @@
 """Stages: the only code that reads or writes a run directory.
 
-Each stage reads its inputs through `erroranalysis.rundir`'s readers, calls the pure cores (`metrics`, `cluster`,
-`slices`, `datachecks`, `labels`), and commits its artifacts with the manifest. The CLI and the app call the
-functions below; the modules behind them are internal.
+Each stage reads its inputs through `erroranalysis.rundir.readers`, calls the pure cores (`metrics`, `cluster`,
+`slices`, `datachecks`, `labels`), and commits its artifacts with the manifest. Each takes its parameters as one
+frozen dataclass (`ClusterParams`, `SliceParams`, `CheckParams`, ...), validated when it is built. The CLI and the
+app call the names below; the modules behind them are internal.
 """
 
 from __future__ import annotations
 
-from erroranalysis.stages.after import AfterOptions, after_predictions
-from erroranalysis.stages.checks import (
-    checks_run,
-    label_issue_share,
-    load_train,
-    read_checks,
-    read_checks_report,
-    read_train_file,
-)
-from erroranalysis.stages.cluster import cluster_run, name_run
-from erroranalysis.stages.compare import compare_runs, read_run
+from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.checks import CheckParams, checks_run, label_issue_share
+from erroranalysis.stages.cluster import ClusterParams, cluster_run, name_run
+from erroranalysis.stages.compare import compare_runs, read_run, write_report
 from erroranalysis.stages.doctor import run_doctor
-from erroranalysis.stages.export import build_taxonomy, example_table, export_taxonomy, open_store, render
+from erroranalysis.stages.export import (
+    attach_labels,
+    base_table,
+    build_taxonomy,
+    example_table,
+    export_taxonomy,
+    label_tables,
+    open_store,
+    render,
+)
 from erroranalysis.stages.generate import run_generation
-from erroranalysis.stages.infer import InferOptions, run_checkpoint
+from erroranalysis.stages.infer import InferParams, run_checkpoint
 from erroranalysis.stages.load_predictions import analyze_predictions
-from erroranalysis.stages.metrics import compute_run_metrics
-from erroranalysis.stages.slices import read_slices, slices_run
-from erroranalysis.stages.suggestions import apply_taxonomy, read_suggestions, review, suggest
+from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics
+from erroranalysis.stages.slices import SliceParams, slices_run
+from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest

@@ -1,37 +1,70 @@
-"""The stages every task shares once predictions exist, in the order each one's inputs need.
-"""
+"""The stages every task shares once predictions exist, in the order each one's inputs need."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from erroranalysis.rundir import Run
-from erroranalysis.stages.metrics import compute_run_metrics
+from erroranalysis.stages.checks import CheckParams
+from erroranalysis.stages.cluster import ClusterParams
+from erroranalysis.stages.metrics import MetricsParams
+from erroranalysis.stages.slices import SliceParams
+from erroranalysis.validation import Params, check_param
 
 
-@dataclass
-class AfterOptions:
-    """Which stages follow metrics, and their parameters."""
+@dataclass(frozen=True)
+class AfterParams(Params):
+    """Which stages follow the predictions, each with its parameters; None skips it (`--no-checks`, ...)."""
 
-    cluster: bool = True
-    cluster_params: dict = field(default_factory=dict)
-    slices: bool = True
-    checks: bool = True
-    checks_params: dict = field(default_factory=dict)
-    seed: int = 0
+    metrics: MetricsParams = MetricsParams()
+    checks: CheckParams | None = CheckParams()
+    slices: SliceParams | None = SliceParams()
+    cluster: ClusterParams | None = ClusterParams()
+
+    def validate(self) -> None:
+        for name, kind in (("metrics", MetricsParams), ("checks", CheckParams), ("slices", SliceParams),
+                           ("cluster", ClusterParams)):
+            value = getattr(self, name)
+            check_param(name, value, isinstance(value, kind) or (value is None and name != "metrics"),
+                        f"a {kind.__name__}" + (" or None" if name != "metrics" else ""))
+
+    @property
+    def seed(self) -> int:
+        return self.metrics.seed
+
+    @classmethod
+    def with_seed(cls, seed: int, *, checks: bool = True, slices: bool = True, cluster: bool = True,
+                  check_params: dict | None = None, cluster_params: dict | None = None) -> "AfterParams":
+        """Every stage with the same seed; the booleans skip stages, the dicts override their defaults."""
+        return cls(metrics=MetricsParams(seed=seed),
+                   checks=CheckParams.of(seed=seed, **(check_params or {})) if checks else None,
+                   slices=SliceParams() if slices else None,
+                   cluster=ClusterParams.of(seed=seed, **(cluster_params or {})) if cluster else None)
 
 
-def after_predictions(run: Run, after: AfterOptions) -> None:
-    """The stages every task shares once predictions.parquet exists, in the order each one's inputs need:
-    metrics, data checks (label issues, duplicates), slices, then clusters (which read checks and slices)."""
+def AfterOptions(cluster: bool = True, cluster_params: dict | None = None, slices: bool = True, checks: bool = True,
+                 checks_params: dict | None = None, seed: int = 0) -> AfterParams:
+    """The 0.1 spelling of `AfterParams.with_seed` (booleans and dicts); kept for one release."""
+    import warnings
+
+    warnings.warn("AfterOptions is deprecated; use AfterParams (or AfterParams.with_seed).", DeprecationWarning,
+                  stacklevel=2)
+    return AfterParams.with_seed(seed, checks=checks, slices=slices, cluster=cluster, check_params=checks_params,
+                                 cluster_params=cluster_params)
+
+
+def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=None) -> None:
+    """Metrics, data checks (label issues, duplicates), slices, then clusters (which read checks and slices).
+    `embedder` (an object with `key` and `embed(frame)`) replaces the cluster stage's default one."""
     from erroranalysis.stages.checks import checks_run
     from erroranalysis.stages.cluster import cluster_run
+    from erroranalysis.stages.metrics import compute_run_metrics
     from erroranalysis.stages.slices import slices_run
 
-    compute_run_metrics(run, seed=after.seed)
-    if after.checks:
-        checks_run(run.path, seed=after.seed, **after.checks_params)
-    if after.slices:
-        slices_run(run.path)
-    if after.cluster:
-        cluster_run(run.path, seed=after.seed, **after.cluster_params)
+    compute_run_metrics(run, after.metrics)
+    if after.checks is not None:
+        checks_run(run.path, after.checks)
+    if after.slices is not None:
+        slices_run(run.path, after.slices)
+    if after.cluster is not None:
+        cluster_run(run.path, after.cluster, embedder=embedder, progress=progress)

@@ -1,241 +1,260 @@
-"""The `cluster` stage over a run directory: embed failures, cluster them, name the clusters, lay out all examples.
+"""The `cluster` stage: embed failures, cluster them, name the clusters, lay out all examples.
 
-`cluster_run(run_dir, ...)` checks every parameter and input before computing, computes everything before
-writing, then writes embeddings.npy, embeddings.json, clusters.parquet and assignments.parquet (each atomically)
-and records the `cluster` stage in the manifest. Bad input raises a one-line UserError and leaves the previous
-clustering and the manifest untouched. `name_run` recomputes only clusters.parquet (names, keywords, exemplars)
-from the stored assignments, without re-cluster.
+`cluster_run(run_dir, ClusterParams(...))` checks every parameter and input before computing, computes
+everything, then commits embeddings.npy, embeddings.json, clusters.parquet and assignments.parquet together with
+the stage. Bad input raises a one-line UserError and leaves the previous clustering untouched. `name_run`
+recomputes only clusters.parquet (names, keywords, exemplars) from the stored clustering (stage
+`cluster_names`), without re-clustering.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.errors import DataError, RunError, preview
-from erroranalysis.validation import check_param
+from erroranalysis.errors import DataError, RunError
+from erroranalysis.rundir import readers
+from erroranalysis.validation import Params, check_choice, check_int, check_number
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
-REQUIRED_COLUMNS = ("example_id", "text", "label", "pred", "correct")
-INPUT_STAGES = ("infer", "load_predictions")
+SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
+MISLABELED = 0.5  # ...and is "probably mislabeled" when this share of its failures are suspected label issues
 
 
-def _require_predictions(run: rundir.Run):
-    statuses = {name: run.stage_status(name) for name in INPUT_STAGES}
-    if "done" not in statuses.values():
-        state = next((f"is {s}" for s in statuses.values() if s), "was not run")
-        raise RunError(f"{run.path}: stage 'infer' {state}; create the run with 'erroranalysis run' or 'analyze' first.")
-    predictions = run.predictions()
-    file = run.file(rundir.PREDICTIONS)
-    missing = [c for c in REQUIRED_COLUMNS if c not in predictions.columns]
-    if missing:
-        raise DataError(f"{file}: missing column(s) {preview(missing)}; re-run the stage that writes it.")
-    ids = predictions["example_id"].astype(str)
-    if ids.duplicated().any():
-        raise DataError(f"{file}, column 'example_id': duplicate ids {preview(ids[ids.duplicated()].unique())}; "
-                        "give every example its own id.")
-    correct = predictions["correct"]
-    if correct.isna().any():
-        raise DataError(f"{file}, column 'correct': {int(correct.isna().sum())} missing values; re-run inference.")
-    predictions = predictions.reset_index(drop=True)
-    predictions["example_id"] = ids.to_numpy()
-    predictions["correct"] = correct.astype(bool).to_numpy()
-    predictions["text"] = predictions["text"].fillna("").astype(str)
-    return predictions
+@dataclass(frozen=True)
+class ClusterParams(Params):
+    """The cluster stage (`erroranalysis cluster --help`). `embedder`: "minilm" (packaged sentence model, cached by
+    text hash), "hidden" (the checkpoint's hidden states) or a path to a .npy file. `reducer` and `layout` (the
+    2-D display coordinates): umap, pca or none. `slice_groups`: a strong slice whose failures the embedding
+    scattered becomes a cluster of its own. The rest: see `cluster.FailureClustering`, `cluster.describe_clusters`."""
+
+    embedder: str = "minilm"
+    min_cluster_size: int | None = None
+    seed: int = 0
+    reducer: Any = "umap"
+    n_components: int | None = None
+    n_neighbors: int = 15
+    min_samples: int | None = None
+    error_aware: bool = True
+    pair_weight: float = 0.0
+    assign_noise: float | None = 0.5
+    layout: str = "umap"
+    max_fit: int = 20_000
+    min_failures: int = 20
+    slice_groups: bool = True
+    group_purity: float = 0.5
+    n_keywords: int = 8
+    n_exemplars: int = 5
+    cache: bool = True
+    batch_size: int = 32
+
+    def validate(self) -> None:
+        from erroranalysis import cluster
+
+        check_number("pair_weight", self.pair_weight, 0, 10)
+        check_choice("layout", self.layout, cluster.REDUCERS)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("n_keywords", self.n_keywords, 1, 50)
+        check_int("n_exemplars", self.n_exemplars, 1, 50)
+        check_choice("slice_groups", self.slice_groups, (True, False))
+        self.model().validate()
+
+    def model(self, clusterer=None, features: Sequence = ()):
+        """The FailureClustering these parameters describe (unfitted)."""
+        from erroranalysis import cluster
+
+        blocks = list(features)
+        if self.pair_weight > 0:
+            blocks.append(cluster.ConfusionPairFeature(self.pair_weight))
+        return cluster.FailureClustering(
+            reducer=self.reducer, n_components=self.n_components, n_neighbors=self.n_neighbors,
+            min_cluster_size=self.min_cluster_size, min_samples=self.min_samples, clusterer=clusterer,
+            features=blocks, error_aware=self.error_aware, assign_noise=self.assign_noise,
+            group_purity=self.group_purity, min_failures=self.min_failures, max_fit=self.max_fit, seed=self.seed)
 
 
-def cluster_run(run_dir: str | Path, *, embedder="minilm", min_cluster_size: int | None = None, seed: int = 0,
-                reducer="umap", n_components: int | None = None, n_neighbors: int = 15,
-                min_samples: int | None = None, error_aware: bool = True, pair_weight: float = 0.0,
-                assign_noise: float | None = 0.5, layout: str = "umap", max_fit: int = 20_000,
-                min_failures: int = 20, slice_groups: bool = True, group_purity: float = 0.5,
-                n_keywords: int = 8, n_exemplars: int = 5, cache: bool = True, batch_size: int = 32,
-                clusterer=None, features: Sequence = (), progress: Progress | None = None) -> dict:
-    """Cluster a run's failures; write embeddings.npy/.json, clusters.parquet, assignments.parquet.
+@dataclass
+class _Inputs:
+    """What the stage reads, checked before it starts."""
 
-    embedder: "minilm" (packaged sentence model, cached by text hash), "hidden" (the checkpoint's hidden
-    states), a path to a .npy file, or an object with `key` and `embed(frame)`. reducer: "umap", "pca",
-    "none" or a Reducer. layout: how the 2-D display coordinates of all examples are made ("umap", "pca",
-    "none"). slice_groups: when the slices stage ran, a strong slice whose failures the embedding scattered over
-    other clusters becomes a cluster of its own (kind "slice", named by the slice's definition). Other
-    parameters: see `cluster.FailureClustering` and `cluster.describe_clusters`.
-    Returns a summary dict (counts, noise share, method, note, cluster names).
-    """
-    from erroranalysis import cluster, embedding
+    run: Any
+    predictions: Any
+    embedder: Any
+    fail_rows: np.ndarray
+    context_rows: np.ndarray  # correct examples embedded beside the failures (local error rate, layout)
+    correct_rows: np.ndarray
 
+
+def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *, embedder=None, clusterer=None,
+                features: Sequence = (), progress: Progress | None = None, **overrides) -> dict:
+    """Cluster a run's failures and commit the clustering; return a summary (counts, noise share, method, note,
+    cluster names). `embedder` (an object with `key` and `embed(frame)`) replaces the one `params` names;
+    `clusterer` and `features` are passed to `cluster.FailureClustering`."""
+    if embedder is not None and not hasattr(embedder, "embed"):
+        overrides["embedder"], embedder = embedder, None
+    params = params.replace(**overrides) if overrides else params
     start = time.perf_counter()
-    # -- parameters -------------------------------------------------------------------------------------------
-    check_param("pair_weight", pair_weight, isinstance(pair_weight, (int, float)) and not isinstance(pair_weight, bool)
-                and 0 <= pair_weight <= 10, "a number in [0, 10]")
-    check_param("layout", layout, layout in cluster.REDUCERS, "one of " + ", ".join(cluster.REDUCERS))
-    check_param("batch_size", batch_size, isinstance(batch_size, int) and batch_size >= 1, "an integer >= 1")
-    check_param("n_keywords", n_keywords, isinstance(n_keywords, int) and 1 <= n_keywords <= 50, "an integer in [1, 50]")
-    check_param("n_exemplars", n_exemplars, isinstance(n_exemplars, int) and 1 <= n_exemplars <= 50,
-                "an integer in [1, 50]")
-    blocks = list(features)
-    if pair_weight > 0:
-        blocks.append(cluster.ConfusionPairFeature(pair_weight))
-    model = cluster.FailureClustering(
-        reducer=reducer, n_components=n_components, n_neighbors=n_neighbors, min_cluster_size=min_cluster_size,
-        min_samples=min_samples, clusterer=clusterer, features=blocks, error_aware=error_aware,
-        assign_noise=assign_noise, group_purity=group_purity, min_failures=min_failures, max_fit=max_fit,
-        seed=seed)
-    model.validate()
-    check_param("slice_groups", slice_groups, isinstance(slice_groups, bool), "true or false")
-
-    # -- inputs -----------------------------------------------------------------------------------------------
-    run = rundir.Run.open(run_dir)
-    predictions = _require_predictions(run)
-    emb = embedding.resolve_embedder(embedder, run, predictions, cache=cache, batch_size=batch_size)
-    failed = ~predictions["correct"].to_numpy()
-    fail_rows = np.flatnonzero(failed)
-    rng = np.random.default_rng(seed)
-    correct_rows = np.flatnonzero(~failed)
-    want_context = len(fail_rows) > 0 and (error_aware or layout != "none")
-    context_rows = correct_rows if want_context else correct_rows[:0]
-    if len(context_rows) > max_fit:
-        context_rows = np.sort(rng.choice(context_rows, max_fit, replace=False))
-    if isinstance(emb, embedding.PrecomputedEmbedder):  # a file that names its rows may cover only the failures
-        emb.rows_for(predictions.iloc[fail_rows])
-        if emb.row_of is not None:
-            context_rows = np.array([r for r in context_rows if predictions.at[r, "example_id"] in emb.row_of],
-                                    dtype=np.int64)
-    reducer_name = reducer if isinstance(reducer, str) else type(reducer).__name__
-    params = {"embedder": str(embedder) if isinstance(embedder, (str, Path)) else getattr(emb, "key", "custom"),
-              "min_cluster_size": min_cluster_size, "seed": seed, "reducer": reducer_name,
-              "n_components": n_components, "n_neighbors": n_neighbors, "min_samples": min_samples,
-              "error_aware": error_aware, "pair_weight": pair_weight, "assign_noise": assign_noise,
-              "layout": layout, "max_fit": max_fit, "min_failures": min_failures, "slice_groups": slice_groups,
-              "group_purity": group_purity, "n_keywords": n_keywords,
-              "n_exemplars": n_exemplars, "features": [getattr(b, "name", type(b).__name__) for b in blocks]}
-
-    # -- compute, then write ----------------------------------------------------------------------------------
-    with run.stage("cluster", params) as extra:
-        t = time.perf_counter()
-        embed_rows = np.concatenate([fail_rows, context_rows])
-        if len(embed_rows):
-            frame = predictions.iloc[embed_rows]
-            if progress:
-                progress("embed", 0, len(embed_rows))
-            vectors = np.asarray(emb.embed(frame, progress=_phase(progress, "embed")), dtype=np.float32)
-            if progress:
-                progress("embed", len(embed_rows), len(embed_rows))
-            if vectors.ndim != 2 or len(vectors) != len(embed_rows):
-                raise DataError(f"embedder {params['embedder']!r}: returned shape {vectors.shape} for "
-                                f"{len(embed_rows)} texts; it must return one row per text.")
-            if not np.isfinite(vectors).all():
-                raise DataError(f"embedder {params['embedder']!r}: returned NaN or infinite values.")
-        else:
-            vectors = np.zeros((0, 0), dtype=np.float32)
-        embed_seconds = time.perf_counter() - t
-        n_fail = len(fail_rows)
-        fail_vectors = vectors[:n_fail]
-        failures = predictions.iloc[fail_rows].reset_index(drop=True)
-        groups, slice_names = _slice_groups(run, failures) if slice_groups else (None, {})
-
-        t = time.perf_counter()
-        if progress:
-            progress("cluster", 0, 1)
-        is_fail = np.zeros(len(embed_rows), dtype=bool)
-        is_fail[:n_fail] = True
-        if n_fail:
-            model.fit(vectors, is_fail, failures, groups=groups)
-        else:
-            model.fit(np.zeros((0, 2), np.float32), np.zeros(0, bool), failures)
-        result = model.result_
-        cluster_seconds = time.perf_counter() - t
-        if progress:
-            progress("cluster", 1, 1)
-
-        t = time.perf_counter()
-        titles = {c: slice_names[g] for c, g in result.cluster_group.items()}
-        clusters = cluster.describe_clusters(
-            failures, result.labels, membership=result.membership, vectors=fail_vectors,
-            correct_texts=predictions["text"].to_numpy()[correct_rows].tolist(), kinds=result.cluster_tier,
-            local_error_rate=result.local_error_rate, reassigned=result.reassigned, n_keywords=n_keywords,
-            n_exemplars=n_exemplars, seed=seed, titles=titles)
-        clusters = _with_slice(clusters, result.cluster_group, slice_names)
-        name_seconds = time.perf_counter() - t
-
-        t = time.perf_counter()
-        if progress:
-            progress("layout", 0, 1)
-        xy = np.full((len(predictions), 2), np.nan, dtype=np.float32)
-        if len(embed_rows) and layout != "none":
-            xy[embed_rows] = cluster.layout_2d(vectors, method=layout, seed=seed, max_fit=min(max_fit, 5_000),
-                                                  n_neighbors=n_neighbors)
-        layout_seconds = time.perf_counter() - t
-        if progress:
-            progress("layout", 1, 1)
-
-        clusters = with_other_stages(run, clusters, failures["example_id"].astype(str).to_numpy(), result.labels)
-        assignments = _assignments(predictions, fail_rows, result, xy)
-        meta = {
-            "embedder": embedding.describe(emb),
-            "dim": int(fail_vectors.shape[1]) if n_fail else int(vectors.shape[1]) if vectors.ndim == 2 else 0,
-            "rows": n_fail,
-            "example_ids": failures["example_id"].tolist(),
-            "created": rundir.now_iso(),
-        }
-        rundir.write_npy(run.file(rundir.EMBEDDINGS), np.ascontiguousarray(fail_vectors, dtype=np.float32))
-        rundir.write_json(run.file(rundir.EMBEDDINGS_META), meta)
-        rundir.write_parquet(run.file(rundir.CLUSTERS), clusters)
-        rundir.write_parquet(run.file(rundir.ASSIGNMENTS), assignments)
-
-        summary = {
-            "run": str(run.path),
-            "n_examples": int(len(predictions)),
-            "n_failures": int(n_fail),
-            "n_clusters": int(result.n_clusters),
-            "noise_share": round(result.noise_share, 4),
-            "method": result.method,
-            "note": result.note,
-            "embedder": meta["embedder"]["name"],
-            "min_cluster_size": int(result.params.get("min_cluster_size", 0)),
-            "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}
-                         for r in clusters.itertuples()],
-        }
-        extra.update({
+    model = params.model(clusterer, features)
+    inputs = _read_inputs(run_dir, params, embedder)
+    run = inputs.run
+    record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
+              getattr(inputs.embedder, "key", "custom"), "features": [getattr(b, "name", type(b).__name__)
+                                                                       for b in model.features]}
+    with run.stage("cluster", record) as staging:
+        timings: dict[str, float] = {}
+        vectors, embed_rows = _timed(timings, "embed", _embed, inputs, progress)
+        failures = inputs.predictions.iloc[inputs.fail_rows].reset_index(drop=True)
+        groups, slice_names = _slice_groups(run, failures) if params.slice_groups else (None, {})
+        result = _timed(timings, "cluster", _fit, model, vectors, len(inputs.fail_rows), failures, groups, progress)
+        fail_vectors = vectors[:len(inputs.fail_rows)]
+        clusters = _timed(timings, "name", _describe, run, inputs, failures, result, fail_vectors, slice_names,
+                          params)
+        xy = _timed(timings, "layout", _layout, inputs, vectors, embed_rows, params, progress)
+        meta = _embeddings_meta(inputs.embedder, vectors, fail_vectors, failures)
+        staging.write_npy(rundir.EMBEDDINGS, np.ascontiguousarray(fail_vectors, dtype=np.float32))
+        staging.write_json(rundir.EMBEDDINGS_META, meta)
+        staging.write_parquet(rundir.CLUSTERS, clusters)
+        staging.write_parquet(rundir.ASSIGNMENTS, _assignments(inputs.predictions, inputs.fail_rows, result, xy))
+        summary = _summary(run, inputs, result, meta, clusters)
+        staging.facts.update({
             "n_failures": summary["n_failures"], "n_clusters": summary["n_clusters"],
             "noise_share": summary["noise_share"], "method": result.method, "note": result.note,
             "resolved": {k: v for k, v in result.params.items() if k != "n_failures"},
-            "embedder_key": getattr(emb, "key", None), "n_embedded": int(len(embed_rows)),
-            "timings": {"embed": round(embed_seconds, 3), "cluster": round(cluster_seconds, 3),
-                        "name": round(name_seconds, 3), "layout": round(layout_seconds, 3)},
-        })
+            "embedder_key": getattr(inputs.embedder, "key", None), "n_embedded": int(len(embed_rows)),
+            "timings": {k: round(v, 3) for k, v in timings.items()}})
     summary["seconds"] = round(time.perf_counter() - start, 3)
     return summary
 
 
-def _read_slices(run: rundir.Run, columns=("slice_id", "description")):
-    """(slices, members with string example ids) when the slices stage is done, else (None, None); slices.parquet
-    must have `columns`."""
-    if run.stage_status("slices") != "done" or not (run.has(rundir.SLICES) and run.has(rundir.SLICE_MEMBERS)):
-        return None, None
-    slices = run.read_parquet(rundir.SLICES, "slices")
-    members = run.read_parquet(rundir.SLICE_MEMBERS, "slices")
-    for name, frame, needed in ((rundir.SLICES, slices, columns),
-                                (rundir.SLICE_MEMBERS, members, ("example_id", "slice_id"))):
-        missing = [c for c in needed if c not in frame.columns]
-        if missing:
-            raise DataError(f"{run.file(name)}: missing column(s) {preview(missing)}; re-run 'erroranalysis slices "
-                            f"{run.path}', or cluster with --no-slice-groups.")
-    return slices, members.astype({"example_id": str})
+def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
+    from erroranalysis import embedding
+    from erroranalysis.stages.embedders import resolve_embedder
+
+    run = rundir.Run.open(run_dir)
+    predictions = readers.read_predictions(run)
+    emb = embedder if embedder is not None else resolve_embedder(params.embedder, run, predictions,
+                                                                 cache=params.cache, batch_size=params.batch_size)
+    failed = ~predictions["correct"].to_numpy()
+    fail_rows, correct_rows = np.flatnonzero(failed), np.flatnonzero(~failed)
+    want_context = len(fail_rows) > 0 and (params.error_aware or params.layout != "none")
+    context_rows = correct_rows if want_context else correct_rows[:0]
+    if len(context_rows) > params.max_fit:
+        rng = np.random.default_rng(params.seed)
+        context_rows = np.sort(rng.choice(context_rows, params.max_fit, replace=False))
+    if isinstance(emb, embedding.PrecomputedEmbedder):  # a file that names its rows may cover only the failures
+        emb.rows_for(predictions.iloc[fail_rows])
+        if emb.row_of is not None:
+            known = predictions["example_id"].to_numpy()[context_rows]
+            context_rows = context_rows[np.array([i in emb.row_of for i in known], dtype=bool)]
+    return _Inputs(run, predictions, emb, fail_rows, context_rows, correct_rows)
+
+
+def _timed(timings: dict, name: str, function, *args):
+    t = time.perf_counter()
+    out = function(*args)
+    timings[name] = time.perf_counter() - t
+    return out
+
+
+def _embed(inputs: _Inputs, progress: Progress | None) -> tuple[np.ndarray, np.ndarray]:
+    """Vectors of the failures, then of the context rows; and those rows."""
+    embed_rows = np.concatenate([inputs.fail_rows, inputs.context_rows])
+    if not len(embed_rows):
+        return np.zeros((0, 0), dtype=np.float32), embed_rows
+    name = getattr(inputs.embedder, "key", "custom")
+    if progress:
+        progress("embed", 0, len(embed_rows))
+    phase = (lambda done, total: progress("embed", done, total)) if progress else None
+    vectors = np.asarray(inputs.embedder.embed(inputs.predictions.iloc[embed_rows], progress=phase), dtype=np.float32)
+    if progress:
+        progress("embed", len(embed_rows), len(embed_rows))
+    if vectors.ndim != 2 or len(vectors) != len(embed_rows):
+        raise DataError(f"embedder {name!r}: returned shape {vectors.shape} for {len(embed_rows)} texts; it must "
+                        "return one row per text.")
+    if not np.isfinite(vectors).all():
+        raise DataError(f"embedder {name!r}: returned NaN or infinite values.")
+    return vectors, embed_rows
+
+
+def _fit(model, vectors: np.ndarray, n_fail: int, failures, groups, progress: Progress | None):
+    if progress:
+        progress("cluster", 0, 1)
+    is_fail = np.zeros(len(vectors), dtype=bool)
+    is_fail[:n_fail] = True
+    if n_fail:
+        model.fit(vectors, is_fail, failures, groups=groups)
+    else:
+        model.fit(np.zeros((0, 2), np.float32), np.zeros(0, bool), failures)
+    if progress:
+        progress("cluster", 1, 1)
+    return model.result_
+
+
+def _describe(run, inputs: _Inputs, failures, result, fail_vectors, slice_names: dict, params: ClusterParams):
+    from erroranalysis import cluster
+
+    correct_texts = inputs.predictions["text"].to_numpy()[inputs.correct_rows].tolist()
+    clusters = cluster.describe_clusters(
+        failures, result.labels, membership=result.membership, vectors=fail_vectors, correct_texts=correct_texts,
+        kinds=result.cluster_tier, local_error_rate=result.local_error_rate, reassigned=result.reassigned,
+        n_keywords=params.n_keywords, n_exemplars=params.n_exemplars, seed=params.seed,
+        titles={c: slice_names[g] for c, g in result.cluster_group.items()})
+    clusters = _with_slice(clusters, result.cluster_group, slice_names)
+    return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels)
+
+
+def _layout(inputs: _Inputs, vectors, embed_rows, params: ClusterParams, progress: Progress | None) -> np.ndarray:
+    from erroranalysis import cluster
+
+    if progress:
+        progress("layout", 0, 1)
+    xy = np.full((len(inputs.predictions), 2), np.nan, dtype=np.float32)
+    if len(embed_rows) and params.layout != "none":
+        xy[embed_rows] = cluster.layout_2d(vectors, method=params.layout, seed=params.seed,
+                                           max_fit=min(params.max_fit, 5_000), n_neighbors=params.n_neighbors)
+    if progress:
+        progress("layout", 1, 1)
+    return xy
+
+
+def _embeddings_meta(emb, vectors, fail_vectors, failures) -> dict:
+    from erroranalysis import embedding
+
+    dim = int(fail_vectors.shape[1]) if len(failures) else int(vectors.shape[1]) if vectors.ndim == 2 else 0
+    return {"embedder": embedding.describe(emb), "dim": dim, "rows": int(len(failures)),
+            "example_ids": failures["example_id"].tolist(), "created": rundir.now_iso()}
+
+
+def _summary(run, inputs: _Inputs, result, meta: dict, clusters) -> dict:
+    return {
+        "run": str(run.path), "n_examples": int(len(inputs.predictions)), "n_failures": int(len(inputs.fail_rows)),
+        "n_clusters": int(result.n_clusters), "noise_share": round(result.noise_share, 4), "method": result.method,
+        "note": result.note, "embedder": meta["embedder"]["name"],
+        "min_cluster_size": int(result.params.get("min_cluster_size", 0)),
+        "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}
+                     for r in clusters.itertuples()],
+    }
 
 
 def _slice_groups(run: rundir.Run, failures):
     """Each failure's strong slice for the clustering (-1 none) and {slice_id: description}; (None, {}) when the
     slices stage has not run."""
-    slices, members = _read_slices(run, ("slice_id", "description", "lift", "p_value", "score"))
-    if slices is None:
+    found = readers.read_slices(run, optional=True)
+    if found is None:
         return None, {}
+    slices, members = found
+    missing = [c for c in ("lift", "p_value", "score") if c not in slices.columns]
+    if missing:
+        raise DataError(f"{run.file(rundir.SLICES)}: missing column(s) {missing}; re-run 'erroranalysis slices "
+                        f"{run.path}', or cluster with --no-slice-groups.")
     from erroranalysis.slices import slice_groups
 
-    ids = failures["example_id"].astype(str).tolist()
+    ids = failures["example_id"].tolist()
     best = slice_groups(slices, members, example_ids=ids)
     groups = np.array([best.get(i, -1) for i in ids], dtype=np.int64)
     return groups, dict(zip(slices["slice_id"].astype(int), slices["description"].astype(str)))
@@ -252,20 +271,19 @@ def _with_slice(clusters, cluster_group: dict, slice_names: dict):
     return clusters
 
 
-SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
-MISLABELED = 0.5  # ...and is "probably mislabeled" when this share of its failures are suspected label issues
-
-
 def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels: np.ndarray):
-    """Add what the slices and checks stages know about each cluster, when those stages ran:
+    """Add what the slices and checks stages know about each cluster, when those stages are done:
     `slices` (descriptions of the slices holding most of its failures, with that share) and
     `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`."""
     import pandas as pd
 
+    from erroranalysis.stages.checks import label_issue_share
+
     clusters = clusters.copy()
     members = {int(c): set(failure_ids[labels == c]) for c in clusters["cluster_id"]}
-    slices, in_slice = _read_slices(run)
-    if slices is not None:
+    found = readers.read_slices(run, optional=True)
+    if found is not None:
+        slices, in_slice = found
         by_slice = {sid: set(ids) for sid, ids in in_slice.groupby("slice_id")["example_id"]}
         names = dict(zip(slices["slice_id"], slices["description"]))
         clusters["slices"] = [
@@ -273,21 +291,12 @@ def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels
                 ((len(ids & by_slice.get(sid, set())) / max(len(ids), 1), sid) for sid in names), reverse=True)
              if share >= SLICE_OVERLAP]
             for ids in (members[int(c)] for c in clusters["cluster_id"])]
-    if run.stage_status("checks") == "done":
-        from erroranalysis.stages.checks import CHECKS, label_issue_share, read_checks
-
-        if run.has(CHECKS):
-            checks = read_checks(run)
-            shares = [label_issue_share(checks, sorted(members[int(c)])) for c in clusters["cluster_id"]]
-            clusters["label_issue_share"] = pd.array(shares, dtype="Float64")
-            clusters["probably_mislabeled"] = clusters["label_issue_share"].fillna(0) >= MISLABELED
+    checks = readers.read_checks(run, optional=True)
+    if checks is not None:
+        shares = [label_issue_share(checks, sorted(members[int(c)])) for c in clusters["cluster_id"]]
+        clusters["label_issue_share"] = pd.array(shares, dtype="Float64")
+        clusters["probably_mislabeled"] = clusters["label_issue_share"].fillna(0) >= MISLABELED
     return clusters
-
-
-def _phase(progress: Progress | None, name: str):
-    if progress is None:
-        return None
-    return lambda done, total: progress(name, done, total)
 
 
 def _assignments(predictions, fail_rows: np.ndarray, result, xy: np.ndarray):
@@ -307,79 +316,71 @@ def _assignments(predictions, fail_rows: np.ndarray, result, xy: np.ndarray):
     failure = np.zeros(n, dtype=bool)
     failure[fail_rows] = True
     return pd.DataFrame({
-        "example_id": predictions["example_id"].astype(str).to_numpy(),
-        "cluster_id": cluster_id,
-        "failure": failure,
-        "membership": membership,
-        "reassigned": reassigned,
+        "example_id": predictions["example_id"].to_numpy(), "cluster_id": cluster_id, "failure": failure,
+        "membership": membership, "reassigned": reassigned,
         "tier": pd.array(tier, dtype="string") if n else pd.array([], dtype="string"),
-        "local_error_rate": rate,
-        "x": xy[:, 0].astype(np.float32),
-        "y": xy[:, 1].astype(np.float32),
+        "local_error_rate": rate, "x": xy[:, 0].astype(np.float32), "y": xy[:, 1].astype(np.float32),
     })
 
 
 def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, seed: int = 0) -> dict:
-    """Rewrite clusters.parquet (names, keywords, exemplars, diagnostics) from the stored cluster."""
-    import json
-
+    """Rewrite clusters.parquet (names, keywords, exemplars, diagnostics) from the stored clustering."""
     from erroranalysis import cluster
 
-    check_param("n_keywords", n_keywords, isinstance(n_keywords, int) and 1 <= n_keywords <= 50, "an integer in [1, 50]")
-    check_param("n_exemplars", n_exemplars, isinstance(n_exemplars, int) and 1 <= n_exemplars <= 50,
-                "an integer in [1, 50]")
+    ClusterParams(n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed)  # the same checks as cluster_run
     run = rundir.Run.open(run_dir)
-    run.require("cluster", f"run 'erroranalysis cluster {run.path}' first")
-    predictions = _require_predictions(run)
-    assignments = run.read_parquet(rundir.ASSIGNMENTS, "cluster")
-    file = run.file(rundir.ASSIGNMENTS)
+    predictions = readers.read_predictions(run)
+    assignments = readers.read_assignments(run)
     if len(assignments) != len(predictions) or not (
-            assignments["example_id"].astype(str).to_numpy() == predictions["example_id"].to_numpy()).all():
-        raise RunError(f"{file}: does not match {rundir.PREDICTIONS} row for row; re-run 'erroranalysis cluster'.")
+            assignments["example_id"].to_numpy() == predictions["example_id"].to_numpy()).all():
+        raise RunError(f"{run.file(rundir.ASSIGNMENTS)}: does not match {rundir.PREDICTIONS} row for row; re-run "
+                       "'erroranalysis cluster'.")
     fail = assignments["failure"].to_numpy(dtype=bool)
     failures = predictions[fail].reset_index(drop=True)
-    vectors = None
-    if run.has(rundir.EMBEDDINGS) and run.has(rundir.EMBEDDINGS_META):
-        try:
-            meta = json.loads(run.file(rundir.EMBEDDINGS_META).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RunError(f"{run.file(rundir.EMBEDDINGS_META)}: unreadable ({exc}); re-run 'erroranalysis cluster'.") from None
-        stored = np.load(run.file(rundir.EMBEDDINGS))
-        if meta.get("example_ids") == failures["example_id"].tolist() and len(stored) == len(failures):
-            vectors = stored
     part = assignments[fail]
-    tiers = part["tier"].astype(str).to_numpy()
     labels = part["cluster_id"].to_numpy(dtype=np.int64)
-    kinds = {}
-    for c in np.unique(labels[labels >= 0]):
-        values, counts = np.unique(tiers[labels == c], return_counts=True)
-        kinds[int(c)] = str(values[counts.argmax()])
     cluster_group, slice_names = _stored_slices(run)
-    with run.stage("cluster_names", {"n_keywords": n_keywords, "n_exemplars": n_exemplars}):
+    with run.stage("cluster_names", {"n_keywords": n_keywords, "n_exemplars": n_exemplars}) as staging:
         clusters = cluster.describe_clusters(
-            failures, labels, membership=part["membership"].to_numpy(), vectors=vectors,
-            correct_texts=predictions.loc[predictions["correct"], "text"].tolist(), kinds=kinds,
+            failures, labels, membership=part["membership"].to_numpy(), vectors=_stored_vectors(run, failures),
+            correct_texts=predictions.loc[predictions["correct"], "text"].tolist(), kinds=_stored_kinds(part, labels),
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), n_keywords=n_keywords, n_exemplars=n_exemplars,
             seed=seed, titles={c: slice_names[g] for c, g in cluster_group.items()})
         clusters = _with_slice(clusters, cluster_group, slice_names)
-        clusters = with_other_stages(run, clusters, failures["example_id"].astype(str).to_numpy(), labels)
-        rundir.write_parquet(run.file(rundir.CLUSTERS), clusters)
+        clusters = with_other_stages(run, clusters, failures["example_id"].to_numpy(), labels)
+        staging.write_parquet(rundir.CLUSTERS, clusters)
     return {"run": str(run.path), "n_clusters": int(len(clusters)),
             "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}
                          for r in clusters.itertuples()]}
 
 
+def _stored_vectors(run, failures) -> np.ndarray | None:
+    """The clustering's own failure vectors, when they are the failures' (for exemplars nearest the centre)."""
+    stored = readers.read_embeddings(run, optional=True)
+    if stored is None:
+        return None
+    vectors, meta = stored
+    return vectors if meta.get("example_ids") == failures["example_id"].tolist() else None
+
+
+def _stored_kinds(part, labels: np.ndarray) -> dict[int, str]:
+    tiers = part["tier"].astype(str).to_numpy()
+    kinds = {}
+    for c in np.unique(labels[labels >= 0]):
+        values, counts = np.unique(tiers[labels == c], return_counts=True)
+        kinds[int(c)] = str(values[counts.argmax()])
+    return kinds
+
+
 def _stored_slices(run: rundir.Run) -> tuple[dict, dict]:
     """The slice clusters of the stored clustering: ({cluster_id: slice_id}, {slice_id: definition}); empty for
     a clustering made before slice clusters existed, or a clusters.parquet that cannot be read (it is rewritten)."""
-    if not run.has(rundir.CLUSTERS):
-        return {}, {}
     try:
-        old = run.read_parquet(rundir.CLUSTERS, "cluster")
-    except RunError:
+        old = readers.read_clusters(run, optional=True)
+    except RunError:  # damaged: it is rewritten from the assignments
         return {}, {}
-    if not {"slice_id", "slice"} <= set(old.columns):
+    if old is None or not {"slice_id", "slice"} <= set(old.columns):
         return {}, {}
     old = old[old["slice_id"].notna()]
     return (dict(zip(old["cluster_id"].astype(int), old["slice_id"].astype(int))),

@@ -1,19 +1,22 @@
-"""What the stages that create a run share: loading the eval set, and the manifest's data entry.
-"""
+"""What several stages share: the manifest's description of the eval set, and which columns are metadata."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from erroranalysis.data import DataOptions, EvalSet, load_eval_set
+from erroranalysis.data import EvalSet
+from erroranalysis.rundir import CORE_COLUMNS, Run
 
 
-def _load(data, opts: DataOptions, required: tuple[str, ...] = ()) -> EvalSet:
-    return load_eval_set(data, text_column=opts.text_column, label_column=opts.label_column,
-                         id_column=opts.id_column, encoding=opts.encoding, split=opts.split, required=required)
-
-
-def _data_entry(eval_set: EvalSet) -> dict:
+def data_entry(eval_set: EvalSet) -> dict:
     entry = eval_set.describe()
     entry["path"] = str(Path(entry["path"]).resolve())
     return entry
+
+
+def metadata_of(run: Run, columns) -> list[str]:
+    """The run's metadata columns: the manifest's `data.metadata_columns`, else every non-core column."""
+    listed = (run.manifest.get("data") or {}).get("metadata_columns")
+    if listed is None:
+        return [c for c in columns if c not in CORE_COLUMNS]
+    return [c for c in listed if c in columns]

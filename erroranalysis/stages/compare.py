@@ -12,54 +12,40 @@ from typing import Sequence
 
 import numpy as np
 
-from erroranalysis import __version__, rundir
+from erroranalysis import __version__, compare_report, files, rundir
+from erroranalysis import compare as cmp
 from erroranalysis.compare import (
     FORMAT,
     LEVEL,
     MIN_OVERLAP,
+    REPORT_FILES,
     SCHEMA_VERSION,
     Report,
     RunView,
     _f,
-    _is_int,
     _labels_union,
     compare_pair,
     series,
 )
-from erroranalysis.errors import DataError, UserError, preview
-from erroranalysis.validation import check_param
+from erroranalysis.errors import UserError
+from erroranalysis.rundir import readers
+from erroranalysis.validation import check_param, is_int
 
 
 def read_run(path: str | Path, store=None) -> RunView:
     """A run's predictions, clusters and labels for comparing."""
-    from erroranalysis.stages.export import read_cluster_assignments, read_clusters
-
     run = rundir.Run.open(path)
-    frame = run.predictions()
-    file = run.file(rundir.PREDICTIONS)
-    missing = [c for c in ("example_id", "label", "pred", "correct") if c not in frame.columns]
-    if missing:
-        raise DataError(f"{file}: missing column(s) {preview(missing)}; re-run the stage that writes it.")
-    frame = frame.reset_index(drop=True)
-    out = frame[["example_id", "label", "pred", "correct"]].copy()
-    out["example_id"] = out["example_id"].astype(str)
-    out["label"] = out["label"].astype(str)
-    out["pred"] = out["pred"].astype(str)
-    out["correct"] = out["correct"].fillna(False).astype(bool)
-    out["text"] = frame["text"].fillna("").astype(str) if "text" in frame.columns else ""
+    frame = readers.read_predictions(run, columns=["confidence"])
+    out = frame[["example_id", "label", "pred", "correct", "text"]].copy()
     out["confidence"] = frame["confidence"].astype(np.float64) if "confidence" in frame.columns else np.nan
-    dup = out["example_id"].duplicated()
-    if dup.any():
-        raise DataError(f"{file}, column 'example_id': duplicate ids {preview(out['example_id'][dup].unique())}; "
-                        "runs are matched by example id, so every example needs its own.")
     key = store.run_key(run.path) if store is not None else run.name
     view = RunView(name=key, path=run.path, manifest=run.manifest, frame=out, labels=run.labels, key=key)
-    assign = read_cluster_assignments(run)
+    assign = readers.read_assignments(run, optional=True)
     if assign is not None:
         failing = set(out.loc[~out["correct"], "example_id"])
         a = assign[(assign["cluster_id"] >= 0) & assign["example_id"].isin(failing)]
         view.clusters = {int(c): set(g["example_id"]) for c, g in a.groupby("cluster_id")}
-        names = read_clusters(run)
+        names = readers.read_clusters(run, optional=True)
         if names is not None:
             view.cluster_names = {int(c): str(n) for c, n in zip(names["cluster_id"], names["name"])}
     if store is not None:
@@ -80,7 +66,7 @@ def compare_runs(base: str | Path, candidates: Sequence[str | Path], *, labels_d
 
     from erroranalysis.stages.export import open_store
 
-    check_param("n_resamples", n_resamples, _is_int(n_resamples) and 1 <= n_resamples <= 100_000,
+    check_param("n_resamples", n_resamples, is_int(n_resamples) and 1 <= n_resamples <= 100_000,
                 "an integer in [1, 100000]")
     check_param("min_overlap", min_overlap, isinstance(min_overlap, (int, float)) and not isinstance(min_overlap, bool)
                 and 0 < min_overlap <= 1, "a number in (0, 1]")
@@ -129,3 +115,19 @@ def _run_info(v: RunView, baseline: bool) -> dict:
     return {"name": v.name, "path": str(v.path), "baseline": baseline, "model": model.get("path"),
             "data": data.get("path"), "n": n, "n_failures": n_fail, "accuracy": _f(1 - n_fail / n) if n else None,
             "clustered": bool(v.clusters)}
+
+
+def write_report(report: Report, out: str | Path) -> list[Path]:
+    """compare.json, compare.md and compare_examples.parquet in folder `out` (each written atomically)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a folder; pass a folder to --out.")
+    if (out / rundir.MANIFEST).is_file():
+        raise UserError(f"{out}: is a run directory; write the comparison to another folder.")
+    text_json = cmp.to_json(report.doc)
+    text_md = compare_report.to_markdown(report.doc)
+    paths = [out / name for name in REPORT_FILES]
+    files.write_text(paths[0], text_json)
+    files.write_text(paths[1], text_md)
+    files.write_parquet(paths[2], report.examples)
+    return paths

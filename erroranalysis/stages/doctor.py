@@ -30,11 +30,10 @@ from erroranalysis.checklist.doctor_report import (
     _table,
     render_markdown,
 )
-from erroranalysis.errors import RunError
 from erroranalysis.findings import Finding
+from erroranalysis.rundir import readers
 
-REPORT_MD = "doctor.md"
-REPORT_JSON = "doctor.json"
+REPORT_MD, REPORT_JSON = rundir.DOCTOR_MD, rundir.DOCTOR_JSON
 TRAINING_CHECKS = ("non_finite", "loss_not_decreasing", "divergence", "grad_spike", "lr_zero", "lr_constant",
                    "lr_no_warmup", "lr_no_decay")
 
@@ -46,34 +45,32 @@ TRUNCATION_GAP = 0.1
 
 
 def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, train: str | Path | None = None,
-           log: str | Path | None = None, data_opts=None, infer_opts=None, n: int = 100, steps: int | None = None,
-           lr: float = 1e-4, overfit: bool = True, control: bool = True, overfit_max_length: int = 64,
-           cluster: bool = False, slices: bool = True, embedder="minilm", seed: int = 0, overwrite: bool = False,
-           progress: Callable[[str], None] | None = None) -> DoctorResult:
+               log: str | Path | None = None, data_opts=None, infer_opts=None, n: int = 100, steps: int | None = None,
+               lr: float = 1e-4, overfit: bool = True, control: bool = True, overfit_max_length: int = 64,
+               cluster: bool = False, slices: bool = True, embedder="minilm", seed: int = 0, overwrite: bool = False,
+               progress: Callable[[str], None] | None = None) -> DoctorResult:
     """Run the checklist for `model` on `data` and write doctor.md / doctor.json into the run directory `out`."""
-    from erroranalysis.data import load_eval_set
+    from erroranalysis.data import DataOptions, read_eval_set, read_train_set
     from erroranalysis.infer.classifier import read_config, weight_files
-    from erroranalysis.stages.after import AfterOptions
-    from erroranalysis.stages.infer import DataOptions, InferOptions, run_checkpoint
+    from erroranalysis.stages.after import AfterParams
+    from erroranalysis.stages.checks import CheckParams, checks_run
+    from erroranalysis.stages.cluster import ClusterParams
+    from erroranalysis.stages.infer import InferParams, infer_stage, prepare
+    from erroranalysis.stages.metrics import MetricsParams
 
     say = progress or (lambda message: None)
     data_opts = data_opts or DataOptions()
-    infer_opts = infer_opts or InferOptions()
-    out = Path(out)
+    infer_opts = infer_opts or InferParams()
+    out, model = Path(out), Path(model)
     # -- every input checked before any work ------------------------------------------------------------------
-    _check_out(out, overwrite)
-    model = Path(model)
+    rundir.check_out(out, overwrite)
     read_config(model)
     weight_files(model)
-    load_eval_set(data, text_column=data_opts.text_column, label_column=data_opts.label_column,
-                  id_column=data_opts.id_column, encoding=data_opts.encoding, split=data_opts.split)
+    read_eval_set(data, data_opts)
     training_log, log_note = _training_log(model, log)
-    train_set = None
-    if train is not None:
-        from erroranalysis.stages.checks import read_train_file
-
-        train_set = read_train_file(train, text_column=data_opts.text_column, label_column=data_opts.label_column,
-                                    encoding=data_opts.encoding)
+    check = CheckParams(embedder=embedder if isinstance(embedder, str) else "minilm", seed=seed)
+    train_set = None if train is None else read_train_set(
+        train, text_column=data_opts.text_column, label_column=data_opts.label_column, encoding=data_opts.encoding)
 
     sections: list[Section] = []
     # 1. memorization
@@ -89,44 +86,39 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, train: s
     sections.extend(_training_sections(training_log, log_note))
     # 4. classes
     say("4/6 inference and metrics")
-    # Step 6 runs the checks itself, with the train file.
-    run = run_checkpoint(model, data, out, data_opts=data_opts, infer_opts=infer_opts,
-                         after=AfterOptions(cluster=cluster, checks=False, seed=seed), overwrite=overwrite)
-    metrics = run.metrics()
-    sections.append(_classes_section(metrics))
-    # 5. examples
-    say("5/6 failing examples")
-    sections.append(_examples_section(run, metrics, slices))
-    # 6. labels and data
-    say("6/6 labels and data checks")
-    from erroranalysis.stages.checks import checks_run, read_checks, read_checks_report
+    job = prepare(model, data, data_opts, infer_opts)
+    after = AfterParams(metrics=MetricsParams(seed=seed), checks=None,  # step 6 runs the checks, with the train file
+                        cluster=ClusterParams(seed=seed) if cluster else None)
+    with rundir.create_run(out, overwrite=overwrite, **job.manifest(seed=seed)) as run:
+        infer_stage(run, job)
+        from erroranalysis.stages.after import after_predictions
 
-    checks_run(run.path, train=train_set, embedder=embedder, seed=seed)
-    sections.append(_labels_section(run, read_checks(run), read_checks_report(run)))
-
-    next_steps = _next_steps(sections, run)
-    params = {"train": str(train_set.path) if train_set is not None else None,
-              "log": training_log.path if training_log is not None else None, "overfit": overfit, "n": n,
-              "steps": steps, "lr": lr, "cluster": cluster, "seed": seed}
-    with run.stage("doctor", params) as facts:
-        result = DoctorResult(run=run.path, report=run.file(REPORT_MD), sections=sections, next_steps=next_steps)
-        text = render_markdown(result, model=model, data=Path(data))
-        with rundir.atomic_files(run.file(REPORT_MD), run.file(REPORT_JSON)) as (md_tmp, json_tmp):
-            md_tmp.write_text(text, encoding="utf-8")
-            rundir.write_json(json_tmp, result.to_dict())
-        facts["statuses"] = {s.key: s.status for s in sections}
+        after_predictions(run, after)
+        metrics = readers.read_metrics(run)
+        sections.append(_classes_section(metrics))
+        # 5. examples
+        say("5/6 failing examples")
+        sections.append(_examples_section(run, metrics, slices))
+        # 6. labels and data
+        say("6/6 labels and data checks")
+        checks_run(run.path, check, train_set=train_set, embed=None if isinstance(embedder, str) else embedder)
+        sections.append(_labels_section(run, readers.read_checks(run), readers.read_checks_report(run)))
+        result = _write_report(run, sections, model, Path(data), {
+            "train": str(train_set.path) if train_set is not None else None,
+            "log": training_log.path if training_log is not None else None, "overfit": overfit, "n": n,
+            "steps": steps, "lr": lr, "cluster": cluster, "seed": seed})
+    result.run, result.report = run.path, run.file(REPORT_MD)
     return result
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    """The checks `Run.create` makes, made before the long steps so a clash fails at once."""
-    if out.exists() and not out.is_dir():
-        raise RunError(f"{out}: exists and is not a directory; choose another --out.")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / rundir.MANIFEST).exists():
-            raise RunError(f"{out}: directory is not empty and is not a run; choose another --out.")
-        if not overwrite:
-            raise RunError(f"{out}: a run already exists here; pass --overwrite to replace it.")
+def _write_report(run, sections: list[Section], model: Path, data: Path, params: dict) -> DoctorResult:
+    next_steps = _next_steps(sections, run)
+    with run.stage("doctor", params) as staging:
+        result = DoctorResult(run=run.path, report=run.file(REPORT_MD), sections=sections, next_steps=next_steps)
+        staging.write_text(REPORT_MD, render_markdown(result, model=model, data=data))
+        staging.write_json(REPORT_JSON, result.to_dict())
+        staging.facts["statuses"] = {s.key: s.status for s in sections}
+    return result
 
 
 def _training_log(model: Path, log):
@@ -252,8 +244,7 @@ def _classes_section(metrics: dict) -> Section:
 
 
 def _examples_section(run, metrics: dict, slices: bool) -> Section:
-    preds = run.predictions(columns=["example_id", "text", "label", "pred", "correct", "confidence", "loss",
-                                     "n_tokens", "truncated"])
+    preds = readers.read_predictions(run, columns=["confidence", "loss", "n_tokens", "truncated"])
     failures = preds[~preds["correct"]]
     findings: list[Finding] = []
     parts = [f"{len(failures)} of {len(preds)} examples fail."]
@@ -283,11 +274,11 @@ def _examples_section(run, metrics: dict, slices: bool) -> Section:
                                 "Look at that slice's failures first; it names a concept the model gets wrong."))
     elif slice_note:
         parts.append(slice_note)
-    length = [r for r in (metrics.get("per_slice", {}).get("text_length") or []) if r.get("error_rate") is not None]
+    length = [r for r in (metrics.get("by_metadata", {}).get("text_length") or []) if r.get("error_rate") is not None]
     if length:
         worst_len = max(length, key=lambda r: r["error_rate"])
         parts.append(f"By length (words), the highest error rate is {worst_len['error_rate']:.0%} for "
-                     f"{worst_len['slice']} ({worst_len['n']} examples).")
+                     f"{worst_len['value']} ({worst_len['n']} examples).")
     parts.append(f"Browse them all: `erroranalysis show {run.path}` or `erroranalysis ui {run.path.parent}`.")
     summary = f"{len(failures)} failures" + (f"; {len(clusters)} error clusters" if clusters else "") + (
         f"; top slice: {slice_rows[0][0]} (error rate {slice_rows[0][2]})" if slice_rows else "")
@@ -296,13 +287,8 @@ def _examples_section(run, metrics: dict, slices: bool) -> Section:
 
 
 def _clusters(run) -> list[tuple]:
-    if not run.has(rundir.CLUSTERS):
-        return []
-    try:
-        frame = run.read_parquet(rundir.CLUSTERS, "cluster")
-    except RunError:
-        return []
-    if not {"cluster_id", "size"} <= set(frame.columns):
+    frame = readers.read_clusters(run, optional=True)
+    if frame is None:
         return []
     frame = frame[frame["cluster_id"] >= 0].sort_values("size", ascending=False).head(8)
     return [(str(r["cluster_id"]), str(r["size"]), _snippet(str(r.get("name", "")), 80)) for _, r in frame.iterrows()]
@@ -310,10 +296,8 @@ def _clusters(run) -> list[tuple]:
 
 def _slices(run, compute: bool) -> tuple[list[tuple], str]:
     """Top slices from slices.parquet, computing them first when the run has none (the slices stage is optional)."""
-    try:
-        from erroranalysis.stages import slices as slice_stage
-    except ModuleNotFoundError:
-        return [], ""
+    from erroranalysis.stages import slices as slice_stage
+
     if run.stage_status(slice_stage.STAGE) != "done":
         if not compute:
             return [], ""
@@ -321,7 +305,7 @@ def _slices(run, compute: bool) -> tuple[list[tuple], str]:
             slice_stage.slices_run(run.path, merge=False)
         except Exception as exc:  # an optional step: its failure is reported, not fatal to the report
             return [], f"Slices were not computed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})."
-    slices, _ = slice_stage.read_slices(run)
+    slices, _ = readers.read_slices(run)
     rows = []
     for _, r in slices.head(5).iterrows():
         rows.append((_snippet(str(r["description"]), 60), str(int(r["support"])), f"{r['error_rate']:.0%}",

@@ -14,17 +14,14 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from erroranalysis import __version__
-from erroranalysis.errors import RunError, UserError
+from erroranalysis import __version__, files
+from erroranalysis.errors import UserError
 from erroranalysis.labels import FLAGS, LabelStore, default_db_path
 from erroranalysis.labels.taxonomy import (
-    ASSIGNMENT_COLUMNS,
-    CLUSTER_COLUMNS,
     EXPORT_FORMATS,
     EXTENSIONS,
     FORMAT,
     SCHEMA_VERSION,
-    _as_list,
     _example,
     _exemplars,
     _round,
@@ -34,44 +31,8 @@ from erroranalysis.labels.taxonomy import (
     to_markdown,
     validate,
 )
-from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, Run, atomic_write
+from erroranalysis.rundir import Run, readers
 from erroranalysis.validation import check_param
-
-
-def read_clusters(run: Run):
-    """clusters.parquet as a DataFrame sorted by size (largest first), list columns as lists; None when the run
-    was not clustered. RunError when the file is damaged or lacks a column."""
-    if not run.has(CLUSTERS):
-        return None
-    df = run.read_parquet(CLUSTERS, "cluster")
-    _require_columns(run.file(CLUSTERS), df, CLUSTER_COLUMNS, "cluster")
-    df = df.copy()
-    for col in ("keywords", "top_confusions", "exemplar_ids"):
-        if col not in df.columns:
-            df[col] = [[] for _ in range(len(df))]
-        df[col] = [_as_list(v) for v in df[col]]
-    df["cluster_id"] = df["cluster_id"].astype("int64")
-    df["size"] = df["size"].astype("int64")
-    df["name"] = df["name"].fillna("").astype(str)
-    return df.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
-
-
-def read_cluster_assignments(run: Run):
-    """assignments.parquet (example_id, cluster_id, membership, x, y, ...) or None when absent."""
-    if not run.has(ASSIGNMENTS):
-        return None
-    df = run.read_parquet(ASSIGNMENTS, "cluster")
-    _require_columns(run.file(ASSIGNMENTS), df, ASSIGNMENT_COLUMNS, "cluster")
-    df = df.copy()
-    df["example_id"] = df["example_id"].astype(str)
-    df["cluster_id"] = df["cluster_id"].astype("int64")
-    return df
-
-
-def _require_columns(file: Path, df, columns, stage: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise RunError(f"{file}: missing column {missing[0]!r}; re-run the {stage!r} stage.")
 
 
 def base_table(run: Run):
@@ -80,15 +41,11 @@ def base_table(run: Run):
     import numpy as np
     import pandas as pd
 
-    df = run.predictions().copy()
-    _require_columns(run.file("predictions.parquet"), df, ("example_id", "label", "pred", "correct"), "infer")
-    df["example_id"] = df["example_id"].astype(str)
+    df = readers.read_predictions(run)
     for col in ("confidence", "loss"):
         if col not in df.columns:
             df[col] = np.nan
-    if "text" not in df.columns:
-        df["text"] = ""
-    assign = read_cluster_assignments(run)
+    assign = readers.read_assignments(run, optional=True)
     if assign is None:
         df["cluster_id"] = np.int64(-1)
         df["cluster_name"] = ""
@@ -108,7 +65,7 @@ def base_table(run: Run):
             df[col] = np.where(found, assign[col].to_numpy(dtype=float)[take], np.nan)
         else:
             df[col] = np.nan
-    clusters = read_clusters(run)
+    clusters = readers.read_clusters(run, optional=True)
     names = dict(zip(clusters["cluster_id"], clusters["name"])) if clusters is not None else {}
     df["cluster_name"] = pd.Series(df["cluster_id"].map(names), index=df.index).fillna("").astype(str)
     return df
@@ -302,5 +259,5 @@ def export_taxonomy(run_path: str | Path, fmt: str, out: str | Path, *, labels_d
     out = Path(out)
     if out.is_dir():
         raise UserError(f"{out}: is a directory; pass a file name such as {out / ('taxonomy' + EXTENSIONS[fmt])}.")
-    atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"))
+    files.write_text(out, text)
     return out

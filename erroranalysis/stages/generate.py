@@ -16,14 +16,13 @@ from typing import Any, Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import EvalSet, load_eval_set, read_table
+from erroranalysis.data import DataOptions, EvalSet, load_eval_set, read_table
 from erroranalysis.errors import DataError, ParameterError, preview, where
 from erroranalysis.infer import output_cells, output_checks
 from erroranalysis.infer.generation import GenerationOptions
 from erroranalysis.metrics.generation import low_loss_failures
-from erroranalysis.rundir import Run
-from erroranalysis.stages.after import AfterOptions, after_predictions
-from erroranalysis.stages.infer import DataOptions
+from erroranalysis.rundir import Run, create_run
+from erroranalysis.stages.after import AfterParams, after_predictions
 
 PASS, FAIL = "pass", "fail"
 UNPARSEABLE = output_checks.UNPARSEABLE
@@ -39,15 +38,15 @@ INPUT_ROLES = ("schema", "regex", "tools", "checks")
 
 
 def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
-                   gen_opts: GenerationOptions = GenerationOptions(), after: AfterOptions = AfterOptions(),
+                   gen_opts: GenerationOptions = GenerationOptions(), after: AfterParams = AfterParams(),
                    overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
-                   log: Callable[[str], None] | None = None) -> Run:
+                   log: Callable[[str], None] | None = None, embedder=None) -> Run:
     """Generate with `model` over the prompt set `data`, check the outputs, write the run at `out`, then run
-    metrics (with a "checks" section) and clustering over the failing examples."""
+    metrics (with an "output_checks" section) and the stages `after` names over the failing examples."""
     from erroranalysis.infer.causal_lm import load_causal_lm
     from erroranalysis.infer.generation import encode_answers, encode_prompts, prompt_budget
 
-    gen_opts.validate()
+    check_parameters(gen_opts)
     prepared = prepare_eval_set(data, data_opts, gen_opts)
     lm = load_causal_lm(model, device=gen_opts.device, precision=gen_opts.precision,
                         trust_remote_code=gen_opts.trust_remote_code, log=log)
@@ -58,23 +57,24 @@ def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data
 
     eval_set: EvalSet = prepared["eval_set"]
     manifest_model = {**lm.describe(), "batch_size": gen_opts.batch_size, "max_length": budget}
-    run = Run.create(out, overwrite=overwrite, task="generation", labels=prepared["labels"], model=manifest_model,
-                     data=prepared["data_entry"], device=lm.device, seed=after.seed,
-                     generation={**gen_opts.describe(), "checks": prepared["checks"],
-                                 "allowed_labels": prepared["allowed"]})
-    params = {**gen_opts.describe(), "device": lm.device, "precision": lm.precision, "checks": prepared["checks"]}
-    with run.stage("infer", params) as facts:
-        n = len(eval_set)
-        advance = (lambda k: progress(k, n)) if progress else None
-        start = time.perf_counter()
-        result = _generate(lm, prompt_ids, reference_ids, gen_opts, advance)
-        seconds = max(time.perf_counter() - start, 1e-9)
-        facts["examples_per_second"] = round(n / seconds, 2)
-        facts["tokens_per_second"] = round(float(result["n_output_tokens"].sum()) / seconds, 1)
-        facts["truncated_prompts"] = int(truncated.sum())
-        table = prediction_table(prepared, result, prompt_ids, truncated)
-        rundir.write_parquet(run.file(rundir.PREDICTIONS), table)
-    after_predictions(run, after)
+    manifest = {"task": "generation", "labels": prepared["labels"], "model": manifest_model,
+                "data": prepared["data_entry"], "device": lm.device, "seed": after.seed,
+                "generation": {**gen_opts.describe(), "output_checks": prepared["checks"],
+                               "allowed_labels": prepared["allowed"]}}
+    params = {**gen_opts.describe(), "device": lm.device, "precision": lm.precision,
+              "output_checks": prepared["checks"]}
+    with create_run(out, overwrite=overwrite, **manifest) as run:
+        with run.stage("infer", params) as staging:
+            n = len(eval_set)
+            advance = (lambda k: progress(k, n)) if progress else None
+            start = time.perf_counter()
+            result = _generate(lm, prompt_ids, reference_ids, gen_opts, advance)
+            seconds = max(time.perf_counter() - start, 1e-9)
+            staging.facts["examples_per_second"] = round(n / seconds, 2)
+            staging.facts["tokens_per_second"] = round(float(result["n_output_tokens"].sum()) / seconds, 1)
+            staging.facts["truncated_prompts"] = int(truncated.sum())
+            staging.write_parquet(rundir.PREDICTIONS, prediction_table(prepared, result, prompt_ids, truncated))
+        after_predictions(run, after, embedder=embedder)
     return run
 
 
@@ -108,7 +108,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
                                       columns={r: c for r, c in present.items() if r in INPUT_ROLES},
                                       regex=gen_opts.regex)
     available = set(present) | ({"label"} if label_column else set()) | ({"regex"} if gen_opts.regex else set())
-    checks = output_cells.check_names(gen_opts.checks) if gen_opts.checks else None
+    checks = output_cells.check_names(gen_opts.output_checks) if gen_opts.output_checks else None
     if checks is None:
         checks = output_checks.default_checks(available)
     missing = output_checks.missing_inputs(checks, available)
@@ -116,7 +116,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
         check, need = missing[0]
         column = gen_opts.reference_column if need == "reference" else need
         raise DataError(f"{source}: check {check!r} needs a {column!r} column, which the eval set lacks; add it "
-                        "or choose other --checks.")
+                        "or choose other --output-checks.")
     per_row = parsed.get("checks")
     if per_row is not None:
         for i, names in enumerate(per_row):
@@ -126,7 +126,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
                                 f"{column!r} column, which the eval set lacks.")
     if not checks and not (per_row and any(per_row)):
         raise DataError(f"{source}: no check applies: add a 'reference', 'label', 'schema', 'regex' or 'tools' "
-                        "column, or a 'checks' column, or pass --checks.")
+                        "column, or a 'checks' column, or pass --output-checks.")
 
     gold = frame["label"].to_numpy(dtype=object) if label_column else None
     allowed: list[str] = []
@@ -283,9 +283,8 @@ def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.nda
 
 def check_parameters(gen_opts: GenerationOptions) -> None:
     """Validate options alone (the CLI may call it before anything is read)."""
-    gen_opts.validate()
-    if gen_opts.checks:
-        output_cells.check_names(gen_opts.checks)
+    if gen_opts.output_checks:
+        output_cells.check_names(gen_opts.output_checks)
     if gen_opts.regex is not None:
         try:
             output_cells.parse_regex(gen_opts.regex)

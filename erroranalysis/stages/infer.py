@@ -1,11 +1,14 @@
 """`erroranalysis run`: infer with a checkpoint over an eval set, then measure and cluster.
 
 Everything the user can get wrong is checked before the run directory is created, so a bad call leaves nothing
-behind; a stage that fails later is recorded as failed in the manifest.
+behind; the `infer` stage streams predictions, probabilities and hidden states into its staging area, and they
+are committed together with the stage.
 """
 
 from __future__ import annotations
 
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -13,48 +16,96 @@ from typing import Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, map_labels
-from erroranalysis.rundir import Run
-from erroranalysis.stages.after import AfterOptions, after_predictions
-from erroranalysis.stages.common import _data_entry, _load
+from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
+from erroranalysis.rundir import Run, create_run
+from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.common import data_entry
+from erroranalysis.validation import Params, check_choice, check_int, check_param
+
+PRECISIONS = ("fp32", "bf16")
 
 
-@dataclass
-class InferOptions:
+@dataclass(frozen=True)
+class InferParams(Params):
+    """How the checkpoint runs: `--batch-size`, `--max-length`, `--precision`, `--device`, `--trust-remote-code`."""
+
     batch_size: int = 32
     max_length: int = 256
     precision: str = "fp32"
     device: str = "auto"
     trust_remote_code: bool = False
 
+    def validate(self) -> None:
+        check_int("batch_size", self.batch_size, 1)
+        check_int("max_length", self.max_length, 2)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_param("device", self.device, isinstance(self.device, str) and (
+            self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")),
+            "one of auto, cpu, cuda, cuda:N, mps")
+
+
+InferOptions = InferParams  # the name before 0.2
+
 
 def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
-                   infer_opts: InferOptions = InferOptions(), after: AfterOptions = AfterOptions(),
-                   overwrite: bool = False, progress: Callable[[int, int], None] | None = None) -> Run:
-    """`erroranalysis run`: infer with a checkpoint over an eval set, then measure and cluster."""
-    from erroranalysis.infer.classifier import load_classifier
-
-    eval_set = _load(data, data_opts)
-    clf = load_classifier(model, device=infer_opts.device, trust_remote_code=infer_opts.trust_remote_code)
-    gold = map_labels(eval_set.frame["label"].to_numpy(), clf.labels, source=str(eval_set.path),
-                      lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
-    run = Run.create(out, overwrite=overwrite, task="classification", labels=clf.labels,
-                     model={"path": str(Path(model).resolve()), "weights_sha256": clf.weights_sha256,
-                            "max_length": infer_opts.max_length, "precision": infer_opts.precision,
-                            "batch_size": infer_opts.batch_size},
-                     data=_data_entry(eval_set), device=clf.device, seed=after.seed)
-    with run.stage("infer", {"batch_size": infer_opts.batch_size, "max_length": infer_opts.max_length,
-                             "precision": infer_opts.precision, "device": clf.device}) as facts:
-        facts["examples_per_second"] = _write_inference(run, clf, eval_set, gold, infer_opts, progress)
-    after_predictions(run, after)
+                   infer_opts: InferParams = InferParams(), after: AfterParams = AfterParams(),
+                   overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
+                   embedder=None) -> Run:
+    """`erroranalysis run`: infer with a checkpoint over an eval set, then the stages `after` names (`embedder`, an
+    object with `key` and `embed(frame)`, replaces the cluster stage's)."""
+    job = prepare(model, data, data_opts, infer_opts)
+    with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
+        infer_stage(run, job, progress)
+        after_predictions(run, after, embedder=embedder)
     return run
 
 
-def _write_inference(run: Run, clf, eval_set: EvalSet, gold: np.ndarray, opts: InferOptions,
-                     progress) -> float:
-    """Stream chunks of results to predictions.parquet, probs.npy and hidden_states.npy; all appear at once."""
-    import time
+@dataclass
+class InferJob:
+    """A checkpoint and an eval set, loaded and checked: everything the infer stage needs."""
 
+    model: Path
+    clf: object
+    eval_set: EvalSet
+    gold: np.ndarray
+    params: InferParams
+
+    def manifest(self, **extra) -> dict:
+        p = self.params
+        return {"task": "classification", "labels": self.clf.labels,
+                "model": {"path": str(self.model.resolve()), "weights_sha256": self.clf.weights_sha256,
+                          "max_length": p.max_length, "precision": p.precision, "batch_size": p.batch_size},
+                "data": data_entry(self.eval_set), "device": self.clf.device, **extra}
+
+
+def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams) -> InferJob:
+    """Load and check the eval set and the checkpoint (nothing is written)."""
+    from erroranalysis.infer.classifier import load_classifier
+
+    eval_set = read_eval_set(data, data_opts)
+    clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code)
+    gold = map_labels(eval_set.frame["label"].to_numpy(), clf.labels, source=str(eval_set.path),
+                      lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
+    return InferJob(Path(model), clf, eval_set, gold, params)
+
+
+def infer_stage(run: Run, job: InferJob, progress: Callable[[int, int], None] | None = None) -> None:
+    """The infer stage: predictions, probabilities and hidden states, committed together."""
+    with run.stage("infer", {**job.params.record(), "device": job.clf.device}) as staging:
+        staging.facts["examples_per_second"] = _write_inference(staging, job.clf, job.eval_set, job.gold,
+                                                                job.params, progress)
+        copy_training_log(job.model, staging)
+
+
+def copy_training_log(checkpoint: Path, staging) -> None:
+    """Keep the checkpoint's trainer_state.json in the run, so the app reads it without leaving the runs folder."""
+    log = checkpoint / rundir.TRAINER_STATE
+    if log.is_file() and log.stat().st_size <= 64 << 20:
+        shutil.copyfile(log, staging.file(rundir.TRAINER_STATE))
+
+
+def _write_inference(staging, clf, eval_set: EvalSet, gold: np.ndarray, opts: InferParams, progress) -> float:
+    """Stream chunks of results to predictions.parquet, probs.npy and hidden_states.npy in the staging area."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -67,35 +118,34 @@ def _write_inference(run: Run, clf, eval_set: EvalSet, gold: np.ndarray, opts: I
     n, start, row = len(frame), time.perf_counter(), 0
     advance = (lambda k: progress(k, n)) if progress else None
     names = np.asarray(clf.labels, dtype=object)
-    paths = [run.file(rundir.PREDICTIONS), run.file(rundir.PROBS), run.file(rundir.HIDDEN)]
-    with rundir.atomic_files(*paths) as (pred_tmp, probs_tmp, hidden_tmp):
-        writer = probs = hidden = None
-        try:
-            for chunk in infer(clf, frame["text"].tolist(), label_ids, batch_size=opts.batch_size,
-                               max_length=opts.max_length, precision=opts.precision, progress=advance):
-                m = len(chunk["probs"])
-                if probs is None:
-                    probs = np.lib.format.open_memmap(probs_tmp, mode="w+", dtype=np.float32, shape=(n, len(names)))
-                    hidden = np.lib.format.open_memmap(hidden_tmp, mode="w+", dtype=np.float32,
-                                                       shape=(n, chunk["hidden"].shape[1]))
-                probs[row:row + m] = chunk["probs"]
-                hidden[row:row + m] = chunk["hidden"]
-                table = _prediction_table(frame.iloc[row:row + m], gold[row:row + m], names, chunk,
-                                          metadata.slice(row, m))
-                if writer is None:
-                    writer = pq.ParquetWriter(pred_tmp, table.schema)
-                writer.write_table(table)
-                row += m
-        finally:
-            if writer is not None:
-                writer.close()
+    writer = probs = hidden = None
+    try:
+        for chunk in infer(clf, frame["text"].tolist(), label_ids, batch_size=opts.batch_size,
+                           max_length=opts.max_length, precision=opts.precision, progress=advance):
+            m = len(chunk["probs"])
+            if probs is None:
+                probs = np.lib.format.open_memmap(staging.file(rundir.PROBS), mode="w+", dtype=np.float32,
+                                                  shape=(n, len(names)))
+                hidden = np.lib.format.open_memmap(staging.file(rundir.HIDDEN), mode="w+", dtype=np.float32,
+                                                   shape=(n, chunk["hidden"].shape[1]))
+            probs[row:row + m] = chunk["probs"]
+            hidden[row:row + m] = chunk["hidden"]
+            table = prediction_table(frame.iloc[row:row + m], gold[row:row + m], names, chunk, metadata.slice(row, m))
+            if writer is None:
+                writer = pq.ParquetWriter(staging.file(rundir.PREDICTIONS), table.schema)
+            writer.write_table(table)
+            row += m
+    finally:
+        if writer is not None:
+            writer.close()
+    if probs is not None:
         probs.flush()
         hidden.flush()
-        del probs, hidden
     return round(n / max(time.perf_counter() - start, 1e-9), 1)
 
 
-def _prediction_table(rows, gold, names, chunk, metadata):
+def prediction_table(rows, gold, names, chunk, metadata):
+    """One chunk of predictions.parquet from a chunk of inference outputs."""
     import pyarrow as pa
 
     pred_idx = chunk["probs"].argmax(1)

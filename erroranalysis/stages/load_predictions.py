@@ -8,20 +8,20 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, map_labels
+from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
 from erroranalysis.errors import DataError, where
-from erroranalysis.rundir import Run
-from erroranalysis.stages.after import AfterOptions, after_predictions
-from erroranalysis.stages.common import _data_entry, _load
+from erroranalysis.rundir import Run, create_run
+from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.common import data_entry
 
 PROB_PREFIX = "prob_"
 
 
 def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
-                        pred_column: str = "pred", after: AfterOptions = AfterOptions(),
-                        overwrite: bool = False) -> Run:
+                        pred_column: str = "pred", after: AfterParams = AfterParams(),
+                        overwrite: bool = False, embedder=None) -> Run:
     """`erroranalysis analyze`: predictions made elsewhere (text, label, pred, optional prob_<label> columns)."""
-    eval_set = _load(file, data_opts, required=(pred_column,))
+    eval_set = read_eval_set(file, data_opts, required=(pred_column,))
     frame = eval_set.frame
     prob_columns = [c for c in eval_set.metadata_columns if c.startswith(PROB_PREFIX)]
     preds = _labels_column(frame, pred_column, eval_set)
@@ -38,14 +38,14 @@ def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOpt
         probs = None
     metadata = [c for c in eval_set.metadata_columns if c not in prob_columns]
     table = _analyze_table(frame, gold, preds, labels, probs, metadata)
-    run = Run.create(out, overwrite=overwrite, task="classification", labels=labels,
-                     data={**_data_entry(eval_set), "metadata_columns": metadata, "pred_column": pred_column},
-                     seed=after.seed)
-    with run.stage("load_predictions", {"pred_column": pred_column, "probabilities": bool(prob_columns)}):
-        rundir.write_parquet(run.file(rundir.PREDICTIONS), table)
-        if probs is not None:
-            rundir.write_npy(run.file(rundir.PROBS), probs)
-    after_predictions(run, after)
+    manifest = {"task": "classification", "labels": labels, "seed": after.seed,
+                "data": {**data_entry(eval_set), "metadata_columns": metadata, "pred_column": pred_column}}
+    with create_run(out, overwrite=overwrite, **manifest) as run:
+        with run.stage("load_predictions", {"pred_column": pred_column, "probabilities": bool(prob_columns)}) as st:
+            st.write_parquet(rundir.PREDICTIONS, table)
+            if probs is not None:
+                st.write_npy(rundir.PROBS, probs)
+        after_predictions(run, after, embedder=embedder)
     return run
 
 

@@ -1,12 +1,10 @@
 """Carry a labeled taxonomy over to another run or workspace: import its error types, and suggest error types for a
 new run's failures from the labeled examples it carries.
 
-    from erroranalysis import taxonomy_apply as ta
+    from erroranalysis import stages
 
-    doc = ta.load_taxonomy("taxonomy.json")            # validated: schema version, schema, no unknown fields
-    ta.import_taxonomy(doc, LabelStore("other/labels.sqlite"))    # error types only, idempotent
-    result = ta.apply_taxonomy(doc, "runs/candidate")   # suggestions (source 'suggested', status 'pending')
-    ta.review(store, result.run_key, ["194", "201"], accept=True)
+    result = stages.apply_taxonomy("taxonomy.json", "runs/candidate")  # suggestions ('suggested', 'pending')
+    stages.review(store, result.run_key, ["194", "201"], accept=True)  # they become labels
 
 How a failure is matched (see docs/compare.md):
 
@@ -30,7 +28,6 @@ labeled example, in the run's `taxonomy_suggestions.parquet`. Human labels are n
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -38,7 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.errors import DataError, RunError, UserError, preview
+from erroranalysis.errors import DataError, UserError, preview
 from erroranalysis.labels.importing import ON_CLASH, ImportResult, import_taxonomy, load_taxonomy, plan_import
 from erroranalysis.labels.matching import (
     STATUS_FLAGGED,
@@ -53,12 +50,12 @@ from erroranalysis.labels.matching import (
     confusion_constraints,
     match_vectors,
 )
+from erroranalysis.rundir import SUGGESTIONS, readers
+from erroranalysis.stages.embedders import run_embedder
 from erroranalysis.validation import check_param
 
-SUGGESTIONS = "taxonomy_suggestions.parquet"
 STAGE = "apply_taxonomy"
-SUGGESTION_COLUMNS = ["example_id", "label", "pred", "status", "error_type", "closest_type", "basis", "distance",
-                      "vote", "nearest_id", "cluster_id"]
+SUGGESTION_COLUMNS = list(readers.SUGGESTION_COLUMNS)
 
 
 
@@ -66,71 +63,19 @@ SUGGESTION_COLUMNS = ["example_id", "label", "pred", "status", "error_type", "cl
 Progress = Callable[[int, int], None]
 
 
-def read_embeddings_meta(run: rundir.Run) -> dict | None:
-    """embeddings.json of a clustered run (embedder description and example ids), or None."""
-    if not run.has(rundir.EMBEDDINGS_META):
-        return None
-    file = run.file(rundir.EMBEDDINGS_META)
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RunError(f"{file}: unreadable ({exc}); re-run 'erroranalysis cluster {run.path}'.") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("embedder"), dict):
-        raise RunError(f"{file}: no 'embedder' entry; re-run 'erroranalysis cluster {run.path}'.")
-    return meta
-
-
-def run_embedder(run: rundir.Run, predictions, spec=None):
-    """(embedder, note): `spec` when given (minilm, hidden, FILE.npy or an object), else the embedder the run's
-    clustering used (re-created from embeddings.json), else minilm. The note says what was chosen and why."""
-    from erroranalysis import embedding
-
-    meta = read_embeddings_meta(run)
-    recorded = (meta or {}).get("embedder") or {}
-    if spec is not None:
-        emb = embedding.resolve_embedder(spec, run, predictions)
-        key = getattr(emb, "key", None)
-        if recorded and recorded.get("key") != key:
-            return emb, (f"matching with {embedding.describe(emb)['name']} as asked; the run's clustering used "
-                         f"{recorded.get('name')!r}, so its stored vectors are not used")
-        return emb, f"matching with {embedding.describe(emb)['name']}"
-    if not recorded:
-        return embedding.resolve_embedder("minilm", run, predictions), \
-            "the run is not clustered; matching with minilm (the default embedder)"
-    name = recorded.get("name")
-    if name == "minilm":
-        emb = embedding.MiniLMEmbedder(max_length=int(recorded.get("max_length") or 256))
-        embedding.minilm_path()
-    elif name == "hidden":
-        emb = embedding.HiddenStatesEmbedder(run, len(predictions))
-    elif name == "file":
-        emb = embedding.PrecomputedEmbedder(recorded.get("source", ""), predictions["example_id"].astype(str).tolist())
-    else:
-        raise RunError(f"{run.file(rundir.EMBEDDINGS_META)}: the run was clustered with a custom embedder "
-                       f"{recorded.get('key', name)!r} that cannot be re-created here; pass --embedder minilm, hidden "
-                       "or FILE.npy.")
-    note = f"matching with the run's own embedder ({name})"
-    if recorded.get("key") != getattr(emb, "key", None):
-        note += (f"; its key changed since clustering ({recorded.get('key')!r} -> {emb.key!r}), so the failures are "
-                 "embedded again")
-    return emb, note
-
-
-def _failure_vectors(run: rundir.Run, emb, failures, meta: dict | None,
-                     progress: Progress | None) -> tuple[np.ndarray, bool]:
+def _failure_vectors(run: rundir.Run, emb, failures, progress: Progress | None) -> tuple[np.ndarray, bool]:
     """(the failures' vectors, whether they came from the run's embeddings.npy): stored vectors are used when this
     embedder made them and they cover every failure."""
     from erroranalysis import embedding
 
     ids = failures["example_id"].tolist()
-    if meta and meta.get("embedder", {}).get("key") == getattr(emb, "key", None) and run.has(rundir.EMBEDDINGS):
-        stored_ids = [str(i) for i in meta.get("example_ids", [])]
-        row_of = {i: r for r, i in enumerate(stored_ids)}
+    found = readers.read_embeddings(run, optional=True)
+    if found is not None and found[1]["embedder"].get("key") == getattr(emb, "key", None):
+        stored, meta = found
+        row_of = {str(i): r for r, i in enumerate(meta["example_ids"])}
         if all(i in row_of for i in ids):
-            stored = np.load(run.file(rundir.EMBEDDINGS), mmap_mode="r")
-            if stored.ndim == 2 and stored.shape[0] == len(stored_ids):
-                return (np.asarray(stored[[row_of[i] for i in ids]], dtype=np.float32) if ids else
-                        np.zeros((0, stored.shape[1]), dtype=np.float32)), True
+            return (np.asarray(stored[[row_of[i] for i in ids]], dtype=np.float32) if ids else
+                    np.zeros((0, stored.shape[1]), dtype=np.float32)), True
     if isinstance(emb, embedding.MiniLMEmbedder):
         return emb.embed_texts(failures["text"].tolist(), progress), False
     return np.asarray(emb.embed(failures, progress=progress) if _takes_progress(emb) else emb.embed(failures),
@@ -237,21 +182,7 @@ class ApplyResult:
 
 
 def _failures(run: rundir.Run):
-    predictions = run.predictions()
-    file = run.file(rundir.PREDICTIONS)
-    missing = [c for c in ("example_id", "text", "label", "pred", "correct") if c not in predictions.columns]
-    if missing:
-        raise DataError(f"{file}: missing column(s) {preview(missing)}; re-run the stage that writes it.")
-    predictions = predictions.reset_index(drop=True).copy()
-    predictions["example_id"] = predictions["example_id"].astype(str)
-    if predictions["example_id"].duplicated().any():
-        dup = predictions["example_id"][predictions["example_id"].duplicated()].unique()
-        raise DataError(f"{file}, column 'example_id': duplicate ids {preview(dup)}; give every example its own id.")
-    predictions["text"] = predictions["text"].fillna("").astype(str)
-    predictions["label"] = predictions["label"].astype(str)
-    predictions["pred"] = predictions["pred"].astype(str)
-    predictions["correct"] = predictions["correct"].fillna(False).astype(bool)
-    return predictions
+    return readers.read_predictions(run)
 
 
 def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, method: str = "centroid", k: int = 5,
@@ -293,9 +224,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
             rejected = set(zip(rej["example_id"].astype(str), rej["error_type"].astype(str)))
         fl = store.flags(run_key)
         flagged = set(fl["example_id"].astype(str)) if len(fl) else set()
-    from erroranalysis.stages.export import read_cluster_assignments
-
-    assign = read_cluster_assignments(run)
+    assign = readers.read_assignments(run, optional=True)
     if assign is not None:
         clusters = dict(zip(assign["example_id"], assign["cluster_id"].astype(int)))
 
@@ -310,7 +239,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
     if without:
         notes.append(f"{len(without)} error types have no labeled example to match by ({preview(without, 3)})")
     if len(failures):
-        fail_vectors, stored = _failure_vectors(run, emb, failures, read_embeddings_meta(run), progress)
+        fail_vectors, stored = _failure_vectors(run, emb, failures, progress)
         if stored:
             notes.append(f"the failures' vectors are the run's own ({rundir.EMBEDDINGS})")
         if fail_vectors.shape[1] != ref_vectors.shape[1]:
@@ -402,7 +331,7 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     params = {"taxonomy": result.taxonomy, "method": method, "k": k, "threshold": round(result.threshold, 6),
               "threshold_given": threshold is not None, "confusions": confusions, "embedder": result.embedder,
               "labels_db": str(store.path)}
-    with run.stage(STAGE, params) as facts:
+    with run.stage(STAGE, params) as staging:
         result.imported = import_taxonomy(doc, store, on_clash=on_clash)
         key = result.run_key
         wanted = table[table["status"] == STATUS_SUGGESTED]
@@ -419,25 +348,12 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
             cl = {e: int(c) for e, c in zip(ids, group["cluster_id"]) if int(c) >= 0}
             store.assign(key, ids, type_id, source="suggested", cluster_ids=cl,
                          summary=f"suggested {len(ids)} examples as {name!r} (apply-taxonomy)")
-        rundir.write_parquet(run.file(SUGGESTIONS), table)
-        facts.update({"n_failures": result.n_failures, "n_suggested": result.n_suggested,
+        staging.write_parquet(SUGGESTIONS, table)
+        staging.facts.update({"n_failures": result.n_failures, "n_suggested": result.n_suggested,
                       "n_unmatched": result.n_unmatched, "threshold_basis": result.threshold_basis,
                       "counts": result.counts})
     result.written = True
     return result
-
-
-def read_suggestions(run: rundir.Run):
-    """taxonomy_suggestions.parquet of a run, or None when apply-taxonomy never ran on it."""
-    if not run.has(SUGGESTIONS):
-        return None
-    df = run.read_parquet(SUGGESTIONS, STAGE)
-    missing = [c for c in SUGGESTION_COLUMNS if c not in df.columns]
-    if missing:
-        raise RunError(f"{run.file(SUGGESTIONS)}: missing column {missing[0]!r}; run apply-taxonomy again.")
-    df = df.copy()
-    df["example_id"] = df["example_id"].astype(str)
-    return df
 
 
 def review(store, run_key: str, example_ids: Sequence[str], accept: bool):

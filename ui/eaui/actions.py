@@ -184,7 +184,7 @@ def _review_selected_ids() -> list[str]:
 
 def review_selected(run_key: str, accept: bool) -> None:
     """Accept (they become labels) or reject the suggestions selected in the Review table."""
-    from erroranalysis.stages.suggestions import review
+    from erroranalysis.stages import review
 
     def act() -> str:
         ids = _review_selected_ids()
@@ -199,7 +199,7 @@ def review_selected(run_key: str, accept: bool) -> None:
 
 def review_ids(run_key: str, ids: list[str], accept: bool) -> None:
     """Accept or reject every suggestion shown."""
-    from erroranalysis.stages.suggestions import review
+    from erroranalysis.stages import review
 
     def act() -> str:
         change = review(ui.labels(), run_key, ids, accept)

@@ -139,6 +139,7 @@ def reliability_figure(bins: list[dict]):
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04)
+    bins = [b for b in bins if b.get("count") and b.get("accuracy") is not None]  # empty bins are stored as null
     mids = [(b["lower"] + b["upper"]) / 2 for b in bins]
     widths = [(b["upper"] - b["lower"]) * 0.92 for b in bins]
     acc = [b.get("accuracy", 0) for b in bins]

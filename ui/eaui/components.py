@@ -55,6 +55,12 @@ class Current:
     def name(self) -> str:
         return self.key
 
+    @property
+    def run(self):
+        from erroranalysis.rundir import Run
+
+        return Run(self.path)
+
 
 def config() -> AppConfig:
     return st.session_state[state.CONFIG]

@@ -8,7 +8,6 @@ Readers raise erroranalysis.errors.UserError (RunError) for a missing or damaged
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,18 @@ import streamlit as st
 from erroranalysis import stages
 from erroranalysis.errors import RunError, UserError
 from erroranalysis.labels import LabelStore
-from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, MANIFEST, METRICS, PREDICTIONS, Run
-from erroranalysis.stages import export as export_stage
+from erroranalysis.rundir import (
+    ASSIGNMENTS,
+    CHECKS,
+    CHECKS_JSON,
+    CLUSTERS,
+    MANIFEST,
+    METRICS,
+    PREDICTIONS,
+    SUGGESTIONS,
+    Run,
+    readers,
+)
 
 MAX_DEPTH = 2  # runs are looked for at <root>/<run> and <root>/<group>/<run>
 
@@ -76,8 +85,16 @@ def run_dir(root: Path, key: str) -> Path:
 def list_runs(root: Path):
     """One row per run: key, task, created, examples, accuracy, failures, stages, clustered, problem."""
     keys = discover(root)
-    stamps = tuple((k, file_stamps(root / k, MANIFEST, METRICS, CLUSTERS)) for k in keys)
+    stamps = tuple((k, file_stamps(root / k, MANIFEST, METRICS, CLUSTERS), _writer_alive(root / k)) for k in keys)
     return _list_runs(str(root), stamps)
+
+
+def _writer_alive(path: Path) -> bool:
+    """Part of a run's cache key: a stage recorded as running turns interrupted when its process goes, though no
+    file changes."""
+    from erroranalysis.rundir.lock import writer_alive
+
+    return writer_alive(path)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -85,41 +102,40 @@ def _list_runs(root: str, stamps: tuple):
     import pandas as pd
 
     rows = []
-    for key, _ in stamps:
+    for key, *_ in stamps:
         path = Path(root) / key
         row: dict[str, Any] = {"run": key, "task": None, "created": None, "model": None, "examples": None,
                                "accuracy": None, "failures": None, "stages": "", "clustered": False, "problem": ""}
         try:
-            manifest = Run.open(path).manifest
+            run = Run.open(path)
+            manifest = run.manifest
             row["task"] = manifest.get("task")
             row["created"] = str(manifest.get("created", ""))[:16].replace("T", " ")
             row["model"] = (manifest.get("model") or {}).get("path") or (manifest.get("data") or {}).get("path")
-            stages = manifest.get("stages", {})
-            row["stages"] = " ".join(f"{_STAGE_ICON.get(v.get('status'), '?')} {k}" for k, v in stages.items())
-            row["clustered"] = stages.get("cluster", {}).get("status") == "done" and (path / CLUSTERS).is_file()
-            failed = [k for k, v in stages.items() if v.get("status") == "failed"]
-            if failed:
-                row["problem"] = f"stage {failed[0]!r} failed"
+            states = {name: run.state(name, manifest) for name in manifest.get("stages", {})}
+            row["stages"] = " ".join(f"{_STAGE_ICON.get(v.get('status'), '?')} {k}" for k, v in states.items())
+            row["clustered"] = readers.usable(run, CLUSTERS)
             row["examples"] = (manifest.get("data") or {}).get("rows")
+            row["problem"] = next((run.explain(k, manifest) for k, v in states.items() if v.get("status") != "done"),
+                                  None) or ""
+            metrics = readers.read_metrics(run, optional=True)
         except UserError as exc:
-            row["problem"] = str(exc)
+            row["problem"] = str(exc).splitlines()[0]
             rows.append(row)
             continue
-        try:
-            overall = json.loads((path / METRICS).read_text(encoding="utf-8")).get("overall", {})
+        if metrics is None:
+            row["problem"] = row["problem"] or "no metrics yet"
+        else:
+            overall = metrics.get("overall", {})
             row["examples"] = overall.get("n", row["examples"])
             row["accuracy"] = overall.get("accuracy")
             row["failures"] = overall.get("n_failures")
-        except FileNotFoundError:
-            row["problem"] = row["problem"] or "no metrics yet"
-        except (OSError, ValueError, AttributeError):
-            row["problem"] = row["problem"] or f"{METRICS} is unreadable"
         rows.append(row)
     return pd.DataFrame(rows, columns=["run", "task", "created", "model", "examples", "accuracy", "failures",
                                        "stages", "clustered", "problem"])
 
 
-_STAGE_ICON = {"done": "✓", "failed": "✗", "running": "…"}
+_STAGE_ICON = {"done": "✓", "failed": "✗", "running": "…", "committing": "…", "interrupted": "⏸"}
 
 
 # -- one run's artifacts ------------------------------------------------------------------------------------------
@@ -153,17 +169,17 @@ def clusters(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _clusters(path: str, stamps) -> Any:
-    return export_stage.read_clusters(Run.open(path))
+    return readers.read_clusters(Run.open(path), optional=True)
 
 
 def base_table(path: Path):
-    """Predictions joined with clusters and the 2-D layout (export_stage.base_table). Shared, read-only."""
+    """Predictions joined with clusters and the 2-D layout (stages.base_table). Shared, read-only."""
     return _base_table(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS))
 
 
 @st.cache_resource(show_spinner="Reading the run…", max_entries=4)
 def _base_table(path: str, stamps):
-    return export_stage.base_table(Run.open(path))
+    return stages.base_table(Run.open(path))
 
 
 # -- labels -------------------------------------------------------------------------------------------------------
@@ -186,11 +202,11 @@ def label_tables(db: LabelStore, key: str):
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _label_tables(db_path: str, key: str, version: int, _db: LabelStore):
-    return export_stage.label_tables(_db, key)
+    return stages.label_tables(_db, key)
 
 
 def examples(path: Path, db: LabelStore):
-    """The run's example table with labels attached (export_stage.attach_labels). Shared, read-only."""
+    """The run's example table with labels attached (stages.attach_labels). Shared, read-only."""
     key = db.run_key(path)
     version = db.version()
     return _examples(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path), key, version, db)
@@ -199,7 +215,7 @@ def examples(path: Path, db: LabelStore):
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _examples(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore):
     base = _base_table(path, stamps)
-    return export_stage.attach_labels(base, *_label_tables(db_path, key, version, _db))
+    return stages.attach_labels(base, *_label_tables(db_path, key, version, _db))
 
 
 def error_types(db: LabelStore):
@@ -342,16 +358,12 @@ def _comparison(paths: tuple, stamps, db_path: str, version: int, _db: LabelStor
 
 def suggestions(path: Path):
     """The run's taxonomy_suggestions.parquet (what apply-taxonomy matched, with distances), or None."""
-    from erroranalysis.stages.suggestions import SUGGESTIONS
-
-    return _suggestions(str(path), file_stamps(path, SUGGESTIONS))
+    return _suggestions(str(path), file_stamps(path, SUGGESTIONS, MANIFEST))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _suggestions(path: str, stamps):
-    from erroranalysis.stages.suggestions import read_suggestions
-
-    return read_suggestions(Run.open(path))
+    return readers.read_suggestions(Run.open(path), optional=True)
 
 
 # -- slices (issue 8) ---------------------------------------------------------------------------------------------
@@ -371,13 +383,10 @@ def slices(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _slices(path: str, stamps):
-    from erroranalysis.stages.slices import STAGE, read_slices
-
-    run = Run.open(path)
-    if run.stage_status(STAGE) != "done":
+    got = readers.read_slices(Run.open(path), optional=True)
+    if got is None:
         return None
-    found, members = read_slices(run)
-    members = members.assign(example_id=members["example_id"].astype(str))
+    found, members = got
     return found.sort_values("slice_id").reset_index(drop=True), members
 
 
@@ -491,22 +500,17 @@ def _training_log(file: str, kind: str, stamps):
 
 def checks(path: Path):
     """(checks.json report, checks.parquet table) of the run, or None when its checks stage has not run."""
-    from erroranalysis.stages.checks import CHECKS, CHECKS_JSON
-
-    return _checks(str(path), file_stamps(path, CHECKS, CHECKS_JSON))
+    return _checks(str(path), file_stamps(path, CHECKS, CHECKS_JSON, MANIFEST))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _checks(path: str, stamps):
-    from erroranalysis.stages.checks import read_checks, read_checks_report
-
     run = Run.open(path)
-    if run.stage_status("checks") != "done":
-        return None
-    return read_checks_report(run), read_checks(run)
+    report = readers.read_checks_report(run, optional=True)
+    return None if report is None else (report, readers.read_checks(run))
 
 
 def doctor_report(path: Path) -> str | None:
     """doctor.md written by `erroranalysis doctor` into this run, or None."""
-    file = path / "doctor.md"
-    return file.read_text(encoding="utf-8") if file.is_file() else None
+    found = readers.read_doctor(Run.open(path), optional=True)
+    return found[0] if found else None

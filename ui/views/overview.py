@@ -83,18 +83,18 @@ with right:
                         alt="Reliability diagram: accuracy against confidence")
         st.caption("Bars under the diagonal are over-confident (red when the gap exceeds 5 points).")
 
-st.subheader("Slices")
-per_slice = metrics.get("per_slice") or {}
-if not per_slice:
-    st.caption("No slices in metrics.json.")
+st.subheader("By metadata")
+by_metadata = metrics.get("by_metadata") or {}
+if not by_metadata:
+    st.caption("No metadata columns in metrics.json.")
 else:
-    columns = list(per_slice)
+    columns = list(by_metadata)
     if state.get(state.SLICE_COLUMN) not in columns:
         st.session_state[state.SLICE_COLUMN] = columns[0]
-    column = st.segmented_control("Slice by", columns, key=state.SLICE_COLUMN, required=True)
-    rows = pd.DataFrame(per_slice.get(column) or [])
+    column = st.segmented_control("Column", columns, key=state.SLICE_COLUMN, required=True)
+    rows = pd.DataFrame(by_metadata.get(column) or []).rename(columns={"value": "slice"})
     if rows.empty or "error_rate" not in rows.columns:
-        st.caption("No slices for this column.")
+        st.caption("No values for this column.")
     else:
         rows = rows.sort_values("error_rate", ascending=False)
         overall_error = 1 - overall["accuracy"] if charts.finite(overall.get("accuracy")) else None
@@ -103,12 +103,12 @@ else:
             st.dataframe(rows, hide_index=True,
                          column_order=[c for c in ["slice", "n", "error_rate", "accuracy", "macro_f1"]
                                        if c in rows.columns],
-                         column_config={"slice": "Slice", "n": st.column_config.NumberColumn("n", format="localized"),
+                         column_config={"slice": "Value", "n": st.column_config.NumberColumn("n", format="localized"),
                                         "error_rate": st.column_config.ProgressColumn(
                                             "Error rate", format="percent", min_value=0, max_value=1),
                                         "accuracy": st.column_config.NumberColumn("Accuracy", format="percent"),
                                         "macro_f1": st.column_config.NumberColumn("Macro F1", format="percent")})
         with b:
             st.plotly_chart(charts.slices_figure(rows.head(25), overall_error), config={"displayModeBar": False},
-                            alt="Error rate per slice")
-        st.caption("Worst slices first; red bars are more than 1.2 × the overall error rate.")
+                            alt="Error rate per value")
+        st.caption("Worst values first; red bars are more than 1.2 × the overall error rate.")

@@ -124,12 +124,14 @@ with right:
         st.markdown("**:material/checklist: Stages**")
         if not stages:
             st.caption("No stage has run yet.")
-        for name, info in stages.items():
+        for name in stages:
+            info = current.run.state(name, manifest) or {}
             status = info.get("status", "?")
             icon = {"done": ":green[:material/check_circle:]", "failed": ":red[:material/cancel:]",
-                    "running": ":orange[:material/pending:]"}.get(status, ":material/help:")
+                    "running": ":orange[:material/pending:]", "committing": ":orange[:material/pending:]",
+                    "interrupted": ":orange[:material/pause_circle:]"}.get(status, ":material/help:")
             secs = info.get("seconds")
             timing = f" · {secs:.1f} s" if isinstance(secs, (int, float)) else ""
             st.markdown(f"{icon} **{ui.md(name)}** {status}{timing}")
-            if info.get("error"):
-                st.caption(ui.md(info["error"]))
+            if status != "done":
+                st.caption(ui.md(current.run.explain(name, manifest) or info.get("error") or ""))

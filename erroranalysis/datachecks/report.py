@@ -1,7 +1,9 @@
-"""Plain-language findings from a data-checks report: label issues, duplicates, leakage, shift.
-"""
+"""The data-checks report (checks.json): summaries of label issues and leakage, the counts, and plain-language
+findings (label issues, duplicates, leakage, shift). Pure functions over the checks' outputs."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from erroranalysis.findings import SEVERITIES, Finding
 
@@ -71,3 +73,54 @@ def checks_findings(report: dict) -> list[Finding]:
         out.extend(Finding(f["check"], f["severity"], tuple(f["steps"]), f["message"], f["advice"])
                    for f in shift["findings"])
     return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
+
+
+def label_issue_summary(issues, ids, gold, correct, probs, method, filter_by, limit: int = 20) -> dict:
+    if probs is None:
+        return {"available": False, "reason": "the run has no probabilities (probs.npy)"}
+    flags = issues["label_issue"].to_numpy(dtype=bool, na_value=False)
+    scores = issues["label_issue_score"].to_numpy()
+    failures = ~np.asarray(correct, dtype=bool)
+    order = np.argsort(-scores, kind="stable")[:limit]
+    return {
+        "available": True, "method": method, "filter_by": filter_by,
+        "n_flagged": int(flags.sum()), "share_flagged": float(flags.mean()) if len(flags) else 0.0,
+        "n_failures": int(failures.sum()), "n_failures_flagged": int((flags & failures).sum()),
+        "share_of_failures_flagged": float((flags & failures).sum() / failures.sum()) if failures.any() else 0.0,
+        "top": [{"example_id": str(ids[i]), "label": str(gold[i]),
+                 "suggested_label": str(issues["suggested_label"].iat[i]), "score": float(scores[i]),
+                 "label_issue": bool(flags[i])} for i in order],
+    }
+
+
+def leakage_summary(leak, ids, gold, train_ids, train_labels, train_set, near: bool, limit: int = 20) -> dict:
+    hit = leak["in_train"].to_numpy()
+    kinds = leak["train_kind"].to_numpy()
+    differs = leak["train_label_differs"].to_numpy()
+    rows = np.flatnonzero(hit)
+    order = rows[np.lexsort((-leak["train_similarity"].to_numpy()[rows], ~differs[rows]))][:limit]
+    return {
+        "train_path": str(train_set.path), "n_train": len(train_set), "near": near,
+        "n_in_train": int(hit.sum()), "share_in_train": float(hit.mean()) if len(hit) else 0.0,
+        "n_exact": int((kinds == "exact").sum()), "n_near": int((kinds == "near").sum()),
+        "n_label_differs": int(differs.sum()),
+        "examples": [{"example_id": str(ids[i]), "label": str(gold[i]),
+                      "train_id": str(train_ids[leak["train_index"].iat[i]]),
+                      "train_label": str(train_labels[leak["train_index"].iat[i]]),
+                      "kind": str(kinds[i]), "similarity": float(leak["train_similarity"].iat[i])} for i in order],
+    }
+
+
+def summary(report: dict) -> dict:
+    issues = report["label_issues"]
+    leak, shift = report.get("leakage"), report.get("shift")
+    domain = (shift or {}).get("domain") or {}
+    return {
+        "n_examples": report["n_examples"],
+        "n_label_issues": issues.get("n_flagged") if issues.get("available") else None,
+        "n_duplicate_groups": report["duplicates"]["n_groups"],
+        "n_conflict_groups": report["duplicates"]["n_conflict_groups"],
+        "n_in_train": leak["n_in_train"] if leak else None,
+        "domain_auc": domain.get("auc"),
+        "findings": report["findings"],
+    }

@@ -1,0 +1,124 @@
+"""File writes that a reader never sees half done, and checksums of what was written.
+
+Every write goes to a temporary file in the target's folder and is moved into place with `os.replace`, so a reader
+sees the old file or the new one, never a mix; a write that fails or is interrupted leaves the old file and no
+temporary behind. A file system that fills up is reported as one line naming the file (`DiskFullError`).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from erroranalysis.errors import UserError
+
+_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+class DiskFullError(UserError):
+    """The disk (or a size limit such as `ulimit -f`) refused a write; nothing was replaced."""
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(tmp_path)`, then move the result onto `path` in one step."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with disk_errors(path):
+            write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+class disk_errors:
+    """Turn "no space left" and "file too large" into a one-line DiskFullError naming `path`."""
+
+    def __init__(self, path: str | Path):
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            what = "the disk is full" if exc.errno == errno.ENOSPC else (
+                "the disk quota is used up" if exc.errno == errno.EDQUOT else "the file size limit was reached")
+            raise DiskFullError(f"{self.path}: not written, {what}; free some space (or raise the limit) and "
+                                "run the command again.") from None
+        return False
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return write_text(path, dumps(obj) + "\n")
+
+
+def dumps(obj: Any) -> str:
+    """JSON as every artifact is written: indented, numpy values as Python ones, NaN refused."""
+    return json.dumps(obj, indent=2, default=json_default, allow_nan=False)
+
+
+def write_parquet(path: str | Path, df) -> Path:
+    return atomic_write(path, lambda p: df.to_parquet(p, index=False))
+
+
+def write_npy(path: str | Path, array: np.ndarray) -> Path:
+    def save(p: Path) -> None:
+        with open(p, "wb") as f:
+            np.save(f, array)
+
+    return atomic_write(path, save)
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def digest(path: str | Path) -> dict:
+    """`{"sha256", "bytes"}` of a file, or of a folder of shards (its files in name order, names included)."""
+    path = Path(path)
+    if path.is_dir():
+        return hash_files(sorted(p for p in path.rglob("*") if p.is_file()), root=path)
+    return hash_files([path])
+
+
+def hash_files(paths, root: Path | None = None) -> dict:
+    """One sha256 over `paths` in order (each file's name relative to `root` first, when given), and their size."""
+    sha = hashlib.sha256()
+    size = 0
+    for file in paths:
+        if root is not None:
+            sha.update(Path(file).relative_to(root).as_posix().encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                sha.update(block)
+                size += len(block)
+    return {"sha256": sha.hexdigest(), "bytes": size}
+
+
+def size_of(path: str | Path) -> int:
+    path = Path(path)
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size

@@ -1,0 +1,103 @@
+"""A stage's artifacts appear together or not at all.
+
+A stage writes its files into `<run>/.staging/<stage>-<token>/`. When it finishes, the commit
+
+1. digests the staged files and records, in the manifest, the stage as `committing` with the whole outcome (the
+   files to move, the owned files to remove, the `done` entry to record): from here the commit cannot be lost;
+2. moves each staged file onto its final name (`os.replace`), removes the owned files it did not write again;
+3. records the stage `done` and each artifact's stage, sha256 and size under `artifacts`, and drops the staging
+   folder.
+
+A process killed during step 2 leaves a `committing` record that the next writer of the run rolls forward
+(`recover`): the moves are idempotent, so the run ends with the whole new set. Readers never use an artifact whose
+stage is not `done`, so they see the old set or the new one. An artifact may be a folder of shards (Ray workers
+write one file each); it moves as one entry.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from erroranalysis import files
+from erroranalysis.rundir.artifacts import STAGE_ARTIFACTS, STAGING
+
+
+class Staging:
+    """Where a running stage writes: `file(name)` is the staging path of artifact `name` (a file, or a folder of
+    shards); `facts` are extra fields for the stage's manifest entry."""
+
+    def __init__(self, run_path: Path, stage: str):
+        self.stage = stage
+        self.dir = Path(run_path) / STAGING / f"{stage}-{secrets.token_hex(4)}"
+        self.dir.mkdir(parents=True)
+        self.facts: dict = {}
+
+    def file(self, name: str) -> Path:
+        if name not in STAGE_ARTIFACTS[self.stage]:
+            raise ValueError(f"stage {self.stage!r} does not own {name!r}; add it to rundir.STAGE_ARTIFACTS")
+        return self.dir / name
+
+    def write_json(self, name: str, obj) -> Path:
+        return files.write_json(self.file(name), obj)
+
+    def write_text(self, name: str, text: str) -> Path:
+        return files.write_text(self.file(name), text)
+
+    def write_parquet(self, name: str, frame) -> Path:
+        return files.write_parquet(self.file(name), frame)
+
+    def write_npy(self, name: str, array) -> Path:
+        return files.write_npy(self.file(name), array)
+
+    def written(self) -> list[str]:
+        """The artifacts present in staging (temporary files of writes still open are not artifacts)."""
+        return sorted(p.name for p in self.dir.iterdir() if not p.name.startswith("."))
+
+    def plan(self) -> dict:
+        """The commit record: what moves where, what goes, and each new file's digest."""
+        written = self.written()
+        return {"staging": self.dir.name, "write": written,
+                "remove": [n for n in STAGE_ARTIFACTS[self.stage] if n not in written],
+                "digests": {n: files.digest(self.dir / n) for n in written}}
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def apply(run_path: Path, plan: dict) -> None:
+    """Step 2 of the commit: move staged files into place, remove the stale ones. Safe to repeat."""
+    staging = Path(run_path) / STAGING / plan["staging"]
+    for name in plan["write"]:
+        source, target = staging / name, Path(run_path) / name
+        if not source.exists():
+            continue  # moved before an interruption
+        if target.is_dir() and not target.is_symlink():
+            aside = staging / f".old-{name}"
+            os.replace(target, aside)
+            os.replace(source, target)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(source, target)
+    for name in plan["remove"]:
+        target = Path(run_path) / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+
+
+def finish(run_path: Path, plan: dict) -> None:
+    """Step 3's cleanup: the staging folder goes."""
+    shutil.rmtree(Path(run_path) / STAGING / plan["staging"], ignore_errors=True)
+
+
+def sweep(run_path: Path, stage: str, keep: set[str] = frozenset()) -> None:
+    """Remove staging folders a stage left behind when it was interrupted before its commit."""
+    root = Path(run_path) / STAGING
+    if root.is_dir():
+        for folder in root.glob(f"{stage}-*"):
+            if folder.name not in keep:
+                shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,72 @@
+"""Which embedder a stage uses for a run: a CLI spec (`minilm`, `hidden`, `FILE.npy`) or the one the run's
+clustering used, checked before anything is computed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from erroranalysis import embedding, rundir
+from erroranalysis.errors import ParameterError, RunError
+from erroranalysis.rundir import readers
+from erroranalysis.validation import check_param
+
+
+def resolve_embedder(spec, run: rundir.Run, predictions, *, cache: bool = True, cache_dir: str | Path | None = None,
+                     batch_size: int = 32, device: str = "auto") -> embedding.Embedder:
+    """`minilm` | `hidden` | a path to a .npy file | an object with `embed(frame)` and `key`."""
+    if hasattr(spec, "embed"):
+        return spec
+    check_param("embedder", spec, isinstance(spec, (str, Path)) and str(spec) != "",
+                "'minilm', 'hidden' or a path to a .npy file")
+    text = str(spec)
+    if text == "minilm":
+        embedding.minilm_path()  # fail early when the package is missing
+        return embedding.MiniLMEmbedder(cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device)
+    if text == "hidden":
+        return hidden_states_embedder(run)
+    if text.endswith(".npy") or os.sep in text or Path(text).suffix:
+        return embedding.PrecomputedEmbedder(text, predictions["example_id"].astype(str).tolist())
+    raise ParameterError("embedder", text, "'minilm', 'hidden' or a path to a .npy file")
+
+
+def hidden_states_embedder(run: rundir.Run) -> embedding.HiddenStatesEmbedder:
+    states = readers.read_hidden(run)
+    if states is None:
+        raise RunError(f"{run.path}: no {rundir.HIDDEN} (runs made by 'analyze' have none); use --embedder minilm "
+                       "or --embedder FILE.npy.")
+    return embedding.HiddenStatesEmbedder(states, rundir.HIDDEN)
+
+
+def run_embedder(run: rundir.Run, predictions, spec=None):
+    """(embedder, note): `spec` when given (minilm, hidden, FILE.npy or an object), else the embedder the run's
+    clustering used (re-created from embeddings.json), else minilm. The note says what was chosen and why."""
+    stored = readers.read_embeddings(run, optional=True)
+    recorded = stored[1].get("embedder") if stored else {}
+    if spec is not None:
+        emb = resolve_embedder(spec, run, predictions)
+        key = getattr(emb, "key", None)
+        if recorded and recorded.get("key") != key:
+            return emb, (f"matching with {embedding.describe(emb)['name']} as asked; the run's clustering used "
+                         f"{recorded.get('name')!r}, so its stored vectors are not used")
+        return emb, f"matching with {embedding.describe(emb)['name']}"
+    if not recorded:
+        return resolve_embedder("minilm", run, predictions), \
+            "the run is not clustered; matching with minilm (the default embedder)"
+    name = recorded.get("name")
+    if name == "minilm":
+        embedding.minilm_path()
+        emb = embedding.MiniLMEmbedder(max_length=int(recorded.get("max_length") or 256))
+    elif name == "hidden":
+        emb = hidden_states_embedder(run)
+    elif name == "file":
+        emb = embedding.PrecomputedEmbedder(recorded.get("source", ""), predictions["example_id"].tolist())
+    else:
+        raise RunError(f"{run.file(rundir.EMBEDDINGS_META)}: the run was clustered with a custom embedder "
+                       f"{recorded.get('key', name)!r} that cannot be re-created here; pass --embedder minilm, hidden "
+                       "or FILE.npy.")
+    note = f"matching with the run's own embedder ({name})"
+    if recorded.get("key") != getattr(emb, "key", None):
+        note += (f"; its key changed since clustering ({recorded.get('key')!r} -> {emb.key!r}), so the failures are "
+                 "embedded again")
+    return emb, note
