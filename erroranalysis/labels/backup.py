@@ -128,6 +128,7 @@ def restore(copy: str | Path, db: str | Path) -> Path | None:
         raise UserError(f"{copy}: made by a newer erroranalysis (labels schema {found}); upgrade to restore it.")
     if copy.resolve() == db.resolve():
         raise UserError(f"{copy}: is the database itself; pass a backup copy.")
+    last_event = _last_event_id(db) if db.exists() else 0
     kept = _keep_current(db) if db.exists() else None
     source = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
     try:
@@ -142,7 +143,45 @@ def restore(copy: str | Path, db: str | Path) -> Path | None:
             _copy(source, db)
     finally:
         source.close()
+    _log_restore(db, copy, last_event)
     return kept
+
+
+def _last_event_id(db: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return 0
+    return int(row[0]) if row else 0
+
+
+def _log_restore(db: Path, copy: Path, last_event: int) -> None:
+    """Log the restore as an event whose id is above every id the replaced database gave: readers that cache on
+    the newest event id (the app) never mistake the restored labels for a state they saw before."""
+    from erroranalysis.labels import eventlog
+    from erroranalysis.labels.roles import default_user
+
+    con = sqlite3.connect(db, timeout=30, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        row = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        seq = max(last_event, int(row[0]) if row else 0)
+        con.execute("DELETE FROM sqlite_sequence WHERE name = 'events'")
+        con.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('events', ?)", (seq,))
+        summary = f"restored the labels of {copy.name}"
+        if "writer" in {r[1] for r in con.execute("PRAGMA table_info(events)")}:
+            eventlog.append(con, user=default_user(), writer="cli", run=None, action="restore", summary=summary,
+                            changes=[])
+        else:  # a schema-1 backup: its events are migrated when the database is next opened
+            con.execute("INSERT INTO events (ts, user, run, action, summary, payload) VALUES (?, ?, NULL, "
+                        "'restore', ?, '{\"changes\": []}')", (eventlog.now(), default_user(), summary))
+        con.execute("COMMIT")
+    finally:
+        con.close()
 
 
 def _schema_version(path: Path) -> int:

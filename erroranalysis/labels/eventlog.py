@@ -29,7 +29,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "notes": (("run", "example_id"), ("run", "example_id", "text", "updated", "updated_by")),
 }
 # Actions whose events hold no rows to restore: undo skips them.
-NOT_UNDOABLE = ("undo", "archive")
+NOT_UNDOABLE = ("undo", "archive", "restore")
 EVENT_COLUMNS = ("id", "ts", "user", "writer", "run", "action", "summary", "undoes")
 
 
@@ -199,6 +199,19 @@ def later_event(con: sqlite3.Connection, after_id: int, table: str, key: dict) -
 def key_of(change: dict) -> dict:
     state = change["after"] if change["after"] is not None else change["before"]
     return {k: state[k] for k in TABLES[change["table"]][0]}
+
+
+def collapse(changes: list[dict]) -> list[dict]:
+    """One change per row: a row changed several times (inside a batch) keeps its first `before` and last `after`,
+    so undo restores what was there before the whole batch; a row that ends as it began is dropped."""
+    merged: dict[tuple, dict] = {}
+    for ch in changes:
+        key = (ch["table"], tuple(sorted(key_of(ch).items())))
+        if key in merged:
+            merged[key]["after"] = ch["after"]
+        else:
+            merged[key] = dict(ch)
+    return [ch for ch in merged.values() if ch["before"] != ch["after"]]
 
 
 def inverse(changes: Iterable[dict]) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 
 from erroranalysis.labels.eventlog import TABLES, key_of
@@ -31,28 +32,42 @@ def fetch(con: sqlite3.Connection, table: str, keys: list[dict]) -> list[dict | 
 
 
 def apply(con: sqlite3.Connection, changes: list[dict]) -> None:
-    """Make each changed row be its `after` (None deletes it). UPDATE or INSERT, never INSERT OR REPLACE: REPLACE
-    would silently delete another row that clashes on a unique column (an error type's name); a clash raises.
-    An error type's name_key is derived from its name here, so no caller can store one that disagrees."""
+    """Make each changed row be its `after` (None deletes it). `before` is the row there now (the callers read it,
+    or checked it, in this transaction), so a new row is INSERTed and an existing one UPDATEd: never INSERT OR
+    REPLACE, which would silently delete another row that clashes on a unique column (an error type's name); a clash
+    raises. An error type's name_key is derived from its name here, so no caller can store one that disagrees."""
     for ch in changes:
         table, row = ch["table"], ch["after"]
-        key_cols = TABLES[table][0]
-        key = key_of(ch)
-        where = " AND ".join(f"{k} = ?" for k in key_cols)
-        key_values = [key[k] for k in key_cols]
+        key_cols, cols = TABLES[table]
         if row is None:
-            con.execute(f"DELETE FROM {table} WHERE {where}", key_values)
+            key = key_of(ch)
+            con.execute(_sql(table, "delete"), [key[k] for k in key_cols])
             continue
-        values = dict(row)
+        values = [row[c] for c in cols]
         if table == "error_types":
-            values["name_key"] = fold_name(row["name"])
-        names = list(values)
-        others = [c for c in names if c not in key_cols]
-        cur = con.execute(f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in others)} WHERE {where}",
-                          [values[c] for c in others] + key_values)
-        if cur.rowcount == 0:
-            con.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                        [values[c] for c in names])
+            values.append(fold_name(row["name"]))
+        if ch["before"] is None:
+            con.execute(_sql(table, "insert"), values)
+        else:
+            named = dict(zip(_columns(table), values))
+            con.execute(_sql(table, "update"), [named[c] for c in _columns(table) if c not in key_cols]
+                        + [named[k] for k in key_cols])
+
+
+def _columns(table: str) -> tuple[str, ...]:
+    return TABLES[table][1] + (("name_key",) if table == "error_types" else ())
+
+
+@functools.cache
+def _sql(table: str, verb: str) -> str:
+    key_cols = TABLES[table][0]
+    cols = _columns(table)
+    where = " AND ".join(f"{k} = ?" for k in key_cols)
+    if verb == "delete":
+        return f"DELETE FROM {table} WHERE {where}"
+    if verb == "insert":
+        return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    return f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in cols if c not in key_cols)} WHERE {where}"
 
 
 def plural(count: int, noun: str) -> str:

@@ -220,21 +220,36 @@ def migrate(con: sqlite3.Connection, path: Path, resolve: Resolver | None) -> in
     return found
 
 
-def upgrade(db: Database, resolve: Resolver | None = None) -> int | None:
-    """Migrate an existing database to SCHEMA_VERSION after a backup copy; the version it had, or None when it was
-    current. Two processes opening an old file at once: the second finds it migrated and does nothing."""
+def upgrade(db: Database, resolve: Resolver | None = None) -> tuple[int, Path] | None:
+    """Migrate an existing database to SCHEMA_VERSION after a backup copy: (the version it had, the backup's
+    path), or None when it was current. Two processes opening an old file at once: the second finds it migrated
+    inside its transaction and changes nothing."""
     from erroranalysis.labels import backup
 
     found = version(db)
     if found == SCHEMA_VERSION:
         return None
     copy = backup.backup(db.path, backup.migration_backup_path(db.path, found, SCHEMA_VERSION))
-
-    def body(con: sqlite3.Connection) -> int | None:
-        return in_transaction(con, lambda c: migrate(c, db.path, resolve))
-
     try:
-        return db.run(body)
+        db.run(lambda con: in_transaction(con, lambda c: migrate(c, db.path, resolve)))
     except NameClashError:
         copy.unlink(missing_ok=True)  # nothing was changed: the copy is the file itself
         raise
+    return found, copy
+
+
+def plan(db: Database) -> dict:
+    """What opening the database for writing would migrate, read without writing: {version, target, clashes}
+    (clashes: groups of {id, name, examples} whose names fold to one, oldest first)."""
+    found = version(db)
+    groups: list[list[dict]] = []
+
+    def read(con: sqlite3.Connection) -> None:
+        for group in name_clashes(con):
+            for t in group:
+                t["examples"] = con.execute("SELECT COUNT(*) FROM assignments WHERE error_type_id = ?",
+                                            (t["id"],)).fetchone()[0]
+            groups.append(group)
+
+    db.run(read)
+    return {"version": found, "target": SCHEMA_VERSION, "clashes": groups}

@@ -83,7 +83,7 @@ class LabelStore(TypeOps, HistoryOps):
         self._pending: list[tuple] | None = None  # inside a batch: the changes its event will hold
         self.summary: str | None = None
         self.change: Change | None = None
-        self.migrated_from: int | None = None
+        self.migrated: tuple[int, Path] | None = None  # (schema it had, backup made before) when opening migrated
         self._open(create, resolve_clashes)
 
     @property
@@ -112,7 +112,7 @@ class LabelStore(TypeOps, HistoryOps):
                             "support; put it on a local disk with --labels-db.")
         resolver = None if resolve_clashes is None else lambda con, groups: self._bound(con)._resolve_clashes(
             groups, resolve_clashes)
-        self.migrated_from = schema.upgrade(self._db, resolver)
+        self.migrated = schema.upgrade(self._db, resolver)
 
     def _clone(self) -> LabelStore:
         other = object.__new__(LabelStore)
@@ -212,7 +212,7 @@ class LabelStore(TypeOps, HistoryOps):
 
     def _log_batch(self, con: sqlite3.Connection, action: str, run: str | None) -> Change:
         parts = self._pending or []
-        changes = [ch for _, _, part in parts for ch in part]
+        changes = eventlog.collapse([ch for _, _, part in parts for ch in part])
         if not changes:
             return Change(None, 0, "nothing changed")
         runs = {r for r, _, _ in parts}
