@@ -284,3 +284,26 @@ def test_a_restore_is_logged_above_every_event_the_replaced_database_gave(tmp_pa
     assert restored.version() == seen + 1  # a cache keyed on the version cannot serve the replaced state
     assert restored.events(limit=1)[0].action == "restore" and restored.notes().empty
     assert restored.undo().summary.startswith("undid: assigned")  # the restore itself is not undone
+
+
+_CREATOR = textwrap.dedent("""
+    import sys, time
+    from erroranalysis.labels import LabelStore
+    while time.time() < float(sys.argv[2]):
+        pass
+    store = LabelStore(sys.argv[1], user=sys.argv[3])
+    store.create_error_type("type of " + sys.argv[3])
+""")
+
+
+def test_processes_creating_one_new_database_at_once_share_it(tmp_path):
+    import time
+
+    path = tmp_path / "new" / "labels.sqlite"
+    start = time.time() + 1.5  # every process past its imports before any creates the file
+    procs = [subprocess.Popen([sys.executable, "-c", _CREATOR, str(path), str(start), f"user{i}"])
+             for i in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    store = LabelStore(path)
+    assert sorted(t.name for t in store.error_types()) == [f"type of user{i}" for i in range(4)]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["labels.sqlite"]  # no half-made file left behind
