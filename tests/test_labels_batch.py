@@ -194,3 +194,15 @@ def test_cli_archive_before_a_date_and_log_reads_it_back(store, tmp_path):
     assert result.exit_code == 2 and "--before 'yesterday' is invalid" in result.output
     result = CliRunner().invoke(app, ["labels", "archive", "--labels-db", db])
     assert result.exit_code == 2 and "exactly one of --before" in result.output
+
+
+def test_undo_and_archive_are_not_part_of_a_batch(store):
+    store.assign("run", ["1"], "A")
+    with pytest.raises(UserError, match="undo cannot be part of a batch"):
+        with store.batch() as b:
+            b.set_flag("run", ["1"], "not_error")
+            b.undo()
+    with pytest.raises(UserError, match="archive cannot be part of a batch"):
+        with store.batch() as b:
+            b.archive(keep=1)
+    assert store.flags().empty and store.events(limit=1)[0].action == "assign"

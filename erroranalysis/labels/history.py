@@ -37,6 +37,7 @@ class HistoryOps:
         names that event so it can be undone first.
         """
         self._check_writable()
+        self._refuse_in_batch("undo")
 
         def do(con: sqlite3.Connection) -> Change:
             row = self._event_to_undo(con, event_id)
@@ -62,6 +63,10 @@ class HistoryOps:
                                 changes=restore, n=len(changes), undoes=row["id"])
 
         return self._db.transaction(do)
+
+    def _refuse_in_batch(self, what: str) -> None:
+        if self._pending is not None:
+            raise UserError(f"{what} cannot be part of a batch: it is its own change; do it after the batch.")
 
     def _event_to_undo(self, con: sqlite3.Connection, event_id: int | None) -> sqlite3.Row:
         if event_id is None:
@@ -95,6 +100,7 @@ class HistoryOps:
         if keep is not None:
             check_param("keep", keep, isinstance(keep, int) and keep >= 1, "an integer >= 1")
         self._check_writable()
+        self._refuse_in_batch("archive")
         target = Path(to) if to is not None else archive.default_archive_path(self.path)
         if target.resolve() == self.path.resolve():
             raise UserError(f"{target}: is the labels database itself; archive to another file.")

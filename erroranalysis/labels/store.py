@@ -58,8 +58,10 @@ CLASH_CHOICES = ("merge", "rename")
 
 
 class LabelStore(TypeOps, HistoryOps):
-    """The workspace labels database. Cheap to construct after the first open; every call opens its own short
-    connection, so one store can be shared by threads (Streamlit sessions) and processes can write at once.
+    """The workspace labels database. Opening checks the file (quick_check, which reads it whole) and migrates an
+    older schema; keep the store (or its `with_user` copies, which are not checked again) rather than opening it per
+    call. Every call opens its own short connection, so one store can be shared by threads (Streamlit sessions) and
+    processes can write at once.
 
     `read_only` (or a `user` among `viewers`) refuses every change with ReadOnlyError; `writer` is the kind of
     writer its events record (roles.WRITERS). `resolve_clashes` ('merge' or 'rename') lets the migration to
