@@ -44,6 +44,11 @@ def test_the_export_carries_each_types_parent(doc):
         "required"]
 
 
+def test_the_markdown_report_names_the_parent(doc):
+    report = taxonomy.to_markdown(doc)
+    assert "of failures · under Topic confusion*" in report and "taxonomy schema v2" in report
+
+
 def test_the_schema_states_the_name_limit():
     item = taxonomy.JSON_SCHEMA["properties"]["error_types"]["items"]["properties"]
     assert item["name"]["maxLength"] == MAX_NAME == item["parent"]["maxLength"] == 80

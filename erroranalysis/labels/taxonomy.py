@@ -378,8 +378,9 @@ def to_markdown(doc: dict, *, exemplars: int = 3) -> str:
         for t in types:
             lines.append(f"## {md_escape(t['name'])}")
             lines.append("")
+            under = f" · under {md_escape(t['parent'])}" if t.get("parent") else ""
             lines.append(f"*{t['severity']} severity · {t['count']:,} examples · "
-                         f"{t['share_of_failures']:.1%} of failures*")
+                         f"{t['share_of_failures']:.1%} of failures{under}*")
             lines.append("")
             if t["definition"]:
                 lines += [md_escape(t["definition"], 1000), ""]
