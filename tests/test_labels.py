@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from erroranalysis.errors import ParameterError, UserError
-from erroranalysis.labels import LabelStore, default_db_path, run_key
+from erroranalysis.labels import SCHEMA_VERSION, LabelStore, run_key, workspace_db
 
 
 @pytest.fixture()
@@ -23,11 +23,11 @@ def test_new_database_is_wal_with_schema(tmp_path):
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"error_types", "assignments", "flags", "notes", "events", "meta"} <= tables
-    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
 
 
 def test_default_paths(tmp_path):
-    assert default_db_path(tmp_path) == tmp_path / "labels.sqlite"
+    assert workspace_db(tmp_path) == tmp_path.resolve() / "labels.sqlite"
     db = tmp_path / "labels.sqlite"
     assert run_key(tmp_path / "sample", db) == "sample"
     assert run_key(tmp_path / "team" / "sample", db) == "team/sample"

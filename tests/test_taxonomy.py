@@ -84,7 +84,7 @@ def test_json_document_validates_and_counts(labeled):
     run, store, ids = labeled
     doc = stages.build_taxonomy(run, store)
     taxonomy.validate(doc)
-    assert doc["format"] == "erroranalysis.taxonomy" and doc["schema_version"] == 1
+    assert doc["format"] == "erroranalysis.taxonomy" and doc["schema_version"] == taxonomy.SCHEMA_VERSION == 2
     types = {t["name"]: t for t in doc["error_types"]}
     vocab = types["Vocabulary overlap"]
     assert vocab["count"] == len(ids["c0"]) and vocab["suggested"] == 2

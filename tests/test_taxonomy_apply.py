@@ -181,8 +181,8 @@ def test_unknown_fields_are_refused_naming_the_place(world):
 
 
 def test_other_schema_versions_and_non_taxonomies_are_refused(world, tmp_path):
-    with pytest.raises(DataError, match="schema_version 2 is not supported"):
-        suggestions_stage.load_taxonomy(_edit(world, lambda d: d.__setitem__("schema_version", 2)))
+    with pytest.raises(DataError, match="schema_version 3 is not supported"):
+        suggestions_stage.load_taxonomy(_edit(world, lambda d: d.__setitem__("schema_version", 3)))
     with pytest.raises(DataError, match="not an erroranalysis taxonomy"):
         suggestions_stage.load_taxonomy(_edit(world, lambda d: d.__setitem__("format", "other")))
     with pytest.raises(DataError, match="is a directory"):
@@ -352,9 +352,9 @@ def test_cli_apply_taxonomy_dry_run_and_bad_input(world, tmp_path):
                                       str(db), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "would suggest" in result.output and not db.exists() and not (world["b"] / suggestions_stage.SUGGESTIONS).exists()
-    bad = _edit(world, lambda d: d.__setitem__("schema_version", 2))
+    bad = _edit(world, lambda d: d.__setitem__("schema_version", 3))
     result = CliRunner().invoke(app, ["apply-taxonomy", str(bad), str(world["b"]), "--labels-db", str(db)])
-    assert result.exit_code == 2 and result.output.count("\n") == 1 and "schema_version 2" in result.output
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "schema_version 3" in result.output
     assert not db.exists()
     result = CliRunner().invoke(app, ["apply-taxonomy", str(world["taxonomy"]), str(world["b"]), "--threshold", "5"])
     assert result.exit_code == 2 and "--threshold 5.0 is invalid" in result.output

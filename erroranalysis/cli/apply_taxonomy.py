@@ -40,8 +40,8 @@ def apply_taxonomy(
         "--embedder", "-e", help="minilm, hidden or FILE.npy; default: the embedder the run was clustered with "
                                  "(minilm when it is not clustered).")] = None,
     labels_db: Annotated[Optional[Path], typer.Option(
-        "--labels-db", help="Labels database to store the suggestions in; default <RUN's folder>/labels.sqlite "
-                            "(created when missing).")] = None,
+        "--labels-db", help="Labels database to store the suggestions in; default: the nearest labels.sqlite "
+                            "above RUN, else <RUN's folder>/labels.sqlite (created; see docs/labels.md).")] = None,
     on_clash: Annotated[OnClash, typer.Option(
         "--on-clash", help="An error type of the same name exists with another definition or severity: reuse it "
                            "as it is, update it to the taxonomy's, or fail.")] = OnClash.reuse,
@@ -56,18 +56,18 @@ def apply_taxonomy(
     import json
 
     from erroranalysis import stages
-    from erroranalysis.labels import LabelStore, default_db_path, importing
+    from erroranalysis.labels import LabelStore, importing, labels_db_for
     from erroranalysis.rundir import Run
 
     out = common.console()
     out.soft_wrap = True
     opened = Run.open(run)
-    db = labels_db if labels_db is not None else default_db_path(opened.path.resolve().parent)
+    db = labels_db if labels_db is not None else labels_db_for(opened.path)
     with out.status("Embedding and matching failures…", spinner="dots") if out.is_terminal and not as_json \
             else _nothing():
         if dry_run:
             doc = importing.load_taxonomy(taxonomy)
-            store = LabelStore(db, create=False) if Path(db).is_file() else None
+            store = LabelStore(db, create=False) if Path(db).exists() else None
             if store is not None:
                 importing.plan_import(doc, store, on_clash=on_clash.value)
             result = stages.suggest(doc, opened.path, store=store, method=method.value, k=k, threshold=threshold,

@@ -23,8 +23,8 @@ def compare(
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Folder to write compare.json, compare.md and compare_examples.parquet to.")] = None,
     labels_db: Annotated[Optional[Path], typer.Option(
-        "--labels-db", help="Labels database for error types; default <BASE's folder>/labels.sqlite when it "
-                            "exists.")] = None,
+        "--labels-db", help="Labels database for error types; default: the nearest labels.sqlite above BASE "
+                            "(see docs/labels.md), when there is one.")] = None,
     resamples: Annotated[int, typer.Option("--resamples", help="Paired bootstrap resamples.")] = 1000,
     seed: common.Seed = 0,
     min_overlap: Annotated[float, typer.Option(

@@ -24,8 +24,8 @@ def export(
                       ] = "json",
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="File to write; default "
                                                 "<RUN>/taxonomy.<json|csv|md>.")] = None,
-    labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database; default "
-                                                      "<RUN's folder>/labels.sqlite.")] = None,
+    labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database; default the "
+                                                      "nearest labels.sqlite above RUN (docs/labels.md).")] = None,
 ) -> None:
     from erroranalysis import stages
     from erroranalysis.labels import taxonomy

@@ -29,7 +29,7 @@ def import_taxonomy(
         help="A taxonomy JSON export ('erroranalysis export RUN --format json').")],
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="The workspace's labels database (created when missing); default runs/labels.sqlite "
-                            "when ./runs is a folder.")] = None,
+                            "when ./runs is a folder (see docs/labels.md).")] = None,
     on_clash: Annotated[OnClash, typer.Option(
         "--on-clash", help="An error type of the same name (case-insensitive) exists with another definition or "
                            "severity: reuse it as it is, update it to the taxonomy's, or fail.")] = OnClash.reuse,
@@ -39,13 +39,11 @@ def import_taxonomy(
     from rich.markup import escape
 
     from erroranalysis.errors import UserError
-    from erroranalysis.labels import LabelStore, default_db_path, importing
+    from erroranalysis.labels import LabelStore, importing
+    from erroranalysis.labels.workspace import db_from_cwd
 
     if labels_db is None:
-        if not Path("runs").is_dir():
-            raise UserError("no labels database given and no ./runs folder here; pass --labels-db PATH (the "
-                            "workspace's database, e.g. runs/labels.sqlite).")
-        labels_db = default_db_path(Path("runs"))
+        labels_db = db_from_cwd()
     if labels_db.is_dir():
         raise UserError(f"{labels_db}: is a directory; pass the labels database file, e.g. "
                         f"{labels_db / 'labels.sqlite'}.")
@@ -53,7 +51,7 @@ def import_taxonomy(
     out = common.console()
     out.soft_wrap = True
     if dry_run:
-        if not labels_db.is_file():
+        if not labels_db.exists():
             out.print(f"{escape(str(labels_db))} does not exist yet: all {len(doc['error_types'])} error types would "
                       "be created.")
             return

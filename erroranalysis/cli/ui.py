@@ -61,6 +61,12 @@ def streamlit_command(app: Path, target: Path, *, port: int, host: str, user: st
     return cmd
 
 
+def _default_labels(root: Path) -> str:
+    from erroranalysis.labels import workspace_db
+
+    return f"{workspace_db(root)} (or the nearest labels.sqlite above a run)"
+
+
 def port_free(host: str, port: int) -> bool:
     import socket
 
@@ -86,8 +92,9 @@ def ui(
                                                 "(default: $ERRORANALYSIS_USER or your login).")] = None,
     open_run: Annotated[Optional[str], typer.Option("--open", help="Run to open first: a name inside the folder "
                                                     "or a path to it.")] = None,
-    labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database (default: "
-                                                      "<runs folder>/labels.sqlite).")] = None,
+    labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database for every run (default: "
+                                                      "the nearest labels.sqlite above each run, else <runs "
+                                                      "folder>/labels.sqlite; see docs/labels.md).")] = None,
     browser: Annotated[bool, typer.Option("--browser/--no-browser", help="Open a web browser too.")] = False,
 ) -> None:
     import subprocess
@@ -131,7 +138,7 @@ def ui(
     url = f"http://{shown_host}:{port}/" + (f"?run={open_run}" if open_run else "")
     typer.echo(f"erroranalysis app: {url}")
     typer.echo(f"  runs folder {root}")
-    typer.echo(f"  labels      {labels_db.resolve() if labels_db else root / 'labels.sqlite'}")
+    typer.echo(f"  labels      {labels_db.resolve() if labels_db else _default_labels(root)}")
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"  warning: bound to {host}; anyone who can reach it can read these runs and label them.",
                    err=True)

@@ -1,4 +1,5 @@
-"""Import a taxonomy's error types into a labels store: validated first, idempotent, with a choice on clashes.
+"""Import a taxonomy's error types into a labels store: validated first, idempotent, with a choice on clashes,
+parents created before their sub-types, all of it in one transaction logged as one event.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis.errors import DataError, UserError
+from erroranalysis.labels.fields import display_name, fold_name
 from erroranalysis.validation import check_param
 
 ON_CLASH = ("reuse", "update", "fail")
@@ -20,11 +22,6 @@ def load_taxonomy(source: str | Path | dict, name: str | None = None) -> dict:
 
     if isinstance(source, dict):
         doc, where = source, name or "taxonomy"
-        if doc.get("format") != taxonomy.FORMAT:
-            raise DataError(f"{where}: not an erroranalysis taxonomy (no \"format\": \"{taxonomy.FORMAT}\").")
-        if doc.get("schema_version") != taxonomy.SCHEMA_VERSION:
-            raise DataError(f"{where}: schema_version {doc.get('schema_version')!r} is not supported "
-                            f"(expected {taxonomy.SCHEMA_VERSION}); export it again with this version.")
         taxonomy.validate(doc, where)
     else:
         where = name or str(source)
@@ -32,11 +29,11 @@ def load_taxonomy(source: str | Path | dict, name: str | None = None) -> dict:
             raise DataError(f"{source}: is a directory; pass the taxonomy JSON file "
                             "('erroranalysis export RUN --format json' writes one).")
         doc = taxonomy.load(source)
-    unknown = unknown_fields(doc, taxonomy.JSON_SCHEMA)
+    version = doc["schema_version"]
+    unknown = unknown_fields(doc, taxonomy.json_schema(version))
     if unknown:
         raise DataError(f"{where}: unknown field {unknown[0]!r} (not in taxonomy schema_version "
-                        f"{taxonomy.SCHEMA_VERSION}); export it again with this version of erroranalysis, or remove "
-                        "the field.")
+                        f"{version}); export it again with this version of erroranalysis, or remove the field.")
     return doc
 
 
@@ -78,36 +75,63 @@ class ImportResult:
         return ", ".join(parts)
 
 
-def _clash_fields(existing, wanted: dict) -> list[tuple[str, str, str]]:
+def _clash_fields(existing, wanted: dict, store) -> list[tuple[str, str, str]]:
     out = []
     for key in ("definition", "severity"):
         ours, theirs = getattr(existing, key), wanted[key]
         if (ours or "") != (theirs or ""):
             out.append((key, ours, theirs))
+    if "parent" in wanted:  # version 1 taxonomies say nothing about parents
+        ours = store.error_type(existing.parent_id).name if existing.parent_id is not None else None
+        if fold_name(ours or "") != fold_name(wanted["parent"] or ""):
+            out.append(("parent", ours, wanted["parent"]))
     if existing.name != wanted["name"]:
         out.append(("name", existing.name, wanted["name"]))
     return out
 
 
+def _parents_first(types: list[dict]) -> list[dict]:
+    """The document's error types ordered so each parent comes before its sub-types (validated: no cycles)."""
+    by_key = {fold_name(t["name"]): t for t in types}
+    done: dict[str, dict] = {}
+
+    def visit(t: dict) -> None:
+        key = fold_name(t["name"])
+        if key in done:
+            return
+        parent = t.get("parent")
+        if parent and fold_name(parent) in by_key:
+            visit(by_key[fold_name(parent)])
+        done[key] = t
+
+    for t in types:
+        visit(t)
+    return list(done.values())
+
+
 def plan_import(doc: dict, store, *, on_clash: str = "reuse") -> list[dict]:
-    """What importing would do, per error type: {name, action (create/reuse/update), existing, differences}.
-    Raises UserError with on_clash='fail' when a name exists with another definition or severity."""
+    """What importing would do, per error type (parents first): {name, action (create/reuse/update), existing,
+    differences, wanted}. Raises UserError with on_clash='fail' when a name exists with another definition,
+    severity or parent."""
     check_param("on_clash", on_clash, on_clash in ON_CLASH, "one of " + ", ".join(ON_CLASH))
-    existing = {t.name.casefold(): t for t in store.error_types()}
+    existing = {fold_name(t.name): t for t in store.error_types()}
     plan, seen = [], set()
     for et in doc.get("error_types", []):
-        name = " ".join(str(et["name"]).split())
-        key = name.casefold()
+        key = fold_name(et["name"])
         if key in seen:
-            raise DataError(f"taxonomy: error type {name!r} appears twice (names are case-insensitive); "
-                            "merge them in the source workspace and export again.")
+            raise DataError(f"taxonomy: error type {display_name(et['name'])!r} appears twice (names are compared "
+                            "ignoring case); merge them in the source workspace and export again.")
         seen.add(key)
+    for et in _parents_first(doc.get("error_types", [])):
+        name = display_name(et["name"])
         wanted = {"name": name, "definition": et.get("definition") or "", "severity": et.get("severity") or "medium"}
-        have = existing.get(key)
+        if doc.get("schema_version", 1) >= 2:
+            wanted["parent"] = display_name(et["parent"]) if et.get("parent") else None
+        have = existing.get(fold_name(name))
         if have is None:
             plan.append({"name": name, "action": "create", "existing": None, "differences": [], "wanted": wanted})
             continue
-        diffs = _clash_fields(have, wanted)
+        diffs = _clash_fields(have, wanted, store)
         meaningful = [d for d in diffs if d[0] != "name"]
         if meaningful and on_clash == "fail":
             f, ours, theirs = meaningful[0]
@@ -120,35 +144,40 @@ def plan_import(doc: dict, store, *, on_clash: str = "reuse") -> list[dict]:
 
 
 def import_taxonomy(taxonomy: str | Path | dict, store, *, on_clash: str = "reuse") -> ImportResult:
-    """Create the taxonomy's error types in `store` (a LabelStore). Idempotent: a type whose name exists already
-    (case-insensitive) is reused (on_clash='reuse', keeping this workspace's definition and severity), updated to
-    the taxonomy's ('update'), or refused before anything is written ('fail')."""
+    """Create the taxonomy's error types in `store` (a LabelStore), parents before their sub-types, in one
+    transaction logged as one event (or as part of the store's batch, when it is one). Idempotent: a type whose
+    name exists already (compared ignoring case) is reused (on_clash='reuse', keeping this workspace's
+    definition, severity and parent), updated to the taxonomy's ('update'), or refused before anything is written
+    ('fail')."""
     doc = load_taxonomy(taxonomy) if not isinstance(taxonomy, dict) else taxonomy
-    plan = plan_import(doc, store, on_clash=on_clash)
     result = ImportResult()
-    for item in plan:
-        wanted = item["wanted"]
-        for f, ours, theirs in item["differences"]:
-            result.clashes.append({"name": wanted["name"], "existing": item["existing"].name, "field": f,
-                                   "ours": ours, "theirs": theirs})
-        if item["action"] == "create":
-            try:
-                created = store.create_error_type(wanted["name"], wanted["definition"], wanted["severity"])
-            except UserError:  # created by someone else in the meantime: reuse it
-                created = store.error_type(wanted["name"])
-                result.reused.append(created.name)
-            else:
-                result.created.append(created.name)
-            result.type_ids[wanted["name"]] = created.id
-        elif item["action"] == "update":
-            updated = store.update_error_type(item["existing"].id, definition=wanted["definition"],
-                                              severity=wanted["severity"])
-            result.updated.append(updated.name)
-            result.type_ids[wanted["name"]] = updated.id
-        else:
-            result.reused.append(item["existing"].name)
-            result.type_ids[wanted["name"]] = item["existing"].id
+    with store.batch(action="import_taxonomy") as b:
+        for item in plan_import(doc, b, on_clash=on_clash):
+            _import_one(b, item, result)
+        if len(result.created) + len(result.updated) > 3:
+            b.summary = f"imported a taxonomy: {result.summary()}"
     return result
+
+
+def _import_one(store, item: dict, result: ImportResult) -> None:
+    wanted = item["wanted"]
+    for f, ours, theirs in item["differences"]:
+        result.clashes.append({"name": wanted["name"], "existing": item["existing"].name, "field": f,
+                               "ours": ours, "theirs": theirs})
+    parent = wanted.get("parent")
+    if item["action"] == "create":
+        created = store.create_error_type(wanted["name"], wanted["definition"], wanted["severity"], parent=parent)
+        result.created.append(created.name)
+        result.type_ids[wanted["name"]] = created.id
+    elif item["action"] == "update":
+        extra = {"parent": parent} if "parent" in wanted else {}
+        updated = store.update_error_type(item["existing"].id, definition=wanted["definition"],
+                                          severity=wanted["severity"], **extra)
+        result.updated.append(updated.name)
+        result.type_ids[wanted["name"]] = updated.id
+    else:
+        result.reused.append(item["existing"].name)
+        result.type_ids[wanted["name"]] = item["existing"].id
 
 
 def _short(text: Any, limit: int = 40) -> str:

@@ -1,6 +1,7 @@
 """The taxonomy document: its JSON schema and validation, and its renderings (JSON, CSV, Markdown).
 
-The JSON format is documented in docs/taxonomy.md.
+The JSON format is documented in docs/taxonomy.md. Version 2 adds each error type's `parent` (the name of its parent
+type, or null); readers accept versions 1 and 2 (a version-1 type has no parent).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis.errors import DataError
-from erroranalysis.labels import FLAG_TITLES, FLAGS, SEVERITIES
+from erroranalysis.labels.fields import FLAG_TITLES, FLAGS, MAX_NAME, SEVERITIES, display_name, fold_name
 
 FORMAT = "erroranalysis.taxonomy"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 EXPORT_FORMATS = ("json", "csv", "markdown")
 EXTENSIONS = {"json": ".json", "csv": ".csv", "markdown": ".md"}
 MIME = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
@@ -97,122 +99,194 @@ _EXAMPLE = {
     },
 }
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
-JSON_SCHEMA: dict = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "erroranalysis taxonomy export",
-    "description": "Error types of one run with counts, per-class breakdown, exemplars and per-example assignments.",
-    "type": "object",
-    "required": ["format", "schema_version", "generated", "tool", "run", "summary", "error_types", "assignments"],
-    "properties": {
-        "format": {"const": FORMAT},
-        "schema_version": {"const": SCHEMA_VERSION},
-        "generated": {"type": "string"},
-        "tool": {"type": "object", "required": ["name", "version"],
-                 "properties": {"name": {"type": "string"}, "version": {"type": "string"}}},
-        "run": {
-            "type": "object",
-            "required": ["name", "key", "task", "labels", "n_examples", "n_failures"],
-            "properties": {
-                "name": {"type": "string"},
-                "key": {"type": "string"},
-                "task": {"type": "string"},
-                "labels": {"type": "array", "items": {"type": "string"}},
-                "model": _STR_OR_NULL,
-                "data": _STR_OR_NULL,
-                "n_examples": {"type": "integer", "minimum": 0},
-                "n_failures": {"type": "integer", "minimum": 0},
-                "accuracy": _NUM_OR_NULL,
-            },
-        },
-        "summary": {
-            "type": "object",
-            "required": ["n_error_types", "n_assigned", "n_labeled_failures", "n_unlabeled_failures",
-                         "share_of_failures_labeled", "n_suggested", "flags"],
-            "properties": {
-                "n_error_types": {"type": "integer", "minimum": 0},
-                "n_assigned": {"type": "integer", "minimum": 0},
-                "n_labeled_failures": {"type": "integer", "minimum": 0},
-                "n_unlabeled_failures": {"type": "integer", "minimum": 0},
-                "share_of_failures_labeled": {"type": "number", "minimum": 0, "maximum": 1},
-                "n_suggested": {"type": "integer", "minimum": 0},
-                "flags": {"type": "object", "required": list(FLAGS), "properties": {
-                    f: {"type": "integer", "minimum": 0} for f in FLAGS}},
-            },
-        },
-        "error_types": {
-            "type": "array",
-            "items": {
+_NAME = {"type": "string", "minLength": 1, "maxLength": MAX_NAME,
+         "description": f"An error type name: at most {MAX_NAME} characters (erroranalysis.labels.MAX_NAME); names "
+                        "are compared ignoring case (Unicode case folding)."}
+
+
+def json_schema(version: int = SCHEMA_VERSION) -> dict:
+    """The JSON Schema (2020-12) of taxonomy documents of `version` (1 or 2)."""
+    schema = _schema_v1()
+    schema["properties"]["schema_version"] = {"const": version}
+    if version >= 2:
+        types = schema["properties"]["error_types"]["items"]
+        types["required"].append("parent")
+        types["properties"]["parent"] = {**_NAME, "type": ["string", "null"],
+                                         "description": "The name of the parent error type (one of error_types), "
+                                                        "or null for a top-level type."}
+    return schema
+
+
+def _schema_v1() -> dict:
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "erroranalysis taxonomy export",
+        "description": "Error types of one run with counts, per-class breakdown, exemplars and per-example assignments.",
+        "type": "object",
+        "required": ["format", "schema_version", "generated", "tool", "run", "summary", "error_types", "assignments"],
+        "properties": {
+            "format": {"const": FORMAT},
+            "schema_version": {"const": 1},
+            "generated": {"type": "string"},
+            "tool": {"type": "object", "required": ["name", "version"],
+                     "properties": {"name": {"type": "string"}, "version": {"type": "string"}}},
+            "run": {
                 "type": "object",
-                "required": ["id", "name", "definition", "severity", "count", "failures", "suggested",
-                             "share_of_failures", "per_class", "clusters", "exemplars"],
+                "required": ["name", "key", "task", "labels", "n_examples", "n_failures"],
                 "properties": {
-                    "id": {"type": "integer"},
-                    "name": {"type": "string", "minLength": 1},
-                    "definition": {"type": "string"},
-                    "severity": {"enum": list(SEVERITIES)},
-                    "count": {"type": "integer", "minimum": 0},
-                    "failures": {"type": "integer", "minimum": 0},
-                    "suggested": {"type": "integer", "minimum": 0},
-                    "share_of_failures": {"type": "number", "minimum": 0, "maximum": 1},
-                    "per_class": {
-                        "type": "object",
-                        "required": ["by_label", "by_pred", "confusions"],
-                        "properties": {
-                            "by_label": _COUNTS,
-                            "by_pred": _COUNTS,
-                            "confusions": {"type": "array", "items": {
-                                "type": "object", "required": ["label", "pred", "count"],
-                                "properties": {"label": {"type": "string"}, "pred": {"type": "string"},
-                                               "count": {"type": "integer", "minimum": 0}}}},
+                    "name": {"type": "string"},
+                    "key": {"type": "string"},
+                    "task": {"type": "string"},
+                    "labels": {"type": "array", "items": {"type": "string"}},
+                    "model": _STR_OR_NULL,
+                    "data": _STR_OR_NULL,
+                    "n_examples": {"type": "integer", "minimum": 0},
+                    "n_failures": {"type": "integer", "minimum": 0},
+                    "accuracy": _NUM_OR_NULL,
+                },
+            },
+            "summary": {
+                "type": "object",
+                "required": ["n_error_types", "n_assigned", "n_labeled_failures", "n_unlabeled_failures",
+                             "share_of_failures_labeled", "n_suggested", "flags"],
+                "properties": {
+                    "n_error_types": {"type": "integer", "minimum": 0},
+                    "n_assigned": {"type": "integer", "minimum": 0},
+                    "n_labeled_failures": {"type": "integer", "minimum": 0},
+                    "n_unlabeled_failures": {"type": "integer", "minimum": 0},
+                    "share_of_failures_labeled": {"type": "number", "minimum": 0, "maximum": 1},
+                    "n_suggested": {"type": "integer", "minimum": 0},
+                    "flags": {"type": "object", "required": list(FLAGS), "properties": {
+                        f: {"type": "integer", "minimum": 0} for f in FLAGS}},
+                },
+            },
+            "error_types": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["id", "name", "definition", "severity", "count", "failures", "suggested",
+                                 "share_of_failures", "per_class", "clusters", "exemplars"],
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "name": dict(_NAME),
+                        "definition": {"type": "string"},
+                        "severity": {"enum": list(SEVERITIES)},
+                        "count": {"type": "integer", "minimum": 0},
+                        "failures": {"type": "integer", "minimum": 0},
+                        "suggested": {"type": "integer", "minimum": 0},
+                        "share_of_failures": {"type": "number", "minimum": 0, "maximum": 1},
+                        "per_class": {
+                            "type": "object",
+                            "required": ["by_label", "by_pred", "confusions"],
+                            "properties": {
+                                "by_label": _COUNTS,
+                                "by_pred": _COUNTS,
+                                "confusions": {"type": "array", "items": {
+                                    "type": "object", "required": ["label", "pred", "count"],
+                                    "properties": {"label": {"type": "string"}, "pred": {"type": "string"},
+                                                   "count": {"type": "integer", "minimum": 0}}}},
+                            },
                         },
+                        "clusters": {"type": "array", "items": {
+                            "type": "object", "required": ["cluster_id", "name", "count"],
+                            "properties": {"cluster_id": {"type": "integer"}, "name": {"type": "string"},
+                                           "count": {"type": "integer", "minimum": 0}}}},
+                        "exemplars": {"type": "array", "items": _EXAMPLE},
+                        "created": {"type": "string"},
+                        "created_by": {"type": "string"},
                     },
-                    "clusters": {"type": "array", "items": {
-                        "type": "object", "required": ["cluster_id", "name", "count"],
-                        "properties": {"cluster_id": {"type": "integer"}, "name": {"type": "string"},
-                                       "count": {"type": "integer", "minimum": 0}}}},
-                    "exemplars": {"type": "array", "items": _EXAMPLE},
-                    "created": {"type": "string"},
-                    "created_by": {"type": "string"},
+                },
+            },
+            "assignments": {
+                "type": "array",
+                "items": {
+                    "allOf": [_EXAMPLE, {
+                        "type": "object",
+                        "required": ["error_type", "error_type_id", "source", "status", "cluster_id", "flags", "note"],
+                        "properties": {
+                            "error_type": {**_NAME, "type": ["string", "null"]},
+                            "error_type_id": {"type": ["integer", "null"]},
+                            "source": {"enum": ["human", "suggested", None]},
+                            "status": {"enum": ["accepted", "pending", "rejected", None]},
+                            "cluster_id": {"type": "integer"},
+                            "flags": {"type": "array", "items": {"enum": list(FLAGS)}},
+                            "note": _STR_OR_NULL,
+                            "updated": _STR_OR_NULL,
+                            "updated_by": _STR_OR_NULL,
+                        },
+                    }],
                 },
             },
         },
-        "assignments": {
-            "type": "array",
-            "items": {
-                "allOf": [_EXAMPLE, {
-                    "type": "object",
-                    "required": ["error_type", "error_type_id", "source", "status", "cluster_id", "flags", "note"],
-                    "properties": {
-                        "error_type": _STR_OR_NULL,
-                        "error_type_id": {"type": ["integer", "null"]},
-                        "source": {"enum": ["human", "suggested", None]},
-                        "status": {"enum": ["accepted", "pending", "rejected", None]},
-                        "cluster_id": {"type": "integer"},
-                        "flags": {"type": "array", "items": {"enum": list(FLAGS)}},
-                        "note": _STR_OR_NULL,
-                        "updated": _STR_OR_NULL,
-                        "updated_by": _STR_OR_NULL,
-                    },
-                }],
-            },
-        },
-    },
-}
+    }
+
+
+JSON_SCHEMA: dict = json_schema(SCHEMA_VERSION)
+
+
+def check_version(doc: Any, source: str) -> int:
+    """The document's schema_version, refused (DataError) when it is not a taxonomy or a version this reads."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise DataError(f"{source}: not an erroranalysis taxonomy (no \"format\": \"{FORMAT}\").")
+    version = doc.get("schema_version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise DataError(f"{source}: schema_version {version!r} is not supported (this version reads "
+                        f"{' and '.join(map(str, READABLE_VERSIONS))}); export it again with this version.")
+    return version
 
 
 def validate(doc: dict, source: str = "taxonomy") -> None:
-    """Raise DataError naming the first place `doc` breaks JSON_SCHEMA."""
+    """Raise DataError naming the first place `doc` breaks the schema of its version, a name over MAX_NAME (naming
+    the type), or a parent that is missing or makes a cycle."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(JSON_SCHEMA)
+    version = check_version(doc, source)
+    _check_name_lengths(doc, source)
+    validator = jsonschema.Draft202012Validator(json_schema(version))
     error = next(iter(sorted(validator.iter_errors(doc), key=lambda e: list(e.path))), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise DataError(f"{source}: {where}: {error.message.splitlines()[0]}; export it again with this version.")
+    _check_parents(doc, source)
+
+
+def _check_name_lengths(doc: dict, source: str) -> None:
+    types = doc.get("error_types")
+    for i, t in enumerate(types if isinstance(types, list) else []):
+        for key in ("name", "parent"):
+            name = t.get(key) if isinstance(t, dict) else None
+            if isinstance(name, str) and len(name) > MAX_NAME:
+                shown = name[:40] + "…"
+                raise DataError(f"{source}: error_types/{i}/{key}: error type name {shown!r} is {len(name)} "
+                                f"characters long; names have at most {MAX_NAME} (erroranalysis.labels.MAX_NAME): "
+                                "shorten it and import again.")
+
+
+def _check_parents(doc: dict, source: str) -> None:
+    """Each parent names another type of the document, and following parents never comes back to a type."""
+    types = {fold_name(t["name"]): t for t in doc["error_types"]}
+    for i, t in enumerate(doc["error_types"]):
+        seen, here = {fold_name(t["name"])}, t
+        while here.get("parent") is not None:
+            key = fold_name(here["parent"])
+            if key not in types:
+                raise DataError(f"{source}: error_types/{i}/parent: {here['parent']!r} (parent of "
+                                f"{here['name']!r}) is not one of the error types; export the taxonomy again.")
+            if key in seen:
+                raise DataError(f"{source}: error_types/{i}/parent: error type {t['name']!r} is its own ancestor "
+                                "(parents make a cycle); fix the parents and import again.")
+            seen.add(key)
+            here = types[key]
+
+
+def parent_of(error_type: dict) -> str | None:
+    """An error type's parent name in a document of either version (version 1 has none)."""
+    parent = error_type.get("parent")
+    return display_name(parent) if parent else None
 
 
 def load(path: str | Path) -> dict:
-    """Read and validate a taxonomy JSON export."""
+    """Read and validate a taxonomy JSON export (schema version 1 or 2)."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -220,11 +294,6 @@ def load(path: str | Path) -> dict:
         raise DataError(f"{path}: no such file; export one with 'erroranalysis export RUN --format json'.") from None
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise DataError(f"{path}: not an erroranalysis taxonomy (no \"format\": \"{FORMAT}\").")
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(f"{path}: schema_version {doc.get('schema_version')!r} is not supported "
-                        f"(expected {SCHEMA_VERSION}).")
     validate(doc, str(path))
     return doc
 
@@ -309,8 +378,9 @@ def to_markdown(doc: dict, *, exemplars: int = 3) -> str:
         for t in types:
             lines.append(f"## {md_escape(t['name'])}")
             lines.append("")
+            under = f" · under {md_escape(t['parent'])}" if t.get("parent") else ""
             lines.append(f"*{t['severity']} severity · {t['count']:,} examples · "
-                         f"{t['share_of_failures']:.1%} of failures*")
+                         f"{t['share_of_failures']:.1%} of failures{under}*")
             lines.append("")
             if t["definition"]:
                 lines += [md_escape(t["definition"], 1000), ""]

@@ -60,8 +60,8 @@ def compare_runs(base: str | Path, candidates: Sequence[str | Path], *, labels_d
                  min_overlap: float = MIN_OVERLAP) -> Report:
     """Compare each candidate run with the baseline run (same eval set, matched by example id).
 
-    Error types come from the labels store: `labels_db`, or `store`, or `<base's folder>/labels.sqlite` when it
-    exists (without one the report has no error-type section)."""
+    Error types come from the labels store: `labels_db`, or `store`, or the database base's labels live in
+    (erroranalysis.labels.labels_db_for) when it exists (without one the report has no error-type section)."""
     import pandas as pd
 
     from erroranalysis.stages.export import open_store

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from erroranalysis import __version__, files
 from erroranalysis.errors import UserError
-from erroranalysis.labels import FLAGS, LabelStore, default_db_path
+from erroranalysis.labels import FLAGS, LabelStore, labels_db_for
 from erroranalysis.labels.taxonomy import (
     EXPORT_FORMATS,
     EXTENSIONS,
@@ -140,6 +140,7 @@ def build_taxonomy(run: Run, store: LabelStore | None = None, *, exemplars: int 
     accepted = table["status"] == "accepted"
     labeled_failures = int((failures & accepted & (table["error_type_id"] >= 0)).sum())
 
+    names = {et.id: et.name for et in error_types}
     types = []
     for et in error_types:
         rows = table[table["error_type_id"] == et.id]
@@ -155,6 +156,7 @@ def build_taxonomy(run: Run, store: LabelStore | None = None, *, exemplars: int 
             "name": et.name,
             "definition": et.definition,
             "severity": et.severity,
+            "parent": names.get(et.parent_id),
             "count": int(len(acc)),
             "failures": int(len(acc_fail)),
             "suggested": int((rows["status"] == "pending").sum()),
@@ -239,15 +241,15 @@ def render(fmt: str, run: Run, store: LabelStore | None, *, table=None, error_ty
 
 
 def open_store(run_path: str | Path, labels_db: str | Path | None = None) -> LabelStore | None:
-    """The labels store for a run: `labels_db` when given (it must exist), else `<run's parent>/labels.sqlite` when
-    it exists, else None (a run nobody labeled yet exports with no error types)."""
-    if labels_db is not None:
-        path = Path(labels_db)
-        if not path.is_file():
+    """The labels store for a run: `labels_db` when given (it must exist), else the database the workspace rule
+    picks (erroranalysis.labels.labels_db_for) when it exists, else None (a run nobody labeled yet exports with no
+    error types). The store is checked when opened: a damaged one is an error, never a partial export."""
+    path = Path(labels_db) if labels_db is not None else labels_db_for(run_path)
+    if not path.exists():
+        if labels_db is not None:
             raise UserError(f"{path}: no labels database here; check --labels-db.")
-        return LabelStore(path, create=False)
-    path = default_db_path(Path(run_path).resolve().parent)
-    return LabelStore(path, create=False) if path.is_file() else None
+        return None
+    return LabelStore(path, create=False)
 
 
 def export_taxonomy(run_path: str | Path, fmt: str, out: str | Path, *, labels_db: str | Path | None = None) -> Path:

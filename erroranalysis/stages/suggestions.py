@@ -310,8 +310,9 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     labels store (see import_taxonomy), each matched failure is assigned as `source='suggested'`,
     `status='pending'`, and every failure's match is written to `<run>/taxonomy_suggestions.parquet`; the manifest
     records an `apply_taxonomy` stage. Earlier pending suggestions of this run that are no longer made are removed.
-    Everything is checked and computed before the first write."""
-    from erroranalysis.labels import LabelStore, default_db_path
+    Everything is checked and computed before the first write, and the labels are written in ONE transaction,
+    logged as one event by the writer kind 'suggestion': all of them are stored, or (on any failure) none."""
+    from erroranalysis.labels import LabelStore, labels_db_for
 
     check_param("on_clash", on_clash, on_clash in ON_CLASH, "one of " + ", ".join(ON_CLASH))
     _check_match_params(method, k, threshold)
@@ -320,10 +321,10 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     _check_references(doc, source)
     run = rundir.Run.open(run_dir)
     if store is None:
-        db = Path(labels_db) if labels_db is not None else default_db_path(run.path.resolve().parent)
+        db = Path(labels_db) if labels_db is not None else labels_db_for(run.path)
         if db.is_dir():
             raise UserError(f"{db}: is a directory; pass the labels database file to --labels-db.")
-        store = LabelStore(db, user=user)
+        store = LabelStore(db, user=user, writer="suggestion")
     plan_import(doc, store, on_clash=on_clash)  # refuses a clash before anything is computed or written
     result = suggest(doc, run.path, store=store, method=method, k=k, threshold=threshold, embedder=embedder,
                      progress=progress, name=source, confusions=confusions)
@@ -332,26 +333,29 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
               "threshold_given": threshold is not None, "confusions": confusions, "embedder": result.embedder,
               "labels_db": str(store.path)}
     with run.stage(STAGE, params) as staging:
-        result.imported = import_taxonomy(doc, store, on_clash=on_clash)
-        key = result.run_key
-        wanted = table[table["status"] == STATUS_SUGGESTED]
-        existing = store.assignments(key)
-        stale = existing[(existing["source"] == "suggested") & (existing["status"] == "pending")]
-        keep_pairs = set(zip(wanted["example_id"], wanted["error_type"]))
-        drop = [e for e, t in zip(stale["example_id"], stale["error_type"]) if (e, t) not in keep_pairs]
-        if drop:
-            store.unassign(key, drop, summary=f"removed {len(drop)} earlier suggestions no longer made "
-                                              "(apply-taxonomy)")
-        for name, group in wanted.groupby("error_type", sort=True):
-            type_id = result.imported.type_ids[name]
-            ids = group["example_id"].tolist()
-            cl = {e: int(c) for e, c in zip(ids, group["cluster_id"]) if int(c) >= 0}
-            store.assign(key, ids, type_id, source="suggested", cluster_ids=cl,
-                         summary=f"suggested {len(ids)} examples as {name!r} (apply-taxonomy)")
-        staging.write_parquet(SUGGESTIONS, table)
+        with store.batch(action="apply_taxonomy", run=result.run_key, writer="suggestion") as b:
+            result.imported = import_taxonomy(doc, b, on_clash=on_clash)
+            key = result.run_key
+            wanted = table[table["status"] == STATUS_SUGGESTED]
+            existing = b.assignments(key)
+            stale = existing[(existing["source"] == "suggested") & (existing["status"] == "pending")]
+            keep_pairs = set(zip(wanted["example_id"], wanted["error_type"]))
+            drop = [e for e, t in zip(stale["example_id"], stale["error_type"]) if (e, t) not in keep_pairs]
+            removed = b.unassign(key, drop).changed if drop else 0
+            stored = 0
+            for name, group in wanted.groupby("error_type", sort=True):
+                ids = group["example_id"].tolist()
+                cl = {e: int(c) for e, c in zip(ids, group["cluster_id"]) if int(c) >= 0}
+                stored += b.assign(key, ids, result.imported.type_ids[name], source="suggested",
+                                   cluster_ids=cl).changed
+            b.summary = (f"apply-taxonomy {Path(result.taxonomy).name}: {stored} suggestions stored"
+                         + (f", {removed} earlier suggestions no longer made removed" if removed else "")
+                         + (f", {len(result.imported.created)} error types created" if result.imported.created
+                            else ""))
+            staging.write_parquet(SUGGESTIONS, table)  # inside the batch: a failed write stores no labels
         staging.facts.update({"n_failures": result.n_failures, "n_suggested": result.n_suggested,
                       "n_unmatched": result.n_unmatched, "threshold_basis": result.threshold_basis,
-                      "counts": result.counts})
+                      "counts": result.counts, "labels_event": b.change.event_id})
     result.written = True
     return result
 

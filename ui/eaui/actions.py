@@ -227,8 +227,7 @@ def slice_to_type(run_key: str, name: str, definition: str, ids: list[str], clus
 
     def act() -> str:
         store = ui.labels()
-        existing = {t.name.casefold(): t for t in store.error_types()}
-        etype = existing.get(" ".join(name.split()).casefold())
+        etype = store.find_error_type(name)  # the store's one rule for comparing names
         created = etype is None
         if created:
             etype = store.create_error_type(name, definition, "medium")

@@ -67,10 +67,22 @@ def config() -> AppConfig:
 
 
 def labels() -> LabelStore:
-    """The labels store, recording changes under this session's user."""
+    """The labels store of the current run (the workspace rule picks it: AppConfig.labels_db_of), recording
+    changes under this session's user."""
     cfg = config()
     user = (state.get(state.USER) or cfg.user).strip() or cfg.user
-    return data.store(str(cfg.labels_db)).with_user(user)
+    key = state.get(state.RUN)
+    return data.store(str(cfg.labels_db_of(cfg.runs_root / key if key else None))).with_user(user)
+
+
+def labeled_counts(keys) -> dict[str, int]:
+    """Accepted labels per run key, each run counted in the database its labels live in."""
+    cfg = config()
+    out: dict[str, int] = {}
+    for key in keys:
+        store = data.store(str(cfg.labels_db_of(cfg.runs_root / key)))
+        out[key] = data.labeled_per_run(store).get(store.run_key(cfg.runs_root / key), 0)
+    return out
 
 
 def current_run(required: bool = True) -> Current | None:

@@ -13,17 +13,25 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from erroranalysis.labels import default_db_path, default_user
+from erroranalysis.labels import default_user, labels_db_for, workspace_db
 from erroranalysis.rundir import MANIFEST
 
 
 @dataclass(frozen=True)
 class AppConfig:
     runs_root: Path          # the only folder the app reads runs from
-    labels_db: Path          # the workspace labels database
+    labels_db: Path          # --labels-db, else <runs folder>/labels.sqlite (see labels_db_of for a run's)
     user: str                # who labels are recorded as (each session may change it)
     open_run: str | None     # run key to open first, relative to runs_root
     problem: str | None = None  # a message to show instead of pages when the configuration is unusable
+    labels_db_given: bool = False  # --labels-db was passed: every run's labels live there
+
+    def labels_db_of(self, run_path: Path | None) -> Path:
+        """The database a run's labels live in: --labels-db when given, else the workspace rule
+        (erroranalysis.labels.labels_db_for: the nearest labels.sqlite above the run, up to the runs folder)."""
+        if self.labels_db_given or run_path is None:
+            return self.labels_db
+        return labels_db_for(run_path, root=self.runs_root)
 
 
 def _script_args() -> list[str]:
@@ -56,9 +64,9 @@ def parse(argv: list[str] | None = None, env: dict | None = None) -> AppConfig:
         if not path.is_dir():
             problem = f"{target}: no such folder; start the app on a runs folder: erroranalysis ui runs/"
     open_key = _open_key(root, open_run) if open_run else None
-    db = Path(labels_db).expanduser().resolve() if labels_db else default_db_path(root)
+    db = Path(labels_db).expanduser().resolve() if labels_db else workspace_db(root)
     return AppConfig(runs_root=root, labels_db=db, user=user.strip() or "unknown", open_run=open_key,
-                     problem=problem)
+                     problem=problem, labels_db_given=bool(labels_db))
 
 
 def _open_key(root: Path, open_run: str) -> str | None:

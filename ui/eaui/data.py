@@ -187,8 +187,9 @@ def _base_table(path: str, stamps):
 
 @st.cache_resource(show_spinner=False)
 def store(db_path: str) -> LabelStore:
-    """The workspace's labels store (created on first use). Per-session users come from `store(...).with_user`."""
-    return LabelStore(db_path)
+    """A labels store of the workspace (created on first use), writing as the app. Per-session users come from
+    `store(...).with_user`."""
+    return LabelStore(db_path, writer="app")
 
 
 def run_key(db: LabelStore, path: Path) -> str:

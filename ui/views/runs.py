@@ -20,7 +20,7 @@ if runs.empty:
     st.stop()
 
 try:
-    labeled = data.labeled_per_run(ui.labels())
+    labeled = ui.labeled_counts(runs["run"])
 except UserError as exc:
     labeled = {}
     ui.problem(exc)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from erroranalysis.labels import fold_name
 from erroranalysis_ui.eaui import actions, charts, data, state, tables
 from erroranalysis_ui.eaui import components as ui
 
@@ -142,8 +143,8 @@ with detail:
 
 with act_col:
     name = actions.slice_type_name(info["description"])
-    existing = {t.name.casefold(): t for t in data.error_types(store)}
-    exists = existing.get(name.casefold())
+    existing = {fold_name(t.name): t for t in data.error_types(store)}
+    exists = existing.get(fold_name(name))
     fail_ids = fail_rows["example_id"].astype(str).tolist()
     clusters = {i: int(c) for i, c in zip(fail_rows["example_id"].astype(str), fail_rows["cluster_id"]) if c >= 0}
     definition = (f"Examples where {info['description']} (slice #{sid} of run {current.key}: "

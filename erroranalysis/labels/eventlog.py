@@ -1,0 +1,218 @@
+"""The event log: one append-only row per change, holding every row the change touched before and after, so undo
+can restore exactly what was there.
+
+A change is stored compactly: its rows are grouped by table and written column by column, a column whose value is
+the same in every row (the run, the error type, the time, the user of a bulk assignment) once, the whole
+zlib-compressed. A bulk assignment of 100,000 examples costs a few bytes per example instead of the ~230 bytes of
+JSON per row that schema 1 wrote (benchmarks/labels_store.py measures it). Events written by schema 1 (plain JSON
+text) are read as they are.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sqlite3
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Each table the log records changes of: its key columns and all its columns, in order. error_types.name_key is
+# not among them: it is derived from the name whenever a row is written.
+TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "error_types": (("id",), ("id", "name", "definition", "severity", "parent_id", "created", "created_by",
+                              "updated", "updated_by")),
+    "assignments": (("run", "example_id"), ("run", "example_id", "error_type_id", "source", "status", "cluster_id",
+                                            "updated", "updated_by")),
+    "flags": (("run", "example_id", "flag"), ("run", "example_id", "flag", "created", "created_by")),
+    "notes": (("run", "example_id"), ("run", "example_id", "text", "updated", "updated_by")),
+}
+# Actions whose events hold no rows to restore: undo skips them.
+NOT_UNDOABLE = ("undo", "archive", "restore")
+EVENT_COLUMNS = ("id", "ts", "user", "writer", "run", "action", "summary", "undoes")
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    ts: str
+    user: str
+    run: str | None
+    action: str
+    summary: str
+    undoes: int | None
+    payload: dict = field(repr=False)
+    undone_by: int | None = None
+    writer: str | None = None  # app, cli, suggestion or callback; None for events of schema 1
+
+    @property
+    def n_changes(self) -> int:
+        return len(self.payload.get("changes", []))
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one call changed: the event it logged (None when nothing changed, or inside a batch) and how many
+    rows."""
+
+    event_id: int | None
+    changed: int
+    summary: str = ""
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# -- payloads -------------------------------------------------------------------------------------------------------
+
+
+def encode(changes: list[dict]) -> bytes:
+    """The stored form of a change list [{table, before, after}, ...] (order kept)."""
+    groups: list[dict] = []
+    for ch in changes:
+        if not groups or groups[-1]["table"] != ch["table"]:
+            groups.append({"table": ch["table"], "before": [], "after": []})
+        groups[-1]["before"].append(ch["before"])
+        groups[-1]["after"].append(ch["after"])
+    doc = {"v": 2, "groups": [{"table": g["table"], "n": len(g["before"]),
+                               "before": _columns(g["before"], TABLES[g["table"]][1]),
+                               "after": _columns(g["after"], TABLES[g["table"]][1])} for g in groups]}
+    return zlib.compress(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), 6)
+
+
+def decode(stored: Any) -> dict:
+    """{"changes": [{table, before, after}, ...]} from either stored form."""
+    if isinstance(stored, (bytes, memoryview)):
+        doc = json.loads(zlib.decompress(bytes(stored)).decode("utf-8"))
+        changes = []
+        for g in doc["groups"]:
+            cols = TABLES[g["table"]][1]
+            before, after = _rows(g["before"], cols, g["n"]), _rows(g["after"], cols, g["n"])
+            changes += [{"table": g["table"], "before": b, "after": a} for b, a in zip(before, after)]
+        return {"changes": changes}
+    doc = json.loads(stored)
+    for ch in doc.get("changes", []):  # schema 1 rows of error types had no parent
+        if ch["table"] == "error_types":
+            for state in (ch["before"], ch["after"]):
+                if state is not None:
+                    state.setdefault("parent_id", None)
+    return doc
+
+
+def _columns(rows: list[dict | None], cols: tuple[str, ...]) -> dict:
+    """Rows (None for absent) column by column: a value shared by every present row is written once."""
+    out: dict[str, Any] = {}
+    present = [r is not None for r in rows]
+    if not all(present):
+        out["present"] = "".join("1" if p else "0" for p in present)
+    kept = [r for r in rows if r is not None]
+    if not kept:
+        return out
+    out["cols"] = {}
+    for c in cols:
+        values = [r[c] for r in kept]
+        first = values[0]
+        out["cols"][c] = {"all": first} if all(v == first and type(v) is type(first) for v in values) else values
+    return out
+
+
+def _rows(enc: dict, cols: tuple[str, ...], n: int) -> list[dict | None]:
+    present = [p == "1" for p in enc["present"]] if "present" in enc else [True] * n
+    kept = sum(present)
+    columns = {c: (v["all"],) * kept if isinstance(v, dict) else v for c, v in enc.get("cols", {}).items()}
+    out: list[dict | None] = []
+    i = 0
+    for p in present:
+        if p:
+            out.append({c: columns[c][i] for c in cols})
+            i += 1
+        else:
+            out.append(None)
+    return out
+
+
+# -- writing and reading events ---------------------------------------------------------------------------------------
+
+
+def append(con: sqlite3.Connection, *, user: str, writer: str, run: str | None, action: str, summary: str,
+           changes: list[dict], undoes: int | None = None) -> int:
+    cur = con.execute(
+        "INSERT INTO events (ts, user, writer, run, action, summary, undoes, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (now(), user, writer, run, action, summary, undoes, encode(changes)))
+    return int(cur.lastrowid)
+
+
+def to_event(row: sqlite3.Row | dict, with_payload: bool) -> Event:
+    d = dict(row)
+    payload = decode(d.pop("payload")) if with_payload and "payload" in d else {}
+    d.pop("payload", None)
+    return Event(payload=payload, **{k: d.get(k) for k in ("id", "ts", "user", "run", "action", "summary", "undoes",
+                                                            "undone_by", "writer")})
+
+
+def query(con: sqlite3.Connection, *, run: str | None = None, user: str | None = None, limit: int | None = 50,
+          with_payload: bool = False, table: str = "events") -> list[Event]:
+    """Events of `table` (the log, or an archive's), newest first, each with `undone_by` when a later one undid
+    it."""
+    cols = ", ".join(f"e.{c}" for c in EVENT_COLUMNS) + ", u.id AS undone_by" + (", e.payload" if with_payload
+                                                                                 else "")
+    sql = f"SELECT {cols} FROM {table} e LEFT JOIN {table} u ON u.undoes = e.id"
+    where, params = [], []
+    if run is not None:
+        where.append("(e.run = ? OR e.run IS NULL)")
+        params.append(run)
+    if user is not None:
+        where.append("e.user = ?")
+        params.append(user)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY e.id DESC"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return [to_event(r, with_payload) for r in con.execute(sql, params).fetchall()]
+
+
+def last_undoable(con: sqlite3.Connection, user: str) -> sqlite3.Row | None:
+    """The newest event of `user` that holds rows to restore and was not undone."""
+    marks = ", ".join("?" * len(NOT_UNDOABLE))
+    return con.execute(
+        f"SELECT * FROM events e WHERE e.user = ? AND e.undoes IS NULL AND e.action NOT IN ({marks}) "
+        "AND NOT EXISTS (SELECT 1 FROM events u WHERE u.undoes = e.id) ORDER BY e.id DESC LIMIT 1",
+        (user, *NOT_UNDOABLE)).fetchone()
+
+
+def later_event(con: sqlite3.Connection, after_id: int, table: str, key: dict) -> dict | None:
+    """The newest event after `after_id` that touched the row at key (scanning payloads; undo is rare)."""
+    for row in con.execute("SELECT id, user, summary, payload FROM events WHERE id > ? ORDER BY id DESC",
+                           (after_id,)).fetchall():
+        for ch in decode(row["payload"]).get("changes", []):
+            if ch["table"] != table:
+                continue
+            state = ch["after"] if ch["after"] is not None else ch["before"]
+            if state and all(state.get(k) == v for k, v in key.items()):
+                return {"id": row["id"], "user": row["user"], "summary": row["summary"]}
+    return None
+
+
+def key_of(change: dict) -> dict:
+    state = change["after"] if change["after"] is not None else change["before"]
+    return {k: state[k] for k in TABLES[change["table"]][0]}
+
+
+def collapse(changes: list[dict]) -> list[dict]:
+    """One change per row: a row changed several times (inside a batch) keeps its first `before` and last `after`,
+    so undo restores what was there before the whole batch; a row that ends as it began is dropped."""
+    merged: dict[tuple, dict] = {}
+    for ch in changes:
+        key = (ch["table"], tuple(sorted(key_of(ch).items())))
+        if key in merged:
+            merged[key]["after"] = ch["after"]
+        else:
+            merged[key] = dict(ch)
+    return [ch for ch in merged.values() if ch["before"] != ch["after"]]
+
+
+def inverse(changes: Iterable[dict]) -> list[dict]:
+    return [{"table": ch["table"], "before": ch["after"], "after": ch["before"]} for ch in changes]
