@@ -16,10 +16,15 @@ import pandas as pd
 
 from erroranalysis import files
 from erroranalysis.errors import DataError, preview, where
+from erroranalysis.validation import check_int
 
 # Columns predictions.parquet always has; any other column of an eval set is metadata (renamed `meta_<name>` when
 # its name is one of these).
 CORE_COLUMNS = ("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated")
+
+# Texts are cut at this many characters when they are read (flagged `truncated`): every model reads far fewer,
+# and one 50 MB line would otherwise cost minutes and gigabytes in every stage that tokenizes or splits words.
+MAX_CHARS = 100_000
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet", ".pq": "parquet"}
@@ -34,6 +39,7 @@ class DataOptions:
     id_column: str | None = None
     encoding: str = "utf-8"
     split: str | None = None
+    max_chars: int = MAX_CHARS
 
 
 @dataclass
@@ -46,6 +52,7 @@ class EvalSet:
     sha256: str
     columns: dict = field(default_factory=dict)  # {"text": ..., "label": ..., "id": ...} as mapped
     metadata_columns: list[str] = field(default_factory=list)
+    max_chars: int = MAX_CHARS
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -56,22 +63,28 @@ class EvalSet:
 
     def describe(self) -> dict:
         return {"path": str(self.path), "sha256": self.sha256, "rows": len(self), "format": self.format,
-                "columns": self.columns, "metadata_columns": self.metadata_columns}
+                "columns": self.columns, "metadata_columns": self.metadata_columns, "max_chars": self.max_chars,
+                "n_cut": int(self.frame["_cut"].sum())}
 
 
 def read_eval_set(path: str | Path, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
     """`load_eval_set` with the options as one object (what the stages pass)."""
     return load_eval_set(path, text_column=opts.text_column, label_column=opts.label_column,
-                         id_column=opts.id_column, encoding=opts.encoding, split=opts.split, required=required)
+                         id_column=opts.id_column, encoding=opts.encoding, split=opts.split, required=required,
+                         max_chars=opts.max_chars)
 
 
 def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: str | None = "label",
                   id_column: str | None = None, encoding: str = "utf-8", split: str | None = None,
-                  required: tuple[str, ...] = ()) -> EvalSet:
+                  required: tuple[str, ...] = (), max_chars: int = MAX_CHARS, keep_end: bool = False,
+                  strings_only: bool = True) -> EvalSet:
     """Read an eval set and map its columns to example_id, text, label; `required` columns are kept by name.
 
     Every other column becomes metadata (for slices); a name that clashes with a predictions column gets `meta_`.
+    Texts longer than `max_chars` are cut (the end kept with `keep_end`, for prompts) and flagged in `_cut`;
+    `strings_only=False` lets the text column hold other values (chat messages).
     """
+    check_int("max_chars", max_chars, 1)
     path = Path(path)
     raw, fmt = read_table(path, encoding=encoding, split=split)
     wanted = [c for c in (text_column, label_column, *required) if c]
@@ -85,12 +98,13 @@ def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: 
                         f"{preview(c for c in raw.columns if c != '_line')}; fix --id-column or drop it.")
     frame = pd.DataFrame({"_line": raw["_line"].to_numpy()})
     frame["example_id"] = _ids(raw, id_column, path)
-    frame["text"] = _texts(raw[text_column])
+    frame["text"], cut = _texts(raw, text_column, path, max_chars, keep_end, strings_only)
     if label_column:
         frame["label"] = _labels(raw, label_column, path)
+    frame["_cut"] = cut
     for column in required:
         frame[column] = raw[column].to_numpy()
-    kept = {"_line", text_column, label_column, id_column, *required}
+    kept = {"_line", "_cut", text_column, label_column, id_column, *required}
     metadata = []
     for column in raw.columns:
         if column in kept:
@@ -100,7 +114,7 @@ def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: 
         metadata.append(name)
     return EvalSet(frame=frame, path=path, format=fmt, sha256=files.digest(path)["sha256"],
                    columns={"text": text_column, "label": label_column, "id": id_column},
-                   metadata_columns=metadata)
+                   metadata_columns=metadata, max_chars=max_chars)
 
 
 def read_table(path: Path, *, encoding: str = "utf-8", split: str | None = None) -> tuple[pd.DataFrame, str]:
@@ -226,9 +240,24 @@ def _ids(raw: pd.DataFrame, id_column: str | None, path: Path) -> np.ndarray:
     return ids
 
 
-def _texts(values: pd.Series) -> np.ndarray:
-    # A missing text is an empty input, not an error: the model still predicts something for it.
-    return values.where(values.notna(), "").astype(str).to_numpy(dtype=object)
+def _texts(raw: pd.DataFrame, column: str, path: Path, max_chars: int, keep_end: bool, strings_only: bool = True):
+    """(texts, cut): strings cut at `max_chars`; a missing text is an empty input (the model still predicts
+    something), a number or an object is an error: turned into a string it would be nonsense to the model."""
+    values = raw[column]
+    present = values.notna().to_numpy()
+    is_text = np.fromiter((isinstance(v, str) for v in values.to_numpy(dtype=object)), dtype=bool, count=len(values))
+    wrong = present & ~is_text
+    if wrong.any() and strings_only:
+        row = int(np.argmax(wrong))
+        found = type(values.iat[row]).__name__
+        raise DataError(f"{where(path, int(raw['_line'].iat[row]), column)}: holds a {found}, not text; the text "
+                        "column must hold strings (choose another with --text-column, or convert the values).")
+    texts = values.where(present, "").to_numpy(dtype=object)
+    lengths = np.fromiter((len(t) if isinstance(t, str) else 0 for t in texts), dtype=np.int64, count=len(texts))
+    cut = lengths > max_chars
+    for i in np.flatnonzero(cut):
+        texts[i] = texts[i][-max_chars:] if keep_end else texts[i][:max_chars]
+    return texts, cut
 
 
 def _labels(raw: pd.DataFrame, column: str, path: Path) -> np.ndarray:
@@ -238,8 +267,13 @@ def _labels(raw: pd.DataFrame, column: str, path: Path) -> np.ndarray:
         line = int(raw["_line"].iat[int(np.argmax(empty))])
         raise DataError(f"{where(path, line, column)}: empty label; every example needs a gold label "
                         "(drop the row or fill it in).")
-    if pd.api.types.is_float_dtype(values) and np.all(np.mod(values.to_numpy(), 1) == 0):
-        values = values.astype(np.int64)  # CSV readers turn integer labels into floats when any cell is odd
+    if pd.api.types.is_float_dtype(values):  # CSV readers turn integer labels into floats when any cell is odd
+        fraction = np.mod(values.to_numpy(), 1) != 0
+        if fraction.any():
+            row = int(np.argmax(fraction))
+            raise DataError(f"{where(path, int(raw['_line'].iat[row]), column)}: label {values.iat[row].item()!r} is "
+                            "neither a class name nor an integer class id; fix that value.")
+        values = values.astype(np.int64)
     return values.astype(str).to_numpy(dtype=object)
 
 
@@ -251,10 +285,17 @@ def map_labels(values: np.ndarray, known: list[str], *, source: str, lines: np.n
     mapped = values.copy()
     unknown = ~np.isin(values, list(known_set))
     if unknown.any():
-        as_ids = np.array([v.isdigit() and int(v) < len(known) for v in values[unknown]], dtype=bool)
-        if as_ids.all():
-            mapped[unknown] = [known[int(v)] for v in values[unknown]]
-            unknown[:] = False
+        digits = np.array([v.isdigit() for v in values[unknown]], dtype=bool)
+        if digits.all():  # integer class ids: each must be below the number of classes
+            ids = np.array([int(v) for v in values[unknown]], dtype=np.int64)
+            if (ids < len(known)).all():
+                mapped[unknown] = [known[i] for i in ids]
+                return mapped
+            first = int(np.flatnonzero(unknown)[int(np.argmax(ids >= len(known)))])
+            loc = where(source, int(lines[first]) if lines is not None else None, column)
+            raise DataError(f"{loc}: label id {values[first]} is out of range: the model has {len(known)} classes "
+                            f"(ids 0-{len(known) - 1}: {preview(known, 8)}); fix the labels or use the matching "
+                            "checkpoint.")
     if unknown.any():
         bad = list(dict.fromkeys(values[unknown]))
         first = int(np.argmax(unknown))

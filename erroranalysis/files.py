@@ -52,12 +52,20 @@ class disk_errors:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, OSError) and exc.errno in _FULL:
-            what = "the disk is full" if exc.errno == errno.ENOSPC else (
-                "the disk quota is used up" if exc.errno == errno.EDQUOT else "the file size limit was reached")
-            raise DiskFullError(f"{self.path}: not written, {what}; free some space (or raise the limit) and "
-                                "run the command again.") from None
+        if is_disk_full(exc):
+            raise DiskFullError(f"{self.path}: not written, {disk_full_reason(exc)}; free some space (or raise the "
+                                "limit) and run the command again.") from None
         return False
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _FULL
+
+
+def disk_full_reason(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "the disk is full"
+    return "the disk quota is used up" if exc.errno == errno.EDQUOT else "the file size limit was reached"
 
 
 def write_text(path: str | Path, text: str) -> Path:

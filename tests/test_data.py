@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from conftest import eval_rows, write_jsonl
 
-from erroranalysis.data import load_eval_set, map_labels
-from erroranalysis.errors import DataError
+from erroranalysis.data import MAX_CHARS, load_eval_set, map_labels
+from erroranalysis.errors import DataError, ParameterError
 
 
 def test_jsonl_maps_columns_and_keeps_metadata(tmp_path):
@@ -63,9 +63,37 @@ def test_encoding_option(tmp_path):
     assert load_eval_set(path, encoding="latin-1").frame["text"].iat[0] == "café"
 
 
-def test_extremely_long_text_is_kept(tmp_path):
-    es = load_eval_set(write_jsonl(tmp_path / "e.jsonl", [{"text": "word " * 200_000, "label": "a"}]))
-    assert len(es.frame["text"].iat[0]) == 1_000_000
+def test_extremely_long_text_is_cut_and_flagged(tmp_path):
+    rows = [{"text": "word " * 200_000, "label": "a"}, {"text": "short", "label": "b"}]
+    es = load_eval_set(write_jsonl(tmp_path / "e.jsonl", rows))
+    assert len(es.frame["text"].iat[0]) == MAX_CHARS and es.frame["_cut"].tolist() == [True, False]
+    assert es.describe()["max_chars"] == MAX_CHARS and es.describe()["n_cut"] == 1
+    prompts = load_eval_set(tmp_path / "e.jsonl", max_chars=12, keep_end=True)
+    assert prompts.frame["text"].iat[0] == ("word " * 200_000)[-12:]  # a prompt keeps its end (the question)
+    with pytest.raises(ParameterError, match="max_chars=0 is invalid"):
+        load_eval_set(tmp_path / "e.jsonl", max_chars=0)
+
+
+def test_a_fractional_label_names_its_own_line(tmp_path):
+    rows = "text,label\n" + "".join(f"t{i},{i % 5}\n" for i in range(2000)) + "odd,1.5\n"
+    with pytest.raises(DataError, match=r"line 2002, column 'label': label 1.5 is neither a class name nor an "
+                                        r"integer class id"):
+        load_eval_set(bad(tmp_path, "e.csv", rows))
+
+
+def test_label_ids_out_of_range_name_the_first_bad_one(tmp_path):
+    es = load_eval_set(write_jsonl(tmp_path / "e.jsonl", [{"text": f"t{i}", "label": i} for i in range(8)]))
+    with pytest.raises(DataError, match=r"line 6, column 'label': label id 5 is out of range: the model has 5 "
+                                        r"classes \(ids 0-4"):
+        map_labels(es.frame["label"].to_numpy(), ["a", "b", "c", "d", "e"], source="e.jsonl",
+                   lines=es.frame["_line"].to_numpy())
+
+
+@pytest.mark.parametrize("value, kind", [({"body": "x"}, "dict"), (42, "int"), ([1, 2], "list")])
+def test_a_text_column_of_objects_or_numbers_is_refused(tmp_path, value, kind):
+    path = write_jsonl(tmp_path / "e.jsonl", [{"text": "fine", "label": "a"}, {"text": value, "label": "a"}])
+    with pytest.raises(DataError, match=rf"e.jsonl, line 2, column 'text': holds a {kind}, not text"):
+        load_eval_set(path)
 
 
 # -- bad input: one message that names the file and the line, column or value ------------------------------

@@ -12,6 +12,7 @@ from erroranalysis.cli.run import (
     Encoding,
     IdColumn,
     LabelColumn,
+    MaxChars,
     NoChecks,
     NoCluster,
     NoSlices,
@@ -36,6 +37,7 @@ def register(app: typer.Typer) -> None:
         id_column: IdColumn = None,
         encoding: Encoding = "utf-8",
         split: Split = None,
+        max_chars: MaxChars = 100_000,
         no_cluster: NoCluster = False,
         no_slices: NoSlices = False,
         no_checks: NoChecks = False,
@@ -47,7 +49,7 @@ def register(app: typer.Typer) -> None:
         from erroranalysis import stages
 
         run = stages.analyze_predictions(predictions, out,
-                                  data_opts=data_options(text_column, label_column, id_column, encoding, split),
+                                  data_opts=data_options(text_column, label_column, id_column, encoding, split, max_chars),
                                   pred_column=pred_column, after=after_params(no_cluster, no_slices, no_checks, train, seed),
                                   overwrite=overwrite)
         report(run)

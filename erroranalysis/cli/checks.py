@@ -64,11 +64,11 @@ def _print(out, run: Path, summary: dict) -> None:
         parts.append(f"{summary['n_in_train']} also in train")
     if summary["domain_auc"] is not None:
         parts.append(f"domain-classifier AUC {summary['domain_auc']:.2f}")
-    out.print(f"[bold]{run}[/bold]: " + ", ".join(parts), soft_wrap=True)
+    out.print(f"[bold]{escape(str(run))}[/bold]: " + ", ".join(parts), soft_wrap=True)
     if not summary["findings"]:
         out.print("[green]No problems found[/green] in labels or data.")
     for f in summary["findings"]:
         out.print(f"\n[{STYLES[f['severity']]}]{f['severity'].upper()}[/] {escape(f['message'])}.", soft_wrap=True)
         out.print(f"  what to do: {escape(f['advice'])}", soft_wrap=True)
     out.print(f"\nper example: {Path(run) / 'checks.parquet'}   |   report: {Path(run) / 'checks.json'}",
-              soft_wrap=True)
+              soft_wrap=True, markup=False)

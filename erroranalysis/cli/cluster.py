@@ -125,20 +125,21 @@ class _progress:
 
 
 def _print(out, summary: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     n_fail, n_clusters = summary.get("n_failures"), summary.get("n_clusters", len(summary["clusters"]))
     if n_fail is not None:
-        out.print(f"{summary['run']}: {n_fail} failures of {summary['n_examples']} examples -> {n_clusters} clusters, "
+        out.print(f"{escape(summary['run'])}: {n_fail} failures of {summary['n_examples']} examples -> {n_clusters} clusters, "
                   f"{summary['noise_share']:.1%} unclustered (embedder {summary['embedder']}, "
                   f"min cluster size {summary['min_cluster_size']}, {summary['seconds']:.1f} s)")
         if summary.get("note"):
-            out.print(f"note: {summary['note']}")
+            out.print(f"note: {summary['note']}", markup=False)
     if not summary["clusters"]:
         return
     table = Table(title="Error clusters, by failures they hold", title_justify="left")
     for column, justify in (("id", "right"), ("size", "right"), ("kind", "left"), ("name", "left")):
         table.add_column(column, justify=justify)
     for c in summary["clusters"]:
-        table.add_row(str(c["cluster_id"]), str(c["size"]), c["kind"], c["name"])
+        table.add_row(str(c["cluster_id"]), str(c["size"]), escape(c["kind"]), escape(c["name"]))
     out.print(table)

@@ -16,6 +16,8 @@ LabelColumn = Annotated[str, typer.Option("--label-column", help="Column holding
 IdColumn = Annotated[Optional[str], typer.Option("--id-column", help="Column of unique example ids (default: row number).")]
 Encoding = Annotated[str, typer.Option("--encoding", help="Text encoding of CSV/JSONL files.")]
 Split = Annotated[Optional[str], typer.Option("--split", help="Split of a saved DatasetDict.")]
+MaxChars = Annotated[int, typer.Option("--max-chars", help="Texts longer than this are cut when read (and flagged "
+                                                          "truncated).")]
 NoCluster = Annotated[bool, typer.Option("--no-cluster", help="Skip failure clustering.")]
 NoSlices = Annotated[bool, typer.Option("--no-slices", help="Skip the search for error slices.")]
 NoChecks = Annotated[bool, typer.Option("--no-checks", help="Skip the data checks (label issues, duplicates).")]
@@ -29,11 +31,12 @@ def after_params(no_cluster: bool, no_slices: bool, no_checks: bool, train: Path
                                         check_params={"train": str(train)} if train else None)
 
 
-def data_options(text_column: str, label_column: str, id_column: str | None, encoding: str, split: str | None):
+def data_options(text_column: str, label_column: str, id_column: str | None, encoding: str, split: str | None,
+                 max_chars: int = 100_000):
     from erroranalysis.data import DataOptions
 
     return DataOptions(text_column=text_column, label_column=label_column, id_column=id_column,
-                       encoding=encoding, split=split)
+                       encoding=encoding, split=split, max_chars=max_chars)
 
 
 def report(run) -> None:
@@ -100,6 +103,7 @@ def register(app: typer.Typer) -> None:
         id_column: IdColumn = None,
         encoding: Encoding = "utf-8",
         split: Split = None,
+        max_chars: MaxChars = 100_000,
         batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default 32; 16 for generation).")] = None,
         max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example; longer texts are cut and flagged.")] = 256,
         precision: Annotated[Optional[str], typer.Option("--precision", help="fp32 or bf16 (default fp32); generation also takes auto.")] = None,
@@ -128,7 +132,7 @@ def register(app: typer.Typer) -> None:
         from erroranalysis.validation import check_param
 
         check_param("--task", task, task in ("classification", "generation"), "classification or generation")
-        data_opts = data_options(text_column, label_column, id_column, encoding, split)
+        data_opts = data_options(text_column, label_column, id_column, encoding, split, max_chars)
         after = after_params(no_cluster, no_slices, no_checks, train, seed)
         bar, advance = progress_bar("generating" if task == "generation" else "inferring")
         if task == "generation":

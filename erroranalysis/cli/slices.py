@@ -35,15 +35,16 @@ def register(app: typer.Typer) -> None:
 
 
 def print_slices(summary: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     out = common.console()
     base = summary["base_error_rate"]
-    out.print(f"{summary['run']}: {summary['n_examples']} examples, {summary['n_failures']} failures "
+    out.print(f"{escape(summary['run'])}: {summary['n_examples']} examples, {summary['n_failures']} failures "
               f"(error rate {base:.3f}); {summary['n_features']} features, {summary['n_tested']} slices tested "
               f"in {summary['feature_seconds'] + summary['search_seconds']:.1f} s")
     for message in summary["messages"]:
-        out.print(f"note: {message}")
+        out.print(f"note: {message}", markup=False)
     if not summary["slices"]:
         out.print("no slice found; wrote an empty slices.parquet.")
         return
@@ -52,8 +53,8 @@ def print_slices(summary: dict) -> None:
                           ("error rate", "right"), ("x base", "right"), ("p-value", "right")]:
         table.add_column(name, justify=justify)
     for row in summary["slices"]:
-        table.add_row(str(row["slice_id"]), row["description"], str(row["support"]), str(row["failures"]),
+        table.add_row(str(row["slice_id"]), escape(row["description"]), str(row["support"]), str(row["failures"]),
                       f"{row['error_rate']:.3f}", f"{row['error_rate'] / base:.1f}",
                       f"{row['p_value']:.1e}" if row["p_value"] > 0 else "<1e-300")
     out.print(table)
-    out.print(f"wrote {', '.join(summary['files'])}")
+    out.print(f"wrote {', '.join(summary['files'])}", markup=False)

@@ -39,14 +39,15 @@ def training(
 
 
 def _print(report: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     out = console()
-    out.print(f"[bold]Training log[/bold] {report['source']} ({report['format']})")
+    out.print(f"[bold]Training log[/bold] {escape(str(report['source']))} ({report['format']})")
     signals = Table("signal", "points", "steps", "first", "last", "min (step)", box=None)
     for name, s in report["signals"].items():
         low = "-" if s["min"] is None else f"{s['min']:.4g} ({s['min_step']})"
-        signals.add_row(name, str(s["points"]), f"{s['first_step']}-{s['last_step']}", _num(s["first"]),
+        signals.add_row(escape(name), str(s["points"]), f"{s['first_step']}-{s['last_step']}", _num(s["first"]),
                         _num(s["last"]), low)
     out.print(signals)
     findings = report["findings"]
@@ -54,8 +55,8 @@ def _print(report: dict) -> None:
         out.print("[green]No problems found[/green] in the logged signals.")
         return
     for f in findings:
-        out.print(f"\n[{STYLES[f['severity']]}]{f['severity'].upper()}[/] {f['message']}.", soft_wrap=True)
-        out.print(f"  what to do: {f['advice']}", soft_wrap=True)
+        out.print(f"\n[{STYLES[f['severity']]}]{f['severity'].upper()}[/] {escape(f['message'])}.", soft_wrap=True)
+        out.print(f"  what to do: {escape(f['advice'])}", soft_wrap=True)
 
 
 def _num(value) -> str:

@@ -205,6 +205,9 @@ class Run:
                 text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self._set(name, {"status": status, "error": text, "seconds": round(time.perf_counter() - start, 3),
                                  "finished": now_iso()})
+                if files.is_disk_full(exc):
+                    raise files.DiskFullError(f"{self.path}: stage {name!r} stopped, {files.disk_full_reason(exc)}; "
+                                              "its previous files are kept; free some space and run it again.") from None
                 raise
             done = {"status": "done", "params": params or {}, "seconds": round(time.perf_counter() - start, 3),
                     "finished": now_iso(), **staging.facts}

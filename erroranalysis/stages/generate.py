@@ -99,7 +99,8 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
     messages = prompt_column == gen_opts.messages_column
     eval_set = load_eval_set(path, text_column=prompt_column, label_column=label_column,
                              id_column=data_opts.id_column, encoding=data_opts.encoding, split=data_opts.split,
-                             required=tuple(dict.fromkeys([*([prompt_column] if messages else []), *present.values()])))
+                             required=tuple(dict.fromkeys([*([prompt_column] if messages else []), *present.values()])),
+                             max_chars=data_opts.max_chars, keep_end=True, strings_only=not messages)
     frame = eval_set.frame
     lines = frame["_line"].to_numpy()
     source = str(eval_set.path)
@@ -251,7 +252,7 @@ def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.nda
         "confidence": np.exp(-output_loss).astype(np.float32),
         "loss": reference_loss,
         "n_tokens": np.fromiter((len(p) for p in prompt_ids), dtype=np.int32, count=len(prompt_ids)),
-        "truncated": np.asarray(truncated, dtype=bool),
+        "truncated": np.asarray(truncated, dtype=bool) | frame["_cut"].to_numpy(dtype=bool),
         "prompt": prompts,
         "output": outputs,
         "reference": pd.array(prepared["reference"] if prepared["reference"] is not None else [None] * len(frame),

@@ -159,7 +159,7 @@ def prediction_table(rows, gold, names, chunk, metadata):
         "confidence": pa.array(chunk["probs"][np.arange(len(pred_idx)), pred_idx].astype(np.float32)),
         "loss": pa.array(chunk["loss"].astype(np.float32)),
         "n_tokens": pa.array(chunk["n_tokens"].astype(np.int32)),
-        "truncated": pa.array(chunk["truncated"]),
+        "truncated": pa.array(np.asarray(chunk["truncated"]) | rows["_cut"].to_numpy(dtype=bool)),
     }
     for name in metadata.column_names:
         columns[name] = metadata.column(name)

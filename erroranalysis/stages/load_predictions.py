@@ -94,7 +94,7 @@ def _analyze_table(frame, gold, preds, labels, probs, metadata):
         table["confidence"] = np.float32(np.nan)
         table["loss"] = np.float32(np.nan)
     table["n_tokens"] = table["text"].str.split().str.len().fillna(0).astype(np.int32)
-    table["truncated"] = False
+    table["truncated"] = frame["_cut"].to_numpy(dtype=bool)  # cut at --max-chars when read
     for column in metadata:
         table[column] = frame[column].to_numpy()
     return table
