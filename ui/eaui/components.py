@@ -5,10 +5,10 @@ that render Markdown (labels, captions)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import streamlit as st
 
@@ -120,6 +120,34 @@ def header(title: str, current: Current | None = None, caption: str | None = Non
         bits.append(caption)
     if bits:
         st.caption(" · ".join(bits))
+    if current is not None:
+        stage_notice(current)
+
+
+def stage_notice(current: Current) -> None:
+    """A warning above the page when a stage of the run is not done: what the page shows may be missing, or from
+    before the stage last started."""
+    try:
+        states = data.stage_states(current.path)
+    except UserError:
+        return  # the page shows the manifest's own problem
+    problems = data.stage_problems(states)
+    if not problems:
+        return
+    text = "; ".join(problems)
+    stopped = [name for name, status in states.items() if status in ("failed", "interrupted")]
+    redo = [f"`erroranalysis {name} {current.path}`" for name in stopped if name in RERUNNABLE]
+    if redo:
+        advice = f"Run {' and '.join(redo)} again."
+    elif stopped:
+        advice = "Re-create the run."
+    else:
+        advice = "Reload the page when it ends."
+    st.warning(f"{text[:1].upper() + text[1:]}: its results may be missing or from an earlier run. {advice} "
+               "The Runs page lists every stage.", icon=":material/warning:")
+
+
+RERUNNABLE = ("metrics", "checks", "slices", "cluster")  # stages with a command of their own name
 
 
 def show_flash() -> None:

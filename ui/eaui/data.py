@@ -74,10 +74,24 @@ def run_dir(root: Path, key: str) -> Path:
 
 
 def list_runs(root: Path):
-    """One row per run: key, task, created, examples, accuracy, failures, stages, clustered, problem."""
+    """One row per run: key, task, created, examples, accuracy, failures, stages, clustered, problem.
+
+    Stage states are read on every call, not cached: a stage whose process died is reported as such (by rundir)
+    without the manifest changing."""
     keys = discover(root)
     stamps = tuple((k, file_stamps(root / k, MANIFEST, METRICS, CLUSTERS)) for k in keys)
-    return _list_runs(str(root), stamps)
+    table = _list_runs(str(root), stamps).copy()
+    for i, key in enumerate(table["run"]):
+        try:
+            states = stage_states(root / key)
+        except UserError:
+            continue  # the cached part already names the problem
+        table.at[i, "stages"] = " ".join(f"{_STAGE_ICON.get(v, '?')} {k}" for k, v in states.items())
+        table.at[i, "clustered"] = states.get("cluster") == "done" and (root / key / CLUSTERS).is_file()
+        problems = stage_problems(states)
+        if problems:
+            table.at[i, "problem"] = problems[0]
+    return table
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -94,12 +108,6 @@ def _list_runs(root: str, stamps: tuple):
             row["task"] = manifest.get("task")
             row["created"] = str(manifest.get("created", ""))[:16].replace("T", " ")
             row["model"] = (manifest.get("model") or {}).get("path") or (manifest.get("data") or {}).get("path")
-            stages = manifest.get("stages", {})
-            row["stages"] = " ".join(f"{_STAGE_ICON.get(v.get('status'), '?')} {k}" for k, v in stages.items())
-            row["clustered"] = stages.get("cluster", {}).get("status") == "done" and (path / CLUSTERS).is_file()
-            failed = [k for k, v in stages.items() if v.get("status") == "failed"]
-            if failed:
-                row["problem"] = f"stage {failed[0]!r} failed"
             row["examples"] = (manifest.get("data") or {}).get("rows")
         except UserError as exc:
             row["problem"] = str(exc)
@@ -111,15 +119,31 @@ def _list_runs(root: str, stamps: tuple):
             row["accuracy"] = overall.get("accuracy")
             row["failures"] = overall.get("n_failures")
         except FileNotFoundError:
-            row["problem"] = row["problem"] or "no metrics yet"
+            row["problem"] = "no metrics yet"
         except (OSError, ValueError, AttributeError):
-            row["problem"] = row["problem"] or f"{METRICS} is unreadable"
+            row["problem"] = f"{METRICS} is unreadable"
         rows.append(row)
     return pd.DataFrame(rows, columns=["run", "task", "created", "model", "examples", "accuracy", "failures",
                                        "stages", "clustered", "problem"])
 
 
-_STAGE_ICON = {"done": "✓", "failed": "✗", "running": "…"}
+_STAGE_ICON = {"done": "✓", "failed": "✗", "running": "…", "interrupted": "✗"}
+# What a stage that is not done means for its files, most serious first.
+_STAGE_PROBLEM = {"failed": "stage {name!r} failed", "interrupted": "stage {name!r} was interrupted",
+                  "running": "stage {name!r} is running"}
+
+
+def stage_states(path: Path) -> dict[str, str | None]:
+    """{stage: status} of a run, in the manifest's order, as rundir reports each one (done, failed, running and,
+    for a stage whose process is gone, interrupted)."""
+    run = Run.open(path)
+    return {name: run.stage_status(name) for name in run.manifest.get("stages", {})}
+
+
+def stage_problems(states: dict[str, str | None]) -> list[str]:
+    """One short line per stage that is not done: failed first, then interrupted, then running."""
+    return [_STAGE_PROBLEM[status].format(name=name) for status in _STAGE_PROBLEM
+            for name, s in states.items() if s == status]
 
 
 # -- one run's artifacts ------------------------------------------------------------------------------------------

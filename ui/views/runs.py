@@ -124,10 +124,12 @@ with right:
         st.markdown("**:material/checklist: Stages**")
         if not stages:
             st.caption("No stage has run yet.")
+        states = data.stage_states(current.path)
         for name, info in stages.items():
-            status = info.get("status", "?")
+            status = states.get(name) or "?"
             icon = {"done": ":green[:material/check_circle:]", "failed": ":red[:material/cancel:]",
-                    "running": ":orange[:material/pending:]"}.get(status, ":material/help:")
+                    "running": ":orange[:material/pending:]",
+                    "interrupted": ":red[:material/error:]"}.get(status, ":material/help:")
             secs = info.get("seconds")
             timing = f" · {secs:.1f} s" if isinstance(secs, (int, float)) else ""
             st.markdown(f"{icon} **{ui.md(name)}** {status}{timing}")
