@@ -129,10 +129,10 @@ def page(app):
 
 
 def _settle(page, pause_ms: int = 800) -> None:
-    """Wait until Streamlit has finished the current run (no running indicator) and charts have drawn."""
-    page.wait_for_selector('[data-testid="stAppViewContainer"]')
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS)
+    """Wait until Streamlit has finished the script run under way (the app's script state, which the page's
+    running indicator only shows after a delay), then give charts time to draw. Call it once something of the
+    new run is on the page: before that, the state may still be the previous run's."""
+    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=TIMEOUT_MS)
     page.wait_for_timeout(pause_ms)
 
 
@@ -177,7 +177,7 @@ def test_every_page_opens_without_a_traceback(app, page, workspace, run):
         assert sum(b["count"] == 0 for b in bins) >= 10
     address, _ = app
     _open(page, address, run)
-    assert page.locator('[data-testid="stSidebar"]').get_by_text(run, exact=True).first.is_visible()
+    page.get_by_role("heading", name=run, level=3).wait_for()  # the Runs page opened on this run
     crashes = {}
     for link in PAGES:
         if link != "Runs":
@@ -194,8 +194,11 @@ def test_a_killed_stage_is_flagged(app, page):
     pages warn that the clusters may be missing or old."""
     address, _ = app
     _open(page, address, "interrupted")
-    stages = page.locator('[data-testid="stVerticalBlockBorderWrapper"]').filter(has_text="Stages").last
-    assert re.search(r"cluster (running|interrupted)", stages.inner_text()), stages.inner_text()
+    line = page.locator('[data-testid="stMarkdownContainer"]').filter(
+        has_text=re.compile(r"\bcluster\s+(running|interrupted)\b"))
+    assert line.count() == 1, page.locator('[data-testid="stMain"]').inner_text()
+    assert not page.locator('[data-testid="stMarkdownContainer"]').filter(
+        has_text=re.compile(r"\bcluster\s+done\b")).count()
     _goto(page, "Clusters")
     warning = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text="Stage 'cluster'")
     assert warning.count() == 1 and "earlier run" in warning.inner_text()
