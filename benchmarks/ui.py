@@ -1,4 +1,8 @@
-"""How fast the app renders a large run: 100k examples, 10k failures, 40 clusters, 3k labeled examples.
+"""How fast the app renders a large run: 100k examples, 10k failures, 40 confusion pairs, 3k labeled examples.
+
+The run is made by the real stages (tests/ui_fixtures.make_run: `analyze` over planted predictions, then metrics,
+checks, slices and clustering, with a fake embedder and PCA in place of MiniLM and UMAP), once, and reused while
+the sizes stay the same.
 
 Prints, per page, the time to first render with cold caches (the first visit after `erroranalysis ui` starts: every
 artifact read from disk), the first render in a new session while the caches are warm (another visit, another
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -28,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "ui"))
 
-PAGES = ["runs", "overview", "confusion", "clusters", "label", "taxonomy"]
+PAGES = ["runs", "overview", "confusion", "clusters", "slices", "label", "taxonomy", "checks"]
 
 
 def build(workdir: Path, n: int, failures: int, clusters: int) -> Path:
@@ -40,13 +45,16 @@ def build(workdir: Path, n: int, failures: int, clusters: int) -> Path:
     from erroranalysis.rundir import Run
 
     stamp = workdir / "sizes.json"
-    sizes = {"n": n, "failures": failures, "clusters": clusters}
+    # "made_by" marks runs made by the stages (ui_fixtures.make_run): an older, hand-written run is rebuilt
+    sizes = {"n": n, "failures": failures, "clusters": clusters, "made_by": "stages"}
     run_dir = workdir / "bench"
     if not (stamp.is_file() and json.loads(stamp.read_text()) == sizes and (run_dir / "manifest.json").is_file()):
         shutil.rmtree(workdir, ignore_errors=True)
         t = time.perf_counter()
         make_run(run_dir, n=n, n_failures=failures, n_clusters=clusters, seed=0)
-        print(f"built a synthetic run of {n:,} examples in {time.perf_counter() - t:.1f} s")
+        stages = Run.open(run_dir).manifest["stages"]
+        print(f"built the run ({n:,} examples) with the stages in {time.perf_counter() - t:.1f} s: "
+              + ", ".join(f"{k} {v.get('seconds', 0):.1f} s" for k, v in stages.items()))
         stamp.write_text(json.dumps(sizes))
     db = workdir / "labels.sqlite"
     db.unlink(missing_ok=True)
@@ -58,7 +66,7 @@ def build(workdir: Path, n: int, failures: int, clusters: int) -> Path:
     for i, name in enumerate(["Vocabulary overlap", "Sarcasm", "Negation", "Long input", "Label noise"]):
         store.create_error_type(name, f"benchmark type {i}", ["low", "medium", "high", "critical", "medium"][i])
     labeled = fail[fail["cluster_id"] >= 0].head(3000)
-    for i, (cid, group) in enumerate(labeled.groupby("cluster_id")):
+    for i, (_, group) in enumerate(labeled.groupby("cluster_id")):
         store.assign("bench", group["example_id"].tolist(), ["Vocabulary overlap", "Sarcasm", "Negation",
                                                              "Long input", "Label noise"][i % 5])
     return run_dir
@@ -142,7 +150,7 @@ def measure_label_action(repeat: int) -> float:
     at.switch_page("views/label.py").run()
     check(at)
     times = []
-    for i in range(repeat):
+    for _ in range(repeat):
         at.session_state[state.LABEL_CLUSTER] = None  # next cluster each time
         ids = at.selectbox(key=state.LABEL_CLUSTER).options
         at.selectbox(key=state.LABEL_CLUSTER).set_value(at.selectbox(key=state.LABEL_CLUSTER).options[0])
@@ -173,7 +181,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--failures", type=int, default=10_000)
-    parser.add_argument("--clusters", type=int, default=40)
+    parser.add_argument("--clusters", type=int, default=40, help="confusion pairs to plant failures on (the "
+                        "fixture cycles through 8); the clustering finds its own number of clusters")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=ROOT / "benchmarks" / "out" / "ui")
     args = parser.parse_args()
@@ -185,10 +194,15 @@ def main() -> None:
     from streamlit import logger as st_logger
 
     st_logger.set_log_level("error")
+    logging.disable(logging.WARNING)  # AppTest outside a server warns on every cache call, from loggers made later
 
     new_session().run()  # import Streamlit, Plotly and the app once, outside the timings
 
-    print(f"\nerroranalysis app, {args.n:,} examples, {args.failures:,} failures, {args.clusters} clusters, "
+    from erroranalysis.rundir import Run
+    from erroranalysis.stages import export as export_stage
+
+    found = len(export_stage.read_clusters(Run.open(run_dir)))
+    print(f"\nerroranalysis app, {args.n:,} examples, {args.failures:,} failures, {found} clusters found, "
           f"3,000 labeled; median of {args.repeat}; AppTest server-side time\n")
     print(f"{'page':<12} {'first, cold':>12} {'first, cached':>14} {'rerun':>8} {'cold / cached':>14}")
     for page in PAGES:

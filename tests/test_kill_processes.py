@@ -117,7 +117,8 @@ def test_sigterm_during_clustering_marks_it_interrupted_and_keeps_the_last_clust
     assert run.state("cluster")["status"] == "interrupted" and "recorded_status" not in run.state("cluster")
     assert (out / rundir.CLUSTERS).read_bytes() == clusters and not any((out / ".staging").iterdir())
     assert readers.read_clusters(run) is not None  # the last clustering is whole, and still shown
-    assert "showing the last completed 'cluster' outputs" in CliRunner().invoke(app, ["show", str(out)]).output
+    assert "its outputs shown are those of its last completed run" in CliRunner().invoke(app, ["show",
+                                                                                                str(out)]).output
 
 
 def test_sigkill_during_an_overwrite_leaves_the_old_run_intact(tiny_checkpoint, eval_set, tmp_path):

@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from fake_runs import commit
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_workspace
 
-from erroranalysis import rundir, stages
+from erroranalysis import stages
 from erroranalysis.labels import LabelStore, taxonomy
 from erroranalysis.rundir import Run, readers
 from erroranalysis_ui.eaui import charts, data, state
@@ -19,9 +17,11 @@ from erroranalysis_ui.eaui import charts, data, state
 UI = Path(__file__).resolve().parent.parent / "ui"
 
 
-PAGES = ["runs", "overview", "confusion", "clusters", "label", "taxonomy"]
 TITLES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
-          "label": "Label", "taxonomy": "Taxonomy"}
+          "slices": "Slices", "compare": "Compare", "label": "Label", "taxonomy": "Taxonomy",
+          "review": "Review suggestions", "training": "Training", "checks": "Checks"}
+PAGES = list(TITLES)
+READS_PREDICTIONS = ["overview", "confusion", "clusters", "slices", "label", "taxonomy", "review", "checks"]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def texts(at: AppTest) -> str:
 # -- every page ---------------------------------------------------------------------------------------------------
 
 
-def test_runs_page_lists_every_run_and_the_manifest(start):
+def test_runs_page_lists_every_run_and_the_manifest(start, workspace):
     at = start()
     assert at.title[0].value == "Runs"
     table = at.dataframe[0].value
@@ -85,7 +85,8 @@ def test_runs_page_lists_every_run_and_the_manifest(start):
     assert at.subheader[0].value == "news-a"
     assert [m.label for m in at.metric] == ["Examples", "Accuracy", "Failures", "Labeled"]
     assert at.metric[0].value == "400"
-    assert "checkpoints/news-bert" in texts(at)
+    assert "Predictions loaded with `analyze` (no checkpoint)." in texts(at)
+    assert str(Run.open(workspace / "news-a").manifest["data"]["path"]) in texts(at)
 
 
 def test_picking_a_run_in_the_table_opens_it(start):
@@ -103,7 +104,7 @@ def test_every_page_renders_a_good_run(start, page):
     assert not at.error, [e.value for e in at.error]
 
 
-@pytest.mark.parametrize("page", PAGES[1:])
+@pytest.mark.parametrize("page", READS_PREDICTIONS)
 def test_a_broken_run_shows_a_message_not_a_traceback(start, page):
     at = goto(start(run="broken"), page)
     assert not at.exception
@@ -140,7 +141,7 @@ def test_no_runs_folder_and_no_runs(tmp_path, monkeypatch):
 # -- overview -------------------------------------------------------------------------------------------------------
 
 
-def test_overview_metrics_tables_and_slices(start):
+def test_overview_metrics_tables_and_slices(start, workspace):
     at = goto(start(), "overview")
     labels = [m.label for m in at.metric]
     assert labels == ["Accuracy", "Macro F1", "Failures", "ECE", "Brier"]
@@ -150,8 +151,14 @@ def test_overview_metrics_tables_and_slices(start):
     assert "95% CI" in texts(at)
     slices = at.dataframe[2].value
     assert list(slices["error_rate"]) == sorted(slices["error_rate"], reverse=True)
+    by_metadata = Run.open(workspace / "news-a").metrics()["by_metadata"]
+    assert list(by_metadata) == ["source", "text_length"]
+    worst = max(by_metadata["source"], key=lambda r: r["error_rate"])
+    assert worst["value"] == "forum" and slices["slice"].iloc[0] == "forum"  # planted: forum posts fail more
     at.segmented_control(key=state.SLICE_COLUMN).set_value("text_length").run()
-    assert "words" in str(at.dataframe[2].value["slice"].iloc[0])
+    shown = at.dataframe[2].value
+    assert sorted(shown["slice"]) == sorted(r["value"] for r in by_metadata["text_length"])
+    assert list(shown["error_rate"]) == sorted(shown["error_rate"], reverse=True)
 
 
 # -- confusion matrix ---------------------------------------------------------------------------------------------
@@ -207,23 +214,18 @@ def test_clusters_page_map_list_and_detail(start, workspace):
     assert len(at.dataframe[-1].value) == 1
 
 
-def test_a_slice_cluster_says_which_slice_defines_it(tmp_path, db, monkeypatch):
-    root = make_workspace(tmp_path / "ws")
-    run = Run.open(root / "news-a")
-    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
-    clusters["slice_id"] = pd.array([3] + [None] * (len(clusters) - 1), dtype="Int64")
-    clusters["slice"] = pd.array(['text contains "rain"'] + [None] * (len(clusters) - 1), dtype="string")
-    commit(run, "cluster_names", clusters_parquet=clusters)
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(root))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
-    at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-    at.session_state[state.RUN] = "news-a"
-    at.run()
-    at = goto(at, "clusters")
-    at.selectbox(key=state.CLUSTER).set_value(int(clusters["cluster_id"].iloc[0])).run()
+def test_a_slice_cluster_says_which_slice_defines_it(start, workspace):
+    """Forum posts fail more often across every confusion pair (planted), so the embedding scatters their failures
+    and the cluster stage makes the error slice a cluster of its own."""
+    clusters = readers.read_clusters(Run.open(workspace / "news-a"))
+    made = clusters[clusters["slice"].notna()]
+    assert list(made["slice"]) == ['source == "forum"']
+    at = goto(start(), "clusters")
+    at.selectbox(key=state.CLUSTER).set_value(int(made["cluster_id"].iloc[0])).run()
     said = [c.value for c in at.caption if c.value.startswith("Defined by the error slice")]
-    assert len(said) == 1 and "rain" in said[0]
-    at.selectbox(key=state.CLUSTER).set_value(int(clusters["cluster_id"].iloc[1])).run()
+    assert len(said) == 1 and "forum" in said[0]
+    other = clusters[clusters["slice"].isna()]
+    at.selectbox(key=state.CLUSTER).set_value(int(other["cluster_id"].iloc[0])).run()
     assert not [c.value for c in at.caption if c.value.startswith("Defined by the error slice")]
 
 

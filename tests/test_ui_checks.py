@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_runs import commit
+from conftest import eval_rows, write_jsonl
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import make_run
+from ui_fixtures import FAKE, make_run
 
+from erroranalysis.data import DataOptions
 from erroranalysis.rundir import Run
-from erroranalysis.stages import checks_run
+from erroranalysis.rundir.readers import read_checks_report
+from erroranalysis.stages import run_doctor
 from erroranalysis_ui.eaui import state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
@@ -18,13 +20,14 @@ UI = Path(__file__).resolve().parent.parent / "ui"
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(tmp_path_factory, tiny_checkpoint):
+    """checked: `erroranalysis doctor` on the tiny checkpoint (no overfit step), which writes the checks and
+    doctor.md into its run; unchecked: a run whose checks stage never ran."""
     root = tmp_path_factory.mktemp("ws")
-    make_run(root / "checked", n=120, n_failures=30)
-    checks_run(root / "checked", embedder="none")
-    commit(Run.open(root / "checked"), "doctor", doctor_md="# Doctor\n\nThe training loss is still falling.\n",
-           doctor_json={})
-    make_run(root / "unchecked", n=60, n_failures=10, seed=1, with_clusters=False)
+    data = write_jsonl(tmp_path_factory.mktemp("data") / "eval.jsonl", eval_rows())
+    run_doctor(tiny_checkpoint, data, root / "checked", data_opts=DataOptions(id_column="id"), overfit=False,
+               embedder=FAKE)
+    make_run(root / "unchecked", n=60, n_failures=10, seed=1, with_checks=False, with_clusters=False)
     return root
 
 
@@ -41,10 +44,15 @@ def open_page(workspace, tmp_path, monkeypatch, run: str) -> AppTest:
 def test_findings_suspects_and_doctor_report(workspace, tmp_path, monkeypatch):
     at = open_page(workspace, tmp_path, monkeypatch, "checked")
     assert not at.exception, [e.value for e in at.exception]
-    markdown = " ".join(m.value for m in at.markdown)
-    assert "label\\_issues" in markdown or "label_issues" in markdown
+    markdown = " ".join(m.value.replace("\\", "") for m in at.markdown)
+    report = read_checks_report(Run.open(workspace / "checked"))
+    assert report["findings"]
+    for finding in report["findings"]:
+        assert f"{finding['check']}: {finding['message']}" in markdown.replace("**", "")
     assert any("probably wrong" in c.value for c in at.caption)
-    assert "The training loss is still falling." in markdown
+    doctor = (workspace / "checked" / "doctor.md").read_text(encoding="utf-8")
+    assert at.expander[0].label == "Doctor's report (doctor.md)"
+    assert doctor.strip() in [m.value.strip() for m in at.markdown]
 
 
 def test_a_run_without_checks_says_how_to_compute_them(workspace, tmp_path, monkeypatch):

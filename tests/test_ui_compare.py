@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,38 +9,45 @@ import pandas as pd
 import pytest
 from fake_runs import commit
 from streamlit.testing.v1 import AppTest
-from test_compare import eval_frame, write_run, wrong
+from ui_fixtures import _VOCAB, analyze_frame
 
 from erroranalysis import rundir
 from erroranalysis.labels import LabelStore
 from erroranalysis_ui.eaui import state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
+LABELS = ["business", "sport", "tech"]
 
+
+def eval_set(n: int = 120, seed: int = 0) -> pd.DataFrame:
+    """n examples with correct predictions; even rows read as business news, odd rows as sport news, so their
+    failures are two kinds far apart for the embedder."""
+    rng = np.random.default_rng(seed)
+    gold = np.array(LABELS, dtype=object)[rng.integers(0, 3, n)]
+    topic = np.where(np.arange(n) % 2 == 0, "business", "sport")
+    texts = [f"example {i}: " + " ".join(rng.choice(_VOCAB[t], 6)) for i, t in enumerate(topic)]
+    return pd.DataFrame({"id": [f"ex{i:03d}" for i in range(n)], "text": texts, "label": gold, "pred": gold.copy()})
+
+
+def wrong(label: str) -> str:
+    return LABELS[(LABELS.index(label) + 1) % 3]
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    """base, cand, third over one eval set (cand: 20 fixed, 5 broken), other over another; base labeled."""
+    """base, cand, third over one eval set (cand: 20 fixed, 5 broken), other over another; each made by
+    `erroranalysis analyze` and the stages after it."""
     root = tmp_path_factory.mktemp("cmpws")
-    df = eval_frame(120)
-    ids = df["example_id"].tolist()
-    rng = np.random.default_rng(0)
-    kinds = np.arange(120) % 2  # two kinds of failure, far apart in the vectors
-    vectors = (np.where(kinds[:, None] == 0, 4.0, -4.0) * np.eye(6)[0] + rng.normal(size=(120, 6))).astype(np.float32)
-    np.save(root / "vectors.npy", vectors)
-    (root / "vectors.json").write_text(json.dumps({"example_ids": ids}))
+    df = eval_set()
     base, cand, third = df.copy(), df.copy(), df.copy()
     base.loc[:29, "pred"] = [wrong(x) for x in base.loc[:29, "label"]]
     cand.loc[20:29, "pred"] = base.loc[20:29, "pred"]
     cand.loc[100:104, "pred"] = [wrong(x) for x in cand.loc[100:104, "label"]]
     third.loc[:9, "pred"] = [wrong(x) for x in third.loc[:9, "label"]]
-    write_run(root / "base", base, clusters={ids[i]: i % 2 for i in range(30)}, vectors=root / "vectors.npy")
-    write_run(root / "cand", cand, clusters={ids[i]: 7 for i in range(20, 30)}, vectors=root / "vectors.npy")
-    write_run(root / "third", third)
     other = df.copy()
-    other["example_id"] = [f"o{i}" for i in range(120)]
-    write_run(root / "other", other)
+    other["id"] = [f"o{i}" for i in range(120)]
+    for name, frame in (("base", base), ("cand", cand), ("third", third), ("other", other)):
+        analyze_frame(root / name, frame)
     return root
 
 
@@ -87,10 +93,13 @@ def metric(at: AppTest, label: str):
 
 
 def test_compare_asks_for_candidates_first(start):
-    at = start("compare")
+    at = start("compare", run="third")
     assert at.title[0].value == "Compare"
-    assert at.selectbox[-1].value == "base" or any(s.value == "base" for s in at.selectbox)
+    baseline = at.selectbox(key=state.CMP_BASE)
+    assert baseline.value == "third"  # the run being looked at, not the first in the folder
+    assert at.multiselect(key=state.CMP_CANDIDATES).options == ["base", "cand", "other"]
     assert "Pick one or more candidate runs" in texts(at)
+    assert not at.dataframe  # nothing compared yet
 
 
 def test_compare_shows_deltas_examples_error_types_and_clusters(start):

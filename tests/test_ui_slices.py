@@ -20,21 +20,21 @@ UI = Path(__file__).resolve().parent.parent / "ui"
 
 
 
+def planted_failure(words):
+    raise RuntimeError("planted failure")
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    """news-a with slices (merge off: no embedding model), news-b without, broken with a failed slices stage."""
+    """news-a with slices, news-b without, calm with no failures, broken whose slices stage failed (its word
+    merging raised)."""
     root = tmp_path_factory.mktemp("ws")
-    run = make_run(root / "news-a", n=600, n_failures=120)
-    slices_run(run.path, merge=False)
-    make_run(root / "news-b", n=200, n_failures=30, seed=1, with_clusters=False)
-    calm = make_run(root / "calm", n=100, n_failures=0, seed=3, with_clusters=False)
-    slices_run(calm.path, merge=False)
-    broken = make_run(root / "broken", n=60, n_failures=10, seed=2)
-    try:
-        with broken.stage("slices"):
-            raise RuntimeError("planted failure")
-    except RuntimeError:
-        pass
+    make_run(root / "news-a", n=600, n_failures=120)
+    make_run(root / "news-b", n=200, n_failures=30, seed=1, with_slices=False, with_clusters=False)
+    make_run(root / "calm", n=100, n_failures=0, seed=3, with_clusters=False)
+    broken = make_run(root / "broken", n=200, n_failures=40, seed=2, with_slices=False)
+    with pytest.raises(RuntimeError, match="planted failure"):
+        slices_run(broken.path, embed_fn=planted_failure)
     return root
 
 

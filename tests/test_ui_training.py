@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import eval_rows, write_jsonl
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
@@ -42,25 +44,41 @@ def write_state(folder: Path, log_history: list[dict]) -> Path:
     return path
 
 
-def point_model_at(run_dir: Path, folder: Path) -> None:
+def point_model_at(run_dir: Path, folder: str) -> None:
+    """The one hand edit: a manifest whose model path is relative (read against the run folder)."""
     run = rundir.Run.open(run_dir)
     manifest = run.manifest
-    manifest["model"]["path"] = str(folder)
+    manifest.setdefault("model", {})["path"] = folder
     files.write_json(run.file(rundir.MANIFEST), manifest)
 
 
+def checkpoint_run(checkpoint: Path, data: Path, out: Path):
+    """`erroranalysis run` with the checkpoint (inference and metrics only)."""
+    from erroranalysis.data import DataOptions
+    from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
+
+    return run_checkpoint(checkpoint, data, out, data_opts=DataOptions(id_column="id"),
+                          infer_opts=InferParams(batch_size=16, max_length=64),
+                          after=AfterParams(cluster=None, slices=None, checks=None))
+
+
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    """news-a: checkpoint outside the runs folder with a NaN at step 500; news-b: its manifest's relative
-    checkpoint path is not on this machine; inside: checkpoint folder inside the run, relative path, healthy."""
+def workspace(tmp_path_factory, tiny_checkpoint):
+    """news-a: made with a checkpoint outside the runs folder whose trainer_state.json has a NaN at step 500;
+    news-b: made with a checkpoint since deleted; inside: its manifest names a relative checkpoint folder inside
+    the run, with a healthy log; logs/: logs to type in."""
     root = tmp_path_factory.mktemp("ws")
     outside = tmp_path_factory.mktemp("checkpoints")
-    make_run(root / "news-a", n=100, n_failures=20)
+    data = write_jsonl(outside / "eval.jsonl", eval_rows())
+    shutil.copytree(tiny_checkpoint, outside / "news-bert")
     write_state(outside / "news-bert", history(nan_at=500))
-    point_model_at(root / "news-a", outside / "news-bert")
-    make_run(root / "news-b", n=100, n_failures=20, seed=1, with_clusters=False)
+    checkpoint_run(outside / "news-bert", data, root / "news-a")
+    shutil.copytree(tiny_checkpoint, outside / "gone")
+    checkpoint_run(outside / "gone", data, root / "news-b")
+    shutil.rmtree(outside / "gone")
     make_run(root / "inside", n=100, n_failures=20, seed=2, with_clusters=False)
-    write_state(root / "inside" / "checkpoints" / "news-bert", history())  # the fixture's relative model path
+    write_state(root / "inside" / "checkpoints" / "news-bert", history())
+    point_model_at(root / "inside", "checkpoints/news-bert")
     (root / "logs").mkdir()
     write_state(root / "logs" / "spiky", history(nan_at=700))
     return root

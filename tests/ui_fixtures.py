@@ -1,13 +1,25 @@
-"""Synthetic run directories for the app, labels and export tests and for benchmarks/ui.py.
+"""Run directories for the app, labels and export tests and for benchmarks/ui.py, made by the real stages.
 
-`make_run(path, n=400, n_failures=80)` writes every artifact the app reads, in the formats of
-docs/run-directory.md: manifest, predictions.parquet, probs.npy, metrics.json, clusters.parquet and
-assignments.parquet, with the stages marked done. Deterministic given the seed; no model, no network.
+`make_run(path, n=400, n_failures=80)` writes what a user brings, an eval set with a model's predictions and
+probabilities (`prob_<label>` columns), then runs the stages `erroranalysis analyze` runs on it: load_predictions,
+metrics, checks, slices, cluster, the stages' own code. Only what is slow is faked: the embedding model
+(`FakeEmbedder`, below) and UMAP (PCA for the reduction and the 2-D layout). The predictions carry planted
+structure: failures concentrate on a few confusion pairs whose texts hold the predicted class's words, and forum
+posts fail more often. Deterministic given the seed; no model, no network.
+
+`make_generation_run` runs `run_generation` with a tiny random causal LM (built in seconds); `kill_during_stage`
+SIGKILLs a real `erroranalysis` process while its stage is running, which leaves the run as a crash leaves it.
 """
 
 from __future__ import annotations
 
-import math
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +34,57 @@ _VOCAB = {
     "tech": "software mobile phone internet users broadband game online digital computer virus".split(),
 }
 _FILLER = "the a of to and in said that for on was is with by it at from has have will year new".split()
+_TOPIC = {w: i for i, c in enumerate(LABELS) for w in _VOCAB[c]}
+
+
+class FakeEmbedder:
+    """A deterministic stand-in for the sentence model: a text is the mean of its words' vectors, where a topic
+    word lies near its class's direction and any other word is a small vector drawn from its hash. Texts that share
+    topic words land close together, as with MiniLM. Called on a list of texts (the checks stage) or of words (the
+    slices' word merging); the cluster stage reads its vectors from a file (`embeddings_file`)."""
+
+    __name__ = "fake_topic_words"
+    dim = 32
+
+    def __init__(self):
+        self._words: dict[str, np.ndarray] = {}
+
+    def _word(self, word: str) -> np.ndarray:
+        vec = self._words.get(word)
+        if vec is None:
+            vec = np.random.default_rng(zlib.crc32(word.encode("utf-8"))).normal(0, 0.3, self.dim)
+            if word in _TOPIC:
+                vec[_TOPIC[word]] += 3.0
+            self._words[word] = vec = vec.astype(np.float32)
+        return vec
+
+    def __call__(self, texts) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            words = [w.strip(".,:;!?\"'{}").lower() for w in str(text).split()]
+            vecs = [self._word(w) for w in words if w]
+            if vecs:
+                mean = np.mean(vecs, axis=0)
+                out[i] = mean / max(float(np.linalg.norm(mean)), 1e-6)
+        return out
+
+
+FAKE = FakeEmbedder()
+
+
+def embeddings_file(run_dir: str | Path) -> Path:
+    """The fake embedder's vectors of every prediction, saved as users save their own (`--embedder FILE.npy`
+    with a FILE.json naming the rows), under the workspace's `.inputs/`. Through a file, apply-taxonomy and the
+    Review page re-create the embedder the clustering used."""
+    from erroranalysis.rundir import Run
+
+    run_dir = Path(run_dir)
+    predictions = Run.open(run_dir).predictions(columns=["example_id", "text"])
+    file = run_dir.parent / ".inputs" / f"{run_dir.name}.npy"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    np.save(file, FAKE(predictions["text"].tolist()))
+    file.with_suffix(".json").write_text(json.dumps({"example_ids": predictions["example_id"].astype(str).tolist()}))
+    return file
 
 
 def _texts(rng: np.random.Generator, label_idx, other_idx, n_words) -> list[str]:
@@ -47,22 +110,24 @@ def _texts(rng: np.random.Generator, label_idx, other_idx, n_words) -> list[str]
     return out
 
 
-def make_run(path: str | Path, *, n: int = 400, n_failures: int = 80, n_clusters: int = 6, seed: int = 0,
-             with_clusters: bool = True, with_probs: bool = True, text_words: tuple[int, int] = (12, 60),
-             include_correct_in_assignments: bool = True):
-    """Write a complete synthetic run at `path` and return the `Run`."""
+def predictions_frame(*, n: int = 400, n_failures: int = 80, n_clusters: int = 6, seed: int = 0,
+                      text_words: tuple[int, int] = (12, 60), temperature: float = 1.0, one_class: bool = False,
+                      with_probs: bool = True):
+    """What a user brings to `erroranalysis analyze`: id, text, label, pred, prob_<label> (unless with_probs is
+    off) and a `source` column. `temperature` > 1 flattens the probabilities (confidences crowd into a few
+    calibration bins, as an undertrained model's do); `one_class` makes every gold label the same class."""
     import pandas as pd
-
-    from erroranalysis import rundir
 
     rng = np.random.default_rng(seed)
     k = len(LABELS)
-    label_idx = rng.integers(0, k, size=n)
+    label_idx = np.full(n, LABELS.index("sport")) if one_class else rng.integers(0, k, size=n)
     fail = np.zeros(n, dtype=bool)
     fail[rng.choice(n, size=n_failures, replace=False)] = True
 
-    # Failures concentrate on a few confusion pairs, as real ones do; each pair gets its own cluster.
+    # Failures concentrate on a few confusion pairs, as real ones do.
     base_pairs = [(4, 0), (0, 4), (2, 1), (1, 3), (3, 1), (2, 0), (0, 2), (4, 1)]
+    if one_class:
+        base_pairs = [(label_idx[0], b) for b in range(k) if b != label_idx[0]]
     pairs = [base_pairs[c % len(base_pairs)] for c in range(max(1, n_clusters))]
     pair_of_fail = rng.integers(0, len(pairs), size=n)
     pred_idx = label_idx.copy()
@@ -74,193 +139,170 @@ def make_run(path: str | Path, *, n: int = 400, n_failures: int = 80, n_clusters
             pred_idx[i] = (label_idx[i] + 1 + rng.integers(0, k - 1)) % k
 
     # Probabilities: the predicted class wins; failures are less confident on average.
-    logits = rng.normal(0, 1, size=(n, k)).astype(np.float32)
-    boost = np.where(fail, rng.uniform(0.3, 2.5, size=n), rng.uniform(1.5, 5.0, size=n)).astype(np.float32)
+    logits = rng.normal(0, 1, size=(n, k))
+    boost = np.where(fail, rng.uniform(0.3, 2.5, size=n), rng.uniform(1.5, 5.0, size=n))
     logits[np.arange(n), pred_idx] += boost + np.abs(logits).max(axis=1)
+    logits /= temperature
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)
-    probs = probs.astype(np.float32)
-    confidence = probs[np.arange(n), pred_idx]
-    loss = -np.log(np.clip(probs[np.arange(n), label_idx], 1e-12, None)).astype(np.float32)
 
     labels = np.array(LABELS, dtype=object)
     n_words = rng.integers(text_words[0], text_words[1], size=n)
-    texts = _texts(rng, label_idx, np.where(fail, pred_idx, -1), n_words)
     source = rng.choice(np.array(["wire", "blog", "newsletter", "forum"], dtype=object), size=n,
                         p=[0.5, 0.2, 0.2, 0.1])
-    # Make forum posts fail more often, so the slices table has a clear worst slice.
-    pred = labels[pred_idx]
-    df = pd.DataFrame({
-        "example_id": [f"ex{i:06d}" for i in range(n)],
-        "text": texts,
-        "label": labels[label_idx],
-        "pred": pred,
-        "correct": ~fail,
-        "confidence": confidence.astype(np.float32) if with_probs else np.full(n, np.nan, np.float32),
-        "loss": loss if with_probs else np.full(n, np.nan, np.float32),
-        "n_tokens": n_words.astype(np.int32) + 2,
-        "truncated": n_words > text_words[1] - 3,
-        "source": source,
-    })
-    df.loc[fail & (rng.random(n) < 0.3), "source"] = "forum"
+    source[fail & (rng.random(n) < 0.3)] = "forum"  # forum posts fail more often: a clear worst slice
+    df = pd.DataFrame({"id": [f"ex{i:06d}" for i in range(n)],
+                       "text": _texts(rng, label_idx, np.where(fail, pred_idx, -1), n_words),
+                       "label": labels[label_idx], "pred": labels[pred_idx], "source": source})
+    if with_probs:
+        for j, name in enumerate(LABELS):
+            df[f"prob_{name}"] = probs[:, j]
+    return df
 
-    manifest = dict(task="classification", labels=list(LABELS),
-                    model={"path": "checkpoints/news-bert", "weights_sha256": "9f2c" + "0" * 60,
-                           "max_length": 256, "precision": "fp32", "batch_size": 32},
-                    data={"path": "data/news_eval.jsonl", "sha256": "ab12" + "0" * 60, "rows": n,
-                          "format": "jsonl", "columns": {"text": "text", "label": "label", "id": "id"},
-                          "metadata_columns": ["source"]},
-                    device="cpu", seed=seed)
-    with rundir.create_run(path, overwrite=True, **manifest) as run:
-        with run.stage("infer", {"batch_size": 32}) as staging:
-            staging.write_parquet(rundir.PREDICTIONS, df)
-            if with_probs:
-                staging.write_npy(rundir.PROBS, probs)
-        with run.stage("metrics") as staging:
-            staging.write_json(rundir.METRICS, _metrics(df, probs if with_probs else None))
-        if with_clusters:
-            with run.stage("cluster", {"min_cluster_size": 5}) as staging:
-                clusters, assignments = _clusters(df, fail, pair_of_fail, pairs, rng, include_correct_in_assignments)
-                staging.write_parquet(rundir.CLUSTERS, clusters)
-                staging.write_parquet(rundir.ASSIGNMENTS, assignments)
+
+def make_run(path: str | Path, *, n: int = 400, n_failures: int = 80, n_clusters: int = 6, seed: int = 0,
+             with_clusters: bool = True, with_checks: bool = True, with_slices: bool = True,
+             with_probs: bool = True, text_words: tuple[int, int] = (12, 60), temperature: float = 1.0,
+             one_class: bool = False):
+    """A run at `path` made by the stages from `predictions_frame(...)`; returns the `Run`."""
+    frame = predictions_frame(n=n, n_failures=n_failures, n_clusters=n_clusters, seed=seed, text_words=text_words,
+                              temperature=temperature, one_class=one_class, with_probs=with_probs)
+    return analyze_frame(path, frame, seed=seed, checks=with_checks, slices=with_slices, cluster=with_clusters)
+
+
+def analyze_frame(path: str | Path, frame, *, seed: int = 0, checks: bool = True, slices: bool = True,
+                  cluster: bool = True):
+    """`erroranalysis analyze` on `frame` (id, text, label, pred, optional prob_<label>, metadata), written beside
+    the run under `.inputs/` (a hidden folder, which the app does not list), then the stages that follow."""
+    from erroranalysis.data import DataOptions
+    from erroranalysis.stages import AfterParams, MetricsParams, analyze_predictions
+
+    path = Path(path)
+    source = path.parent / ".inputs" / f"{path.name}.parquet"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(source, index=False)
+    run = analyze_predictions(source, path, data_opts=DataOptions(id_column="id"), overwrite=True,
+                              after=AfterParams(metrics=MetricsParams(seed=seed), checks=None, slices=None,
+                                                cluster=None))
+    finish_run(run.path, seed=seed, checks=checks, slices=slices, cluster=cluster)
     return run
 
 
-def _clusters(df, fail, pair_of_fail, pairs, rng, include_correct):
-    import pandas as pd
+def finish_run(run_dir: str | Path, *, seed: int = 0, checks: bool = True, slices: bool = True,
+               cluster: bool = True) -> None:
+    """The stages after metrics, in `after_predictions`' order, with the fake embedder and PCA."""
+    from erroranalysis.stages import checks_run, cluster_run, slices_run
 
-    n = len(df)
-    fail_idx = np.flatnonzero(fail)
-    cluster = np.full(n, -1, dtype=np.int64)
-    for i in fail_idx:
-        a, b = LABELS[pairs[pair_of_fail[i]][0]], LABELS[pairs[pair_of_fail[i]][1]]
-        if df.at[i, "label"] == a and df.at[i, "pred"] == b and rng.random() < 0.9:
-            cluster[i] = pair_of_fail[i]
-    n_clusters = len(pairs)
-    radius = 6 * max(1.0, math.sqrt(n_clusters / 6))
-    centers = np.stack([[math.cos(2 * math.pi * c / n_clusters) * radius * (1 + 0.25 * (c % 2)),
-                         math.sin(2 * math.pi * c / n_clusters) * radius * (1 + 0.25 * (c % 2))]
-                        for c in range(n_clusters)])
-    xy = rng.normal(0, 3.5, size=(n, 2))
-    for c in range(n_clusters):
-        members = cluster == c
-        xy[members] = centers[c] + rng.normal(0, 0.9, size=(members.sum(), 2))
-    membership = np.where(cluster >= 0, rng.uniform(0.4, 1.0, size=n), 0.0)
+    if checks:
+        checks_run(run_dir, embed=FAKE, seed=seed)
+    if slices:
+        slices_run(run_dir, embed_fn=FAKE)
+    if cluster:
+        cluster_run(run_dir, seed=seed, embedder=str(embeddings_file(run_dir)), reducer="pca", layout="pca")
+
+
+def make_generation_run(path: str | Path, model_dir: str | Path, *, n: int = 24, seed: int = 0):
+    """A generation run of the causal LM at `model_dir` (see `tiny_causal_lm`) over n JSON-answer prompts,
+    then checks, slices and clusters as `erroranalysis run --task generation` runs them."""
+    from erroranalysis.data import DataOptions
+    from erroranalysis.infer.generation import GenerationOptions
+    from erroranalysis.stages import AfterParams, MetricsParams, run_generation
+
+    path = Path(path)
+    labels = ["business", "sport", "tech"]
+    schema = json.dumps({"type": "object", "properties": {"label": {"type": "string", "enum": labels}},
+                         "required": ["label"]})
+    rng = np.random.default_rng(seed)
     rows = []
-    for c in range(n_clusters):
-        members = np.flatnonzero(cluster == c)
-        if len(members) == 0:
-            continue
-        a, b = LABELS[pairs[c][0]], LABELS[pairs[c][1]]
-        top = members[np.argsort(-membership[members])][:3]
-        keywords = [str(w) for w in rng.choice(_VOCAB[b], size=4, replace=False)]
-        rows.append({
-            "cluster_id": c,
-            "size": int(len(members)),
-            "name": f"{a} read as {b}: {', '.join(keywords[:2])}",
-            "keywords": keywords,
-            "top_confusions": [f"{a} -> {b}"],
-            "exemplar_ids": [str(df.at[i, "example_id"]) for i in top],
-            "mean_confidence": float(df["confidence"].to_numpy()[members].mean()),
-            "mean_loss": float(df["loss"].to_numpy()[members].mean()),
-        })
-    clusters = pd.DataFrame(rows)
-    keep = np.ones(n, dtype=bool) if include_correct else fail
-    assignments = pd.DataFrame({
-        "example_id": df["example_id"].to_numpy()[keep],
-        "cluster_id": cluster[keep],
-        "membership": membership[keep].astype(np.float32),
-        "x": xy[keep, 0].astype(np.float32),
-        "y": xy[keep, 1].astype(np.float32),
-        "failure": fail[keep],
-    })
-    return clusters, assignments
+    for i in range(n):
+        label = labels[i % 3]
+        words = " ".join(rng.choice(_VOCAB[label], 6))
+        rows.append({"id": f"p{i:03d}", "prompt": f"Article: {words}. Label it as JSON.",
+                     "reference": json.dumps({"label": label}), "label": label, "schema": schema,
+                     "source": "web" if i % 2 else "app"})
+    source = path.parent / ".inputs" / f"{path.name}.jsonl"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    run = run_generation(model_dir, source, path, data_opts=DataOptions(id_column="id"), overwrite=True,
+                         gen_opts=GenerationOptions(max_new_tokens=8, batch_size=8, device="cpu"),
+                         after=AfterParams(metrics=MetricsParams(seed=seed), checks=None, slices=None, cluster=None))
+    finish_run(run.path, seed=seed)
+    return run
 
 
-def _ci(p: float, n: int) -> list[float]:
-    if n == 0:
-        return [0.0, 0.0]
-    half = 1.96 * math.sqrt(max(p * (1 - p), 1e-12) / n)
-    return [max(0.0, p - half), min(1.0, p + half)]
+def tiny_causal_lm(folder: str | Path) -> Path:
+    """The tiny random Llama of tests/test_generation.py (2 layers, 32 wide, a trained byte-level BPE)."""
+    from test_generation import build_tiny_causal_lm
+
+    return build_tiny_causal_lm(Path(folder))
 
 
-def _metrics(df, probs) -> dict:
-    n = len(df)
-    labels = LABELS
-    index = {lab: i for i, lab in enumerate(labels)}
-    matrix = np.zeros((len(labels), len(labels)), dtype=int)
-    for t, p in zip(df["label"], df["pred"]):
-        matrix[index[t], index[p]] += 1
-    per_class = []
-    f1s, precs, recs, supports = [], [], [], []
-    for i, lab in enumerate(labels):
-        tp = matrix[i, i]
-        prec = tp / matrix[:, i].sum() if matrix[:, i].sum() else 0.0
-        rec = tp / matrix[i].sum() if matrix[i].sum() else 0.0
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        sup = int(matrix[i].sum())
-        per_class.append({"label": lab, "precision": prec, "recall": rec, "f1": f1, "support": sup,
-                          "f1_ci": _ci(f1, sup)})
-        f1s.append(f1), precs.append(prec), recs.append(rec), supports.append(sup)
-    acc = float(df["correct"].mean())
-    n_fail = int((~df["correct"]).sum())
-    w = np.array(supports) / max(1, n)
-    overall = {"n": n, "n_failures": n_fail, "accuracy": acc, "accuracy_ci": _ci(acc, n),
-               "macro_precision": float(np.mean(precs)), "macro_recall": float(np.mean(recs)),
-               "macro_f1": float(np.mean(f1s)), "macro_f1_ci": _ci(float(np.mean(f1s)), n),
-               "micro_precision": acc, "micro_recall": acc, "micro_f1": acc,
-               "weighted_precision": float(np.dot(w, precs)), "weighted_recall": float(np.dot(w, recs)),
-               "weighted_f1": float(np.dot(w, f1s))}
-    out = {"overall": overall, "per_class": per_class,
-           "confusion": {"labels": labels, "matrix": matrix.tolist(),
-                         "normalized": (matrix / np.maximum(1, matrix.sum(axis=1, keepdims=True))).tolist()}}
-    confusions = []
-    for i in range(len(labels)):
-        for j in range(len(labels)):
-            if i != j and matrix[i, j]:
-                confusions.append({"label": labels[i], "pred": labels[j], "count": int(matrix[i, j]),
-                                   "share_of_failures": matrix[i, j] / max(1, n_fail)})
-    out["top_confusions"] = sorted(confusions, key=lambda c: -c["count"])[:10]
-    if probs is not None:
-        conf = df["confidence"].to_numpy()
-        correct = df["correct"].to_numpy()
-        bins, edges, ece = [], np.linspace(0, 1, 16), 0.0
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            m = (conf > lo) & (conf <= hi)
-            if m.any():
-                bins.append({"lower": float(lo), "upper": float(hi), "count": int(m.sum()),
-                             "confidence": float(conf[m].mean()), "accuracy": float(correct[m].mean())})
-                ece += m.mean() * abs(conf[m].mean() - correct[m].mean())
-        onehot = np.zeros_like(probs)
-        onehot[np.arange(n), [index[t] for t in df["label"]]] = 1
-        brier = float(((probs - onehot) ** 2).sum(axis=1).mean())
-        out["calibration"] = {"n_bins": 15, "ece": float(ece), "brier": brier, "bins": bins}
-        overall["ece"], overall["brier"] = float(ece), brier
-    per_slice = {}
-    for column in ["source"]:
-        rows = []
-        for value, group in df.groupby(column):
-            a = float(group["correct"].mean())
-            rows.append({"value": str(value), "n": int(len(group)), "accuracy": a, "error_rate": 1 - a,
-                         "macro_f1": a})
-        per_slice[column] = rows
-    words = df["text"].str.split().str.len()
-    qs = np.quantile(words, [0, 0.25, 0.5, 0.75, 1.0])
-    rows = []
-    for lo, hi in zip(qs[:-1], qs[1:]):
-        m = (words >= lo) & (words <= hi)
-        a = float(df.loc[m, "correct"].mean()) if m.any() else 0.0
-        rows.append({"value": f"{int(lo)}-{int(hi)} words", "n": int(m.sum()), "accuracy": a, "error_rate": 1 - a,
-                     "macro_f1": a})
-    per_slice["text_length"] = rows
-    out["by_metadata"] = per_slice
-    out["bootstrap"] = {"n_resamples": 0, "seed": 0, "level": 0.95}
-    return out
+def kill_during_stage(run_dir: str | Path, command: list[str], stage: str, timeout: float = 180) -> None:
+    """Start `erroranalysis <command> RUN` and SIGKILL it as soon as the manifest shows `stage` running: the run is
+    left exactly as a crash, an OOM kill or a closed laptop leaves it."""
+    from erroranalysis.rundir import MANIFEST
+
+    exe = Path(sys.executable).parent / "erroranalysis"
+    proc = subprocess.Popen([str(exe), *command, str(run_dir)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                stages = json.loads((Path(run_dir) / MANIFEST).read_text(encoding="utf-8")).get("stages", {})
+            except (OSError, ValueError):
+                stages = {}
+            if stages.get(stage, {}).get("status") == "running":
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return
+            if proc.poll() is not None:
+                raise RuntimeError(f"erroranalysis {' '.join(command)} ended (exit {proc.returncode}) before its "
+                                   f"stage {stage!r} was seen running: {proc.stderr.read()[-500:]}")
+            time.sleep(0.02)
+        raise RuntimeError(f"stage {stage!r} was not seen running within {timeout} s")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# The kinds of run the app must show without a traceback (make_kinds); each name says what is unusual about it.
+KINDS = ("classification", "flat-calibration", "one-class", "one-label", "no-probabilities", "no-failures",
+         "not-clustered", "generation", "interrupted")
+
+
+def make_kinds(root: str | Path, lm_dir: str | Path, kinds=KINDS) -> dict[str, Path]:
+    """One run of each kind under `root` (the generation run with the causal LM at `lm_dir`); {kind: run folder}.
+
+    flat-calibration: probabilities so flat that most of the 15 calibration bins are empty (null in metrics.json),
+    as the demo checkpoint's are; one-class: every gold label is `sport` (five labels); one-label: one label in
+    all, no failures, no probabilities; no-failures: clustered, and the clustering found nothing to cluster;
+    not-clustered: metrics only; interrupted: clustered, then re-clustered by `erroranalysis cluster`, which was
+    killed (SIGKILL) while its stage was running."""
+    root = Path(root)
+    builders = {
+        "classification": lambda p: make_run(p, n=400, n_failures=80),
+        "flat-calibration": lambda p: make_run(p, n=300, n_failures=90, temperature=8.0, seed=4),
+        "one-class": lambda p: make_run(p, n=150, n_failures=40, one_class=True, seed=5),
+        "one-label": lambda p: analyze_frame(p, predictions_frame(n=60, n_failures=0, one_class=True,
+                                                                  with_probs=False, seed=6)),
+        "no-probabilities": lambda p: make_run(p, n=150, n_failures=40, with_probs=False, seed=7),
+        "no-failures": lambda p: make_run(p, n=80, n_failures=0, seed=8),
+        "not-clustered": lambda p: make_run(p, n=120, n_failures=30, seed=9, with_checks=False,
+                                            with_slices=False, with_clusters=False),
+        "generation": lambda p: make_generation_run(p, lm_dir),
+        "interrupted": lambda p: (make_run(p, n=200, n_failures=40, seed=10),
+                                  kill_during_stage(p, ["cluster"], "cluster")),
+    }
+    for kind in kinds:
+        builders[kind](root / kind)
+    return {kind: root / kind for kind in kinds}
 
 
 def make_workspace(root: str | Path, **kwargs) -> Path:
     """A runs folder with two good runs (`news-a`, `news-b`, the second without clusters) and one broken run
-    (`broken`, whose predictions.parquet is corrupt)."""
+    (`broken`, whose predictions.parquet and metrics.json are damaged after the stages wrote them)."""
     from erroranalysis import rundir
 
     root = Path(root)

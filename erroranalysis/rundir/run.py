@@ -174,7 +174,7 @@ class Run:
         committed = any(a.get("stage") == name for a in manifest.get("artifacts", {}).values())
         if not entry or entry.get("status") == "done" or not committed:
             return None
-        return f"showing the last completed {name!r} outputs: {self.explain(name, manifest)}"
+        return f"{self.explain(name, manifest)}; its outputs shown are those of its last completed run"
 
     def require(self, name: str) -> None:
         reason = self.explain(name)

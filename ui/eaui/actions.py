@@ -4,7 +4,7 @@ UserError) becomes an error message; nothing is half-done."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import streamlit as st
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -134,17 +134,20 @@ def pair_from_selection(event) -> tuple[str, str] | None:
 
 
 def reliability_figure(bins: list[dict]):
-    """Reliability diagram: accuracy against confidence per bin (bars), the diagonal, and the count per bin."""
+    """Reliability diagram: accuracy against confidence per bin (bars), the diagonal, and the count per bin.
+
+    Only bins that hold examples are drawn: an empty bin has no accuracy or confidence (metrics.json stores null)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    bins = [b for b in bins if b.get("count") and finite(b.get("accuracy")) and finite(b.get("confidence"))]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04)
     bins = [b for b in bins if b.get("count") and b.get("accuracy") is not None]  # empty bins are stored as null
     mids = [(b["lower"] + b["upper"]) / 2 for b in bins]
     widths = [(b["upper"] - b["lower"]) * 0.92 for b in bins]
-    acc = [b.get("accuracy", 0) for b in bins]
-    conf = [b.get("confidence", 0) for b in bins]
-    counts = [b.get("count", 0) for b in bins]
+    acc = [float(b["accuracy"]) for b in bins]
+    conf = [float(b["confidence"]) for b in bins]
+    counts = [int(b["count"]) for b in bins]
     gap_color = ["#FDA4AF" if c - a > 0.05 else "#A5B4FC" for a, c in zip(acc, conf)]
     fig.add_trace(go.Bar(x=mids, y=acc, width=widths, marker=dict(color=gap_color, line=dict(width=0)),
                          name="accuracy", customdata=np.column_stack([conf, counts]) if bins else None,

@@ -5,10 +5,10 @@ that render Markdown (labels, captions)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import streamlit as st
 
@@ -138,6 +138,20 @@ def header(title: str, current: Current | None = None, caption: str | None = Non
         bits.append(caption)
     if bits:
         st.caption(" · ".join(bits))
+    if current is not None:
+        stage_notice(current)
+
+
+def stage_notice(current: Current) -> None:
+    """A warning above the page when a stage of the run is not done: what the page shows may be missing, or from
+    before the stage last started; rundir's message says which and the command that resumes it."""
+    try:
+        messages = data.stage_messages(current.path)
+    except UserError:
+        return  # the page shows the manifest's own problem
+    for message in messages:
+        st.warning(md(message[:1].upper() + message[1:]) + ". The Runs page lists every stage.",
+                   icon=":material/warning:")
 
 
 def show_flash() -> None:

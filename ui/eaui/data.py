@@ -83,7 +83,9 @@ def run_dir(root: Path, key: str) -> Path:
 
 
 def list_runs(root: Path):
-    """One row per run: key, task, created, examples, accuracy, failures, stages, clustered, problem."""
+    """One row per run: key, task, created, examples, accuracy, failures, stages, clustered, problem. Whether a
+    process holds each run is part of the cache key: a stage whose process died reads as interrupted though no file
+    changed."""
     keys = discover(root)
     stamps = tuple((k, file_stamps(root / k, MANIFEST, METRICS, CLUSTERS), _writer_alive(root / k)) for k in keys)
     return _list_runs(str(root), stamps)
@@ -136,6 +138,17 @@ def _list_runs(root: str, stamps: tuple):
 
 
 _STAGE_ICON = {"done": "✓", "failed": "✗", "running": "…", "committing": "…", "interrupted": "⏸"}
+
+
+def stage_messages(path: Path) -> list[str]:
+    """What is unfinished in a run, one line per stage that is not done (rundir says why and how to resume), and
+    the last completed outputs a failed or interrupted re-run left in place."""
+    run = Run.open(path)
+    manifest = run.manifest
+    return [run.notice(name) or run.explain(name, manifest) for name in manifest.get("stages", {})
+            if run.stage_status(name) != "done"]
+
+
 
 
 # -- one run's artifacts ------------------------------------------------------------------------------------------

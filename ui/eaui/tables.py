@@ -19,6 +19,14 @@ def search(rows, query: str | None):
     return rows[hit]
 
 
+def flag(values) -> np.ndarray:
+    """A nullable flag column (checks.parquet's label_issue, in_train: NA where the check could not run) as a
+    boolean mask, NA counted as not flagged."""
+    import pandas as pd
+
+    return pd.array(values, dtype="boolean").to_numpy(dtype=bool, na_value=False)
+
+
 def display_frame(rows):
     """The columns people read, in reading order, with short text and one flags column."""
     out = rows[["example_id", "text", "label", "pred", "confidence", "loss", "cluster_name", "error_type",

@@ -30,14 +30,18 @@ else:
         st.success("No data problem found.", icon=":material/check_circle:")
 
     st.subheader("Probable label issues", anchor=False)
-    with ui.guard():
-        examples = data.examples(current.path, ui.labels())
-    scored = table[["example_id", "label_issue_score", "label_issue", "suggested_label"]].astype({"example_id": str})
-    suspects = (examples.merge(scored, on="example_id").query("label_issue")
-                .sort_values("label_issue_score", ascending=False))
-    st.caption(f"{len(suspects):,} examples whose given label is probably wrong (confident learning), most "
-               "suspicious first; `suggested_label` is the model's view. Flag them on the Label page.")
-    tables.examples_table(suspects, height=360, hide=("note",))
+    issues = report.get("label_issues") or {}
+    if not issues.get("available", True):  # no probabilities (a generation run, analyze without prob_ columns)
+        st.caption(f"Not checked: {ui.md(issues.get('reason') or 'label-issue detection did not run')}.")
+    else:
+        with ui.guard():
+            examples = data.examples(current.path, ui.labels())
+        scored = table[["example_id", "label_issue_score", "suggested_label"]].astype({"example_id": str})
+        scored = scored[tables.flag(table["label_issue"])]
+        suspects = examples.merge(scored, on="example_id").sort_values("label_issue_score", ascending=False)
+        st.caption(f"{len(suspects):,} examples whose given label is probably wrong (confident learning), most "
+                   "suspicious first; `suggested_label` is the model's view. Flag them on the Label page.")
+        tables.examples_table(suspects, height=360, hide=("note",))
 
 report_md = data.doctor_report(current.path)
 if report_md:

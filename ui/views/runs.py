@@ -131,7 +131,10 @@ with right:
                     "running": ":orange[:material/pending:]", "committing": ":orange[:material/pending:]",
                     "interrupted": ":orange[:material/pause_circle:]"}.get(status, ":material/help:")
             secs = info.get("seconds")
-            timing = f" · {secs:.1f} s" if isinstance(secs, (int, float)) else ""
+            if status in ("done", "failed"):
+                timing = f" · {secs:.1f} s" if isinstance(secs, (int, float)) else ""
+            else:  # a stage that has not ended: its seconds, if any, are those of its previous run
+                timing = f" · started {str(info.get('started', '?')).replace('T', ' ')[:19]}"
             st.markdown(f"{icon} **{ui.md(name)}** {status}{timing}")
             if status != "done":
                 st.caption(ui.md(current.run.explain(name, manifest) or info.get("error") or ""))

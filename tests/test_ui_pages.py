@@ -1,0 +1,145 @@
+"""Every page of the app on every kind of run the stages make (streamlit.testing.v1.AppTest, no browser): no
+traceback anywhere, and what a page says when its run lacks something. The runs come from tests/ui_fixtures.py:
+the real stages over planted predictions, with a fake embedder and PCA in place of MiniLM and UMAP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+from ui_fixtures import KINDS, make_kinds, tiny_causal_lm
+
+from erroranalysis.rundir import Run
+from erroranalysis.rundir.readers import read_checks_report
+from erroranalysis_ui.eaui import state
+
+UI = Path(__file__).resolve().parent.parent / "ui"
+PAGES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
+         "slices": "Slices", "compare": "Compare", "label": "Label", "taxonomy": "Taxonomy",
+         "review": "Review suggestions", "training": "Training", "checks": "Checks"}
+
+# What a page must say about a run that lacks something (kind, page) -> words on the page.
+SAYS = {
+    ("not-clustered", "clusters"): "has no clusters yet",
+    ("not-clustered", "slices"): "has no slices yet",
+    ("not-clustered", "checks"): "have not run on this run",
+    ("no-failures", "clusters"): "found no clusters",
+    ("no-probabilities", "overview"): "No calibration: the run has no probabilities",
+    ("no-probabilities", "checks"): "Not checked: the run has no probabilities",
+    ("generation", "checks"): "Not checked: the run has no probabilities",
+    ("one-label", "checks"): "Not checked: the run has no probabilities",
+}
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory) -> dict[str, Path]:
+    lm = tiny_causal_lm(tmp_path_factory.mktemp("lm") / "tiny-llama")
+    return make_kinds(tmp_path_factory.mktemp("kinds"), lm)
+
+
+@pytest.fixture()
+def open_run(kinds, tmp_path, monkeypatch):
+    root = next(iter(kinds.values())).parent
+    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(root))
+    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
+    monkeypatch.setenv("ERRORANALYSIS_USER", "tester")
+    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
+
+    def _open(kind: str) -> AppTest:
+        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
+        at.session_state[state.RUN] = kind
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    return _open
+
+
+def shown(at: AppTest) -> str:
+    """Every text the page shows, messages included."""
+    parts = []
+    for kind in ("title", "subheader", "markdown", "caption", "error", "warning", "info", "success", "toast"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    return "\n".join(parts).replace("\\", "")
+
+
+def stage_warnings(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning if w.value.startswith("Stage ")]
+
+
+def visit(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, f"{page}: {[e.value for e in at.exception]}"
+    assert "Traceback" not in shown(at), page
+    assert at.title and at.title[0].value == PAGES[page], page
+    return at
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_page_shows_every_kind_of_run(open_run, kind):
+    at = open_run(kind)
+    for page in PAGES:
+        visit(at, page)
+        if (kind, page) in SAYS:
+            assert SAYS[kind, page] in shown(at), (kind, page)
+        if kind != "interrupted":  # every stage is done: no page warns about one
+            assert not stage_warnings(at), page
+
+
+def test_overview_draws_a_calibration_whose_bins_are_mostly_empty(open_run, kinds):
+    """Regression: 13 of the demo's 15 bins are empty, stored as null, and the Overview page crashed on them."""
+    bins = Run.open(kinds["flat-calibration"]).metrics()["calibration"]["bins"]
+    filled = [b for b in bins if b["count"]]
+    assert len(bins) == 15 and 1 < len(filled) <= 5
+    assert all(b["accuracy"] is None and b["confidence"] is None for b in bins if not b["count"])
+    at = visit(open_run("flat-calibration"), "overview")
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    bars = {t["name"]: t for t in spec["data"]}
+    expected = [(b["lower"] + b["upper"]) / 2 for b in filled]
+    assert bars["accuracy"]["x"] == pytest.approx(expected)
+    assert bars["accuracy"]["y"] == pytest.approx([b["accuracy"] for b in filled])
+    assert bars["examples"]["y"] == [b["count"] for b in filled]
+
+
+def test_checks_page_of_a_generation_run(open_run, kinds):
+    """Regression: a run without probabilities (every generation run) has no label-issue flags (NA), and the Checks
+    page crashed filtering on them. It now shows the findings and says why label issues were not checked."""
+    report = read_checks_report(Run.open(kinds["generation"]))
+    assert report["label_issues"]["available"] is False
+    at = visit(open_run("generation"), "checks")
+    assert "Not checked: the run has no probabilities (probs.npy)." in shown(at)
+    assert any("label_issues_skipped" in m.value.replace("\\", "") for m in at.markdown)
+
+
+def test_checks_page_lists_the_flagged_label_issues(open_run, kinds):
+    from erroranalysis.rundir.readers import read_checks
+
+    table = read_checks(Run.open(kinds["classification"]))
+    flagged = set(table.loc[table["label_issue"].astype(bool), "example_id"])
+    assert flagged
+    at = visit(open_run("classification"), "checks")
+    listed = at.dataframe[-1].value
+    assert set(listed["example_id"]) == flagged
+    assert f"{len(flagged):,} examples whose given label is probably wrong" in shown(at)
+
+
+def test_a_killed_stage_is_not_reported_as_ok(open_run, kinds):
+    """The cluster stage of `interrupted` was killed by SIGKILL while running: the Runs page must not list the run
+    as ok, and every page of it warns that its clusters may be missing or old."""
+    at = visit(open_run("interrupted"), "runs")
+    status = at.dataframe[0].value.set_index("run").loc["interrupted", "status"]
+    assert status.startswith("⚠") and "stage 'cluster'" in status
+    assert at.dataframe[0].value.set_index("run").loc["classification", "status"] == "✓ ok"
+    for page in ("overview", "clusters", "label"):
+        at = visit(at, page)
+        assert any("Stage 'cluster' was interrupted" in w and "last completed run" in w for w in stage_warnings(at)), page
+
+
+def test_a_killed_stage_is_reported_as_interrupted(open_run):
+    at = visit(open_run("interrupted"), "runs")
+    status = at.dataframe[0].value.set_index("run").loc["interrupted", "status"]
+    assert "stage 'cluster' was interrupted" in status
+    at = visit(at, "overview")
+    assert "erroranalysis cluster" in stage_warnings(at)[0]
