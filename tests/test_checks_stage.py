@@ -213,3 +213,13 @@ def test_cli(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'body'" in lines[0]
     result = CliRunner().invoke(app, ["checks", str(run.path), "--embedder", "x"])
     assert result.exit_code == 2 and "--embedder 'x' is invalid" in result.output
+
+
+def test_one_class_with_probabilities_skips_label_issues_and_reads_typed_flags(tmp_path):
+    frame = pd.DataFrame({"example_id": [f"e{i}" for i in range(6)], "text": [f"t {i}" for i in range(6)],
+                          "label": ["a"] * 6, "pred": ["a"] * 6})
+    run = inferred_run(tmp_path / "one", frame, labels=["a"], probs=np.ones((6, 1), dtype=np.float32))
+    summary = checks_run(run.path, embedder="none")
+    assert summary["n_label_issues"] is None
+    assert read_checks_report(run)["label_issues"]["available"] is False
+    assert str(read_checks(run)["label_issue"].dtype) == "boolean"

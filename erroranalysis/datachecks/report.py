@@ -78,8 +78,10 @@ def checks_findings(report: dict) -> list[Finding]:
 def label_issue_summary(issues, ids, gold, correct, probs, method, filter_by, limit: int = 20) -> dict:
     if probs is None:
         return {"available": False, "reason": "the run has no probabilities (probs.npy)"}
-    flags = issues["label_issue"].to_numpy(dtype=bool, na_value=False)
     scores = issues["label_issue_score"].to_numpy()
+    if not np.isfinite(scores).any():
+        return {"available": False, "reason": "label issues need at least two classes (and examples)"}
+    flags = issues["label_issue"].to_numpy(dtype=bool, na_value=False)
     failures = ~np.asarray(correct, dtype=bool)
     order = np.argsort(-scores, kind="stable")[:limit]
     return {

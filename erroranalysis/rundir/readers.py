@@ -299,6 +299,9 @@ def read_checks(run):
     frame = _parquet(file)
     _require_columns(file, frame, CHECK_COLUMNS)
     frame["example_id"] = frame["example_id"].astype(str)
+    for column in ("label_issue", "duplicate_conflict", "in_train", "train_label_differs"):
+        if column in frame.columns:  # all-missing flags come back from Parquet as objects
+            frame[column] = frame[column].astype("boolean")
     return frame
 
 
