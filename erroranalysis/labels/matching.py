@@ -1,31 +1,16 @@
-"""Carry a labeled taxonomy over to another run or workspace: import its error types, and suggest error types for a
-new run's failures from the labeled examples it carries.
+"""Match a run's failures to a taxonomy's error types, from the vectors of the examples the taxonomy labeled.
 
-    from erroranalysis import taxonomy_apply as ta
+Pure functions over arrays (the stage that reads a run and stores the suggestions is
+`erroranalysis.stages.suggestions`; how matching works for users is in docs/compare.md):
 
-    doc = ta.load_taxonomy("taxonomy.json")            # validated: schema version, schema, no unknown fields
-    ta.import_taxonomy(doc, LabelStore("other/labels.sqlite"))    # error types only, idempotent
-    result = ta.apply_taxonomy(doc, "runs/candidate")   # suggestions (source 'suggested', status 'pending')
-    ta.review(store, result.run_key, ["194", "201"], accept=True)
-
-How a failure is matched (see docs/compare.md):
-
-1. the same example (same id and text) labeled in the taxonomy keeps its error type ("same example"), unless that
-   type describes another confusion (below);
-2. otherwise its vector is compared with the vectors of the taxonomy's labeled examples, embedded with the run's
-   own embedder (the one its clustering used, from embeddings.json): `centroid` (default) takes the nearest
-   error-type centroid, `knn` votes among the k nearest labeled examples weighted by cosine similarity;
-   a type whose labeled examples all share a gold label or a prediction ("tech read as business") only takes
-   failures with that label or prediction (`confusion_constraints`);
-3. a failure farther than `threshold` (cosine distance to the chosen type's centroid, or to its nearest labeled
-   example for knn) is "unmatched": a new kind of failure, left for a person to name. By default the threshold is
-   the 95th percentile of the labeled examples' own distances to their type's centroid without them (to their
-   nearest other labeled example of the type, for knn), so a failure counts as matched when it is as close to a
-   type as that type's own examples are.
-
-Nothing is computed into the store before everything is checked and matched; the suggestions land in the labels
-store as `source='suggested'`, `status='pending'` (they count once accepted) and, with their distances and nearest
-labeled example, in the run's `taxonomy_suggestions.parquet`. Human labels are never overwritten.
+- `match_vectors`: `centroid` (default) takes the nearest error-type centroid, `knn` votes among the k nearest
+  labeled examples weighted by cosine similarity; a failure farther than the threshold is "unmatched";
+- `auto_threshold`: by default the 95th percentile of the labeled examples' own distances to their type's
+  centroid without them (to their nearest other labeled example of the type, for knn), so a failure counts as
+  matched when it is as close to a type as that type's own examples are;
+- `confusion_constraints` / `allowed_types`: a type whose labeled examples all share a gold label or a
+  prediction ("tech read as business") only takes failures with that label or prediction;
+- `agreement`: suggestions scored against known types, for measuring carry-over.
 """
 
 from __future__ import annotations
