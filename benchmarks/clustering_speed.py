@@ -91,7 +91,7 @@ def measure(cmd: list[str], env: dict | None = None, timeout: int = 3600) -> tup
 
 WARM_OURS = """
 import json, sys, time
-from erroranalysis.cluster_stage import cluster_run
+from erroranalysis.stages import cluster_run
 run, vec = sys.argv[1], sys.argv[2]
 times = []
 for _ in range(2):

@@ -198,10 +198,9 @@ def main() -> None:
 
     new_session().run()  # import Streamlit, Plotly and the app once, outside the timings
 
-    from erroranalysis.rundir import Run
-    from erroranalysis.stages import export as export_stage
+    from erroranalysis.rundir import Run, readers
 
-    found = len(export_stage.read_clusters(Run.open(run_dir)))
+    found = len(readers.read_clusters(Run.open(run_dir)))
     print(f"\nerroranalysis app, {args.n:,} examples, {args.failures:,} failures, {found} clusters found, "
           f"3,000 labeled; median of {args.repeat}; AppTest server-side time\n")
     print(f"{'page':<12} {'first, cold':>12} {'first, cached':>14} {'rerun':>8} {'cold / cached':>14}")
