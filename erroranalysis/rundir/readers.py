@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +38,13 @@ from erroranalysis.rundir.artifacts import (
     TRAINER_STATE,
     owner,
 )
+from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co. are the readers' public API)
+    OutsideError,
+    check_allowed,
+    check_tree,
+    confined,
+    real_roots,
+)
 
 VERIFY_LIMIT = 256 << 20  # sha256 checked for artifacts up to this size (sizes are always checked)
 _VERIFIED: dict[tuple, str] = {}  # (realpath, mtime_ns, size) -> sha256, so the app does not re-hash on every rerun
@@ -54,60 +58,6 @@ CHECK_COLUMNS = ("example_id", "label_issue_score", "label_issue")
 SUGGESTION_COLUMNS = ("example_id", "label", "pred", "status", "error_type", "closest_type", "basis", "distance",
                       "vote", "nearest_id", "cluster_id")
 LIST_COLUMNS = ("keywords", "top_confusions", "exemplar_ids")
-
-
-# -- which files may be read ------------------------------------------------------------------------------------
-
-# The folders (or single files) readers may open in this context, as real paths; None: anywhere. A ContextVar, so
-# an app confines the script run of one session without touching another thread (or a test's own reads).
-_ALLOWED: ContextVar[tuple[str, ...] | None] = ContextVar("erroranalysis_allowed_roots", default=None)
-
-
-class OutsideError(RunError):
-    """A file whose real path lies outside the folders this process may read (see `confined`)."""
-
-
-def real_roots(roots: Iterable[str | Path]) -> tuple[str, ...]:
-    return tuple(os.path.realpath(os.path.expanduser(str(r))) for r in roots)
-
-
-@contextmanager
-def confined(roots: Iterable[str | Path]) -> Iterator[None]:
-    """Within the block, every reader (of this thread or task) opens only files whose real path (symlinks
-    followed, `..` collapsed) lies inside `roots`: the app's runs folder and the folders named on its command line.
-    Nothing a run holds (its manifest, a symlink) widens the set."""
-    token = _ALLOWED.set(real_roots(roots))
-    try:
-        yield
-    finally:
-        _ALLOWED.reset(token)
-
-
-def allowed_roots() -> tuple[str, ...] | None:
-    """The roots `confined` set for this context, or None when reads are not confined."""
-    return _ALLOWED.get()
-
-
-def check_allowed(path: str | Path, allowed_roots: Iterable[str | Path] | None = None) -> Path:
-    """`path` when its real path lies inside `allowed_roots` (default: the roots of `confined`, if any), else
-    OutsideError. The answer does not depend on whether the path exists, so a refusal reveals nothing about it."""
-    roots = _ALLOWED.get() if allowed_roots is None else real_roots(allowed_roots)
-    if roots is None:
-        return Path(path)
-    real = os.path.realpath(os.path.expanduser(str(path)))
-    if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
-        raise OutsideError(f"{path}: outside the folders that may be read here; it was not opened.")
-    return Path(path)
-
-
-def _check_tree(file: Path, allowed_roots) -> None:
-    """check_allowed on a file, or on a folder of shards and every entry in it."""
-    check_allowed(file, allowed_roots)
-    if allowed_roots is None and _ALLOWED.get() is None:
-        return
-    if file.is_dir():
-        for entry in file.rglob("*"):
-            check_allowed(entry, allowed_roots)
 
 
 # -- the gate every reader passes -------------------------------------------------------------------------------
@@ -142,7 +92,7 @@ def artifact_path(run, name: str, required: bool = True, *, allowed_roots=None) 
         raise NotCommitted(f"{run.path}: {name} is not available: stage {stage!r} was stopped while saving its files; "
                        f"run: {run.resume_command(stage)}")
     file = run.path / name
-    _check_tree(file, allowed_roots)
+    check_tree(file, allowed_roots)
     _verify(run, file, entry, stage)
     return file
 
