@@ -6,7 +6,7 @@ SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
 RUNS    ?= runs
 PYTEST_ARGS ?=
 
-.PHONY: venv sample demo demo-batch demo-generation test test-quick browsers bench clean
+.PHONY: venv sample demo demo-batch demo-generation test test-quick browsers nginx bench clean
 
 venv: .venv/.installed
 
@@ -42,7 +42,11 @@ demo: demo-batch demo-generation
 browsers: venv
 	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
 
-test: venv sample browsers
+# Debian's nginx, for the test that puts the app behind a real login proxy (tests/test_ui_proxy.py).
+nginx:
+	test -x /usr/sbin/nginx || command -v nginx >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx)
+
+test: venv sample browsers nginx
 	ERRORANALYSIS_SAMPLE=$(SAMPLE) .venv/bin/pytest $(PYTEST_ARGS)
 
 test-quick: venv

@@ -452,7 +452,7 @@ def test_runs_outside_the_folder_are_refused(workspace, tmp_path):
     (outside / "manifest.json").write_text("{}")
     (workspace / "sneaky").symlink_to(outside)
     try:
-        with pytest.raises(RunError, match="outside the runs folder"):
+        with pytest.raises(RunError, match="leads outside the folders this app may read"):
             data.run_dir(workspace, "sneaky")
         assert "sneaky" not in data.discover(workspace)
     finally:
@@ -473,3 +473,32 @@ def test_open_option_picks_the_first_run(workspace, db, monkeypatch):
     monkeypatch.setenv("ERRORANALYSIS_OPEN", "news-b")
     at = AppTest.from_file(str(UI / "app.py"), default_timeout=60).run()
     assert at.session_state[state.RUN] == "news-b"
+
+
+def test_a_damaged_labels_database_is_one_message_on_every_page(start, db):
+    """One 4 KB page of the database overwritten (quick_check fails on open): the pages that need labels say so in
+    one line naming the file, with no traceback; the Runs page still lists the runs."""
+    import sqlite3
+
+    store = LabelStore(db, user="tester")
+    for i in range(13):
+        store.create_error_type(f"type {i}", "a definition " * 20)
+    for i in range(35):
+        store.assign("news-a", [f"ex{i:06d}"], f"type {i % 13}")
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    with open(db, "r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\0" * size)
+
+    at = start()
+    assert len(at.dataframe[0].value) == 3 and any(str(db) in e.value for e in at.error)
+    for page in ("label", "taxonomy", "review", "slices", "clusters", "compare"):
+        at = goto(at, page)
+        assert len(at.error) == 1, (page, [e.value for e in at.error])
+        message = at.error[0].value
+        assert str(db) in message and "damaged" in message and "\n" not in message, page
+        assert not at.exception and "Traceback" not in texts(at)

@@ -136,3 +136,136 @@ def test_a_wheel_ships_the_app_and_it_runs_from_there(tmp_path, workspace):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert Path(out.stdout.strip().splitlines()[-1]) == target / "erroranalysis_ui" / "app.py"
+
+
+# -- team settings: folders, logins, roles --------------------------------------------------------------------
+
+
+@pytest.fixture()
+def launched(monkeypatch, tmp_path):
+    """`erroranalysis ui ...` with Streamlit replaced by a recorder: {'cmd': the command it would run}. HOME and the
+    working folder are empty, so no secrets.toml of the machine is read."""
+    import subprocess
+
+    seen = {}
+
+    def fake_call(cmd):
+        seen["cmd"] = cmd
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return seen
+
+
+def _free_port(host: str = "0.0.0.0") -> str:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return str(sock.getsockname()[1])
+
+
+def _secret(tmp_path, text: str = "s3cr3t" * 8, name: str = "proxy-secret") -> Path:
+    path = tmp_path / name
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--host", "0.0.0.0"], "other machines would reach the app with no login"),
+    (["--host", "10.1.2.3"], "or pass --insecure-no-auth"),
+    (["--trusted-user-header", "X-Forwarded-User"], "needs --proxy-secret-file"),
+    (["--proxy-secret-file", "SECRET"], "pass --trusted-user-header too"),
+    (["--trusted-user-header", "X_Forwarded_User", "--proxy-secret-file", "SECRET"], "underscores"),
+    (["--trusted-user-header", "X-Forwarded-User", "--proxy-secret-file", "SHORT"], "needs 16 or more"),
+    (["--trusted-user-header", "X-Forwarded-User", "--proxy-secret-file", "MISSING"], "cannot be read"),
+    (["--trusted-user-header", "X-Forwarded-User", "--proxy-secret-file", "SECRET", "--user", "ann"],
+     "Leave --user out"),
+    (["--viewers", "bob"], "--viewers needs a login"),
+    (["--allow-path", "MISSING"], "--allow-path"),
+])
+def test_team_settings_that_would_not_hold_are_refused(args, message, workspace, launched, tmp_path):
+    files = {"SECRET": _secret(tmp_path), "SHORT": _secret(tmp_path, "short", "short-secret"),
+             "MISSING": tmp_path / "no-such-file"}
+    argv = ["ui", str(workspace), "--port", _free_port()] + [str(files.get(a, a)) for a in args]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert "cmd" not in launched  # nothing was started
+
+
+def test_a_login_proxy_setup_is_passed_to_the_app(workspace, launched, tmp_path):
+    secret = _secret(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "viewers.txt").write_text("# read-only people\ncarol\ndave, erin\n")
+    port = _free_port()
+    result = CliRunner().invoke(app, [
+        "ui", str(workspace), "--host", "0.0.0.0", "--port", port, "--trusted-user-header", "X-Forwarded-User",
+        "--proxy-secret-file", str(secret), "--viewers", "bob", "--viewers-file", str(tmp_path / "viewers.txt"),
+        "--allow-path", str(tmp_path / "checkpoints")])
+    assert result.exit_code == 0, result.output
+    assert "header X-Forwarded-User from the login proxy" in result.output
+    assert "viewers bob, carol, dave, erin" in result.output and "warning" not in result.output
+    cmd = launched["cmd"]
+    assert cmd[cmd.index("--server.address") + 1] == "0.0.0.0"
+    assert cmd[cmd.index("--") + 1:] == [str(workspace.resolve()), "--allow-path", str(tmp_path / "checkpoints"),
+                                         "--trusted-user-header", "X-Forwarded-User", "--proxy-secret-file",
+                                         str(secret), "--viewers", "bob,carol,dave,erin"]
+    assert "s3cr3t" not in " ".join(cmd)  # the secret stays in its file, off the process list
+
+
+def test_no_login_on_another_address_only_when_asked_by_name(workspace, launched):
+    result = CliRunner().invoke(app, ["ui", str(workspace), "--host", "0.0.0.0", "--port", _free_port(),
+                                      "--insecure-no-auth", "--read-only"])
+    assert result.exit_code == 0, result.output
+    assert "with no login; anyone who can reach it" in result.output and "read-only for everyone" in result.output
+    assert launched["cmd"][-1] == "--read-only"
+
+
+def test_loopback_keeps_the_single_local_user(workspace, launched):
+    result = CliRunner().invoke(app, ["ui", str(workspace), "--port", _free_port("127.0.0.1"), "--user", "ann"])
+    assert result.exit_code == 0, result.output
+    assert "one local user" in result.output
+    assert ui_cli.is_loopback("127.0.0.1") and ui_cli.is_loopback("::1") and ui_cli.is_loopback("localhost")
+    assert ui_cli.is_loopback("127.8.0.1") and not ui_cli.is_loopback("0.0.0.0") and not ui_cli.is_loopback("::")
+
+
+def test_oidc_in_secrets_toml_is_a_login(workspace, launched, tmp_path, monkeypatch):
+    """An [auth] section in ./.streamlit/secrets.toml makes Streamlit's OIDC login the identity source; it needs
+    Authlib, which is named when missing."""
+    import importlib.util
+
+    (tmp_path / ".streamlit").mkdir()
+    (tmp_path / ".streamlit" / "secrets.toml").write_text(
+        '[auth]\nredirect_uri = "https://ea.example.com/oauth2callback"\ncookie_secret = "xyz"\n'
+        'client_id = "ea"\nclient_secret = "abc"\n'
+        'server_metadata_url = "https://login.example.com/.well-known/openid-configuration"\n')
+    real = importlib.util.find_spec
+    for installed in (False, True):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, installed=installed: (real("pytest") if installed else None)
+                            if name == "authlib" else real(name, *a))
+        result = CliRunner().invoke(app, ["ui", str(workspace), "--host", "0.0.0.0", "--port", _free_port(),
+                                          "--viewers", "carol"])
+        if installed:
+            assert result.exit_code == 0 and "OIDC login" in result.output, result.output
+        else:
+            assert result.exit_code == 2 and "pip install 'streamlit[auth]'" in result.output, result.output
+
+
+def test_app_config_of_the_team_settings(workspace, tmp_path):
+    secret = _secret(tmp_path)
+    cfg = config.parse([str(workspace), "--allow-path", str(tmp_path), "--trusted-user-header", "X-Forwarded-User",
+                        "--proxy-secret-file", str(secret), "--read-only", "--viewers", "carol, dave"], env={})
+    assert cfg.workspace.allowed == (tmp_path.resolve(),) and cfg.trusted_user_header == "X-Forwarded-User"
+    assert cfg.read_only and cfg.viewers == {"carol", "dave"} and cfg.blocked is None
+    assert len(cfg.proxy_secret_sha256) == 64 and "s3cr3t" not in repr(cfg)
+    cfg = config.parse([], env={"ERRORANALYSIS_RUNS": str(workspace), "ERRORANALYSIS_ALLOW_PATHS": str(tmp_path),
+                                "ERRORANALYSIS_TRUSTED_USER_HEADER": "X-Forwarded-User"})
+    assert cfg.workspace.allowed == (tmp_path.resolve(),)
+    assert cfg.blocked and "no proxy secret" in cfg.blocked  # a trusted header without a secret: nobody gets in
+    cfg = config.parse([str(workspace), "--trusted-user-header", "X-Forwarded-User", "--proxy-secret-file",
+                        str(tmp_path / "gone")], env={})
+    assert cfg.blocked and "cannot be read" in cfg.blocked

@@ -148,8 +148,18 @@ def test_a_run_without_a_log_says_so(start):
     at = start("news-b")
     assert not at.exception and not at.error
     message = at.info[0].value
-    assert "No training log" in message and "not on this machine" in message
+    assert "No training log" in message and "--allow-path" in message
     assert "erroranalysis training" in message
+
+
+def test_the_log_is_the_runs_own_copy(workspace):
+    """`erroranalysis run` copies the checkpoint's trainer_state.json into the run: the page reads that copy, so it
+    works with the checkpoint folder outside the runs folder (which the app does not read)."""
+    copied = rundir.readers.read_trainer_state(rundir.Run.open(workspace / "news-a"))
+    assert copied == workspace / "news-a" / "trainer_state.json"
+    folder = Path(rundir.Run.open(workspace / "news-a").manifest["model"]["path"])
+    assert copied.read_bytes() == (folder / "trainer_state.json").read_bytes()
+    assert rundir.readers.read_trainer_state(rundir.Run.open(workspace / "news-b")) is None
 
 
 def test_a_typed_log_path_under_the_runs_folder(start):
@@ -177,14 +187,18 @@ def test_paths_outside_the_workspace_are_refused(start, workspace, tmp_path):
         link.unlink()
 
 
-def test_the_checkpoint_folder_is_readable_only_for_its_own_run(start, workspace):
+def test_a_checkpoint_folder_outside_is_read_only_with_allow_path(start, workspace, monkeypatch):
+    """The manifest naming a folder does not make it readable, for its own run or any other; --allow-path does."""
     folder = rundir.Run.open(workspace / "news-a").manifest["model"]["path"]
-    at = start("news-a")
-    at.text_input(key=state.TRAINING_LOG).set_value(folder + "/trainer_state.json").run()
-    assert not at.error and at.metric[0].value == "1"
+    for run in ("news-a", "news-b"):
+        at = start(run)
+        at.text_input(key=state.TRAINING_LOG).set_value(folder + "/trainer_state.json").run()
+        assert at.error and "outside the folders this app may read" in at.error[0].value
+        assert not at.metric or at.metric[0].value != "1"
+    monkeypatch.setenv("ERRORANALYSIS_ALLOW_PATHS", str(Path(folder).parent))
     at = start("news-b")
     at.text_input(key=state.TRAINING_LOG).set_value(folder).run()
-    assert at.error and "outside" in at.error[0].value
+    assert not at.error and at.metric[0].value == "1"
 
 
 def test_a_broken_log_is_one_message(start, workspace):

@@ -1,6 +1,8 @@
 """The erroranalysis app: `erroranalysis ui runs/` or `streamlit run ui/app.py -- runs/ [--user NAME] [--open RUN]`.
 
-This file is the router (st.navigation) and the frame around every page: the run picker and who is labeling.
+This file is the router (st.navigation) and the frame around every page: who is using the app (eaui.identity: no
+page without an identity), the run picker, and the rule of which files may be read (eaui.workspace: every page
+runs confined to it).
 Pages under views/ only render; data comes from erroranalysis_ui.eaui.data, work from the erroranalysis library. (Not pages/:
 Streamlit would also serve a pages/ folder beside this file as standalone pages, bypassing this router.)
 """
@@ -16,13 +18,18 @@ _HERE = Path(__file__).resolve().parent
 st.set_page_config(page_title="erroranalysis", page_icon=":material/troubleshoot:", layout="wide",
                    initial_sidebar_state="expanded")
 
-from erroranalysis_ui.eaui import components, config, data, state  # noqa: E402  (after set_page_config)
+from erroranalysis_ui.eaui import components, config, data, identity, state  # noqa: E402  (after set_page_config)
 
 if state.CONFIG not in st.session_state:
     st.session_state[state.CONFIG] = config.parse()
 cfg = st.session_state[state.CONFIG]
 components.style()
 st.logo(str(_HERE / "logo.svg"), icon_image=str(_HERE / "icon.svg"), size="large")
+
+who = identity.current(cfg, st.session_state.get(state.USER))
+st.session_state[state.IDENTITY] = who
+if who.user is None:
+    components.sign_in(who)  # the reason, a sign-in button for OIDC; no page, no run names
 
 runs_page = st.Page("views/runs.py", title="Runs", icon=":material/folder_open:", default=True)
 pages = {
@@ -49,7 +56,7 @@ page = st.navigation(pages)
 with st.sidebar:
     if cfg.problem:
         st.error(cfg.problem)
-    keys = data.discover(cfg.runs_root)
+    keys = data.discover(cfg.workspace)
     if state.RUN not in st.session_state:
         wanted = st.query_params.get(state.RUN) or cfg.open_run
         st.session_state[state.RUN] = wanted if wanted in keys else (keys[0] if keys else None)
@@ -60,10 +67,9 @@ with st.sidebar:
     st.selectbox("Run", keys, key=state.RUN, placeholder="No runs in this folder", help=f"Runs under {cfg.runs_root}")
     if st.session_state.get(state.RUN) and st.query_params.get(state.RUN) != st.session_state[state.RUN]:
         st.query_params[state.RUN] = st.session_state[state.RUN]  # so the address names the run (shareable)
-    if state.USER not in st.session_state:
-        st.session_state[state.USER] = cfg.user
-    st.text_input("Labeling as", key=state.USER, help="Every label you make is recorded under this name.")
+    components.who_box(who)
     st.caption(f"Workspace `{cfg.runs_root}`  \nLabels `{cfg.labels_db.name}`")
 
 components.show_flash()
-page.run()
+with cfg.workspace.confined():
+    page.run()

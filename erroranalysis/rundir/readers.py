@@ -27,6 +27,7 @@ from erroranalysis.rundir.artifacts import (
     EMBEDDINGS,
     EMBEDDINGS_META,
     HIDDEN,
+    MANIFEST,
     METRICS,
     PREDICTIONS,
     PROBS,
@@ -36,6 +37,13 @@ from erroranalysis.rundir.artifacts import (
     SUGGESTIONS,
     TRAINER_STATE,
     owner,
+)
+from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co. are the readers' public API)
+    OutsideError,
+    check_allowed,
+    check_tree,
+    confined,
+    real_roots,
 )
 
 VERIFY_LIMIT = 256 << 20  # sha256 checked for artifacts up to this size (sizes are always checked)
@@ -55,7 +63,7 @@ LIST_COLUMNS = ("keywords", "top_confusions", "exemplar_ids")
 # -- the gate every reader passes -------------------------------------------------------------------------------
 
 
-def artifact_path(run, name: str, required: bool = True) -> Path | None:
+def artifact_path(run, name: str, required: bool = True, *, allowed_roots=None) -> Path | None:
     """The file of artifact `name` as its stage last committed it, checked against the recorded size and sha256.
 
     An artifact never committed is refused with the reason (its stage was not run, is running, was interrupted or
@@ -63,7 +71,11 @@ def artifact_path(run, name: str, required: bool = True) -> Path | None:
     failed or was interrupted leaves the committed artifacts usable (they are a whole, consistent set); only a
     stage caught while moving its files into place (`committing`) makes them unusable until it is finished. When
     the stage is done but did not write `name`: None if not `required` (probabilities of a run without them),
-    else a RunError."""
+    else a RunError.
+
+    The run's manifest and the file are opened only inside `allowed_roots` (default: those of `confined`, if
+    any): a symlink that leads out of them is refused (OutsideError) before anything is read."""
+    check_allowed(run.path / MANIFEST, allowed_roots)
     manifest = run.manifest
     entry = manifest.get("artifacts", {}).get(name)
     if entry is None:
@@ -80,6 +92,7 @@ def artifact_path(run, name: str, required: bool = True) -> Path | None:
         raise NotCommitted(f"{run.path}: {name} is not available: stage {stage!r} was stopped while saving its files; "
                        f"run: {run.resume_command(stage)}")
     file = run.path / name
+    check_tree(file, allowed_roots)
     _verify(run, file, entry, stage)
     return file
 

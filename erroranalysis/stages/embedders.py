@@ -26,8 +26,16 @@ def resolve_embedder(spec, run: rundir.Run, predictions, *, cache: bool = True, 
     if text == "hidden":
         return hidden_states_embedder(run)
     if text.endswith(".npy") or os.sep in text or Path(text).suffix:
-        return embedding.PrecomputedEmbedder(text, predictions["example_id"].astype(str).tolist())
+        return file_embedder(text, predictions["example_id"].astype(str).tolist())
     raise ParameterError("embedder", text, "'minilm', 'hidden' or a path to a .npy file")
+
+
+def file_embedder(path, example_ids) -> embedding.PrecomputedEmbedder:
+    """Vectors from a .npy file (and its .json sidecar), read only where readers may read (readers.confined): the
+    path comes from a run's embeddings.json, which must not lead the app outside its folders."""
+    readers.check_allowed(path)
+    readers.check_allowed(Path(str(path)).with_suffix(".json"))
+    return embedding.PrecomputedEmbedder(path, example_ids)
 
 
 def hidden_states_embedder(run: rundir.Run) -> embedding.HiddenStatesEmbedder:
@@ -60,7 +68,7 @@ def run_embedder(run: rundir.Run, predictions, spec=None):
     elif name == "hidden":
         emb = hidden_states_embedder(run)
     elif name == "file":
-        emb = embedding.PrecomputedEmbedder(recorded.get("source", ""), predictions["example_id"].tolist())
+        emb = file_embedder(recorded.get("source", ""), predictions["example_id"].tolist())
     else:
         raise RunError(f"{run.file(rundir.EMBEDDINGS_META)}: the run was clustered with a custom embedder "
                        f"{recorded.get('key', name)!r} that cannot be re-created here; pass --embedder minilm, hidden "

@@ -312,7 +312,7 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     records an `apply_taxonomy` stage. Earlier pending suggestions of this run that are no longer made are removed.
     Everything is checked and computed before the first write, and the labels are written in ONE transaction,
     logged as one event by the writer kind 'suggestion': all of them are stored, or (on any failure) none."""
-    from erroranalysis.labels import LabelStore, labels_db_for
+    from erroranalysis.labels import LabelStore, ReadOnlyError, labels_db_for
 
     check_param("on_clash", on_clash, on_clash in ON_CLASH, "one of " + ", ".join(ON_CLASH))
     _check_match_params(method, k, threshold)
@@ -325,6 +325,8 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
         if db.is_dir():
             raise UserError(f"{db}: is a directory; pass the labels database file to --labels-db.")
         store = LabelStore(db, user=user, writer="suggestion")
+    if not store.can_write:  # refused before the run is touched (the stage would write it first)
+        raise ReadOnlyError(store.read_only_reason)
     plan_import(doc, store, on_clash=on_clash)  # refuses a clash before anything is computed or written
     result = suggest(doc, run.path, store=store, method=method, k=k, threshold=threshold, embedder=embedder,
                      progress=progress, name=source, confusions=confusions)

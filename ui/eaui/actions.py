@@ -15,7 +15,8 @@ from erroranalysis_ui.eaui import state
 
 def _run(action: Callable[[], str | None]) -> None:
     try:
-        message = action()
+        with ui.config().workspace.confined():  # callbacks run before the page, outside app.py's confinement
+            message = action()
     except UserError as exc:
         state.flash("error", str(exc).splitlines()[0])
         return
@@ -44,7 +45,7 @@ def _done(change) -> str:
 def create_type() -> None:
     def act() -> str:
         name = st.session_state.get(state.NEW_TYPE_NAME, "")
-        created = ui.labels().create_error_type(name, st.session_state.get(state.NEW_TYPE_DEFINITION, ""),
+        created = ui.open_labels().create_error_type(name, st.session_state.get(state.NEW_TYPE_DEFINITION, ""),
                                                 st.session_state.get(state.NEW_TYPE_SEVERITY) or "medium")
         st.session_state[state.LABEL_TARGET] = created.id
         return f"Created error type “{created.name}”."
@@ -58,7 +59,7 @@ def assign_selected(run_key: str) -> None:
         if not ids:
             raise UserError("select examples in the table first (tick the boxes on the left).")
         target = _target()
-        return _done(ui.labels().assign(run_key, ids, target, cluster_ids=_clusters_of(ids)))
+        return _done(ui.open_labels().assign(run_key, ids, target, cluster_ids=_clusters_of(ids)))
 
     _run(act)
 
@@ -68,9 +69,9 @@ def assign_ids(run_key: str, ids: list[str], clusters: dict[str, int], summary: 
         if not ids:
             raise UserError("there are no examples to assign here.")
         target = _target()
-        name = ui.labels().error_type(target).name
+        name = ui.open_labels().error_type(target).name
         text = summary.replace("{type}", repr(name)) if summary else None
-        return _done(ui.labels().assign(run_key, ids, target, cluster_ids=clusters, summary=text))
+        return _done(ui.open_labels().assign(run_key, ids, target, cluster_ids=clusters, summary=text))
 
     _run(act)
 
@@ -80,7 +81,7 @@ def unassign_selected(run_key: str) -> None:
         ids = _selected_ids()
         if not ids:
             raise UserError("select the examples to move out first.")
-        return _done(ui.labels().unassign(run_key, ids, summary=f"moved {len(ids)} examples out of their error type"))
+        return _done(ui.open_labels().unassign(run_key, ids, summary=f"moved {len(ids)} examples out of their error type"))
 
     _run(act)
 
@@ -90,14 +91,14 @@ def flag_selected(run_key: str, flag: str, value: bool = True) -> None:
         ids = _selected_ids()
         if not ids:
             raise UserError("select examples in the table first.")
-        return _done(ui.labels().set_flag(run_key, ids, flag, value))
+        return _done(ui.open_labels().set_flag(run_key, ids, flag, value))
 
     _run(act)
 
 
 def save_note(run_key: str, example_id: str) -> None:
     def act() -> str:
-        change = ui.labels().set_note(run_key, example_id, st.session_state.get(state.LABEL_NOTE, ""))
+        change = ui.open_labels().set_note(run_key, example_id, st.session_state.get(state.LABEL_NOTE, ""))
         return _done(change)
 
     _run(act)
@@ -113,10 +114,10 @@ def merge_clusters(run_key: str, members: dict[int, list[tuple[str, int]]]) -> N
             raise UserError("pick the error type to merge the clusters into (create one first).")
         pairs = [p for c in picked for p in members.get(c, [])]
         ids = [i for i, _ in pairs]
-        name = ui.labels().error_type(int(target)).name
+        name = ui.open_labels().error_type(int(target)).name
         summary = (f"merged clusters {', '.join('#' + str(c) for c in picked)} into {name!r} "
                    f"({len(ids)} examples)")
-        change = ui.labels().assign(run_key, ids, int(target), cluster_ids=dict(pairs), summary=summary)
+        change = ui.open_labels().assign(run_key, ids, int(target), cluster_ids=dict(pairs), summary=summary)
         st.session_state[state.MERGE_CLUSTERS] = []
         return _done(change)
 
@@ -124,7 +125,7 @@ def merge_clusters(run_key: str, members: dict[int, list[tuple[str, int]]]) -> N
 
 
 def undo() -> None:
-    _run(lambda: _done(ui.labels().undo()))
+    _run(lambda: _done(ui.open_labels().undo()))
 
 
 def update_type() -> None:
@@ -132,7 +133,7 @@ def update_type() -> None:
         type_id = st.session_state.get(state.EDIT_TYPE)
         if type_id is None:
             raise UserError("pick the error type to edit.")
-        updated = ui.labels().update_error_type(int(type_id), name=st.session_state.get(state.EDIT_NAME),
+        updated = ui.open_labels().update_error_type(int(type_id), name=st.session_state.get(state.EDIT_NAME),
                                                 definition=st.session_state.get(state.EDIT_DEFINITION),
                                                 severity=st.session_state.get(state.EDIT_SEVERITY))
         return f"Saved “{updated.name}”."
@@ -146,7 +147,7 @@ def merge_types() -> None:
         sources = st.session_state.get(state.MERGE_TYPES) or []
         if type_id is None or not sources:
             raise UserError("pick the error types to merge into this one.")
-        change = ui.labels().merge_error_types([int(s) for s in sources], int(type_id))
+        change = ui.open_labels().merge_error_types([int(s) for s in sources], int(type_id))
         st.session_state[state.MERGE_TYPES] = []
         return _done(change)
 
@@ -158,7 +159,7 @@ def delete_type() -> None:
         type_id = st.session_state.get(state.EDIT_TYPE)
         if type_id is None:
             raise UserError("pick the error type to delete.")
-        change = ui.labels().delete_error_type(int(type_id))
+        change = ui.open_labels().delete_error_type(int(type_id))
         st.session_state.pop(state.EDIT_TYPE, None)
         return change.summary[:1].upper() + change.summary[1:] + ". Undo brings it back."
 
@@ -190,7 +191,7 @@ def review_selected(run_key: str, accept: bool) -> None:
         ids = _review_selected_ids()
         if not ids:
             raise UserError("select suggestions in the table first (tick the boxes on the left).")
-        change = review(ui.labels(), run_key, ids, accept)
+        change = review(ui.open_labels(), run_key, ids, accept)
         state.reset_review_selection()
         return _done(change)
 
@@ -202,7 +203,7 @@ def review_ids(run_key: str, ids: list[str], accept: bool) -> None:
     from erroranalysis.stages import review
 
     def act() -> str:
-        change = review(ui.labels(), run_key, ids, accept)
+        change = review(ui.open_labels(), run_key, ids, accept)
         state.reset_review_selection()
         return _done(change)
 
@@ -226,7 +227,7 @@ def slice_to_type(run_key: str, name: str, definition: str, ids: list[str], clus
     another error type, or are flagged (label is wrong, not an error), keep it unless state.SLICE_OVERWRITE is on."""
 
     def act() -> str:
-        store = ui.labels()
+        store = ui.open_labels()
         etype = store.find_error_type(name)  # the store's one rule for comparing names
         created = etype is None
         if created:

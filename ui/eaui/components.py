@@ -66,13 +66,34 @@ def config() -> AppConfig:
     return st.session_state[state.CONFIG]
 
 
-def labels() -> LabelStore:
-    """The labels store of the current run (the workspace rule picks it: AppConfig.labels_db_of), recording
-    changes under this session's user."""
+def user() -> str:
+    """Who this session is: the identity app.py established (eaui.identity), never a name the page sent."""
+    who = state.get(state.IDENTITY)
+    if who is None or who.user is None:  # app.py shows no page without one; a callback cannot get here either
+        raise UserError("no identity for this session; reload the page.")
+    return who.user
+
+
+def _store_at(db: Path) -> LabelStore:
     cfg = config()
-    user = (state.get(state.USER) or cfg.user).strip() or cfg.user
+    cfg.workspace.check(db)  # a labels.sqlite that is a symlink out is refused like any file
+    return data.store(str(db), cfg.read_only, tuple(sorted(cfg.viewers)))
+
+
+def open_labels() -> LabelStore:
+    """The labels store of the current run (the workspace rule picks it: AppConfig.labels_db_of), recording
+    changes under this session's identity, with the app's roles (--read-only, --viewers). Raises UserError
+    (a damaged database: DamagedError); button callbacks use this, pages use `labels`."""
+    cfg = config()
     key = state.get(state.RUN)
-    return data.store(str(cfg.labels_db_of(cfg.runs_root / key if key else None))).with_user(user)
+    return _store_at(cfg.labels_db_of(cfg.runs_root / key if key else None)).with_user(user())
+
+
+def labels() -> LabelStore:
+    """open_labels for a page: a database that cannot be opened (damaged, refused) is one message, and the page
+    stops there."""
+    with guard():
+        return open_labels()
 
 
 def labeled_counts(keys) -> dict[str, int]:
@@ -80,9 +101,63 @@ def labeled_counts(keys) -> dict[str, int]:
     cfg = config()
     out: dict[str, int] = {}
     for key in keys:
-        store = data.store(str(cfg.labels_db_of(cfg.runs_root / key)))
+        store = _store_at(cfg.labels_db_of(cfg.runs_root / key))
         out[key] = data.labeled_per_run(store).get(store.run_key(cfg.runs_root / key), 0)
     return out
+
+
+def sign_in(who) -> None:
+    """The page a session without an identity sees (eaui.identity): why, and for OIDC a sign-in button per
+    provider configured in secrets.toml. Nothing of the workspace is shown. Stops the script."""
+    st.title("erroranalysis")
+    if who.source == "oidc" and who.refusal and who.refusal.startswith("Sign in"):
+        st.info("Sign in to browse the runs and label failures: labels are recorded under your account.",
+                icon=":material/login:")
+        row = st.container(horizontal=True, gap="small")
+        for provider in _oidc_providers():
+            label = "Sign in" if provider is None else f"Sign in with {provider}"
+            row.button(label, on_click=st.login, args=(provider,) if provider else (), type="primary",
+                       icon=":material/login:", key=f"ea_login_{provider or 'default'}")
+    else:
+        st.error(who.refusal or "No identity for this request.", icon=":material/lock:")
+    st.stop()
+
+
+def _oidc_providers() -> list[str | None]:
+    """The providers of secrets.toml's [auth] (named sub-sections), or [None] for the one given at its top."""
+    try:
+        section = st.secrets["auth"]
+        named = [k for k, v in section.items() if hasattr(v, "keys")]
+    except Exception:
+        named = []
+    return named or [None]
+
+
+def who_box(who) -> None:
+    """The sidebar's identity: the "Labeling as" box for a single local user, else the signed-in name (not
+    editable), and the role when it forbids writing."""
+    from erroranalysis.labels.roles import Access
+
+    cfg = config()
+    if who.editable:
+        if state.USER not in st.session_state:
+            st.session_state[state.USER] = cfg.user
+        st.text_input("Labeling as", key=state.USER, help="Every label you make is recorded under this name.")
+    else:
+        how = "through the login proxy" if who.source == "proxy" else "with your identity provider"
+        st.markdown(f":material/account_circle: **{md(who.user)}**")
+        st.caption(f"Signed in {how}; every label you make is recorded under this name.")
+        if who.source == "oidc":
+            st.button("Sign out", on_click=st.logout, icon=":material/logout:", key="ea_logout")
+    refusal = Access.of(cfg.read_only, cfg.viewers).refusal(who.user, "the labels")
+    if refusal:
+        st.caption(":material/visibility: " + ("Read-only: labels can be read here, not changed." if cfg.read_only
+                                               else "Viewer: you may read labels, not change them."))
+
+
+def read_only_note(store: LabelStore) -> None:
+    """Say why the write controls are not shown (the store refuses writes itself)."""
+    st.caption(f":material/visibility: {md(store.read_only_reason or '')}")
 
 
 def current_run(required: bool = True) -> Current | None:
@@ -97,7 +172,7 @@ def current_run(required: bool = True) -> Current | None:
             st.stop()
         return None
     try:
-        return Current(cfg, key, data.run_dir(cfg.runs_root, key))
+        return Current(cfg, key, data.run_dir(cfg.workspace, key))
     except UserError as exc:
         if required:
             problem(exc)

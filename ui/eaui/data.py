@@ -28,8 +28,7 @@ from erroranalysis.rundir import (
     Run,
     readers,
 )
-
-MAX_DEPTH = 2  # runs are looked for at <root>/<run> and <root>/<group>/<run>
+from erroranalysis_ui.eaui.workspace import Workspace
 
 
 def stamp(path: Path) -> tuple[int, int] | None:
@@ -44,49 +43,37 @@ def file_stamps(run_dir: Path, *names: str) -> tuple:
     return tuple(stamp(run_dir / n) for n in names)
 
 
+def _open(path: str | Path) -> Run:
+    """Run.open, once the manifest it reads passes the readers' allow-list (every page runs confined to the app's
+    folders: eaui.workspace)."""
+    readers.check_allowed(Path(path) / MANIFEST)
+    return Run.open(path)
+
+
 # -- the workspace ------------------------------------------------------------------------------------------------
 
 
-def discover(root: Path) -> list[str]:
-    """Run keys (paths relative to root, posix) of every run directory under root, sorted."""
-    keys = []
-    if not root.is_dir():
-        return keys
-    for depth in range(1, MAX_DEPTH + 1):
-        for manifest in root.glob("/".join(["*"] * depth) + "/" + MANIFEST):
-            run_dir = manifest.parent
-            if any(p.startswith(".") for p in run_dir.relative_to(root).parts):
-                continue
-            if _inside(root, run_dir):
-                keys.append(run_dir.relative_to(root).as_posix())
-    return sorted(set(keys))
+def workspace(ws: Workspace | str | Path) -> Workspace:
+    """`ws`, or the workspace of a runs folder given as a path (no other folder allowed)."""
+    return ws if isinstance(ws, Workspace) else Workspace.of(Path(ws))
 
 
-def _inside(root: Path, path: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-    except (ValueError, OSError):
-        return False
-    return True
+def discover(ws: Workspace | Path) -> list[str]:
+    """Run keys (paths relative to the runs folder, posix) of every run in the workspace, sorted."""
+    return workspace(ws).discover()
 
 
-def run_dir(root: Path, key: str) -> Path:
-    """The folder of run `key`, refusing anything outside the runs folder (.., absolute paths, symlinks out)."""
-    if not key or Path(key).is_absolute() or ".." in Path(key).parts:
-        raise RunError(f"{key!r}: not a run in {root}; pick a run on the Runs page.")
-    path = root / key
-    if not _inside(root, path):
-        raise RunError(f"{key!r}: points outside the runs folder {root}; the app reads only inside it.")
-    if not (path / MANIFEST).is_file():
-        raise RunError(f"{path}: not a run directory (no {MANIFEST}); pick a run on the Runs page.")
-    return path
+def run_dir(ws: Workspace | Path, key: str) -> Path:
+    """The folder of run `key`, refusing anything outside the app's folders (eaui.workspace)."""
+    return workspace(ws).run_dir(key)
 
 
-def list_runs(root: Path):
+def list_runs(ws: Workspace | Path):
     """One row per run: key, task, created, examples, accuracy, failures, stages, clustered, problem. Whether a
     process holds each run is part of the cache key: a stage whose process died reads as interrupted though no file
     changed."""
-    keys = discover(root)
+    root = workspace(ws).runs_root
+    keys = discover(ws)
     stamps = tuple((k, file_stamps(root / k, MANIFEST, METRICS, CLUSTERS), _writer_alive(root / k)) for k in keys)
     return _list_runs(str(root), stamps)
 
@@ -109,7 +96,7 @@ def _list_runs(root: str, stamps: tuple):
         row: dict[str, Any] = {"run": key, "task": None, "created": None, "model": None, "examples": None,
                                "accuracy": None, "failures": None, "stages": "", "clustered": False, "problem": ""}
         try:
-            run = Run.open(path)
+            run = _open(path)
             manifest = run.manifest
             row["task"] = manifest.get("task")
             row["created"] = str(manifest.get("created", ""))[:16].replace("T", " ")
@@ -143,7 +130,7 @@ _STAGE_ICON = {"done": "✓", "failed": "✗", "running": "…", "committing": "
 def stage_messages(path: Path) -> list[str]:
     """What is unfinished in a run, one line per stage that is not done (rundir says why and how to resume), and
     the last completed outputs a failed or interrupted re-run left in place."""
-    run = Run.open(path)
+    run = _open(path)
     manifest = run.manifest
     return [run.notice(name) or run.explain(name, manifest) for name in manifest.get("stages", {})
             if run.stage_status(name) != "done"]
@@ -160,7 +147,7 @@ def manifest(path: Path) -> dict:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _manifest(path: str, mtime) -> dict:
-    return Run.open(path).manifest
+    return _open(path).manifest
 
 
 def metrics(path: Path) -> dict:
@@ -169,7 +156,7 @@ def metrics(path: Path) -> dict:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _metrics(path: str, mtime) -> dict:
-    data = Run.open(path).metrics()
+    data = _open(path).metrics()
     if not isinstance(data, dict) or "overall" not in data:
         raise RunError(f"{Path(path) / METRICS}: no 'overall' section; run 'erroranalysis metrics {path}' again.")
     return data
@@ -182,7 +169,7 @@ def clusters(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _clusters(path: str, stamps) -> Any:
-    return readers.read_clusters(Run.open(path), optional=True)
+    return readers.read_clusters(_open(path), optional=True)
 
 
 def base_table(path: Path):
@@ -192,17 +179,34 @@ def base_table(path: Path):
 
 @st.cache_resource(show_spinner="Reading the run…", max_entries=4)
 def _base_table(path: str, stamps):
-    return stages.base_table(Run.open(path))
+    return stages.base_table(_open(path))
 
 
 # -- labels -------------------------------------------------------------------------------------------------------
 
 
+def store(db_path: str, read_only: bool = False, viewers: tuple[str, ...] = ()) -> LabelStore:
+    """A labels store of the workspace (created on first use), writing as the app; per-session users come from
+    `store(...).with_user`. `read_only` (the app's --read-only) and `viewers` are enforced by the store itself. A
+    read-only app on a workspace with no labels database yet reads an empty one (it creates nothing there).
+    Opening a damaged database raises its one-line DamagedError (a UserError), every time until it is restored."""
+    if read_only and not Path(db_path).exists():
+        return _empty_store(tuple(viewers))
+    return _store(db_path, bool(read_only), tuple(viewers))
+
+
 @st.cache_resource(show_spinner=False)
-def store(db_path: str) -> LabelStore:
-    """A labels store of the workspace (created on first use), writing as the app. Per-session users come from
-    `store(...).with_user`."""
-    return LabelStore(db_path, writer="app")
+def _store(db_path: str, read_only: bool, viewers: tuple[str, ...]) -> LabelStore:
+    return LabelStore(db_path, writer="app", read_only=read_only, viewers=viewers)
+
+
+@st.cache_resource(show_spinner=False)
+def _empty_store(viewers: tuple[str, ...]) -> LabelStore:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="erroranalysis-no-labels-")) / "labels.sqlite"
+    LabelStore(path, writer="app")  # creates the schema
+    return LabelStore(path, writer="app", read_only=True, viewers=viewers)
 
 
 def run_key(db: LabelStore, path: Path) -> str:
@@ -262,7 +266,7 @@ def export_text(fmt: str, path: Path, db: LabelStore) -> str:
 @st.cache_data(show_spinner="Preparing the export…", max_entries=12)
 def _export_text(fmt: str, path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore) -> str:
     table = _examples(path, stamps, db_path, key, version, _db)
-    return stages.render(fmt, Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db))
+    return stages.render(fmt, _open(path), _db, table=table, error_types=_error_types(db_path, version, _db))
 
 
 def taxonomy_doc(path: Path, db: LabelStore) -> dict:
@@ -273,7 +277,7 @@ def taxonomy_doc(path: Path, db: LabelStore) -> dict:
 @st.cache_data(show_spinner=False, max_entries=8)
 def _taxonomy_doc(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore) -> dict:
     table = _examples(path, stamps, db_path, key, version, _db)
-    return stages.build_taxonomy(Run.open(path), _db, table=table, error_types=_error_types(db_path, version, _db),
+    return stages.build_taxonomy(_open(path), _db, table=table, error_types=_error_types(db_path, version, _db),
                                    include_text=False, exemplars=5)
 
 
@@ -356,10 +360,10 @@ def _cluster_map_base(path: str, stamps, show_correct: bool) -> dict:
 _COMPARE_FILES = (MANIFEST, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
 
 
-def comparison(root: Path, base: str, candidates: list[str], db: LabelStore):
+def comparison(ws: Workspace | Path, base: str, candidates: list[str], db: LabelStore):
     """erroranalysis.stages.compare_runs of runs in the workspace (keys), cached on their files and the labels
     version. Shared, read-only. Raises UserError for runs over different eval sets."""
-    paths = [run_dir(root, k) for k in [base, *candidates]]
+    paths = [run_dir(ws, k) for k in [base, *candidates]]
     stamps = tuple(file_stamps(p, *_COMPARE_FILES) for p in paths)
     return _comparison(tuple(str(p) for p in paths), stamps, str(db.path), db.version(), db)
 
@@ -377,7 +381,7 @@ def suggestions(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _suggestions(path: str, stamps):
-    return readers.read_suggestions(Run.open(path), optional=True)
+    return readers.read_suggestions(_open(path), optional=True)
 
 
 # -- slices (issue 8) ---------------------------------------------------------------------------------------------
@@ -397,7 +401,7 @@ def slices(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _slices(path: str, stamps):
-    got = readers.read_slices(Run.open(path), optional=True)
+    got = readers.read_slices(_open(path), optional=True)
     if got is None:
         return None
     found, members = got
@@ -440,51 +444,9 @@ def _slice_summary(path: str, stamps, slice_stamps, db_path: str, key: str, vers
 # -- training signals (issue 7) -----------------------------------------------------------------------------------
 
 
-def model_folder(run_path: Path, manifest: dict) -> Path | None:
-    """The folder of the run's checkpoint (manifest model.path; for a single-file model, its folder), or None when
-    the manifest names none or it is not on this machine. A relative path is read against the run folder, then
-    the working folder."""
-    raw = (manifest.get("model") or {}).get("path") if isinstance(manifest, dict) else None
-    if not raw:
-        return None
-    given = Path(str(raw)).expanduser()
-    for candidate in ([given] if given.is_absolute() else [run_path / given, Path.cwd() / given]):
-        try:
-            if candidate.is_dir():
-                return candidate.resolve()
-            if candidate.is_file():
-                return candidate.resolve().parent
-        except OSError:
-            continue
-    return None
-
-
-def training_log_file(typed: str | None, runs_root: Path, model_dir: Path | None) -> tuple[Path, str]:
-    """The training log to read and its format (erroranalysis.training.find_log): the path typed in the app (a
-    file or folder; relative to the runs folder) or, when none is typed, the checkpoint folder's log.
-
-    Only files under the runs folder or the checkpoint folder are read: a path elsewhere, or a symlink that leads
-    out of them, is refused (UserError), as is a folder without a log."""
-    from erroranalysis.checklist.training_log import find_log
-
-    roots = [runs_root] + ([model_dir] if model_dir is not None else [])
-    where_ = f"the runs folder {runs_root}" + (f" or the checkpoint folder {model_dir}" if model_dir else "")
-    text = (typed or "").strip()
-    if text:
-        target = Path(text).expanduser()
-        if not target.is_absolute():
-            target = runs_root / target
-        if not any(_inside(root, target) for root in roots):
-            raise RunError(f"{text}: outside {where_}; the app reads training logs only there "
-                           "(use 'erroranalysis training LOG' for logs elsewhere).")
-    elif model_dir is not None:
-        target = model_dir
-    else:
-        raise RunError("no training log: this run names no checkpoint folder on this machine; type a log path.")
-    file, kind = find_log(target)
-    if not any(_inside(root, file) for root in roots):
-        raise RunError(f"{file}: leads outside {where_}; the app reads training logs only there.")
-    return file, kind
+def trainer_state(path: Path) -> Path | None:
+    """The checkpoint's trainer_state.json as `erroranalysis run` copied it into the run, or None."""
+    return readers.read_trainer_state(_open(path), optional=True)
 
 
 def _log_stamps(file: Path) -> tuple:
@@ -519,12 +481,12 @@ def checks(path: Path):
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _checks(path: str, stamps):
-    run = Run.open(path)
+    run = _open(path)
     report = readers.read_checks_report(run, optional=True)
     return None if report is None else (report, readers.read_checks(run))
 
 
 def doctor_report(path: Path) -> str | None:
     """doctor.md written by `erroranalysis doctor` into this run, or None."""
-    found = readers.read_doctor(Run.open(path), optional=True)
+    found = readers.read_doctor(_open(path), optional=True)
     return found[0] if found else None

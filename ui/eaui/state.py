@@ -12,7 +12,8 @@ CONFIG = "ea_config"             # the AppConfig the session started with (eaui.
 # Sidebar
 RUN = "run"                      # the current run's key (mirrored in the ?run= query parameter)
 PENDING_RUN = "ea_pending_run"   # a run picked on the Runs page, applied to the sidebar picker on the next rerun
-USER = "ea_user"                 # who this browser session labels as
+USER = "ea_user"                 # the name typed in "Labeling as" (local mode only: eaui.identity)
+IDENTITY = "ea_identity"         # this session's eaui.identity.Identity, set by app.py on every script run
 
 # Confusion matrix page
 CM_MODE = "ea_cm_mode"           # "Counts" or "Normalized"

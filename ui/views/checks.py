@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from erroranalysis.errors import UserError
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import data, tables
 
@@ -43,7 +44,11 @@ else:
                    "suspicious first; `suggested_label` is the model's view. Flag them on the Label page.")
         tables.examples_table(suspects, height=360, hide=("note",))
 
-report_md = data.doctor_report(current.path)
+try:
+    report_md = data.doctor_report(current.path)
+except UserError as exc:  # damaged, or a link out of the app's folders: the checks above still stand
+    report_md = None
+    ui.problem(exc)
 if report_md:
     with st.expander("Doctor's report (doctor.md)", icon=":material/stethoscope:"):
         st.markdown(report_md)

@@ -18,7 +18,7 @@ st.title("Compare")
 st.caption("Change one thing and test again: a baseline against candidates over the same eval set, matched by "
            "example id. `erroranalysis compare` writes the same report.")
 
-keys = data.discover(cfg.runs_root)
+keys = data.discover(cfg.workspace)
 if len(keys) < 2:
     st.info("Comparing needs at least two runs of the same eval set in this workspace (a baseline and a candidate).",
             icon=":material/compare_arrows:")
@@ -40,7 +40,7 @@ if not candidates:
     st.stop()
 
 with ui.guard("Compare runs of the same eval set (same example ids, texts and gold labels)."):
-    report = data.comparison(cfg.runs_root, base, candidates, store)
+    report = data.comparison(cfg.workspace, base, candidates, store)
 doc = report.doc
 
 if len(candidates) > 1:

@@ -14,7 +14,11 @@ from erroranalysis_ui.eaui import components as ui
 current = ui.current_run()
 store = ui.labels()
 run_key = store.run_key(current.path)
-ui.header("Label", current, f"labeling as **{ui.md(store.user)}** · every change is saved at once")
+can_write = store.can_write  # the store refuses writes itself (--read-only, --viewers); here they are hidden
+ui.header("Label", current, f"labeling as **{ui.md(store.user)}** · every change is saved at once" if can_write
+          else f"**{ui.md(store.user)}** · read only")
+if not can_write:
+    ui.read_only_note(store)
 
 with ui.guard("Labeling needs predictions.parquet; re-run the inference stage."):
     table = data.examples(current.path, store)
@@ -29,8 +33,9 @@ counts = table[(table["error_type_id"] >= 0) & (table["status"] == "accepted")][
 # -- undo ---------------------------------------------------------------------------------------------------------
 last = store.last_undoable()
 bar = st.container(horizontal=True, vertical_alignment="center")
-bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
-           help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
+if can_write:
+    bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
+               help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
 n_labeled = int((failures["error_type_id"] >= 0).sum())
 bar.caption((f"Last change: {ui.md(last.summary)} · " if last else "")
             + f"{n_labeled:,} of {len(failures):,} failures labeled ({ui.pct(n_labeled / max(1, len(failures)), 0)})")
@@ -52,41 +57,42 @@ with types_col:
             if t.definition:
                 st.caption(ui.md(t.definition))
 
-    with st.expander("New error type", expanded=not types, icon=":material/add:"):
-        with st.form(state.NEW_TYPE_FORM, clear_on_submit=True, border=False):
-            st.text_input("Name", key=state.NEW_TYPE_NAME, placeholder="e.g. Sarcasm read literally", max_chars=80)
-            st.text_area("Definition", key=state.NEW_TYPE_DEFINITION, height=80,
-                         placeholder="When does an example belong here?")
-            st.segmented_control("Severity", list(SEVERITIES), key=state.NEW_TYPE_SEVERITY, default="medium")
-            st.form_submit_button("Create error type", type="primary", on_click=actions.create_type,
-                                  icon=":material/add:")
+    if can_write:
+        with st.expander("New error type", expanded=not types, icon=":material/add:"):
+            with st.form(state.NEW_TYPE_FORM, clear_on_submit=True, border=False):
+                st.text_input("Name", key=state.NEW_TYPE_NAME, placeholder="e.g. Sarcasm read literally", max_chars=80)
+                st.text_area("Definition", key=state.NEW_TYPE_DEFINITION, height=80,
+                             placeholder="When does an example belong here?")
+                st.segmented_control("Severity", list(SEVERITIES), key=state.NEW_TYPE_SEVERITY, default="medium")
+                st.form_submit_button("Create error type", type="primary", on_click=actions.create_type,
+                                      icon=":material/add:")
 
-    if types:
-        with st.expander("Edit, merge or delete", icon=":material/edit:"):
-            ids = [t.id for t in types]
-            if state.get(state.EDIT_TYPE) not in ids:
-                st.session_state[state.EDIT_TYPE] = ids[0]
+        if types:
+            with st.expander("Edit, merge or delete", icon=":material/edit:"):
+                ids = [t.id for t in types]
+                if state.get(state.EDIT_TYPE) not in ids:
+                    st.session_state[state.EDIT_TYPE] = ids[0]
 
-            def _load_edit() -> None:
-                t = next(t for t in types if t.id == st.session_state[state.EDIT_TYPE])
-                st.session_state[state.EDIT_NAME] = t.name
-                st.session_state[state.EDIT_DEFINITION] = t.definition
-                st.session_state[state.EDIT_SEVERITY] = t.severity
+                def _load_edit() -> None:
+                    t = next(t for t in types if t.id == st.session_state[state.EDIT_TYPE])
+                    st.session_state[state.EDIT_NAME] = t.name
+                    st.session_state[state.EDIT_DEFINITION] = t.definition
+                    st.session_state[state.EDIT_SEVERITY] = t.severity
 
-            if state.EDIT_NAME not in st.session_state:
-                _load_edit()
-            st.selectbox("Error type", ids, key=state.EDIT_TYPE, format_func=type_names.get, on_change=_load_edit)
-            st.text_input("Name", key=state.EDIT_NAME, max_chars=80)
-            st.text_area("Definition", key=state.EDIT_DEFINITION, height=80)
-            st.selectbox("Severity", list(SEVERITIES), key=state.EDIT_SEVERITY)
-            st.button("Save", on_click=actions.update_type, icon=":material/save:")
-            others = [i for i in ids if i != state.get(state.EDIT_TYPE)]
-            if others:
-                st.multiselect("Merge these into it", others, key=state.MERGE_TYPES, format_func=type_names.get)
-                st.button("Merge into it", on_click=actions.merge_types, icon=":material/merge:",
-                          disabled=not state.get(state.MERGE_TYPES), key=state.MERGE_TYPES_BUTTON)
-            st.button("Delete this error type", on_click=actions.delete_type, icon=":material/delete:",
-                      help="Its examples become unlabeled. Undo restores both.")
+                if state.EDIT_NAME not in st.session_state:
+                    _load_edit()
+                st.selectbox("Error type", ids, key=state.EDIT_TYPE, format_func=type_names.get, on_change=_load_edit)
+                st.text_input("Name", key=state.EDIT_NAME, max_chars=80)
+                st.text_area("Definition", key=state.EDIT_DEFINITION, height=80)
+                st.selectbox("Severity", list(SEVERITIES), key=state.EDIT_SEVERITY)
+                st.button("Save", on_click=actions.update_type, icon=":material/save:")
+                others = [i for i in ids if i != state.get(state.EDIT_TYPE)]
+                if others:
+                    st.multiselect("Merge these into it", others, key=state.MERGE_TYPES, format_func=type_names.get)
+                    st.button("Merge into it", on_click=actions.merge_types, icon=":material/merge:",
+                              disabled=not state.get(state.MERGE_TYPES), key=state.MERGE_TYPES_BUTTON)
+                st.button("Delete this error type", on_click=actions.delete_type, icon=":material/delete:",
+                          help="Its examples become unlabeled. Undo restores both.")
 
 # -- examples -----------------------------------------------------------------------------------------------------
 with examples_col:
@@ -163,38 +169,39 @@ with examples_col:
     type_ids = [t.id for t in types]
     if state.get(state.LABEL_TARGET) not in type_ids:
         st.session_state[state.LABEL_TARGET] = type_ids[0] if type_ids else None
-    with st.container(border=True):
-        act = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-        act.selectbox("Error type", type_ids, key=state.LABEL_TARGET, format_func=type_names.get,
-                      placeholder="create an error type first", width=260)
-        act.button(f"Assign {len(selected):,} selected", on_click=actions.assign_selected, args=(run_key,),
-                   disabled=not selected or not types, type="primary", icon=":material/sell:")
-        if whole_cluster is not None and not query:
-            members = table[table["cluster_id"] == whole_cluster]
-            act.button(f"Assign whole cluster ({len(members):,})", on_click=actions.assign_ids,
-                       args=(run_key, members["example_id"].tolist(),
-                             dict(zip(members["example_id"], members["cluster_id"].astype(int))),
-                             f"assigned cluster #{whole_cluster} ({len(members)} examples) to {{type}}"),
-                       disabled=not types, icon=":material/select_all:")
-        elif len(shown):
-            act.button(f"Assign all {len(shown):,} shown", on_click=actions.assign_ids,
-                       args=(run_key, shown["example_id"].tolist(),
-                             dict(zip(shown["example_id"], shown["cluster_id"].astype(int)))),
-                       disabled=not types, icon=":material/select_all:")
-        flags = st.container(horizontal=True, gap="small")
-        flags.button("Move out of error type", on_click=actions.unassign_selected, args=(run_key,),
-                     disabled=not selected, icon=":material/call_split:",
-                     help="Split: the selected examples leave their error type (they become unlabeled).")
-        flags.button("Label is wrong", on_click=actions.flag_selected, args=(run_key, "label_wrong"),
-                     disabled=not selected, icon=":material/report:",
-                     help="The gold label is wrong, not the model.")
-        flags.button("Not an error", on_click=actions.flag_selected, args=(run_key, "not_error"),
-                     disabled=not selected, icon=":material/thumb_up:",
-                     help="The prediction is acceptable (ambiguous example, both labels fit).")
-        if selected and shown.set_index("example_id").loc[selected, ["label_wrong", "not_error"]].any().any():
-            flags.button("Clear flags", on_click=lambda: (actions.flag_selected(run_key, "label_wrong", False),
-                                                          actions.flag_selected(run_key, "not_error", False)),
-                         icon=":material/flag:")
+    with st.container(border=bool(can_write or len(selected) == 1)):
+        if can_write:
+            act = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+            act.selectbox("Error type", type_ids, key=state.LABEL_TARGET, format_func=type_names.get,
+                          placeholder="create an error type first", width=260)
+            act.button(f"Assign {len(selected):,} selected", on_click=actions.assign_selected, args=(run_key,),
+                       disabled=not selected or not types, type="primary", icon=":material/sell:")
+            if whole_cluster is not None and not query:
+                members = table[table["cluster_id"] == whole_cluster]
+                act.button(f"Assign whole cluster ({len(members):,})", on_click=actions.assign_ids,
+                           args=(run_key, members["example_id"].tolist(),
+                                 dict(zip(members["example_id"], members["cluster_id"].astype(int))),
+                                 f"assigned cluster #{whole_cluster} ({len(members)} examples) to {{type}}"),
+                           disabled=not types, icon=":material/select_all:")
+            elif len(shown):
+                act.button(f"Assign all {len(shown):,} shown", on_click=actions.assign_ids,
+                           args=(run_key, shown["example_id"].tolist(),
+                                 dict(zip(shown["example_id"], shown["cluster_id"].astype(int)))),
+                           disabled=not types, icon=":material/select_all:")
+            flags = st.container(horizontal=True, gap="small")
+            flags.button("Move out of error type", on_click=actions.unassign_selected, args=(run_key,),
+                         disabled=not selected, icon=":material/call_split:",
+                         help="Split: the selected examples leave their error type (they become unlabeled).")
+            flags.button("Label is wrong", on_click=actions.flag_selected, args=(run_key, "label_wrong"),
+                         disabled=not selected, icon=":material/report:",
+                         help="The gold label is wrong, not the model.")
+            flags.button("Not an error", on_click=actions.flag_selected, args=(run_key, "not_error"),
+                         disabled=not selected, icon=":material/thumb_up:",
+                         help="The prediction is acceptable (ambiguous example, both labels fit).")
+            if selected and shown.set_index("example_id").loc[selected, ["label_wrong", "not_error"]].any().any():
+                flags.button("Clear flags", on_click=lambda: (actions.flag_selected(run_key, "label_wrong", False),
+                                                              actions.flag_selected(run_key, "not_error", False)),
+                             icon=":material/flag:")
         if len(selected) == 1:
             ex = shown.set_index("example_id").loc[selected[0]]
             st.markdown(f"**{ui.md(selected[0])}** · true {ui.md(ex['label'])} → predicted {ui.md(ex['pred'])}")
@@ -202,11 +209,14 @@ with examples_col:
             if st.session_state.get(state.LABEL_NOTE_FOR) != selected[0]:
                 st.session_state[state.LABEL_NOTE] = ex["note"]
                 st.session_state[state.LABEL_NOTE_FOR] = selected[0]
-            st.text_area("Note", key=state.LABEL_NOTE, height=70, placeholder="Why does the model fail here?")
-            st.button("Save note", on_click=actions.save_note, args=(run_key, selected[0]), icon=":material/save:")
+            if can_write:
+                st.text_area("Note", key=state.LABEL_NOTE, height=70, placeholder="Why does the model fail here?")
+                st.button("Save note", on_click=actions.save_note, args=(run_key, selected[0]), icon=":material/save:")
+            elif ex["note"]:
+                st.caption(f"Note: {ui.md(ex['note'])}")
 
 # -- merge clusters -----------------------------------------------------------------------------------------------
-if summary is not None and not summary.empty:
+if can_write and summary is not None and not summary.empty:
     with st.container(border=True):
         st.markdown("**:material/merge: Merge clusters into one error type**")
         cids = summary["cluster_id"].tolist()

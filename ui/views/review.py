@@ -11,7 +11,6 @@ import streamlit as st
 from erroranalysis import stages
 from erroranalysis.errors import UserError
 from erroranalysis.labels import matching
-from erroranalysis.rundir import Run
 from erroranalysis_ui.eaui import actions, data, state, tables
 from erroranalysis_ui.eaui import components as ui
 
@@ -39,82 +38,91 @@ c[1].metric("Accepted", f"{int((table['status'] == 'accepted').sum()):,}", borde
 c[2].metric("Rejected", f"{int((table['status'] == 'rejected').sum()):,}", border=True)
 c[3].metric("New / unmatched failures", "–" if unmatched is None else f"{len(unmatched):,}", border=True)
 
+if not store.can_write:
+    ui.read_only_note(store)
+
 # -- apply a taxonomy ---------------------------------------------------------------------------------------------
-with st.expander("Suggest error types from a taxonomy", expanded=pending.empty, icon=":material/auto_fix_high:"):
-    st.caption("Each failure of this run gets the error type of its nearest labeled examples (in the embedding "
-               "space of this run's clustering); failures far from every type stay unmatched, for you to name. "
-               "Labels people gave are never replaced. `erroranalysis apply-taxonomy` does the same.")
-    if state.get(state.REVIEW_SOURCE) not in state.REVIEW_SOURCES:
-        st.session_state[state.REVIEW_SOURCE] = state.REVIEW_SOURCES[0]
-    source = st.segmented_control("Taxonomy from", list(state.REVIEW_SOURCES), key=state.REVIEW_SOURCE,
-                                  required=True)
-    cfg = ui.config()
-    origin = None
-    if source == state.REVIEW_SOURCES[0]:
-        labeled = data.labeled_per_run(store)
-        choices = []
-        for key in data.discover(cfg.runs_root):
-            if key == current.key:
-                continue
-            n = labeled.get(store.run_key(cfg.runs_root / key), 0)
-            if n:
-                choices.append((key, n))
-        if not choices:
-            st.caption("No other run in this workspace has labels yet: label one on the **Label** page, or upload "
-                       "a taxonomy file.")
-        else:
-            counts = dict(choices)
-            if state.get(state.REVIEW_FROM_RUN) not in counts:
-                st.session_state[state.REVIEW_FROM_RUN] = choices[0][0]
-            origin = st.selectbox("Labeled run", list(counts), key=state.REVIEW_FROM_RUN,
-                                  format_func=lambda k: f"{k} ({counts[k]:,} labeled examples)")
-    else:
-        origin = st.file_uploader("Taxonomy JSON ('erroranalysis export RUN --format json')", type=["json"],
-                                  key=state.REVIEW_UPLOAD)
-    row = st.container(horizontal=True, vertical_alignment="bottom", gap="medium")
-    if state.get(state.REVIEW_METHOD) not in matching.METHODS:
-        st.session_state[state.REVIEW_METHOD] = matching.METHODS[0]
-    method = row.selectbox("Match by", list(matching.METHODS), key=state.REVIEW_METHOD, width=220,
-                           format_func={"centroid": "nearest type centroid", "knn": "nearest labeled examples"}.get)
-    if state.REVIEW_AUTO not in st.session_state:
-        st.session_state[state.REVIEW_AUTO] = True
-    auto = row.toggle("Calibrate the threshold", key=state.REVIEW_AUTO,
-                      help="Match a failure when it is as close to a type as that type's labeled examples are to "
-                           "each other (95th percentile).")
-    if state.REVIEW_THRESHOLD not in st.session_state:
-        st.session_state[state.REVIEW_THRESHOLD] = 0.4
-    threshold = row.slider("Largest cosine distance", 0.05, 1.0, key=state.REVIEW_THRESHOLD, step=0.01,
-                           disabled=auto, width=280)
-    if state.REVIEW_CONFUSIONS not in st.session_state:
-        st.session_state[state.REVIEW_CONFUSIONS] = True
-    confusions = row.toggle("Keep one-confusion types to their confusion", key=state.REVIEW_CONFUSIONS,
-                            help="A type whose labeled examples all share a gold label or a prediction (\"tech read "
-                                 "as business\") only takes failures with that label or prediction.")
-    if st.button("Suggest error types", type="primary", icon=":material/auto_fix_high:", disabled=origin is None):
-        with st.spinner("Embedding the failures and matching them to the taxonomy…"):
-            try:
-                if isinstance(origin, str):
-                    name = f"run {origin}"
-                    doc = stages.build_taxonomy(Run.open(data.run_dir(cfg.runs_root, origin)), store)
-                else:
-                    name = origin.name
-                    try:
-                        doc = json.loads(origin.getvalue().decode("utf-8"))
-                    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                        raise UserError(f"{name}: not valid JSON ({exc}); upload a taxonomy JSON export.") from None
-                    if not isinstance(doc, dict):
-                        raise UserError(f"{name}: not an erroranalysis taxonomy; upload a taxonomy JSON export.")
-                result = stages.apply_taxonomy(doc, current.path, store=store, method=method,
-                                           threshold=None if auto else float(threshold), name=name,
-                                           confusions=confusions)
-            except UserError as exc:
-                state.flash("error", str(exc).splitlines()[0])
+def _suggest_panel() -> None:
+    """Apply a taxonomy to this run: it writes the run (taxonomy_suggestions.parquet) and the labels."""
+    with st.expander("Suggest error types from a taxonomy", expanded=pending.empty, icon=":material/auto_fix_high:"):
+        st.caption("Each failure of this run gets the error type of its nearest labeled examples (in the embedding "
+                   "space of this run's clustering); failures far from every type stay unmatched, for you to name. "
+                   "Labels people gave are never replaced. `erroranalysis apply-taxonomy` does the same.")
+        if state.get(state.REVIEW_SOURCE) not in state.REVIEW_SOURCES:
+            st.session_state[state.REVIEW_SOURCE] = state.REVIEW_SOURCES[0]
+        source = st.segmented_control("Taxonomy from", list(state.REVIEW_SOURCES), key=state.REVIEW_SOURCE,
+                                      required=True)
+        cfg = ui.config()
+        origin = None
+        if source == state.REVIEW_SOURCES[0]:
+            labeled = data.labeled_per_run(store)
+            choices = []
+            for key in data.discover(cfg.workspace):
+                if key == current.key:
+                    continue
+                n = labeled.get(store.run_key(cfg.runs_root / key), 0)
+                if n:
+                    choices.append((key, n))
+            if not choices:
+                st.caption("No other run in this workspace has labels yet: label one on the **Label** page, or upload "
+                           "a taxonomy file.")
             else:
-                state.flash("success", f"Suggested an error type for {result.n_suggested:,} of {result.n_failures:,} "
-                                       f"failures; {result.n_unmatched:,} new/unmatched (distance > "
-                                       f"{result.threshold:.2f}).")
-        state.reset_review_selection()
-        st.rerun()
+                counts = dict(choices)
+                if state.get(state.REVIEW_FROM_RUN) not in counts:
+                    st.session_state[state.REVIEW_FROM_RUN] = choices[0][0]
+                origin = st.selectbox("Labeled run", list(counts), key=state.REVIEW_FROM_RUN,
+                                      format_func=lambda k: f"{k} ({counts[k]:,} labeled examples)")
+        else:
+            origin = st.file_uploader("Taxonomy JSON ('erroranalysis export RUN --format json')", type=["json"],
+                                      key=state.REVIEW_UPLOAD)
+        row = st.container(horizontal=True, vertical_alignment="bottom", gap="medium")
+        if state.get(state.REVIEW_METHOD) not in matching.METHODS:
+            st.session_state[state.REVIEW_METHOD] = matching.METHODS[0]
+        method = row.selectbox("Match by", list(matching.METHODS), key=state.REVIEW_METHOD, width=220,
+                               format_func={"centroid": "nearest type centroid", "knn": "nearest labeled examples"}.get)
+        if state.REVIEW_AUTO not in st.session_state:
+            st.session_state[state.REVIEW_AUTO] = True
+        auto = row.toggle("Calibrate the threshold", key=state.REVIEW_AUTO,
+                          help="Match a failure when it is as close to a type as that type's labeled examples are to "
+                               "each other (95th percentile).")
+        if state.REVIEW_THRESHOLD not in st.session_state:
+            st.session_state[state.REVIEW_THRESHOLD] = 0.4
+        threshold = row.slider("Largest cosine distance", 0.05, 1.0, key=state.REVIEW_THRESHOLD, step=0.01,
+                               disabled=auto, width=280)
+        if state.REVIEW_CONFUSIONS not in st.session_state:
+            st.session_state[state.REVIEW_CONFUSIONS] = True
+        confusions = row.toggle("Keep one-confusion types to their confusion", key=state.REVIEW_CONFUSIONS,
+                                help="A type whose labeled examples all share a gold label or a prediction (\"tech read "
+                                     "as business\") only takes failures with that label or prediction.")
+        if st.button("Suggest error types", type="primary", icon=":material/auto_fix_high:", disabled=origin is None):
+            with st.spinner("Embedding the failures and matching them to the taxonomy…"):
+                try:
+                    if isinstance(origin, str):
+                        name = f"run {origin}"
+                        doc = stages.build_taxonomy(cfg.workspace.open_run(data.run_dir(cfg.workspace, origin)), store)
+                    else:
+                        name = origin.name
+                        try:
+                            doc = json.loads(origin.getvalue().decode("utf-8"))
+                        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                            raise UserError(f"{name}: not valid JSON ({exc}); upload a taxonomy JSON export.") from None
+                        if not isinstance(doc, dict):
+                            raise UserError(f"{name}: not an erroranalysis taxonomy; upload a taxonomy JSON export.")
+                    result = stages.apply_taxonomy(doc, current.path, store=store, method=method,
+                                               threshold=None if auto else float(threshold), name=name,
+                                               confusions=confusions)
+                except UserError as exc:
+                    state.flash("error", str(exc).splitlines()[0])
+                else:
+                    state.flash("success", f"Suggested an error type for {result.n_suggested:,} of {result.n_failures:,} "
+                                           f"failures; {result.n_unmatched:,} new/unmatched (distance > "
+                                           f"{result.threshold:.2f}).")
+            state.reset_review_selection()
+            st.rerun()
+
+
+if store.can_write:
+    _suggest_panel()
 
 # -- review -------------------------------------------------------------------------------------------------------
 st.subheader("Awaiting review", anchor=False)
@@ -160,19 +168,20 @@ else:
                        "nearest_id": st.column_config.TextColumn("Nearest labeled", width="small")})
     selected = [shown["example_id"].iat[i] for i in event.selection.rows if i < len(shown)]
     st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown, closest first.")
-    bar = st.container(horizontal=True, gap="small")
-    bar.button(f"Accept {len(selected):,} selected", on_click=actions.review_selected, args=(run_key, True),
-               disabled=not selected, type="primary", icon=":material/check:")
-    bar.button(f"Reject {len(selected):,} selected", on_click=actions.review_selected, args=(run_key, False),
-               disabled=not selected, icon=":material/close:")
-    ids = shown["example_id"].tolist()
-    bar.button(f"Accept all {len(ids):,} shown", on_click=actions.review_ids, args=(run_key, ids, True),
-               icon=":material/done_all:")
-    bar.button(f"Reject all {len(ids):,} shown", on_click=actions.review_ids, args=(run_key, ids, False),
-               icon=":material/block:")
-    last = store.last_undoable()
-    bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
-               help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
+    if store.can_write:
+        bar = st.container(horizontal=True, gap="small")
+        bar.button(f"Accept {len(selected):,} selected", on_click=actions.review_selected, args=(run_key, True),
+                   disabled=not selected, type="primary", icon=":material/check:")
+        bar.button(f"Reject {len(selected):,} selected", on_click=actions.review_selected, args=(run_key, False),
+                   disabled=not selected, icon=":material/close:")
+        ids = shown["example_id"].tolist()
+        bar.button(f"Accept all {len(ids):,} shown", on_click=actions.review_ids, args=(run_key, ids, True),
+                   icon=":material/done_all:")
+        bar.button(f"Reject all {len(ids):,} shown", on_click=actions.review_ids, args=(run_key, ids, False),
+                   icon=":material/block:")
+        last = store.last_undoable()
+        bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
+                   help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
     st.caption("Accepted suggestions count as labels everywhere (Taxonomy, exports, Compare); rejected ones are not "
                "suggested again for the same error type.")
 

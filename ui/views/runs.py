@@ -12,7 +12,7 @@ cfg = ui.config()
 st.title("Runs")
 st.caption(f"Workspace `{cfg.runs_root}` · labels in `{cfg.labels_db}`")
 
-runs = data.list_runs(cfg.runs_root)
+runs = data.list_runs(cfg.workspace)
 if runs.empty:
     st.info("No runs here yet. Make one with `erroranalysis run --model CHECKPOINT --data EVAL.jsonl --out "
             f"{cfg.runs_root}/NAME`, or `erroranalysis analyze` on your own predictions.",

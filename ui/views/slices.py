@@ -142,32 +142,35 @@ with detail:
             st.caption("Its failures are in no cluster and have no error type yet.")
 
 with act_col:
-    name = actions.slice_type_name(info["description"])
-    existing = {fold_name(t.name): t for t in data.error_types(store)}
-    exists = existing.get(fold_name(name))
-    fail_ids = fail_rows["example_id"].astype(str).tolist()
-    clusters = {i: int(c) for i, c in zip(fail_rows["example_id"].astype(str), fail_rows["cluster_id"]) if c >= 0}
-    definition = (f"Examples where {info['description']} (slice #{sid} of run {current.key}: "
-                  f"{int(info['failures'])} of {int(info['support'])} failing, error rate {rate:.1%} against "
-                  f"{base:.1%} overall, p = {float(info['p_value']):.2g}).")
-    with st.container(border=True):
-        st.markdown("**:material/sell: Make it an error type**")
-        verb = "Assigns to the existing" if exists else "Creates the"
-        st.caption(f"{verb} error type “{ui.md(name)}” and labels "
-                   f"the slice's {len(fail_ids):,} failing examples with it, as you.")
-        st.checkbox("Also move failures that already have an error type or a flag", key=state.SLICE_OVERWRITE)
-        row = st.container(horizontal=True, gap="small")
-        row.button("Assign its failures to that error type" if exists else "Make an error type from this slice",
-                   type="primary", icon=":material/sell:", on_click=actions.slice_to_type,
-                   args=(run_key, name, definition, fail_ids, clusters), disabled=not fail_ids)
+    if store.can_write:
+        name = actions.slice_type_name(info["description"])
+        existing = {fold_name(t.name): t for t in data.error_types(store)}
+        exists = existing.get(fold_name(name))
+        fail_ids = fail_rows["example_id"].astype(str).tolist()
+        clusters = {i: int(c) for i, c in zip(fail_rows["example_id"].astype(str), fail_rows["cluster_id"]) if c >= 0}
+        definition = (f"Examples where {info['description']} (slice #{sid} of run {current.key}: "
+                      f"{int(info['failures'])} of {int(info['support'])} failing, error rate {rate:.1%} against "
+                      f"{base:.1%} overall, p = {float(info['p_value']):.2g}).")
+        with st.container(border=True):
+            st.markdown("**:material/sell: Make it an error type**")
+            verb = "Assigns to the existing" if exists else "Creates the"
+            st.caption(f"{verb} error type “{ui.md(name)}” and labels "
+                       f"the slice's {len(fail_ids):,} failing examples with it, as you.")
+            st.checkbox("Also move failures that already have an error type or a flag", key=state.SLICE_OVERWRITE)
+            row = st.container(horizontal=True, gap="small")
+            row.button("Assign its failures to that error type" if exists else "Make an error type from this slice",
+                       type="primary", icon=":material/sell:", on_click=actions.slice_to_type,
+                       args=(run_key, name, definition, fail_ids, clusters), disabled=not fail_ids)
 
-        def _review() -> None:
-            st.session_state[state.LABEL_SOURCE] = "Error type"
-            st.session_state[state.LABEL_FROM_TYPE] = exists.id
+            def _review() -> None:
+                st.session_state[state.LABEL_SOURCE] = "Error type"
+                st.session_state[state.LABEL_FROM_TYPE] = exists.id
 
-        if exists is not None and row.button("Review on the Label page", icon=":material/open_in_new:",
-                                             on_click=_review):
-            ui.switch("views/label.py")
+            if exists is not None and row.button("Review on the Label page", icon=":material/open_in_new:",
+                                                 on_click=_review):
+                ui.switch("views/label.py")
+    else:
+        ui.read_only_note(store)
 
 st.subheader("Examples in this slice", anchor=False)
 f1, f2 = st.columns([3, 1], vertical_alignment="bottom")

@@ -31,7 +31,8 @@ row = st.container(horizontal=True, gap="small")
 stem = f"{current.key.replace('/', '_')}-taxonomy"
 for fmt, label, icon in (("json", "JSON", ":material/data_object:"), ("csv", "CSV", ":material/table:"),
                          ("markdown", "Markdown report", ":material/description:")):
-    row.download_button(label, data=lambda fmt=fmt: data.export_text(fmt, current.path, store),
+    export = current.config.workspace.bind(lambda fmt=fmt: data.export_text(fmt, current.path, store))
+    row.download_button(label, data=export,  # called when clicked, outside the page's run: confined by bind
                         file_name=stem + taxonomy.EXTENSIONS[fmt], mime=taxonomy.MIME[fmt], icon=icon,
                         key=state.DOWNLOAD + fmt, on_click="ignore", type="primary" if fmt == "json" else "secondary")
 st.caption("JSON follows the versioned schema in docs/taxonomy.md; CSV has one row per labeled example; the Markdown "

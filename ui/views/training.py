@@ -20,41 +20,49 @@ def _code(text) -> str:
 
 current = ui.current_run()
 ui.header("Training", current, "is training loss healthy? is validation loss healthy?")
+ws = current.config.workspace
 
 with ui.guard():
     manifest = data.manifest(current.path)
-model_path = (manifest.get("model") or {}).get("path")
-model_dir = data.model_folder(current.path, manifest)
-roots = _code(current.config.runs_root) + (f" or {_code(model_dir)}" if model_dir else "")
+    copied = data.trainer_state(current.path)  # the checkpoint's log, copied into the run by `erroranalysis run`
+# The checkpoint folder the manifest names is read only when it lies inside the app's folders (--allow-path).
+model_dir = ws.named_folder(current.path, (manifest.get("model") or {}).get("path"))
+where = ", ".join(_code(p) for p in (ws.runs_root, *ws.allowed))
 
 typed = st.text_input(
     "Training log", key=state.TRAINING_LOG,
-    placeholder=("the checkpoint folder's log" if model_dir else "path to a log") + " · trainer_state.json, a "
-                "checkpoint or output folder, TensorBoard events, or a CSV/JSONL log with step and loss",
-    help="Leave empty to read the log in the run's checkpoint folder. A path typed here is read only if it lies "
-         "under the runs folder or the checkpoint folder; a relative path is read from the runs folder.")
+    placeholder=("the run's copy of its checkpoint's log" if copied else "the checkpoint folder's log" if model_dir
+                 else "path to a log") + " · trainer_state.json, a checkpoint or output folder, TensorBoard events, "
+                "or a CSV/JSONL log with step and loss",
+    help="Leave empty to read the training log the run keeps (or its checkpoint folder's, when the app may read "
+         "that folder). A path typed here is read only inside the runs folder or a folder the app was started "
+         "with (--allow-path); a relative path is read from the runs folder.")
+text = (typed or "").strip()
 
-if not (typed or "").strip() and model_dir is None:
-    if model_path:
-        reason = (f"this run's checkpoint {_code(model_path)} is not on this machine, so its training log "
-                  "cannot be found")
-    else:
-        reason = "this run names no checkpoint (its predictions were analyzed without one)"
-    st.info(f"No training log: {reason}. Type the path of a log above (under the workspace {roots}), or check one "
-            "anywhere on the command line: `erroranalysis training LOG_OR_CHECKPOINT`.",
-            icon=":material/monitor_heart:")
-    st.stop()
-
-try:
-    file, kind = data.training_log_file(typed, current.config.runs_root, model_dir)
-except UserError as exc:
-    if (typed or "").strip():
-        ui.problem(exc, f"Logs are read only under {roots}.")
-    else:
+if text:
+    try:
+        file, kind = ws.training_log(ws.typed_path(text))
+    except UserError as exc:
+        ui.problem(exc, f"Logs are read only inside {where}.")
+        st.stop()
+elif copied is not None:
+    file, kind = copied, "trainer_state"
+elif model_dir is not None:
+    try:
+        file, kind = ws.training_log(model_dir)
+    except UserError:
         st.info(f"No training log in the checkpoint folder {_code(model_dir)}: no `trainer_state.json`, "
                 "`checkpoint-*/trainer_state.json` or TensorBoard events there. Type the path of a log above, or "
                 "check one on the command line: `erroranalysis training LOG_OR_CHECKPOINT`.",
                 icon=":material/monitor_heart:")
+        st.stop()
+else:
+    reason = ("its checkpoint had no `trainer_state.json` to copy, or the run predates the copy, and the app reads "
+              "no checkpoint folder outside its own folders" if (manifest.get("model") or {}).get("path")
+              else "its predictions were analyzed without a checkpoint")
+    st.info(f"No training log for this run: {reason}. Type the path of a log above (inside {where}), start the app "
+            "with `--allow-path CHECKPOINT_DIR`, or check a log anywhere on the command line: "
+            "`erroranalysis training LOG_OR_CHECKPOINT`.", icon=":material/monitor_heart:")
     st.stop()
 
 with ui.guard("Fix the log or type another one; `erroranalysis training LOG` says the same on the command line."):

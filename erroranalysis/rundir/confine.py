@@ -1,0 +1,66 @@
+"""Which files a process may read: the allow-list every reader in `rundir.readers` applies before it opens a file.
+
+    with readers.confined([runs_folder, *allowed_folders]):   # the app, around every page
+        readers.read_predictions(run)       # OutsideError if the file (or the manifest) leads out of them
+
+A path is allowed when its real path (symlinks followed, `..` collapsed) lies inside one of the roots, resolved
+when `confined` is entered. The answer depends on the path alone, not on whether anything exists there, so a refusal
+reveals nothing. Outside `confined` (the CLI, scripts) nothing is checked. The app's rule of which roots
+(`erroranalysis_ui.eaui.workspace`) is the only caller today.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+
+from erroranalysis.errors import RunError
+
+# The folders (or single files) readers may open in this context, as real paths; None: anywhere. A ContextVar, so
+# an app confines the script run of one session without touching another thread (or a test's own reads).
+_ALLOWED: ContextVar[tuple[str, ...] | None] = ContextVar("erroranalysis_allowed_roots", default=None)
+
+
+class OutsideError(RunError):
+    """A file whose real path lies outside the folders this process may read (see `confined`)."""
+
+
+def real_roots(roots: Iterable[str | Path]) -> tuple[str, ...]:
+    return tuple(os.path.realpath(os.path.expanduser(str(r))) for r in roots)
+
+
+@contextmanager
+def confined(roots: Iterable[str | Path]) -> Iterator[None]:
+    """Within the block, every reader (of this thread or task) opens only files whose real path (symlinks
+    followed, `..` collapsed) lies inside `roots`: the app's runs folder and the folders named on its command line.
+    Nothing a run holds (its manifest, a symlink) widens the set."""
+    token = _ALLOWED.set(real_roots(roots))
+    try:
+        yield
+    finally:
+        _ALLOWED.reset(token)
+
+
+def check_allowed(path: str | Path, allowed_roots: Iterable[str | Path] | None = None) -> Path:
+    """`path` when its real path lies inside `allowed_roots` (default: the roots of `confined`, if any), else
+    OutsideError. The answer does not depend on whether the path exists, so a refusal reveals nothing about it."""
+    roots = _ALLOWED.get() if allowed_roots is None else real_roots(allowed_roots)
+    if roots is None:
+        return Path(path)
+    real = os.path.realpath(os.path.expanduser(str(path)))
+    if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
+        raise OutsideError(f"{path}: outside the folders that may be read here; it was not opened.")
+    return Path(path)
+
+
+def check_tree(file: Path, allowed_roots) -> None:
+    """check_allowed on a file, or on a folder of shards and every entry in it."""
+    check_allowed(file, allowed_roots)
+    if allowed_roots is None and _ALLOWED.get() is None:
+        return
+    if file.is_dir():
+        for entry in file.rglob("*"):
+            check_allowed(entry, allowed_roots)
