@@ -352,9 +352,13 @@ def test_take_out_groups_rules():
     assert taken == {4: 5} and np.array_equal(np.flatnonzero(new == 4), [0, 1, 10, 11, 20, 21, 30, 31])
     assert (new[32:] == -1).all()  # what was left of cluster 3 (2 failures) is below min_size: dissolved
     assert (new[2:10] == 0).all()
-    # most of the group in one cluster -> left alone
+    # most of the group inside one broader cluster, a minority there -> taken out too
     groups = np.full(len(labels), -1)
-    groups[[0, 1, 2, 3, 4, 5, 10, 20]] = 0
+    groups[[0, 1, 2, 3, 4, 10, 20]] = 0
+    assert group_scatter(labels, np.array([0, 1, 2, 3, 4, 10, 20]))[0] > 0.5
+    assert take_out_groups(labels, groups, min_size=3)[1] == {4: 0}
+    # most of a cluster -> left alone
+    groups[[5, 6, 7, 8]] = 0
     assert take_out_groups(labels, groups, min_size=3)[1] == {}
     # split over clusters it fills (sub-types) -> left alone
     assert group_scatter(labels, np.arange(20))[1] == 1.0

@@ -18,6 +18,7 @@ from erroranalysis.cluster._naming import (
     TOKEN_PATTERN,
     class_tfidf,
     cluster_name,
+    cluster_summary,
     describe_clusters,
     pick_keywords,
     short_text,

@@ -20,9 +20,9 @@ The pipeline, like BERTopic's but small:
   failure that lands near a systematic cluster is not part of that error type.
 - **Slice groups** (`fit(..., groups=...)`): a failure's strong error slice (`slices.slice_groups`), e.g. texts
   that mention the weather. An embedding groups texts by their dominant topic, so such a concept's failures
-  end up scattered over topic clusters, each a minority there. When no cluster holds half of a slice's failures
-  and they make up less than `group_purity` of the clusters they fall in, they are taken out into one cluster
-  of kind "slice". A slice the embedding already groups (mostly one cluster, or clusters it fills) is left alone.
+  end up scattered over topic clusters, or inside a broader one, a minority wherever they land. When they make up
+  less than `group_purity` of the clusters they fall in, they are taken out into one cluster of kind "slice". A
+  slice the embedding already groups (a cluster, or sub-type clusters, it fills) is left alone.
 
 Edges: no failures (nothing to do), fewer than `min_failures` (grouped by confusion pair, and the result says
 so), identical vectors (one cluster). Above `max_fit` failures the reducer and clusterer are fitted on a seeded
@@ -35,8 +35,8 @@ for UMAP, so only the first process on a machine pays the ~30 s of compilation.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -100,9 +100,8 @@ class FailureClustering:
     local_k, alpha : neighbours and significance of the local error-rate test
     assign_noise : minimum share of an unclustered failure's nearest clustered neighbours in one cluster for it
         to join that cluster; None never assigns
-    group_purity : with `groups`, a group's failures are taken out into their own cluster when no cluster holds
-        half of them and they make up, on average, less than this share of the clusters they fall in (0 never
-        takes a group out)
+    group_purity : with `groups`, a group's failures are taken out into their own cluster when they make up, on
+        average, less than this share of the clusters they fall in (0 never takes a group out)
     min_failures : below this many failures, group by confusion pair instead of clustering
     max_fit : above this many failures, fit on a seeded sample and assign the rest to their nearest neighbours
     seed : every random step
@@ -111,7 +110,7 @@ class FailureClustering:
     def __init__(self, *, reducer="umap", n_components: int | None = None, n_neighbors: int = 15,
                  min_cluster_size: int | None = None, min_samples: int | None = None, clusterer=None,
                  features: Sequence[FeatureBlock] = (), error_aware: bool = True, local_k: int = 15,
-                 alpha: float = 0.2, assign_noise: float | None = 0.5, group_purity: float = 0.5,
+                 alpha: float = 0.2, assign_noise: float | None = 0.5, group_purity: float = 0.7,
                  min_failures: int = 20, max_fit: int = 20_000, seed: int = 0):
         self.reducer = reducer
         self.n_components = n_components
@@ -160,7 +159,7 @@ class FailureClustering:
         check_param("seed", self.seed, _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
 
     def fit(self, vectors: np.ndarray, failed: np.ndarray | None = None, frame=None,
-            groups: np.ndarray | None = None) -> "FailureClustering":
+            groups: np.ndarray | None = None) -> FailureClustering:
         """Cluster the rows of `vectors` where `failed` (all rows when None); the other rows are context.
 
         `frame` (optional) holds one row per failure, in order, with at least `label` and `pred`; it feeds the

@@ -23,8 +23,8 @@ run directory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -216,9 +216,10 @@ def find_slices(
     if merge:
         text = [i for i in tested1 if features.kinds[i] == "text"]
         if len(text) >= 2:
+            # a word or half of a group "stands out alone" at the level a single word is reported at (Bonferroni)
             merged, merge_messages = _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
                                                   base, alpha, merge_threshold, merge_level, max_merge_words,
-                                                  embed_fn)
+                                                  embed_fn, alone_level=level / max(len(tested1), 1))
             messages.extend(merge_messages)
             if merged:
                 pools.append((np.array([c.p_raw for c in merged]), merged))
@@ -239,10 +240,14 @@ def find_slices(
         position += len(p)
 
     # A significant merged group replaces its words' single slices when it scores at least as well as its best
-    # word; otherwise it describes the failures worse than that word does and is dropped.
+    # word, or when its other words are rare synonyms (`_needs_merge`); otherwise it describes the failures worse
+    # than that word does and is dropped.
+    alone = level / max(len(tested1), 1)
     for cand in [c for c in candidates if c.kind == "merged"]:
-        if cand.score >= max(score1[i] for i in cand.conjuncts[0]):
-            merged_words.update(cand.conjuncts[0])
+        words = cand.conjuncts[0]
+        if cand.score >= max(score1[i] for i in words) or _needs_merge(words, X, failed, n, score1, p1, base,
+                                                                      merge_level, alone):
+            merged_words.update(words)
         else:
             candidates.remove(cand)
     candidates = [c for c in candidates if not (c.kind == "single" and c.conjuncts[0][0] in merged_words)]
@@ -373,6 +378,21 @@ def _conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err
                for u, v, w, s, f, sc, p, good3 in zip(x, y, z, s3, f3, sc3, p3, improves3)]
     out.append((p3, triples))
     return out
+
+
+def _needs_merge(words, X, failed, n, score1, p1, base, merge_level, alone) -> bool:
+    """A group's words other than its best are too rare to stand out alone (raw p-value above `alone`, the level a
+    single word is reported at) and yet, on the examples the best word does not hold, fail more than the base rate
+    (p <= `merge_level`): rare synonyms that need the merge to be seen."""
+    best = max(words, key=lambda i: score1[i])
+    rest = [i for i in words if i != best]
+    if any(p1[i] <= alone for i in rest):
+        return False
+    inside = np.zeros(n, dtype=bool)
+    for i in rest:
+        inside |= _column(X, i, n)
+    inside &= ~_column(X, best, n)
+    return bool(binomial_pvalues([int(failed[inside].sum())], [int(inside.sum())], base)[0] <= merge_level)
 
 
 def _column(X, i: int, n: int) -> np.ndarray:

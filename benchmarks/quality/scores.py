@@ -1,0 +1,73 @@
+"""How well a clustering of the failures recovers the planted groups.
+
+- best-F1 per group: precision, recall and F1 of the cluster that matches the group best (unclustered is never a
+  match); the mean over groups is the headline figure;
+- ARI over the planted failures (truth = group, each unclustered failure its own singleton, so noise is not
+  rewarded);
+- unclustered share of all failures;
+- clusters per group: the clusters the group makes up the majority of (one concept should be one cluster: 1 is
+  right, 2 is a split, 0 is a group no cluster is about);
+- merged pairs: pairs of groups that share a cluster holding at least a quarter of each, where each is at least a
+  fifth of the cluster (two error types reported as one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MERGE_SHARE = 0.25  # of each group's failures in the shared cluster
+MERGE_PURITY = 0.2  # of the cluster's failures from each group
+
+
+def score(truth: np.ndarray, labels: np.ndarray, n_groups: int, parents: np.ndarray | None = None) -> dict:
+    """`truth`: group per failure (>= 0), anything negative for background; `labels`: cluster per failure (-1
+    unclustered). `parents` (optional): parent cluster per failure (-1 none); a group then also matches a parent
+    (`best_f1_two_levels`)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    truth, labels = np.asarray(truth), np.asarray(labels)
+    ids = np.unique(labels[labels >= 0])
+    sizes = {int(c): int((labels == c).sum()) for c in ids}
+    groups, per_group, pieces = [], [], []
+    for g in range(n_groups):
+        member = truth == g
+        best = (0.0, 0.0, 0.0)
+        count = 0
+        for c in ids:
+            inter = int((member & (labels == c)).sum())
+            if inter:
+                p, r = inter / sizes[int(c)], inter / int(member.sum())
+                best = max(best, (p, r, 2 * p * r / (p + r)), key=lambda t: t[2])
+                count += p > 0.5
+        groups.append(best)
+        pieces.append(count)
+        if parents is not None:
+            per_group.append(max(best[2], _best_f1(member, parents)))
+    merged = 0
+    for c in ids:
+        inside = labels == c
+        heavy = [g for g in range(n_groups)
+                 if (truth == g).any() and (inside & (truth == g)).sum() >= MERGE_SHARE * (truth == g).sum()
+                 and (inside & (truth == g)).sum() >= MERGE_PURITY * sizes[int(c)]]
+        merged += len(heavy) * (len(heavy) - 1) // 2
+    planted = truth >= 0
+    predicted = labels[planted].copy()
+    noise = predicted < 0
+    predicted[noise] = 1_000_000 + np.arange(noise.sum())
+    out = {"groups": groups, "mean_f1": float(np.mean([g[2] for g in groups])) if groups else float("nan"),
+           "ari": float(adjusted_rand_score(truth[planted], predicted)) if planted.any() else float("nan"),
+           "noise": float((labels < 0).mean()) if len(labels) else 0.0, "clusters": len(ids),
+           "pieces": pieces, "merged": merged}
+    if parents is not None:
+        out["two_level_f1"] = per_group
+    return out
+
+
+def _best_f1(member: np.ndarray, labels: np.ndarray) -> float:
+    best = 0.0
+    for c in np.unique(labels[labels >= 0]):
+        inter = int((member & (labels == c)).sum())
+        if inter:
+            p, r = inter / int((labels == c).sum()), inter / int(member.sum())
+            best = max(best, 2 * p * r / (p + r))
+    return best
