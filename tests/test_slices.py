@@ -487,6 +487,25 @@ def test_slice_groups_leave_out_label_only_slices():
     assert sl.slice_groups(slices, members, label_only=True) == {"a": 0, "b": 0, "c": 0}
 
 
+def test_slice_groups_join_slices_that_differ_by_label():
+    slices = pd.DataFrame({
+        "slice_id": [0, 1, 2, 3], "score": [4.0, 3.0, 2.0, 1.0], "lift": [3.0, 3.0, 2.0, 2.0],
+        "p_value": [1e-9, 1e-8, 1e-5, 1e-4],
+        "description": ['text contains "weather" and label == "a"', 'text contains "weather" and label == "b"',
+                        'text contains "rain"', 'text contains "rain" and label == "c"'],
+        "features": [["text:weather", "label=a"], ["text:weather", "label=b"], ["text:rain"],
+                     ["text:rain", "label=c"]]})
+    members = pd.DataFrame({"example_id": ["a1", "b1", "r1", "r2", "r3", "r3"], "slice_id": [0, 1, 2, 3, 2, 3]})
+    # one concept read wrong in two directions is one group (the better slice's id); a label-free slice of the
+    # same words gives its id to the conjunctions inside it
+    assert sl.slice_groups(slices, members) == {"a1": 0, "b1": 0, "r1": 2, "r2": 2, "r3": 2}
+    assert sl.slice_groups(slices, members, join_labels=False) == {"a1": 0, "b1": 1, "r1": 2, "r2": 3, "r3": 2}
+    titles = sl.group_titles(slices)
+    assert titles[0] == 'text contains "weather" (label "a" or "b")'
+    assert titles[2] == 'text contains "rain"' and titles[1] == slices["description"][1]
+    assert sl.group_titles(sl.empty_slices()) == {}
+
+
 def test_slice_groups_from_a_search():
     texts, meta, fail, planted = planted_conjunction()
     result = sl.find_slices(sl.extract_features(texts, meta, min_support=10), ~fail, merge=False)

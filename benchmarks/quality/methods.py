@@ -33,8 +33,8 @@ def ours(data: pd.DataFrame, vectors: np.ndarray, seed: int, *, slices: bool = T
     table = describe_clusters(failures, result.labels, membership=result.membership, vectors=vectors[failed],
                               correct_texts=data.loc[~failed, "text"].tolist(), kinds=result.cluster_tier,
                               local_error_rate=result.local_error_rate, reassigned=result.reassigned,
-                              )
-    return {"labels": result.labels, "result": result, "table": table}
+                              parents=result.cluster_parent)
+    return {"labels": result.labels, "parents": result.parents(), "result": result, "table": table}
 
 
 def slice_groups(data: pd.DataFrame, failed: np.ndarray, slice_params: dict, group_params: dict) -> np.ndarray:

@@ -9,6 +9,10 @@
   right, 2 is a split, 0 is a group no cluster is about);
 - merged pairs: pairs of groups that share a cluster holding at least a quarter of each, where each is at least a
   fifth of the cluster (two error types reported as one).
+
+For a method with parent clusters (ours), the driver also scores the upper level (a failure's parent, or its
+cluster where it has none): the two-level best-F1 of a group is the better of the two levels, and merged pairs at
+the upper level say whether a parent lumps planted groups together.
 """
 
 from __future__ import annotations
@@ -19,16 +23,15 @@ MERGE_SHARE = 0.25  # of each group's failures in the shared cluster
 MERGE_PURITY = 0.2  # of the cluster's failures from each group
 
 
-def score(truth: np.ndarray, labels: np.ndarray, n_groups: int, parents: np.ndarray | None = None) -> dict:
+def score(truth: np.ndarray, labels: np.ndarray, n_groups: int) -> dict:
     """`truth`: group per failure (>= 0), anything negative for background; `labels`: cluster per failure (-1
-    unclustered). `parents` (optional): parent cluster per failure (-1 none); a group then also matches a parent
-    (`best_f1_two_levels`)."""
+    unclustered)."""
     from sklearn.metrics import adjusted_rand_score
 
     truth, labels = np.asarray(truth), np.asarray(labels)
     ids = np.unique(labels[labels >= 0])
     sizes = {int(c): int((labels == c).sum()) for c in ids}
-    groups, per_group, pieces = [], [], []
+    groups, pieces = [], []
     for g in range(n_groups):
         member = truth == g
         best = (0.0, 0.0, 0.0)
@@ -41,8 +44,6 @@ def score(truth: np.ndarray, labels: np.ndarray, n_groups: int, parents: np.ndar
                 count += p > 0.5
         groups.append(best)
         pieces.append(count)
-        if parents is not None:
-            per_group.append(max(best[2], _best_f1(member, parents)))
     merged = 0
     for c in ids:
         inside = labels == c
@@ -58,16 +59,4 @@ def score(truth: np.ndarray, labels: np.ndarray, n_groups: int, parents: np.ndar
            "ari": float(adjusted_rand_score(truth[planted], predicted)) if planted.any() else float("nan"),
            "noise": float((labels < 0).mean()) if len(labels) else 0.0, "clusters": len(ids),
            "pieces": pieces, "merged": merged}
-    if parents is not None:
-        out["two_level_f1"] = per_group
     return out
-
-
-def _best_f1(member: np.ndarray, labels: np.ndarray) -> float:
-    best = 0.0
-    for c in np.unique(labels[labels >= 0]):
-        inter = int((member & (labels == c)).sum())
-        if inter:
-            p, r = inter / int((labels == c).sum()), inter / int(member.sum())
-            best = max(best, 2 * p * r / (p + r))
-    return best

@@ -202,15 +202,14 @@ def pick_keywords(terms: np.ndarray, scores: np.ndarray, doc_counts: np.ndarray,
 
 def cluster_name(keywords: Sequence[str], confusions: Sequence[dict], label_shares: Sequence[dict],
                  pred_shares: Sequence[dict], kind: str = "", n_words: int = 3, title: str = "") -> str:
-    """`gold -> pred: kw1, kw2, kw3`; `a <-> b` for a concept misread both ways (the two mirrored confusions
-    hold half the cluster); `*` for a side no value dominates; ` (scattered)` for failures spread among correct
+    """`gold -> pred: kw1, kw2, kw3`; `a <-> b` for a concept misread both ways (`_mirrored`); `*` for a side no value dominates; ` (scattered)` for failures spread among correct
     examples. `title` replaces the keywords (a slice cluster's definition)."""
     head = ""
     mirror = _mirrored(confusions)
-    if confusions and confusions[0]["share"] >= 0.5:
-        head = f"{confusions[0]['label']} -> {confusions[0]['pred']}"
-    elif mirror:
+    if mirror:
         head = f"{mirror[0]} <-> {mirror[1]}"
+    elif confusions and confusions[0]["share"] >= 0.5:
+        head = f"{confusions[0]['label']} -> {confusions[0]['pred']}"
     else:
         gold = label_shares[0]["label"] if label_shares and label_shares[0]["share"] >= 0.6 else None
         pred = pred_shares[0]["label"] if pred_shares and pred_shares[0]["share"] >= 0.6 else None
@@ -224,12 +223,13 @@ def cluster_name(keywords: Sequence[str], confusions: Sequence[dict], label_shar
 
 
 def _mirrored(confusions: Sequence[dict]) -> tuple[str, str] | None:
-    """(a, b) when the two largest confusions are a -> b and b -> a and hold at least half the cluster together."""
+    """(a, b) when the two largest confusions are a -> b and b -> a, hold at least half the cluster together and
+    the smaller holds at least a quarter: one concept misread both ways."""
     if len(confusions) < 2:
         return None
     first, second = confusions[0], confusions[1]
     if (first["label"], first["pred"]) == (second["pred"], second["label"]) and \
-            first["share"] + second["share"] >= 0.5:
+            first["share"] + second["share"] >= 0.5 and second["share"] >= 0.25:
         return first["label"], first["pred"]
     return None
 
@@ -247,12 +247,12 @@ def cluster_summary(keywords: Sequence[str], confusions: Sequence[dict], label_s
     else:
         concept = "Failures"
     mirror = _mirrored(confusions)
-    if confusions and confusions[0]["share"] >= 0.5:
-        c = confusions[0]
-        how = f"{c['label']} read as {c['pred']} in {c['share']:.0%}"
-    elif mirror:
+    if mirror:
         how = (f"{mirror[0]} and {mirror[1]} read as each other "
                f"({confusions[0]['share']:.0%} and {confusions[1]['share']:.0%})")
+    elif confusions and confusions[0]["share"] >= 0.5:
+        c = confusions[0]
+        how = f"{c['label']} read as {c['pred']} in {c['share']:.0%}"
     elif label_shares and label_shares[0]["share"] >= 0.6:
         how = f"{label_shares[0]['label']} misread as several classes"
     else:
