@@ -13,7 +13,7 @@ same without slice groups, the plain UMAP + HDBSCAN script, BERTopic, EVoC and a
 clusters per group, pairs of groups merged into one cluster. Every third scenario is held out from tuning (with a
 third of the group definitions); `--split tuned` runs only the others, which is what a parameter search may look at.
 
-    .venv/bin/python benchmarks/clustering_quality.py                 # the suite: 3 corpora x 12 scenarios
+    .venv/bin/python benchmarks/clustering_quality.py                 # the suite: 3 corpora x 24 scenarios
     .venv/bin/python benchmarks/clustering_quality.py --quick         # 3 corpora x 2 scenarios, a few minutes
     .venv/bin/python benchmarks/clustering_quality.py --split tuned --variants merge-0.5 --methods ours
 """
@@ -49,20 +49,21 @@ VARIANTS: dict[str, dict] = {
 
 
 def run_method(method: str, data: pd.DataFrame, vectors: np.ndarray, seed: int):
-    """(cluster per failure, parent per failure or None)."""
+    """(cluster per failure, parent per failure or None, share of clusters whose first three keywords repeat a
+    stem or None)."""
     failed = ~data["correct"].to_numpy()
     if method == "ours" or method.startswith("ours "):
         params = {"slices": False} if method == "ours no-slices" else VARIANTS.get(method[5:], {})
         out = methods.ours(data, vectors, seed, **params)
-        return out["labels"], out["parents"]
+        return out["labels"], out["parents"], scores.repeated_stems(out["table"]["keywords"])
     if method == "plain":
-        return methods.plain(vectors[failed], seed), None
+        return methods.plain(vectors[failed], seed), None, None
     if method == "BERTopic":
-        return methods.bertopic(data.loc[failed, "text"].tolist(), vectors[failed]), None
+        return methods.bertopic(data.loc[failed, "text"].tolist(), vectors[failed]), None, None
     if method == "EVoC":
-        return methods.evoc(vectors[failed], seed), None
+        return methods.evoc(vectors[failed], seed), None, None
     if method == "greedy words":
-        return methods.greedy_words(data["text"].tolist(), failed), None
+        return methods.greedy_words(data["text"].tolist(), failed), None, None
     raise ValueError(method)
 
 
@@ -84,7 +85,7 @@ def warm_up(vectors: np.ndarray, wanted: list[str]) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", nargs="+", default=list(corpora.CORPORA), choices=corpora.CORPORA)
-    parser.add_argument("--scenarios", type=int, default=12, help="per corpus (every third held out)")
+    parser.add_argument("--scenarios", type=int, default=24, help="per corpus (every third held out)")
     parser.add_argument("--only", nargs="+", default=None, help="scenario names, e.g. docs-03")
     parser.add_argument("--split", choices=("all", "tuned", "held-out"), default="all")
     parser.add_argument("--methods", nargs="+", default=None, help=f"of {', '.join(METHODS)}")
@@ -129,7 +130,7 @@ def main(argv=None) -> None:
                   + ", ".join(f"{g.name} ({g.mechanism}, {g.mode}) {n}" for g, n in zip(sc.groups, sizes)))
             for method in wanted:
                 t = time.perf_counter()
-                labels, parents = run_method(method, data, vectors, sc.seed)
+                labels, parents, repeats = run_method(method, data, vectors, sc.seed)
                 seconds = time.perf_counter() - t
                 s = scores.score(truth, np.asarray(labels), len(sc.groups))
                 top = scores.score(truth, upper_level(np.asarray(labels), parents), len(sc.groups))
@@ -140,7 +141,8 @@ def main(argv=None) -> None:
                                     "ari": s["ari"], "noise": s["noise"], "clusters": s["clusters"],
                                     "merged": s["merged"], "seconds": seconds, "n_failures": int(failed.sum()),
                                     "two_level_f1": max(f1, top["groups"][g][2]), "parent_merged": top["merged"],
-                                    "parents": 0 if parents is None else len(np.unique(parents[parents >= 0]))})
+                                    "parents": 0 if parents is None else len(np.unique(parents[parents >= 0])),
+                                    "repeated_stems": repeats})
                 print(f"  {method:16s} F1 {s['mean_f1']:.3f}  ARI {s['ari']:.3f}  unclustered {s['noise']:5.1%}  "
                       f"clusters {s['clusters']:3d}  merged {s['merged']}  {seconds:5.1f} s | "
                       + "  ".join(f"{f:.2f}" for _, _, f in s["groups"]))
@@ -188,6 +190,12 @@ def report(table: pd.DataFrame, wanted: list[str]) -> None:
             merged = int(part[part["method"] == "ours"].drop_duplicates("scenario")["merged"].sum())
             print(f"  {corpus:9s} ours {means['ours']:.3f} vs {best} {means[best]:.3f} "
                   f"({means['ours'] - means[best]:+.3f}); merged pairs in ours: {merged}")
+    if len(ours):
+        sets = ours.drop_duplicates("scenario")
+        print(f"\n== ours: {sets['parents'].mean():.1f} parents over {sets['clusters'].mean():.1f} clusters per set; "
+              f"best-F1 over both levels {ours['two_level_f1'].mean():.3f} (clusters alone {ours['f1'].mean():.3f}), "
+              f"merged pairs at the parent level {int(sets['parent_merged'].sum())}; clusters whose first three "
+              f"keywords repeat a stem: {sets['repeated_stems'].mean():.1%}")
     print(json.dumps({"sets": int(table["scenario"].nunique()), "groups": int(len(table) / max(len(wanted), 1))}))
 
 
