@@ -148,16 +148,16 @@ def pick_keywords(terms: np.ndarray, scores: np.ndarray, doc_counts: np.ndarray,
                   min_lift: float = 2.0) -> tuple[list[str], list[float]]:
     """n distinct keywords by maximal marginal relevance over the best `n_candidates` c-TF-IDF terms.
 
-    A candidate is in at least `min_docs` of the cluster's documents (a phrase in at least 3), has a positive score, no repeated word (`goal goal`) and, for a phrase, no word of
-    `common` (words in most documents, `said`: `said ministers` is no phrase). With `contrast` (the share of
-    correct examples holding each term) and the cluster's `size`, a candidate must be at least `min_lift` times as
-    common in the cluster as among correct examples: a word the model also gets right says nothing about the
-    failures. A 2 or 3 word phrase found in at
-    least `phrase_cover` of the cluster's documents that hold one of its words takes that word's score (and the
-    word goes: `video games` over `games`). Then, in turn, the candidate with the best
-    `(1 - diversity) * score / best score - diversity * overlap` is chosen, where overlap is the share of stems
-    it has in common with a chosen keyword (Jaccard); a candidate whose stems a chosen one's hold, or that holds
-    them all (`economic`, `oil` after `economy`, `oil prices`), is skipped.
+    A candidate is in at least `min_docs` of the cluster's documents (a phrase in at least 3), has a positive score,
+    no repeated word (`goal goal`) and, for a phrase, no word of `common` (words in most documents, `said`: `said
+    ministers` is no phrase). With `contrast` (the share of correct examples holding each term) and the cluster's
+    `size`, a candidate must be at least `min_lift` times as common in the cluster as among correct examples: a word
+    the model also gets right says nothing about the failures. A 2 or 3 word phrase found in at least `phrase_cover`
+    of the cluster's documents that hold one of its words takes that word's score (and the word goes: `video games`
+    over `games`). Then, in turn, the candidate with the best `(1 - diversity) * score / best score - diversity *
+    overlap` is chosen, where overlap is the share of stems it has in common with a chosen keyword (Jaccard); a
+    candidate whose stems a chosen one's hold, or that holds them all (`economic`, `oil` after `economy`, `oil
+    prices`), is skipped.
     """
     def usable(j) -> bool:
         parts = str(terms[j]).split()
@@ -202,8 +202,10 @@ def pick_keywords(terms: np.ndarray, scores: np.ndarray, doc_counts: np.ndarray,
 
 def cluster_name(keywords: Sequence[str], confusions: Sequence[dict], label_shares: Sequence[dict],
                  pred_shares: Sequence[dict], kind: str = "", n_words: int = 3, title: str = "") -> str:
-    """`gold -> pred: kw1, kw2, kw3`; `a <-> b` for a concept misread both ways (`_mirrored`); `*` for a side no value dominates; ` (scattered)` for failures spread among correct
-    examples. `title` replaces the keywords (a slice cluster's definition)."""
+    """`gold -> pred: kw1, kw2, kw3`; `a <-> b` for a concept misread both ways (`_mirrored`); `*` for a side no value
+    dominates; ` (scattered)` for failures spread among correct examples. `title` replaces the keywords (a slice
+    cluster's definition).
+    """
     head = ""
     mirror = _mirrored(confusions)
     if mirror:

@@ -4,9 +4,9 @@ word embeddings, kept only when the merged slice is one concept and scores at le
 One concept, not two linked through in-between words (texts about sport and texts about money, joined by
 `contract` and `fee`; `spam | legitimate | fake`): a merged group is split in two along its words' own average
 linkage when the two halves are not alike (the median cosine between their words is below the merge threshold)
-and each half stands out on its own (a binomial test at the level a single word is reported at); a word closer to another failing
-concept's words than to its own group's leaves the group. Rare synonyms of one concept, each too rare to stand out
-alone, still merge: a half that does not stand out alone needs the other.
+and each half stands out on its own (a binomial test at the level a single word is reported at); a word closer
+to another failing concept's words than to its own group's leaves the group. Rare synonyms of one concept, each
+too rare to stand out alone, still merge: a half that does not stand out alone needs the other.
 """
 
 from __future__ import annotations
