@@ -532,3 +532,20 @@ def test_name_run_on_a_clustering_from_before_slice_clusters(tmp_path):
     run.file(rundir.CLUSTERS).write_bytes(b"not parquet")  # a damaged file is rebuilt, not an error
     name_run(run.path)
     assert pd.read_parquet(run.file(rundir.CLUSTERS))["name"].tolist() == old["name"].tolist()
+
+
+def test_parents_and_summaries_are_written_and_kept_by_renaming(tmp_path):
+    run = make_run(tmp_path / "run")
+    cluster_run(run.path, **FAST)
+    assert run.manifest["stages"]["cluster"]["params"]["parent_similarity"] == 0.6
+    cluster_run(run.path, **FAST, parent_similarity=-1.0)  # every cluster alike enough: parents for sure
+    clusters = pd.read_parquet(run.file(rundir.CLUSTERS))
+    assert {"summary", "parent_id", "parent_name"} <= set(clusters.columns)
+    assert clusters["summary"].map(lambda s: isinstance(s, str) and len(s) > 10).all()
+    assert clusters["parent_id"].notna().any() and clusters["parent_name"].notna().any()
+    name_run(run.path, n_keywords=3)
+    renamed = pd.read_parquet(run.file(rundir.CLUSTERS)).set_index("cluster_id")
+    before = clusters.set_index("cluster_id")
+    assert renamed["parent_id"].equals(before.loc[renamed.index, "parent_id"])
+    cluster_run(run.path, **FAST, parent_similarity=None)
+    assert pd.read_parquet(run.file(rundir.CLUSTERS))["parent_id"].isna().all()

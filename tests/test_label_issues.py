@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from erroranalysis.datachecks.label_issues import COLUMNS, find_label_issues, precision_at_k
+from erroranalysis.datachecks.label_issues import COLUMNS, find_label_issues, neighbor_label_probs, precision_at_k
 from erroranalysis.errors import DataError, ParameterError
 
 CLASSES = ["business", "sport", "tech"]
@@ -85,3 +85,93 @@ def test_bad_parameters():
         find_label_issues(given, probs, CLASSES, filter_by="x")
     with pytest.raises(DataError, match="at least 2"):
         find_label_issues(given, probs[:, :1], ["sport"])
+
+
+# -- neighbours' labels ------------------------------------------------------------------------------------------
+
+
+def weak_model_case(n=900, n_flips=45, seed=1, d=16):
+    """Three classes whose vectors sit around their own centres; a weak model (about 70% accurate) that is
+    confidently wrong on a third of the examples; `n_flips` given labels flipped. Returns given labels, probs,
+    vectors, the flips and the model's own errors (label right, model wrong)."""
+    rng = np.random.default_rng(seed)
+    true = rng.integers(0, 3, n)
+    vectors = (rng.normal(size=(3, d)) * 2)[true] + rng.normal(size=(n, d))
+    believed = np.where(rng.random(n) < 0.3, (true + rng.integers(1, 3, n)) % 3, true)
+    logits = rng.normal(0, 0.5, (n, 3))
+    logits[np.arange(n), believed] += 3.0
+    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    flips = np.zeros(n, dtype=bool)
+    flips[rng.choice(n, n_flips, replace=False)] = True
+    given = np.where(flips, (true + rng.integers(1, 3, n)) % 3, true)
+    own_errors = ~flips & (believed != true)
+    return np.array(CLASSES, dtype=object)[given], probs.astype(np.float32), vectors.astype(np.float32), flips, \
+        own_errors
+
+
+def test_neighbours_find_flips_a_weak_model_misses():
+    given, probs, vectors, flips, own_errors = weak_model_case()
+    alone = find_label_issues(given, probs, CLASSES)["label_issue_score"].to_numpy()
+    both = find_label_issues(given, probs, CLASSES, vectors=vectors)["label_issue_score"].to_numpy()
+    k = int(flips.sum())
+    assert precision_at_k(both, flips, k) >= precision_at_k(alone, flips, k) + 0.3
+    assert precision_at_k(alone, own_errors, k) > 0.4  # the softmax alone ranks the model's own mistakes high
+    assert precision_at_k(both, own_errors, k) < 0.2
+
+
+def test_a_near_duplicate_with_another_label_is_the_strongest_case():
+    rng = np.random.default_rng(3)
+    true = np.arange(90) % 3
+    vectors = ((rng.normal(size=(3, 8)) * 2)[true] + rng.normal(size=(90, 8))).astype(np.float32)
+    given = np.array(CLASSES, dtype=object)[true]
+    vectors[3] = vectors[0] + 0.001  # a near-copy of row 0 (business), labeled ...
+    given[3] = "sport"  # ... as something else
+    probs = np.full((90, 3), 1 / 3, dtype=np.float32)  # a model that knows nothing
+    scores = find_label_issues(given, probs, CLASSES, vectors=vectors)["label_issue_score"].to_numpy()
+    assert np.argsort(-scores)[:2].tolist() == [3, 0]  # the copy among business texts, then its twin
+
+
+def test_neighbor_label_probs_rules():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(500, 12)).astype(np.float32)
+    ids = rng.integers(0, 3, 500)
+    exact = neighbor_label_probs(vectors, ids, 3, k=10)
+    np.testing.assert_allclose(exact.sum(1), 1, atol=1e-5)
+    # the sampled reference is the exact search when it holds every row, and never counts a row as its own neighbour
+    sampled = neighbor_label_probs(vectors, ids, 3, k=10, max_reference=499, chunk_rows=64)
+    assert np.abs(sampled - exact).mean() < 0.02
+    twins = np.repeat(vectors[:50], 2, axis=0)
+    own = np.repeat(np.arange(50) % 3, 2)
+    from_twins = neighbor_label_probs(twins, own, 3, k=5, max_reference=99)  # the sampled path
+    assert (from_twins.argmax(1) == own).mean() >= 0.97  # the twin, not the row itself, decides
+    one = neighbor_label_probs(vectors[:1], np.array([2]), 3)  # no neighbour: the class frequencies
+    assert one.tolist() == [[0.0, 0.0, 1.0]]
+
+
+def test_batched_path_gives_the_same_scores_and_close_flags():
+    given, probs, vectors, flips, _ = weak_model_case(n=1200, n_flips=60)
+    whole = find_label_issues(given, probs, CLASSES, vectors=vectors)
+    batched = find_label_issues(given, probs, CLASSES, vectors=vectors, batch_rows=300, max_reference=500)
+    assert np.corrcoef(whole["label_issue_score"], batched["label_issue_score"])[0, 1] > 0.95
+    # cleanlab's batched flags are the more cautious: fewer, nearly all among the others, nearly all flips
+    a, b = whole["label_issue"].to_numpy(), batched["label_issue"].to_numpy()
+    assert 0 < b.sum() <= a.sum() and (a & b).sum() >= 0.9 * b.sum()
+    assert flips[b].mean() >= 0.9 and b[flips].mean() >= 0.6
+
+
+def test_bad_vectors_and_weights():
+    given, probs, vectors, _, _ = weak_model_case(n=60, n_flips=3)
+    with pytest.raises(DataError, match=r"^vectors: shape \(59, 16\) for 60 examples") as info:
+        find_label_issues(given, probs, CLASSES, vectors=vectors[:59])
+    assert "\n" not in str(info.value)
+    bad = vectors.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(DataError, match="^vectors: contain NaN"):
+        find_label_issues(given, probs, CLASSES, vectors=bad)
+    with pytest.raises(ParameterError, match="^knn_weight="):
+        find_label_issues(given, probs, CLASSES, vectors=vectors, knn_weight=1.5)
+    with pytest.raises(ParameterError, match="^k="):
+        find_label_issues(given, probs, CLASSES, vectors=vectors, k=0)
+    # weight 0 is the model alone
+    np.testing.assert_allclose(find_label_issues(given, probs, CLASSES, vectors=vectors, knn_weight=0)
+                               ["label_issue_score"], find_label_issues(given, probs, CLASSES)["label_issue_score"])

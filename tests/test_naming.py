@@ -2,7 +2,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from erroranalysis.cluster import COLUMNS, class_tfidf, cluster_name, describe_clusters, pick_keywords, short_text
+from erroranalysis.cluster import (
+    COLUMNS,
+    class_tfidf,
+    cluster_name,
+    cluster_summary,
+    describe_clusters,
+    pick_keywords,
+    short_text,
+)
 from erroranalysis.errors import ParameterError
 
 
@@ -45,6 +53,44 @@ def test_pick_keywords_skips_repeats_and_rare():
     keywords, values = pick_keywords(terms, scores, counts, n=3)
     assert keywords == ["oil prices", "crude"]
     assert values == [5.0, 2.0]
+
+
+def test_keywords_are_distinct_phrases():
+    # inflections of one stem count once; a phrase that covers most of its word's documents stands in for it
+    terms = np.array(["economy", "economic", "economist", "games", "video games", "growth", "japan", "japanese"])
+    scores = np.array([9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.5])
+    counts = np.array([9, 8, 7, 10, 8, 5, 4, 4])
+    keywords, values = pick_keywords(terms, scores, counts, n=5)
+    assert keywords == ["economy", "video games", "growth", "japan"]
+    assert values[1] == 6.0  # the phrase took its word's score
+    # a phrase in few of its word's documents does not stand in for it: the word stays, and the phrase, which
+    # repeats it, is skipped
+    counts[4] = 3
+    assert pick_keywords(terms, scores, counts, n=3)[0] == ["economy", "games", "growth"]
+
+
+def test_keywords_contrast_with_correct_examples_and_common_words():
+    terms = np.array(["market", "oil", "said ministers", "ministers"])
+    scores = np.array([5.0, 4.0, 3.0, 2.0])
+    counts = np.array([6, 6, 6, 6])
+    contrast = np.array([0.6, 0.05, 0.0, 0.0])  # share of correct examples holding each term
+    keywords, _ = pick_keywords(terms, scores, counts, n=4, common=frozenset({"said"}), contrast=contrast, size=6)
+    assert keywords == ["oil", "ministers"]
+
+
+def test_cluster_summary_sentences():
+    conf = [{"label": "tech", "pred": "business", "count": 8, "share": 0.8}]
+    gold = [{"label": "tech", "share": 1.0}]
+    assert cluster_summary(["oil prices", "opec", "barrels"], conf, gold, share=0.12, confidence=0.86) == \
+        "Texts about oil prices, opec and barrels: tech read as business in 80%; 12% of the failures; " \
+        "confidently wrong (mean confidence 0.86)."
+    both = [{"label": "a", "pred": "b", "count": 5, "share": 0.5}, {"label": "b", "pred": "a", "count": 4,
+                                                                       "share": 0.4}]
+    text = cluster_summary([], both, [], share=0.004, title='text contains "weather"', kind="scattered")
+    assert text == 'Text contains "weather": a and b read as each other (50% and 40%); under 1% of the ' \
+        "failures; scattered among correct examples."
+    assert cluster_summary(["x"], [], [], share=0.5, confidence=0.3).endswith("unsure (mean confidence 0.30).")
+    assert cluster_name(["weather"], both, [], []) == "a <-> b: weather"
 
 
 def test_cluster_name_forms():

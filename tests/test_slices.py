@@ -487,6 +487,25 @@ def test_slice_groups_leave_out_label_only_slices():
     assert sl.slice_groups(slices, members, label_only=True) == {"a": 0, "b": 0, "c": 0}
 
 
+def test_slice_groups_join_slices_that_differ_by_label():
+    slices = pd.DataFrame({
+        "slice_id": [0, 1, 2, 3], "score": [4.0, 3.0, 2.0, 1.0], "lift": [3.0, 3.0, 2.0, 2.0],
+        "p_value": [1e-9, 1e-8, 1e-5, 1e-4],
+        "description": ['text contains "weather" and label == "a"', 'text contains "weather" and label == "b"',
+                        'text contains "rain"', 'text contains "rain" and label == "c"'],
+        "features": [["text:weather", "label=a"], ["text:weather", "label=b"], ["text:rain"],
+                     ["text:rain", "label=c"]]})
+    members = pd.DataFrame({"example_id": ["a1", "b1", "r1", "r2", "r3", "r3"], "slice_id": [0, 1, 2, 3, 2, 3]})
+    # one concept read wrong in two directions is one group (the better slice's id); a label-free slice of the
+    # same words gives its id to the conjunctions inside it
+    assert sl.slice_groups(slices, members) == {"a1": 0, "b1": 0, "r1": 2, "r2": 2, "r3": 2}
+    assert sl.slice_groups(slices, members, join_labels=False) == {"a1": 0, "b1": 1, "r1": 2, "r2": 3, "r3": 2}
+    titles = sl.group_titles(slices)
+    assert titles[0] == 'text contains "weather" (label "a" or "b")'
+    assert titles[2] == 'text contains "rain"' and titles[1] == slices["description"][1]
+    assert sl.group_titles(sl.empty_slices()) == {}
+
+
 def test_slice_groups_from_a_search():
     texts, meta, fail, planted = planted_conjunction()
     result = sl.find_slices(sl.extract_features(texts, meta, min_support=10), ~fail, merge=False)
@@ -552,3 +571,69 @@ def test_merged_group_weaker_than_its_best_word_is_dropped():
     result = sl.find_slices(sl.extract_features(texts, min_support=10), ~fail, embed_fn=same)
     assert result.slices["description"].iloc[0] == 'text contains "rain"'  # not diluted by "snow"
     assert not any("|" in d for d in result.slices["description"])
+
+
+# -- one concept per merged slice --------------------------------------------------------------------------------
+
+
+def bridge_embed(words):
+    """a1 = a2 and b1 = b2 (cosine 0.3 between the two), "mid" in between (0.81 to both): two concepts that
+    average linkage joins through the middle word (each of a1, a2, b1, b2 is at >= 0.4 from the growing group)."""
+    a, b = np.array([1.0, 0.0, 0.0]), np.array([0.3, np.sqrt(1 - 0.09), 0.0])
+    known = {"a1": a, "a2": a, "b1": b, "b2": b, "mid": (a + b) / np.linalg.norm(a + b)}
+    out = np.zeros((len(words), 3 + len(words)))
+    for i, w in enumerate(words):
+        if w in known:
+            out[i, :3] = known[w]
+        else:
+            out[i, 3 + i] = 1.0
+    return out
+
+
+def planted_words(words, *, per: int, failing, seed: int, n: int = 1200):
+    """Random filler texts; each word of `words` is inserted into `per` texts, `failing` of which fail (one count,
+    or one per word); 10% of the other texts fail."""
+    rng = np.random.default_rng(seed)
+    extra = np.array([None] * n, dtype=object)
+    fail = rng.random(n) < 0.1
+    rows = rng.permutation(n)
+    for j, w in enumerate(words):
+        mine = rows[j * per:(j + 1) * per]
+        extra[mine] = w
+        fail[mine] = np.arange(per) < (failing[j] if isinstance(failing, list) else failing)
+    return random_texts(rng, n, extra=extra), fail
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_two_concepts_linked_by_a_middle_word_are_not_one_slice(seed):
+    texts, fail = planted_words(["a1", "a2", "mid", "b1", "b2"], per=30, failing=28, seed=seed)
+    result = sl.find_slices(sl.extract_features(texts, min_support=10), ~fail, embed_fn=bridge_embed)
+    descriptions = result.slices["description"].tolist()
+    assert len(descriptions) == 2  # before: one slice, "a1" | "a2" | "mid" | "b1" | "b2"
+    assert not any('"a1"' in d and '"b1"' in d for d in descriptions)
+    assert any('"a1"' in d and '"a2"' in d for d in descriptions) and any('"b1"' in d and '"b2"' in d
+                                                                         for d in descriptions)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 4, 5])
+def test_rare_synonyms_still_merge(seed):
+    words = ["syn1", "syn2", "syn3", "syn4", "syn5"]
+    texts, fail = planted_words(words, per=20, failing=10, seed=seed)
+    feats = sl.extract_features(texts, min_support=10)
+    assert sl.find_slices(feats, ~fail, merge=False).slices.empty  # none stands out alone
+    same = lambda ws: np.array([[1.0, 0.0] if w.startswith("syn") else [0.0, 1.0] for w in ws])  # noqa: E731
+    result = sl.find_slices(feats, ~fail, embed_fn=same)
+    assert len(result.slices) == 1
+    assert sorted(result.slices["features"].iloc[0][0].split("|")) == [f"text:{w}" for w in words]
+
+
+@pytest.mark.slow
+def test_default_embedder_keeps_two_real_concepts_apart():
+    """japan and school / education / students: the packaged model puts japan at 0.42 from school; average linkage
+    grown from japan (the strongest word) merged the four into one slice."""
+    texts, fail = planted_words(["japan", "school", "education", "students"], per=30, failing=[30, 26, 26, 26],
+                                seed=0, n=1500)
+    result = sl.find_slices(sl.extract_features(texts, min_support=10), ~fail)
+    descriptions = result.slices["description"].tolist()
+    assert 'text contains "japan"' in descriptions
+    assert any('"school"' in d and '"education"' in d and '"japan"' not in d for d in descriptions)

@@ -56,9 +56,13 @@ def cluster(
                                                  "the embedding scattered over other clusters becomes a cluster "
                                                  "of its own, named by the slice.")] = True,
     group_purity: Annotated[float, typer.Option(
-        "--group-purity", help="A slice is scattered when no cluster holds half of its failures and, on average, "
-                               "they make up less than this share of the clusters they fall in (unclustered counts "
-                               "as 0; 0 to 1, 0 turns slice groups off).")] = 0.5,
+        "--group-purity", help="A strong slice becomes a cluster of its own when, on average, its failures make up "
+                               "less than this share of the clusters they fall in (unclustered counts as 0; 0 to 1, "
+                               "0 turns slice groups off).")] = 0.7,
+    parent_similarity: Annotated[float, typer.Option(
+        "--parent-similarity", help="Clusters whose directions are at least this similar (cosine, -1 to 1) get a "
+                                    "shared parent error type.")] = 0.6,
+    no_parents: Annotated[bool, typer.Option("--no-parents", help="Do not group clusters under parents.")] = False,
     layout: Annotated[ReducerName, typer.Option(
         "--layout", help="2-D map of all examples: umap, pca or none.")] = ReducerName.umap,
     max_fit: Annotated[int, typer.Option(
@@ -83,7 +87,8 @@ def cluster(
             embedder=embedder, min_cluster_size=min_cluster_size, min_samples=min_samples, seed=seed,
             reducer=reducer.value, n_components=n_components, n_neighbors=n_neighbors, error_aware=error_aware,
             pair_weight=pair_weight, assign_noise=None if keep_noise else assign_noise, layout=layout.value,
-            max_fit=max_fit, slice_groups=slice_groups, group_purity=group_purity, n_keywords=n_keywords,
+            max_fit=max_fit, slice_groups=slice_groups, group_purity=group_purity,
+            parent_similarity=None if no_parents else parent_similarity, n_keywords=n_keywords,
             n_exemplars=n_exemplars, cache=not no_cache)
         with _progress(out, quiet=as_json or not out.is_terminal) as progress:
             summary = stages.cluster_run(run_dir, params, progress=progress)

@@ -1,8 +1,9 @@
 """Group failing examples into error types: reduce, cluster, assign, name.
 
 The pipeline, like BERTopic's but small: a reducer (`UMAPReducer` by default), feature blocks (the confusion
-pair), a clusterer (`HDBSCANClusterer`), noise assignment, slice groups; naming is separate from clustering,
-so names change without re-clustering (`describe_clusters`). Private modules hold the parts; this is the API.
+pair), a clusterer (`HDBSCANClusterer`), noise assignment, slice groups, parent error types (`cluster_parents`);
+naming is separate from clustering, so names change without re-clustering (`describe_clusters`). Private modules
+hold the parts; this is the API.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from erroranalysis.cluster._blocks import Clusterer, ConfusionPairFeature, FeatureBlock, HDBSCANClusterer
 from erroranalysis.cluster._fit import ClusteringResult, FailureClustering, cluster_failures, default_min_cluster_size
 from erroranalysis.cluster._groups import group_scatter, relabel_by_size, take_out_groups
+from erroranalysis.cluster._hierarchy import cluster_parents
 from erroranalysis.cluster._naming import (
     COLUMNS,
     LIST_COLUMNS,
@@ -18,6 +20,7 @@ from erroranalysis.cluster._naming import (
     TOKEN_PATTERN,
     class_tfidf,
     cluster_name,
+    cluster_summary,
     describe_clusters,
     pick_keywords,
     short_text,

@@ -20,9 +20,9 @@ The pipeline, like BERTopic's but small:
   failure that lands near a systematic cluster is not part of that error type.
 - **Slice groups** (`fit(..., groups=...)`): a failure's strong error slice (`slices.slice_groups`), e.g. texts
   that mention the weather. An embedding groups texts by their dominant topic, so such a concept's failures
-  end up scattered over topic clusters, each a minority there. When no cluster holds half of a slice's failures
-  and they make up less than `group_purity` of the clusters they fall in, they are taken out into one cluster
-  of kind "slice". A slice the embedding already groups (mostly one cluster, or clusters it fills) is left alone.
+  end up scattered over topic clusters, or inside a broader one, a minority wherever they land. When they make up
+  less than `group_purity` of the clusters they fall in, they are taken out into one cluster of kind "slice". A
+  slice the embedding already groups (a cluster, or sub-type clusters, it fills) is left alone.
 
 Edges: no failures (nothing to do), fewer than `min_failures` (grouped by confusion pair, and the result says
 so), identical vectors (one cluster). Above `max_fit` failures the reducer and clusterer are fitted on a seeded
@@ -35,13 +35,14 @@ for UMAP, so only the first process on a machine pays the ~30 s of compilation.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from erroranalysis.cluster._blocks import FeatureBlock, HDBSCANClusterer
 from erroranalysis.cluster._groups import relabel_by_size, take_out_groups
+from erroranalysis.cluster._hierarchy import cluster_parents
 from erroranalysis.cluster._neighbors import _assign_noise, _vote, knn_cosine, local_error_rate
 from erroranalysis.cluster._reduce import REDUCERS, make_reducer
 from erroranalysis.errors import DataError
@@ -55,8 +56,9 @@ SYSTEMATIC, SCATTERED, ALL, BY_PAIR, SINGLE, SLICE = ("systematic", "scattered",
 class ClusteringResult:
     """Per failure: `labels` (cluster id, -1 unclustered; ids ordered by size, 0 largest), `membership` in
     [0, 1], `reassigned` (was noise, joined its nearest cluster), `tier` (systematic / scattered / all /
-    confusion_pair / single / slice), `local_error_rate` (NaN without context). Per cluster: `cluster_tier`, and
-    `cluster_group` for clusters taken out as a slice group."""
+    confusion_pair / single / slice), `local_error_rate` (NaN without context). Per cluster: `cluster_tier`,
+    `cluster_group` for clusters taken out as a slice group, and `cluster_parent` for clusters that share a parent
+    (a coarser error type, `cluster_parents`)."""
 
     labels: np.ndarray
     membership: np.ndarray
@@ -69,6 +71,14 @@ class ClusteringResult:
     params: dict = field(default_factory=dict)
     cluster_tier: dict = field(default_factory=dict)
     cluster_group: dict = field(default_factory=dict)  # cluster id -> the group (slice id) it was taken out as
+    cluster_parent: dict = field(default_factory=dict)  # cluster id -> parent id, for clusters that share a parent
+
+    def parents(self) -> np.ndarray:
+        """Parent id per failure (-1: unclustered, or a cluster without a parent)."""
+        out = np.full(len(self.labels), -1, dtype=np.int64)
+        for c, p in self.cluster_parent.items():
+            out[self.labels == c] = p
+        return out
 
     @property
     def n_clusters(self) -> int:
@@ -100,9 +110,10 @@ class FailureClustering:
     local_k, alpha : neighbours and significance of the local error-rate test
     assign_noise : minimum share of an unclustered failure's nearest clustered neighbours in one cluster for it
         to join that cluster; None never assigns
-    group_purity : with `groups`, a group's failures are taken out into their own cluster when no cluster holds
-        half of them and they make up, on average, less than this share of the clusters they fall in (0 never
-        takes a group out)
+    group_purity : with `groups`, a group's failures are taken out into their own cluster when they make up, on
+        average, less than this share of the clusters they fall in (0 never takes a group out)
+    parent_similarity : clusters whose mean directions are at least this alike (cosine, average linkage) share a
+        parent error type (`cluster_parents`); None gives no parents
     min_failures : below this many failures, group by confusion pair instead of clustering
     max_fit : above this many failures, fit on a seeded sample and assign the rest to their nearest neighbours
     seed : every random step
@@ -111,8 +122,9 @@ class FailureClustering:
     def __init__(self, *, reducer="umap", n_components: int | None = None, n_neighbors: int = 15,
                  min_cluster_size: int | None = None, min_samples: int | None = None, clusterer=None,
                  features: Sequence[FeatureBlock] = (), error_aware: bool = True, local_k: int = 15,
-                 alpha: float = 0.2, assign_noise: float | None = 0.5, group_purity: float = 0.5,
-                 min_failures: int = 20, max_fit: int = 20_000, seed: int = 0):
+                 alpha: float = 0.2, assign_noise: float | None = 0.5, group_purity: float = 0.7,
+                 parent_similarity: float | None = 0.6, min_failures: int = 20, max_fit: int = 20_000,
+                 seed: int = 0):
         self.reducer = reducer
         self.n_components = n_components
         self.n_neighbors = n_neighbors
@@ -125,6 +137,7 @@ class FailureClustering:
         self.alpha = alpha
         self.assign_noise = assign_noise
         self.group_purity = group_purity
+        self.parent_similarity = parent_similarity
         self.min_failures = min_failures
         self.max_fit = max_fit
         self.seed = seed
@@ -154,13 +167,16 @@ class FailureClustering:
                     "a number in [0, 1], or None to keep noise unassigned")
         check_param("group_purity", self.group_purity, isinstance(self.group_purity, (int, float))
                     and not isinstance(self.group_purity, bool) and 0 <= self.group_purity <= 1, "a number in [0, 1]")
+        check_param("parent_similarity", self.parent_similarity, self.parent_similarity is None or (
+            isinstance(self.parent_similarity, (int, float)) and not isinstance(self.parent_similarity, bool)
+            and -1 <= self.parent_similarity <= 1), "a number in [-1, 1], or None for no parents")
         check_param("min_failures", self.min_failures, is_int(self.min_failures) and self.min_failures >= 2,
                     "an integer >= 2")
         check_param("max_fit", self.max_fit, is_int(self.max_fit) and self.max_fit >= 100, "an integer >= 100")
         check_param("seed", self.seed, is_int(self.seed) and self.seed >= 0, "an integer >= 0")
 
     def fit(self, vectors: np.ndarray, failed: np.ndarray | None = None, frame=None,
-            groups: np.ndarray | None = None) -> "FailureClustering":
+            groups: np.ndarray | None = None) -> FailureClustering:
         """Cluster the rows of `vectors` where `failed` (all rows when None); the other rows are context.
 
         `frame` (optional) holds one row per failure, in order, with at least `label` and `pred`; it feeds the
@@ -295,9 +311,13 @@ class FailureClustering:
                 cluster_tier[c] = SLICE
             full_reassigned[full_labels < 0] = False  # members of a dissolved remainder are unclustered again
             params.update(group_purity=self.group_purity, groups_taken_out=len(cluster_group))
-        self.result_ = self._result(full_labels, full_strength, method="hdbscan", note=note, params=params,
-                                    tier=full_tier, reassigned=full_reassigned, rate=rate, coords=coords,
-                                    cluster_tier=cluster_tier, cluster_group=cluster_group)
+        result = self._result(full_labels, full_strength, method="hdbscan", note=note, params=params,
+                              tier=full_tier, reassigned=full_reassigned, rate=rate, coords=coords,
+                              cluster_tier=cluster_tier, cluster_group=cluster_group)
+        if self.parent_similarity is not None:
+            result.cluster_parent = cluster_parents(X, result.labels, min_similarity=self.parent_similarity)
+            params["n_parents"] = len(set(result.cluster_parent.values()))
+        self.result_ = result
         return self
 
     # -- helpers ------------------------------------------------------------------------------------------

@@ -8,15 +8,25 @@ Per cluster:
 - exemplars: the members nearest the cluster's mean vector (or the strongest members without vectors);
 - top confusions (gold -> predicted), gold-label and predicted-label shares;
 - mean confidence and loss, mean length in tokens, truncated share, mean membership, local error rate;
-- a short readable name built from them: `tech -> business: oil, prices, shares`.
+- a short readable name built from them: `tech -> business: oil prices, opec, barrels` (`a <-> b` when the
+  cluster is one concept misread both ways), and a sentence that says what the cluster is from its facts
+  (`cluster_summary`): `Texts about oil prices, opec and barrels: tech read as business in 80%; 12% of the
+  failures; confidently wrong (mean confidence 0.86).`;
+- with `parents`, the cluster's parent (a coarser error type holding several clusters) and its name.
 
-`describe_clusters` is a pure function over DataFrames and arrays; `cluster_name` builds one name.
+Keywords are distinct phrases: inflections of one stem count once (`economy`, `economic`, `economist`), a 2 or 3
+word phrase replaces its word when it covers most of the word's documents in the cluster (`video games` rather than
+`games`), and maximal marginal relevance over the c-TF-IDF candidates keeps a keyword that repeats part of a chosen
+one (`oil prices` after `oil`) from crowding out one that says something new.
+
+`describe_clusters` is a pure function over DataFrames and arrays; `cluster_name` builds one name,
+`cluster_summary` one sentence.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,10 +41,11 @@ LIST_COLUMNS = ("keywords", "keyword_scores", "exemplar_ids", "top_confusions", 
 COLUMNS = ["cluster_id", "size", "share_of_failures", "name", "kind", "keywords", "keyword_scores", "exemplar_ids",
            "top_confusions", "top_confusion_counts", "top_confusion_shares", "gold_labels", "gold_shares",
            "pred_labels", "pred_shares", "mean_confidence", "mean_loss", "mean_n_tokens", "truncated_share",
-           "mean_membership", "local_error_rate", "reassigned"]
+           "mean_membership", "local_error_rate", "reassigned", "summary", "parent_id", "parent_name"]
 
 
 MAX_CORRECT_DOCS = 1000  # correct examples sampled as the contrast class
+NGRAMS = (1, 3)  # keyword candidates: words and phrases of up to three words
 MAX_CHARS = 5000  # of each text, for keywords: bounds the cost of very long inputs
 _POSSESSIVE = re.compile(r"['’]s\b")
 
@@ -78,35 +89,128 @@ def class_tfidf(texts: Sequence[str], classes: np.ndarray, *, ngram_range=(1, 2)
     return terms, ids, tf * idf, df
 
 
-def pick_keywords(terms: np.ndarray, scores: np.ndarray, doc_counts: np.ndarray, n: int, min_docs: int = 2) -> tuple[list[str], list[float]]:
-    """Top-n terms by score, in at least `min_docs` documents, skipping a term whose words repeat a chosen one."""
-    order = np.argsort(-scores, kind="stable")
-    chosen: list[str] = []
-    values: list[float] = []
-    words_used: list[set[str]] = []
-    for j in order:
-        if len(chosen) >= n or scores[j] <= 0:
+# suffixes stripped by `_stem`, longest first: enough to make inflections and derivations of one word meet
+_KEEP = frozenset({"news", "series"})
+_SUFFIXES = ("ations", "ation", "ments", "ment", "ists", "ings", "ical", "ies", "ist", "ics", "ing", "ers", "ed",
+             "er", "ic", "es", "s", "y", "e")
+
+
+def _stem(word: str) -> str:
+    """A light stemmer for keyword redundancy, one suffix: `economy`, `economic`, `economist`, `economies` ->
+    `econom`; `games`, `gaming`, `gamers` -> `gam`. Keeps at least 3 letters, never strips `s` after `s`, `u` or `i`
+    (`business`, `virus`, `analysis`) nor `y` after a vowel (`play`)."""
+    if word in _KEEP:
+        return word
+    if word.endswith("men") and len(word) >= 5:  # women, chairmen
+        return word[:-3] + "man"
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            before = word[-len(suffix) - 1]
+            if (suffix in ("s", "es") and before in "sui") or (suffix == "y" and before in "aeiou"):
+                continue
+            return word[: -len(suffix)]
+    return word
+
+
+def _stems(term: str) -> frozenset:
+    return frozenset(_stem(w) for w in term.split())
+
+
+def _same_stem(a: str, b: str) -> bool:
+    """One word's stem is the other's, or they share a prefix of at least 5 letters and 80% of the shorter
+    (`japan`, `japanese`); `women` and `woman` meet through `_stem`."""
+    if a == b:
+        return True
+    k = 0
+    for x, y in zip(a, b):
+        if x != y:
             break
-        if doc_counts[j] < min_docs:
+        k += 1
+    return k >= 5 and k >= 0.8 * min(len(a), len(b))
+
+
+def _covers(a: frozenset, b: frozenset) -> bool:
+    """Every stem of `a` has the same stem in `b`."""
+    return all(any(_same_stem(x, y) for y in b) for x in a)
+
+
+def _overlap(a: frozenset, b: frozenset) -> float:
+    """1 when one term's stems hold the other's (nothing new), else the Jaccard share of stems they have in common."""
+    if _covers(a, b) or _covers(b, a):
+        return 1.0
+    shared = sum(any(_same_stem(x, y) for y in b) for x in a)
+    return shared / (len(a) + len(b) - shared)
+
+
+def pick_keywords(terms: np.ndarray, scores: np.ndarray, doc_counts: np.ndarray, n: int, min_docs: int = 2,
+                  diversity: float = 0.3, phrase_cover: float = 0.6, n_candidates: int = 60,
+                  common: frozenset = frozenset(), contrast: np.ndarray | None = None, size: int = 0,
+                  min_lift: float = 2.0) -> tuple[list[str], list[float]]:
+    """n distinct keywords by maximal marginal relevance over the best `n_candidates` c-TF-IDF terms.
+
+    A candidate is in at least `min_docs` of the cluster's documents (a phrase in at least 3), has a positive score,
+    no repeated word (`goal goal`) and, for a phrase, no word of `common` (words in most documents, `said`: `said
+    ministers` is no phrase). With `contrast` (the share of correct examples holding each term) and the cluster's
+    `size`, a candidate must be at least `min_lift` times as common in the cluster as among correct examples: a word
+    the model also gets right says nothing about the failures. A 2 or 3 word phrase found in at least `phrase_cover`
+    of the cluster's documents that hold one of its words takes that word's score (and the word goes: `video games`
+    over `games`). Then, in turn, the candidate with the best `(1 - diversity) * score / best score - diversity *
+    overlap` is chosen, where overlap is the share of stems it has in common with a chosen keyword (Jaccard); a
+    candidate whose stems a chosen one's hold, or that holds them all (`economic`, `oil` after `economy`, `oil
+    prices`), is skipped.
+    """
+    def usable(j) -> bool:
+        parts = str(terms[j]).split()
+        if scores[j] <= 0 or doc_counts[j] < min_docs or len(set(parts)) < len(parts):
+            return False
+        if contrast is not None and size and doc_counts[j] / size < min_lift * contrast[j]:
+            return False
+        return len(parts) == 1 or (doc_counts[j] >= 3 and not any(p in common for p in parts))
+
+    order = [int(j) for j in np.argsort(-scores, kind="stable") if usable(j)][:n_candidates]
+    if not order:
+        return [], []
+    value = {j: float(scores[j]) for j in order}
+    stems = {j: _stems(str(terms[j])) for j in order}
+    words = {str(terms[j]): j for j in order if " " not in str(terms[j])}
+    dropped: set[int] = set()
+    for j in order:  # a specific phrase stands in for its word
+        parts = str(terms[j]).split()
+        if len(parts) < 2:
             continue
-        parts = terms[j].split()
-        words = set(parts)
-        if len(words) < len(parts):  # "goal goal"
-            continue
-        if any(words <= used or used <= words for used in words_used):
-            continue
-        chosen.append(str(terms[j]))
-        values.append(round(float(scores[j]), 5))
-        words_used.append(words)
-    return chosen, values
+        for part in parts:
+            w = words.get(part)
+            if w is not None and w not in dropped and doc_counts[j] >= phrase_cover * doc_counts[w]:
+                value[j] = max(value[j], value[w])
+                dropped.add(w)
+    pool = [j for j in order if j not in dropped]
+    top = max(value[j] for j in pool)
+    chosen: list[int] = []
+    while pool and len(chosen) < n:
+        best, best_mmr = None, -np.inf
+        for j in pool:
+            overlap = max((_overlap(stems[j], stems[c]) for c in chosen), default=0.0)
+            mmr = (1 - diversity) * value[j] / top - diversity * overlap
+            if overlap < 1.0 and mmr > best_mmr:
+                best, best_mmr = j, mmr
+        if best is None:
+            break
+        chosen.append(best)
+        pool.remove(best)
+    return [str(terms[j]) for j in chosen], [round(value[j], 5) for j in chosen]
 
 
 def cluster_name(keywords: Sequence[str], confusions: Sequence[dict], label_shares: Sequence[dict],
                  pred_shares: Sequence[dict], kind: str = "", n_words: int = 3, title: str = "") -> str:
-    """`gold -> pred: kw1, kw2, kw3`, with `*` for a side no value dominates; ` (scattered)` for failures spread
-    among correct examples. `title` replaces the keywords (a slice cluster's definition)."""
+    """`gold -> pred: kw1, kw2, kw3`; `a <-> b` for a concept misread both ways (`_mirrored`); `*` for a side no value
+    dominates; ` (scattered)` for failures spread among correct examples. `title` replaces the keywords (a slice
+    cluster's definition).
+    """
     head = ""
-    if confusions and confusions[0]["share"] >= 0.5:
+    mirror = _mirrored(confusions)
+    if mirror:
+        head = f"{mirror[0]} <-> {mirror[1]}"
+    elif confusions and confusions[0]["share"] >= 0.5:
         head = f"{confusions[0]['label']} -> {confusions[0]['pred']}"
     else:
         gold = label_shares[0]["label"] if label_shares and label_shares[0]["share"] >= 0.6 else None
@@ -118,6 +222,54 @@ def cluster_name(keywords: Sequence[str], confusions: Sequence[dict], label_shar
     if kind == "scattered":
         name += " (scattered)"
     return name
+
+
+def _mirrored(confusions: Sequence[dict]) -> tuple[str, str] | None:
+    """(a, b) when the two largest confusions are a -> b and b -> a, hold at least half the cluster together and
+    the smaller holds at least a quarter: one concept misread both ways."""
+    if len(confusions) < 2:
+        return None
+    first, second = confusions[0], confusions[1]
+    if (first["label"], first["pred"]) == (second["pred"], second["label"]) and \
+            first["share"] + second["share"] >= 0.5 and second["share"] >= 0.25:
+        return first["label"], first["pred"]
+    return None
+
+
+def cluster_summary(keywords: Sequence[str], confusions: Sequence[dict], label_shares: Sequence[dict], *,
+                    share: float, confidence: float = float("nan"), kind: str = "", title: str = "") -> str:
+    """One sentence from the cluster's facts: what it is about (the slice's definition, or its first three
+    keywords), how it fails (a dominant confusion and its share, both directions of a mirrored pair, or the class
+    it fails on), its share of the failures, and the model's confidence when known."""
+    if title:
+        concept = title[0].upper() + title[1:]
+    elif keywords:
+        words = list(keywords[:3])
+        concept = "Texts about " + (", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0])
+    else:
+        concept = "Failures"
+    mirror = _mirrored(confusions)
+    if mirror:
+        how = (f"{mirror[0]} and {mirror[1]} read as each other "
+               f"({confusions[0]['share']:.0%} and {confusions[1]['share']:.0%})")
+    elif confusions and confusions[0]["share"] >= 0.5:
+        c = confusions[0]
+        how = f"{c['label']} read as {c['pred']} in {c['share']:.0%}"
+    elif label_shares and label_shares[0]["share"] >= 0.6:
+        how = f"{label_shares[0]['label']} misread as several classes"
+    else:
+        how = "several confusions"
+    parts = [f"{concept}: {how}", f"{share:.0%} of the failures" if share >= 0.01 else "under 1% of the failures"]
+    if np.isfinite(confidence):
+        if confidence >= 0.8:
+            parts.append(f"confidently wrong (mean confidence {confidence:.2f})")
+        elif confidence < 0.5:
+            parts.append(f"unsure (mean confidence {confidence:.2f})")
+        else:
+            parts.append(f"mean confidence {confidence:.2f}")
+    if kind == "scattered":
+        parts.append("scattered among correct examples")
+    return "; ".join(parts) + "."
 
 
 def _shares(values, limit: int = 5) -> list[dict]:
@@ -153,12 +305,14 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
                       vectors: np.ndarray | None = None, correct_texts: Sequence[str] = (),
                       kinds: dict[int, str] | None = None, local_error_rate: np.ndarray | None = None,
                       reassigned: np.ndarray | None = None, n_keywords: int = 8, n_exemplars: int = 5,
-                      seed: int = 0, titles: dict[int, str] | None = None):
+                      seed: int = 0, titles: dict[int, str] | None = None, parents: dict[int, int] | None = None):
     """One row per cluster (-1 excluded), ordered by size then id: the clusters.parquet table.
 
     `failures` has one row per failure with example_id, text, label, pred and, when present, confidence, loss,
     n_tokens, truncated; `cluster_ids`, `membership`, `vectors`, `local_error_rate`, `reassigned` align with it.
-    `titles` name some clusters by their definition instead of their keywords (slice clusters).
+    `titles` name some clusters by their definition instead of their keywords (slice clusters). `parents` maps
+    clusters to a parent id (`ClusteringResult.cluster_parent`); `parent_id` is null for a cluster without one, and
+    `parent_name` names the parent from all its clusters' failures.
     """
     import pandas as pd
 
@@ -169,7 +323,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
     n = len(failures)
     failures = failures.reset_index(drop=True)
     membership = np.ones(n, np.float32) if membership is None else np.asarray(membership, dtype=np.float32)
-    kinds, titles = kinds or {}, titles or {}
+    kinds, titles, parents = kinds or {}, titles or {}, parents or {}
     ids = sorted({int(c) for c in cluster_ids if c >= 0}, key=lambda c: (-int((cluster_ids == c).sum()), c))
     columns = COLUMNS
     if not ids:
@@ -182,8 +336,11 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
         correct_texts = [correct_texts[i] for i in np.sort(rng.choice(len(correct_texts), MAX_CORRECT_DOCS, replace=False))]
     texts = failures["text"].astype(str).tolist() + correct_texts
     classes = np.concatenate([np.where(cluster_ids >= 0, cluster_ids, -1), np.full(len(correct_texts), -2)])
-    terms, class_ids, scores, doc_counts = class_tfidf(texts, classes)
+    terms, class_ids, scores, doc_counts = class_tfidf(texts, classes, ngram_range=NGRAMS)
     row_of = {int(c): i for i, c in enumerate(class_ids)}
+    common = _common_words(terms, doc_counts, len(texts))
+    contrast = doc_counts[row_of[-2]] / len(correct_texts) if -2 in row_of else None
+    parent_names = _parent_names(failures, cluster_ids, texts, classes, parents, n_keywords, common, contrast)
 
     unit = None
     if vectors is not None and len(vectors) == n:
@@ -196,7 +353,8 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
         if len(terms):
             r = row_of[c]
             min_docs = 2 if len(members) >= 4 else 1
-            keywords, kw_scores = pick_keywords(terms, scores[r], doc_counts[r], n_keywords, min_docs)
+            keywords, kw_scores = pick_keywords(terms, scores[r], doc_counts[r], n_keywords, min_docs,
+                                                common=common, contrast=contrast, size=len(members))
         else:
             keywords, kw_scores = [], []
         if unit is not None:
@@ -210,6 +368,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
         label_shares = _shares(part["label"])
         pred_shares = _shares(part["pred"])
         kind = kinds.get(c, "")
+        title = titles.get(c, "")
         truncated = float(np.asarray(part["truncated"], dtype=bool).mean()) if "truncated" in part.columns else float("nan")
         rate = float(np.nanmean(local_error_rate[members])) if (
             local_error_rate is not None and np.isfinite(local_error_rate[members]).any()) else float("nan")
@@ -217,7 +376,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
             "cluster_id": c,
             "size": len(members),
             "share_of_failures": round(len(members) / n, 5),
-            "name": cluster_name(keywords, confusions, label_shares, pred_shares, kind, title=titles.get(c, "")),
+            "name": cluster_name(keywords, confusions, label_shares, pred_shares, kind, title=title),
             "kind": kind,
             "keywords": keywords,
             "keyword_scores": kw_scores,
@@ -236,17 +395,60 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
             "mean_membership": round(float(membership[members].mean()), 5),
             "local_error_rate": round(rate, 5),
             "reassigned": int(np.asarray(reassigned)[members].sum()) if reassigned is not None else 0,
+            "summary": cluster_summary(keywords, confusions, label_shares, share=len(members) / n,
+                                       confidence=_mean(part, "confidence"), kind=kind, title=title),
+            "parent_id": parents.get(c),
+            "parent_name": parent_names.get(parents.get(c)),
         })
     frame = pd.DataFrame(rows, columns=columns)
     for c in ("cluster_id", "size", "reassigned"):
         frame[c] = frame[c].astype("int32")
+    frame["parent_id"] = pd.array(frame["parent_id"].tolist(), dtype="Int32")
+    frame["parent_name"] = pd.array(frame["parent_name"].tolist(), dtype="string")
     return frame
+
+
+def _common_words(terms, doc_counts, n_docs: int, share: float = 0.5) -> frozenset:
+    """Words in more than `share` of all documents (`said` in news): no phrase is made of them."""
+    if not len(terms):
+        return frozenset()
+    total = doc_counts.sum(axis=0)
+    return frozenset(str(t) for t, f in zip(terms, total) if " " not in str(t) and f > share * n_docs)
+
+
+def _parent_names(failures, cluster_ids, texts, classes, parents: dict[int, int], n_keywords: int,
+                  common: frozenset, contrast) -> dict:
+    """{parent id: name} from the c-TF-IDF of the parents' pooled failures against the other clusters, the
+    unclustered failures and the correct examples."""
+    if not parents:
+        return {}
+    offset = int(max(classes.max(), 0)) + 1
+    pooled = classes.copy()
+    for c, p in parents.items():
+        pooled[classes == c] = offset + p
+    terms, class_ids, scores, doc_counts = class_tfidf(texts, pooled, ngram_range=NGRAMS)
+    row_of = {int(c): i for i, c in enumerate(class_ids)}
+    names = {}
+    for p in sorted(set(parents.values())):
+        members = np.flatnonzero(pooled[: len(failures)] == offset + p)
+        part = failures.iloc[members]
+        r = row_of[offset + p]
+        keywords = pick_keywords(terms, scores[r], doc_counts[r], n_keywords, common=common,
+                                 contrast=None if contrast is None else doc_counts[row_of[-2]] / max(
+                                     1, int((classes == -2).sum())), size=len(members))[0] if len(terms) else []
+        names[p] = cluster_name(keywords, _confusions(part["label"], part["pred"]), _shares(part["label"]),
+                                _shares(part["pred"]))
+    return names
 
 
 def _dtype(column: str):
     if column in ("cluster_id", "size", "reassigned"):
         return "int32"
-    if column in LIST_COLUMNS or column in ("name", "kind"):
+    if column == "parent_id":
+        return "Int32"
+    if column == "parent_name":
+        return "string"
+    if column in LIST_COLUMNS or column in ("name", "kind", "summary"):
         return "object"
     return "float64"
 

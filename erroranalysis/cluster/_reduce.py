@@ -110,7 +110,7 @@ class PCAReducer:
         self.n_components = n_components
         self.seed = seed
 
-    def fit(self, X: np.ndarray) -> "PCAReducer":
+    def fit(self, X: np.ndarray) -> PCAReducer:
         from sklearn.decomposition import PCA
 
         X = _unit(X)

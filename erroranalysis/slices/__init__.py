@@ -1,7 +1,8 @@
 """Error slices: interpretable groups of examples whose error rate stands out.
 
 `extract_features` (words, phrases, metadata, length, truncation, label), `find_slices` (SliceLine's score, a
-corrected binomial test, word merging, pruning), `slice_groups` (each failure's strong slice, for clustering).
+corrected binomial test, word merging, pruning), `slice_groups` (each failure's strong slice, for clustering;
+slices that differ only by a label conjunct are one group, named by `group_titles`).
 Everything here is a pure function over arrays and DataFrames; `erroranalysis.stages.slices` reads and writes
 the run directory.
 """
@@ -19,6 +20,7 @@ from erroranalysis.slices._search import (
     empty_members,
     empty_slices,
     find_slices,
+    group_titles,
     slice_groups,
 )
 from erroranalysis.slices._stats import CORRECTIONS, adjust_pvalues, binomial_pvalues, sliceline_score

@@ -1,5 +1,12 @@
 """Word merging: near-synonymous word slices become one (`job`, `office`, `interview`), by average linkage over
-word embeddings, kept only when the merged slice scores at least as well as its best word.
+word embeddings, kept only when the merged slice is one concept and scores at least as well as its best word.
+
+One concept, not two linked through in-between words (texts about sport and texts about money, joined by
+`contract` and `fee`; `spam | legitimate | fake`): a merged group is split in two along its words' own average
+linkage when the two halves are not alike (the median cosine between their words is below the merge threshold)
+and each half stands out on its own (a binomial test at the level a single word is reported at); a word closer
+to another failing concept's words than to its own group's leaves the group. Rare synonyms of one concept, each
+too rare to stand out alone, still merge: a half that does not stand out alone needs the other.
 """
 
 from __future__ import annotations
@@ -14,11 +21,13 @@ from erroranalysis.slices._stats import sliceline_score
 
 
 def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, base, alpha, threshold,
-                 merge_level, max_words, embed_fn):
+                 merge_level, max_words, embed_fn, alone_level: float = 0.0):
     """Greedy merge of near-synonymous erroneous words, each group tested once.
 
     Average linkage (a word joins when its mean cosine to the group's words reaches `threshold`), not centroid
     linkage: a growing centroid drifts toward generic words ("all", "world") and chains unrelated concepts together.
+    A group is then checked to be one concept (`_one_concept`, `_closest_concept`); `alone_level` is the raw p-value
+    at which a word or half stands out on its own (0 never splits).
     """
     messages: list[str] = []
     text = np.asarray(text)
@@ -43,6 +52,7 @@ def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
     rows_of = [X.indices[X.indptr[i]:X.indptr[i + 1]] for i in pool]
     used = np.zeros(len(pool), dtype=bool)
     merged: list[_Candidate] = []
+    groups: list[list[int]] = []
     for s in range(len(pool)):
         if used[s]:
             continue
@@ -52,7 +62,6 @@ def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
         mask[rows_of[s]] = True
         total = vectors[s].copy()  # sum of the group's vectors
         g_support, g_fails = int(support[pool[s]]), int(fails[pool[s]])
-        g_score = float(score1[pool[s]])
         grew = True
         while grew:  # a word may fit the group only once others have joined: repeat until stable
             grew = False
@@ -72,23 +81,92 @@ def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
                 if not (alike or inter >= 0.5 * u_support):  # errors alike, or examples shared (Jaccard)
                     continue
                 u_fails = g_fails + int(failed[rows[~inside]].sum())
-                u_score = float(sliceline_score(u_support, u_fails, n, base, alpha))
                 group.append(v)
                 used[v] = True
                 grew = True
                 mask[rows] = True
                 total += vectors[v]
-                g_support, g_fails, g_score = u_support, u_fails, u_score
+                g_support, g_fails = u_support, u_fails
         # a word whose examples all contain another member says nothing more ("w3 w0" beside "w3")
         group = [g for g in group
                  if not any(h != g and len(rows_of[h]) >= len(rows_of[g])
                             and (len(rows_of[h]) > len(rows_of[g]) or h < g)
                             and np.isin(rows_of[g], rows_of[h], assume_unique=True).all() for h in group)]
-        if len(group) > 1:
-            members = [int(pool[g]) for g in group]
-            p_raw = _selected_group_pvalue([(int(support[i]), int(fails[i])) for i in members], base, merge_level)
-            merged.append(_Candidate([members], g_support, g_fails, g_score, p_raw, kind="merged"))
+        if len(group) > 1:  # the part that holds the seed stays; the other words may start or join later groups
+            parts = _one_concept(group, vectors, rows_of, failed, n, base, threshold, alone_level)
+            for part in parts:
+                if s in part:
+                    if len(part) > 1:
+                        groups.append(part)
+                else:
+                    used[part] = False
+    groups = _closest_concept(groups, vectors, pool, p1, alone_level)
+    for group in groups:
+        members = [int(pool[g]) for g in group]
+        g_support, g_fails = _union_counts(group, rows_of, failed, n)
+        g_score = float(sliceline_score(g_support, g_fails, n, base, alpha))
+        p_raw = _selected_group_pvalue([(int(support[i]), int(fails[i])) for i in members], base, merge_level)
+        merged.append(_Candidate([members], g_support, g_fails, g_score, p_raw, kind="merged"))
     return merged, messages
+
+
+def _union_counts(group: list[int], rows_of, failed, n: int) -> tuple[int, int]:
+    mask = np.zeros(n, dtype=bool)
+    for g in group:
+        mask[rows_of[g]] = True
+    return int(mask.sum()), int(failed[mask].sum())
+
+
+def _stands_out(group: list[int], rows_of, failed, n: int, base: float, level: float) -> bool:
+    from scipy.stats import binom
+
+    s, f = _union_counts(group, rows_of, failed, n)
+    return bool(binom.sf(f - 1, s, base) <= level)
+
+
+def _one_concept(group: list[int], vectors, rows_of, failed, n, base, threshold, level) -> list[list[int]]:
+    """The group, or its two halves (each checked again) when it joins two concepts that each stand out alone.
+
+    The halves are the top split of the words' average linkage (cosine); they are two concepts when the median
+    cosine between their words is below `threshold` and each stands out at `level`."""
+    if len(group) < 2 or level <= 0:
+        return [group]
+    if len(group) == 2:
+        halves = [[group[0]], [group[1]]]
+    else:
+        from scipy.cluster.hierarchy import fcluster, linkage
+
+        tree = linkage(vectors[group], method="average", metric="cosine")
+        side = fcluster(tree, 2, criterion="maxclust")
+        halves = [[g for g, k in zip(group, side) if k == label] for label in (1, 2)]
+    a, b = halves
+    if not a or not b:  # identical vectors: nothing to split along
+        return [group]
+    between = float(np.median(vectors[a] @ vectors[b].T))  # the median: one in-between word does not make them alike
+    if between >= threshold or not all(_stands_out(h, rows_of, failed, n, base, level) for h in halves):
+        return [group]
+    return [part for h in halves for part in _one_concept(h, vectors, rows_of, failed, n, base, threshold, level)]
+
+
+def _closest_concept(groups: list[list[int]], vectors, pool, p1, level) -> list[list[int]]:
+    """Drop from each group the words that are closer (mean cosine) to another failing concept than to the rest of
+    their own group; the other concepts are the other groups and the ungrouped words that stand out alone."""
+    if level <= 0:
+        return groups
+    grouped = {g for group in groups for g in group}
+    alone = [[i] for i in range(len(pool)) if i not in grouped and p1[pool[i]] <= level]
+    out = []
+    for k, group in enumerate(groups):
+        others = [h for j, h in enumerate(groups) if j != k] + alone
+        keep = []
+        for g in group:
+            own = float(np.mean([vectors[g] @ vectors[h] for h in group if h != g]))
+            other = max((float((vectors[h] @ vectors[g]).mean()) for h in others), default=-1.0)
+            if own >= other - 0.02:  # clearly closer to another concept: it leaves
+                keep.append(g)
+        if len(keep) > 1:
+            out.append(keep)
+    return out
 
 
 def _selected_group_pvalue(words: list[tuple[int, int]], base: float, merge_level: float) -> float:

@@ -23,8 +23,8 @@ run directory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -216,9 +216,10 @@ def find_slices(
     if merge:
         text = [i for i in tested1 if features.kinds[i] == "text"]
         if len(text) >= 2:
+            # a word or half of a group "stands out alone" at the level a single word is reported at (Bonferroni)
             merged, merge_messages = _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
                                                   base, alpha, merge_threshold, merge_level, max_merge_words,
-                                                  embed_fn)
+                                                  embed_fn, alone_level=level / max(len(tested1), 1))
             messages.extend(merge_messages)
             if merged:
                 pools.append((np.array([c.p_raw for c in merged]), merged))
@@ -239,10 +240,14 @@ def find_slices(
         position += len(p)
 
     # A significant merged group replaces its words' single slices when it scores at least as well as its best
-    # word; otherwise it describes the failures worse than that word does and is dropped.
+    # word, or when its other words are rare synonyms (`_needs_merge`); otherwise it describes the failures worse
+    # than that word does and is dropped.
+    alone = level / max(len(tested1), 1)
     for cand in [c for c in candidates if c.kind == "merged"]:
-        if cand.score >= max(score1[i] for i in cand.conjuncts[0]):
-            merged_words.update(cand.conjuncts[0])
+        words = cand.conjuncts[0]
+        if cand.score >= max(score1[i] for i in words) or _needs_merge(words, X, failed, n, score1, p1, base,
+                                                                      merge_level, alone):
+            merged_words.update(words)
         else:
             candidates.remove(cand)
     candidates = [c for c in candidates if not (c.kind == "single" and c.conjuncts[0][0] in merged_words)]
@@ -375,6 +380,21 @@ def _conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err
     return out
 
 
+def _needs_merge(words, X, failed, n, score1, p1, base, merge_level, alone) -> bool:
+    """A group's words other than its best are too rare to stand out alone (raw p-value above `alone`, the level a
+    single word is reported at) and yet, on the examples the best word does not hold, fail more than the base rate
+    (p <= `merge_level`): rare synonyms that need the merge to be seen."""
+    best = max(words, key=lambda i: score1[i])
+    rest = [i for i in words if i != best]
+    if any(p1[i] <= alone for i in rest):
+        return False
+    inside = np.zeros(n, dtype=bool)
+    for i in rest:
+        inside |= _column(X, i, n)
+    inside &= ~_column(X, best, n)
+    return bool(binomial_pvalues([int(failed[inside].sum())], [int(inside.sum())], base)[0] <= merge_level)
+
+
 def _column(X, i: int, n: int) -> np.ndarray:
     mask = np.zeros(n, dtype=bool)
     mask[X.indices[X.indptr[i]:X.indptr[i + 1]]] = True
@@ -456,22 +476,21 @@ def _describe(conjunct: list[int], features: Features) -> str:
 
 
 def slice_groups(slices: pd.DataFrame, members: pd.DataFrame, *, example_ids=None, min_lift: float = 1.0,
-                 max_p_value: float = 0.05, label_only: bool = False) -> dict:
+                 max_p_value: float = 0.05, label_only: bool = False, join_labels: bool = True) -> dict:
     """Map each example in a strong slice to the best such slice: {example_id: slice_id}.
 
     A slice is strong when its error rate is at least (1 + min_lift) times the base rate and its corrected p-value
     is <= max_p_value; slices rank by score (slice_id 0 is best), so an example in several strong slices goes to
     the best. example_ids: restrict to these examples (the failures, for clustering). Slices defined by the true
     label alone (`label == "sport"`) are left out unless `label_only`: the per-class metrics already show them,
-    and grouping a class's failures together would hide the error types inside it. Feed the result to
-    `clustering.FailureClustering.fit(groups=...)` to group a slice's failures together.
+    and grouping a class's failures together would hide the error types inside it. With `join_labels`, strong
+    slices that differ only in their `label == ...` conjunct (`"weather" and label == "a"`, `"weather" and label ==
+    "b"`, `"weather"`) are one group, under the id of the one with the fewest label conjuncts (then the best): one
+    concept misread in two directions is one error type whose confusions show both (`group_titles` names it).
+    Feed the result to `clustering.FailureClustering.fit(groups=...)` to group a slice's failures together.
     """
-    if slices is None or members is None or not len(slices) or not len(members):
-        return {}
-    strong = slices[(slices["lift"] >= min_lift) & (slices["p_value"] <= max_p_value)]
-    if not label_only and "features" in strong.columns:
-        strong = strong[[not all(str(f).startswith("label=") for f in fs) for fs in strong["features"]]]
-    if not len(strong):
+    strong = _strong(slices, min_lift, max_p_value, label_only)
+    if strong is None or members is None or not len(members):
         return {}
     rank = pd.Series(strong["score"].to_numpy(), index=strong["slice_id"].to_numpy())
     m = members[members["slice_id"].isin(rank.index)].copy()
@@ -482,4 +501,53 @@ def slice_groups(slices: pd.DataFrame, members: pd.DataFrame, *, example_ids=Non
     m["_score"] = m["slice_id"].map(rank)
     m = m.sort_values(["_score", "slice_id"], ascending=[False, True], kind="stable")
     m = m.drop_duplicates("example_id", keep="first")
+    if join_labels:
+        m["slice_id"] = m["slice_id"].map(_label_joins(strong))
     return dict(zip(m["example_id"].tolist(), m["slice_id"].astype(int).tolist()))
+
+
+def group_titles(slices: pd.DataFrame, *, min_lift: float = 1.0, max_p_value: float = 0.05,
+                 label_only: bool = False) -> dict[int, str]:
+    """{slice_id: what its group of `slice_groups` (same parameters, `join_labels`) is}: the slice's description,
+    or, for a group joined over labels without a label-free slice, the shared part and the labels
+    (`text contains "weather" (label "a" or "b")`)."""
+    titles = dict(zip(slices["slice_id"].astype(int), slices["description"].astype(str))) if slices is not None \
+        and len(slices) else {}
+    strong = _strong(slices, min_lift, max_p_value, label_only)
+    if strong is None:
+        return titles
+    joins = _label_joins(strong)
+    by_id = strong.set_index("slice_id")
+    for rep in set(joins.values()):
+        joined = [s for s, r in joins.items() if r == rep]
+        labels = sorted({str(f)[len("label="):] for s in joined for f in by_id.loc[s, "features"]
+                         if str(f).startswith("label=")})
+        features = list(by_id.loc[rep, "features"])
+        parts = str(by_id.loc[rep, "description"]).split(" and ")
+        if len(joined) < 2 or len(parts) != len(features) or not any(str(f).startswith("label=") for f in features):
+            continue
+        shared = [d for d, f in zip(parts, features) if not str(f).startswith("label=")]
+        titles[int(rep)] = " and ".join(shared) + " (label " + " or ".join(f'"{x}"' for x in labels) + ")"
+    return titles
+
+
+def _strong(slices, min_lift, max_p_value, label_only):
+    """The strong slices (`slice_groups`), or None when there are none."""
+    if slices is None or not len(slices):
+        return None
+    strong = slices[(slices["lift"] >= min_lift) & (slices["p_value"] <= max_p_value)]
+    if not label_only and "features" in strong.columns:
+        strong = strong[[not all(str(f).startswith("label=") for f in fs) for fs in strong["features"]]]
+    return strong if len(strong) else None
+
+
+def _label_joins(strong: pd.DataFrame) -> dict[int, int]:
+    """{slice_id: the id its group goes by}: slices with the same conjuncts once `label=` ones are set aside share
+    the id of the one with the fewest label conjuncts, then the best ranked."""
+    if "features" not in strong.columns:
+        return {int(s): int(s) for s in strong["slice_id"]}
+    keys: dict[tuple, list[tuple[int, int]]] = {}
+    for sid, features in zip(strong["slice_id"].astype(int), strong["features"]):
+        rest = tuple(sorted(str(f) for f in features if not str(f).startswith("label=")))
+        keys.setdefault(rest, []).append((len(features) - len(rest), sid))
+    return {sid: min(group)[1] for group in keys.values() for _, sid in group}

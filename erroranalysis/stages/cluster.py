@@ -47,7 +47,8 @@ class ClusterParams(Params):
     max_fit: int = 20_000
     min_failures: int = 20
     slice_groups: bool = True
-    group_purity: float = 0.5
+    group_purity: float = 0.7
+    parent_similarity: float | None = 0.6
     n_keywords: int = 8
     n_exemplars: int = 5
     cache: bool = True
@@ -75,7 +76,8 @@ class ClusterParams(Params):
             reducer=self.reducer, n_components=self.n_components, n_neighbors=self.n_neighbors,
             min_cluster_size=self.min_cluster_size, min_samples=self.min_samples, clusterer=clusterer,
             features=blocks, error_aware=self.error_aware, assign_noise=self.assign_noise,
-            group_purity=self.group_purity, min_failures=self.min_failures, max_fit=self.max_fit, seed=self.seed)
+            group_purity=self.group_purity, parent_similarity=self.parent_similarity, min_failures=self.min_failures,
+            max_fit=self.max_fit, seed=self.seed)
 
 
 @dataclass
@@ -203,7 +205,7 @@ def _describe(run, inputs: _Inputs, failures, result, fail_vectors, slice_names:
         failures, result.labels, membership=result.membership, vectors=fail_vectors, correct_texts=correct_texts,
         kinds=result.cluster_tier, local_error_rate=result.local_error_rate, reassigned=result.reassigned,
         n_keywords=params.n_keywords, n_exemplars=params.n_exemplars, seed=params.seed,
-        titles={c: slice_names[g] for c, g in result.cluster_group.items()})
+        titles={c: slice_names[g] for c, g in result.cluster_group.items()}, parents=result.cluster_parent)
     clusters = _with_slice(clusters, result.cluster_group, slice_names)
     return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels)
 
@@ -252,12 +254,12 @@ def _slice_groups(run: rundir.Run, failures):
     if missing:
         raise DataError(f"{run.file(rundir.SLICES)}: missing column(s) {missing}; re-run 'erroranalysis slices "
                         f"{run.path}', or cluster with --no-slice-groups.")
-    from erroranalysis.slices import slice_groups
+    from erroranalysis.slices import group_titles, slice_groups
 
     ids = failures["example_id"].tolist()
     best = slice_groups(slices, members, example_ids=ids)
     groups = np.array([best.get(i, -1) for i in ids], dtype=np.int64)
-    return groups, dict(zip(slices["slice_id"].astype(int), slices["description"].astype(str)))
+    return groups, group_titles(slices)
 
 
 def _with_slice(clusters, cluster_group: dict, slice_names: dict):
@@ -339,14 +341,14 @@ def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, 
     failures = predictions[fail].reset_index(drop=True)
     part = assignments[fail]
     labels = part["cluster_id"].to_numpy(dtype=np.int64)
-    cluster_group, slice_names = _stored_slices(run)
+    cluster_group, slice_names, parents = _stored_slices(run)
     with run.stage("cluster_names", {"n_keywords": n_keywords, "n_exemplars": n_exemplars}) as staging:
         clusters = cluster.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=_stored_vectors(run, failures),
             correct_texts=predictions.loc[predictions["correct"], "text"].tolist(), kinds=_stored_kinds(part, labels),
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), n_keywords=n_keywords, n_exemplars=n_exemplars,
-            seed=seed, titles={c: slice_names[g] for c, g in cluster_group.items()})
+            seed=seed, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)
         clusters = _with_slice(clusters, cluster_group, slice_names)
         clusters = with_other_stages(run, clusters, failures["example_id"].to_numpy(), labels)
         staging.write_parquet(rundir.CLUSTERS, clusters)
@@ -373,15 +375,22 @@ def _stored_kinds(part, labels: np.ndarray) -> dict[int, str]:
     return kinds
 
 
-def _stored_slices(run: rundir.Run) -> tuple[dict, dict]:
-    """The slice clusters of the stored clustering: ({cluster_id: slice_id}, {slice_id: definition}); empty for
-    a clustering made before slice clusters existed, or a clusters.parquet that cannot be read (it is rewritten)."""
+def _stored_slices(run: rundir.Run) -> tuple[dict, dict, dict]:
+    """What the stored clustering decided beside the clusters themselves: ({cluster_id: slice_id},
+    {slice_id: definition}, {cluster_id: parent_id}); empty for a clustering made before slice clusters or parents
+    existed, or a clusters.parquet that cannot be read (it is rewritten)."""
     try:
         old = readers.read_clusters(run, optional=True)
     except RunError:  # damaged: it is rewritten from the assignments
-        return {}, {}
-    if old is None or not {"slice_id", "slice"} <= set(old.columns):
-        return {}, {}
-    old = old[old["slice_id"].notna()]
-    return (dict(zip(old["cluster_id"].astype(int), old["slice_id"].astype(int))),
-            dict(zip(old["slice_id"].astype(int), old["slice"].astype(str))))
+        return {}, {}, {}
+    if old is None:
+        return {}, {}, {}
+    parents = {}
+    if "parent_id" in old.columns:
+        with_parent = old[old["parent_id"].notna()]
+        parents = dict(zip(with_parent["cluster_id"].astype(int), with_parent["parent_id"].astype(int)))
+    if not {"slice_id", "slice"} <= set(old.columns):
+        return {}, {}, parents
+    sliced = old[old["slice_id"].notna()]
+    return (dict(zip(sliced["cluster_id"].astype(int), sliced["slice_id"].astype(int))),
+            dict(zip(sliced["slice_id"].astype(int), sliced["slice"].astype(str))), parents)
