@@ -64,7 +64,7 @@ def score(truth: np.ndarray, labels: np.ndarray, n_groups: int) -> dict:
 
 def repeated_stems(keywords) -> float:
     """Share of clusters whose first three keywords hold two words of one stem (`economy`, `economic`)."""
-    from erroranalysis.cluster._naming import _same_stem, _stem
+    from erroranalysis.cluster._keywords import _same_stem, _stem
 
     def repeats(top) -> bool:
         stems = [_stem(w) for k in top for w in str(k).split()]

@@ -12,17 +12,14 @@ from erroranalysis.cluster._blocks import Clusterer, ConfusionPairFeature, Featu
 from erroranalysis.cluster._fit import ClusteringResult, FailureClustering, cluster_failures, default_min_cluster_size
 from erroranalysis.cluster._groups import group_scatter, relabel_by_size, take_out_groups
 from erroranalysis.cluster._hierarchy import cluster_parents
+from erroranalysis.cluster._keywords import MAX_CHARS, TOKEN_PATTERN, class_tfidf, pick_keywords
 from erroranalysis.cluster._naming import (
     COLUMNS,
     LIST_COLUMNS,
-    MAX_CHARS,
     MAX_CORRECT_DOCS,
-    TOKEN_PATTERN,
-    class_tfidf,
     cluster_name,
     cluster_summary,
     describe_clusters,
-    pick_keywords,
     short_text,
 )
 from erroranalysis.cluster._neighbors import knn_cosine, local_error_rate

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from erroranalysis.slices._candidate import EmbedFn
 from erroranalysis.slices._features import Features, count_terms, default_min_support, extract_features
+from erroranalysis.slices._groups import group_titles, slice_groups
 from erroranalysis.slices._merge import default_word_embedder
 from erroranalysis.slices._search import (
     MEMBER_COLUMNS,
@@ -20,7 +21,5 @@ from erroranalysis.slices._search import (
     empty_members,
     empty_slices,
     find_slices,
-    group_titles,
-    slice_groups,
 )
 from erroranalysis.slices._stats import CORRECTIONS, adjust_pvalues, binomial_pvalues, sliceline_score
