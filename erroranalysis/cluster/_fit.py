@@ -40,16 +40,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from erroranalysis.cluster._assigned import ALL, _Assigned, _place_the_rest
 from erroranalysis.cluster._blocks import FeatureBlock, HDBSCANClusterer
 from erroranalysis.cluster._groups import relabel_by_size, take_out_groups
 from erroranalysis.cluster._hierarchy import cluster_parents
-from erroranalysis.cluster._neighbors import _assign_noise, _vote, knn_cosine, local_error_rate
+from erroranalysis.cluster._neighbors import _assign_noise, local_error_rate
 from erroranalysis.cluster._reduce import REDUCERS, make_reducer
 from erroranalysis.errors import DataError
 from erroranalysis.validation import check_param, is_int
 
-SYSTEMATIC, SCATTERED, ALL, BY_PAIR, SINGLE, SLICE = ("systematic", "scattered", "all", "confusion_pair", "single",
-                                                     "slice")
+SYSTEMATIC, SCATTERED, BY_PAIR, SINGLE, SLICE = "systematic", "scattered", "confusion_pair", "single", "slice"
 
 
 @dataclass
@@ -87,6 +87,26 @@ class ClusteringResult:
     @property
     def noise_share(self) -> float:
         return float((self.labels < 0).mean()) if len(self.labels) else 0.0
+
+
+def _checked_inputs(vectors, failed, frame, groups):
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise DataError(f"vectors: shape {vectors.shape} is not [n, d].")
+    failed = np.ones(len(vectors), dtype=bool) if failed is None else np.asarray(failed, dtype=bool)
+    if failed.shape != (len(vectors),):
+        raise DataError(f"failed: {failed.shape[0]} flags for {len(vectors)} vectors; give one per row.")
+    if not np.isfinite(vectors).all():
+        raise DataError("vectors: contain NaN or infinite values; fix the embedder that produced them.")
+    n = int(failed.sum())
+    if frame is not None and len(frame) != n:
+        raise DataError(f"frame: {len(frame)} rows for {n} failures; give one row per failure, in order.")
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
+            raise DataError(f"groups: {groups.shape} {groups.dtype} values for {n} failures; give one integer "
+                            "per failure (-1 for none).")
+    return vectors, failed, groups
 
 
 def default_min_cluster_size(n: int) -> int:
@@ -184,141 +204,118 @@ class FailureClustering:
         group it belongs to (a slice id, lower ids preferred; -1 for none); see `take_out_groups`.
         """
         self.validate()
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2:
-            raise DataError(f"vectors: shape {vectors.shape} is not [n, d].")
-        failed = np.ones(len(vectors), dtype=bool) if failed is None else np.asarray(failed, dtype=bool)
-        if failed.shape != (len(vectors),):
-            raise DataError(f"failed: {failed.shape[0]} flags for {len(vectors)} vectors; give one per row.")
-        if not np.isfinite(vectors).all():
-            raise DataError("vectors: contain NaN or infinite values; fix the embedder that produced them.")
+        vectors, failed, groups = _checked_inputs(vectors, failed, frame, groups)
         X = vectors[failed]
         n = len(X)
-        if frame is not None and len(frame) != n:
-            raise DataError(f"frame: {len(frame)} rows for {n} failures; give one row per failure, in order.")
-        if groups is not None:
-            groups = np.asarray(groups)
-            if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
-                raise DataError(f"groups: {groups.shape} {groups.dtype} values for {n} failures; give one integer "
-                                "per failure (-1 for none).")
         mcs = self.min_cluster_size or default_min_cluster_size(n)
         self.min_cluster_size_ = mcs
         params = {"min_cluster_size": mcs, "n_failures": n}
-        if n == 0:
-            self.result_ = self._result(np.zeros(0, np.int64), None, method="empty", note="no failures to cluster",
-                                        params=params)
+        self.result_ = self._trivial(X, frame, params)
+        if self.result_ is not None:
             return self
-        if n < self.min_failures:
-            self.result_ = self._by_pair(frame, n, params)
-            return self
-        if float(np.ptp(X, axis=0).max()) < 1e-6:
-            labels = np.zeros(n, dtype=np.int64)
-            self.result_ = self._result(labels, np.ones(n, np.float32), method="single",
-                                        note=f"all {n} failures have the same vector; one cluster", params=params,
-                                        tier=np.full(n, SINGLE, dtype=object))
-            return self
-
-        extra = self._feature_matrix(frame, n)
         rng = np.random.default_rng(self.seed)
         fit_rows = np.arange(n) if n <= self.max_fit else np.sort(rng.choice(n, self.max_fit, replace=False))
-        # error-aware tiers from the local error rate over all examples
-        rate = np.full(n, np.nan, dtype=np.float32)
-        systematic = np.zeros(n, dtype=bool)
-        context = self.error_aware and (~failed).any()
-        if context:
-            all_rows = np.flatnonzero(failed)
-            keep_ctx = np.flatnonzero(~failed)
-            if len(keep_ctx) > self.max_fit:
-                keep_ctx = np.sort(rng.choice(keep_ctx, self.max_fit, replace=False))
-            ref = np.concatenate([all_rows[fit_rows], keep_ctx])
-            ref_failed = np.zeros(len(ref), dtype=bool)
-            ref_failed[: len(fit_rows)] = True
-            r, s, base = local_error_rate(vectors[ref], ref_failed, k=self.local_k, alpha=self.alpha)
-            rate[fit_rows], systematic[fit_rows] = r, s
-            params.update(base_error_rate=round(base, 4), local_k=self.local_k, alpha=self.alpha)
-
-        reducer = self._reducer()
-        Y = reducer.fit_transform(X[fit_rows])
-        mu, sd = Y.mean(axis=0), max(float(Y.std(axis=0).mean()), 1e-12)
-        Y = (Y - mu) / sd
-        Z = np.hstack([Y, extra[fit_rows]]).astype(np.float32)
-        clusterer = self.clusterer or HDBSCANClusterer(mcs, self.min_samples)
-
-        m = len(fit_rows)
-        labels = np.full(m, -1, dtype=np.int64)
-        strength = np.zeros(m, dtype=np.float32)
-        tier = np.full(m, ALL, dtype=object)
-        cluster_tier: dict[int, str] = {}
-        tiers = [(ALL, np.ones(m, dtype=bool))]
-        if context:
-            sys_fit = systematic[fit_rows]
-            tiers = [(SYSTEMATIC, sys_fit), (SCATTERED, ~sys_fit)]
-            params["systematic_share"] = round(float(sys_fit.mean()), 4)
-        offset = 0
-        reassigned = np.zeros(m, dtype=bool)
-        for name, mask in tiers:
-            tier[mask] = name
-            if mask.sum() < 2:
-                continue
-            tier_clusterer = clusterer
-            if self.clusterer is None and self.min_cluster_size is None and name != ALL:
-                # each tier is its own clustering problem: the default size scales with the tier
-                tier_mcs = default_min_cluster_size(int(mask.sum()))
-                tier_clusterer = HDBSCANClusterer(tier_mcs, self.min_samples)
-                params.setdefault("tier_min_cluster_size", {})[name] = tier_mcs
-            lab, st = tier_clusterer.fit(Z[mask])
-            if self.assign_noise is not None:
-                lab, st, moved = _assign_noise(Z[mask], lab, st, self.assign_noise)
-                reassigned[mask] = moved
-            found = lab >= 0
-            lab[found] += offset
-            for c in np.unique(lab[found]):
-                cluster_tier[int(c)] = name
-            offset = int(lab.max()) + 1 if found.any() else offset
-            labels[mask], strength[mask] = lab, st
-
-        full_labels = np.full(n, -1, dtype=np.int64)
-        full_strength = np.zeros(n, dtype=np.float32)
-        full_tier = np.full(n, ALL, dtype=object)
-        full_reassigned = np.zeros(n, dtype=bool)
-        full_labels[fit_rows], full_strength[fit_rows] = labels, strength
-        full_tier[fit_rows], full_reassigned[fit_rows] = tier, reassigned
-        coords = np.zeros((n, Y.shape[1]), dtype=np.float32)
-        coords[fit_rows] = Y
-        note = ""
-        if m < n:  # the rest join their nearest fitted neighbours (cosine, original space)
-            rest = np.setdiff1d(np.arange(n), fit_rows)
-            near, dist = knn_cosine(X[rest], X[fit_rows], 10, return_distance=True)
-            lab, st = _vote(labels[near])
-            _, ref_dist = knn_cosine(X[fit_rows[: min(m, 5000)]], X[fit_rows], 11, return_distance=True)
-            d90 = float(np.quantile(ref_dist[:, 1:].mean(axis=1), 0.9))
-            st = st * np.minimum(1.0, d90 / np.maximum(dist.mean(axis=1), 1e-12))
-            full_labels[rest], full_strength[rest] = lab, np.where(lab >= 0, st * 0.5, 0)
-            full_reassigned[rest] = False
-            full_tier[rest] = tier[near[:, 0]]
-            weights = 1.0 / np.maximum(dist, 1e-6)
-            coords[rest] = (Y[near] * weights[..., None]).sum(axis=1) / weights.sum(axis=1, keepdims=True)
-            note = f"fitted on a sample of {m} of {n} failures; the rest joined their nearest neighbours"
-            params["fit_sample"] = m
-        cluster_group: dict[int, int] = {}
-        if groups is not None and self.group_purity > 0:
-            min_size = min([mcs, *params.get("tier_min_cluster_size", {}).values()])
-            full_labels, cluster_group = take_out_groups(full_labels, groups, min_size=min_size,
-                                                         max_purity=self.group_purity)
-            for c in cluster_group:
-                rows = full_labels == c
-                full_tier[rows], full_strength[rows], full_reassigned[rows] = SLICE, 1.0, False
-                cluster_tier[c] = SLICE
-            full_reassigned[full_labels < 0] = False  # members of a dissolved remainder are unclustered again
-            params.update(group_purity=self.group_purity, groups_taken_out=len(cluster_group))
-        result = self._result(full_labels, full_strength, method="hdbscan", note=note, params=params,
-                              tier=full_tier, reassigned=full_reassigned, rate=rate, coords=coords,
-                              cluster_tier=cluster_tier, cluster_group=cluster_group)
+        rate, systematic = self._local_tiers(vectors, failed, fit_rows, rng, params)
+        Y, Z = self._coordinates(X, fit_rows, self._feature_matrix(frame, n))
+        fitted = self._cluster_tiers(Z, None if systematic is None else systematic[fit_rows], mcs, params)
+        placed, note = _place_the_rest(X, fit_rows, fitted, Y, params)
+        cluster_group = self._take_out(placed, groups, mcs, params)
+        result = self._result(placed.labels, placed.strength, method="hdbscan", note=note, params=params,
+                              tier=placed.tier, reassigned=placed.reassigned, rate=rate, coords=placed.coords,
+                              cluster_tier=placed.cluster_tier, cluster_group=cluster_group)
         if self.parent_similarity is not None:
             result.cluster_parent = cluster_parents(X, result.labels, min_similarity=self.parent_similarity)
             params["n_parents"] = len(set(result.cluster_parent.values()))
         self.result_ = result
         return self
+
+    def _trivial(self, X: np.ndarray, frame, params: dict) -> ClusteringResult | None:
+        """The results that need no clustering: no failures, too few, or all on one vector."""
+        n = len(X)
+        if n == 0:
+            return self._result(np.zeros(0, np.int64), None, method="empty", note="no failures to cluster",
+                                params=params)
+        if n < self.min_failures:
+            return self._by_pair(frame, n, params)
+        if float(np.ptp(X, axis=0).max()) < 1e-6:
+            return self._result(np.zeros(n, dtype=np.int64), np.ones(n, np.float32), method="single",
+                                note=f"all {n} failures have the same vector; one cluster", params=params,
+                                tier=np.full(n, SINGLE, dtype=object))
+        return None
+
+    def _local_tiers(self, vectors, failed, fit_rows, rng, params: dict):
+        """(local error rate, systematic?) per failure from the correct examples around it; (NaN, None) without
+        error awareness or correct examples."""
+        n = int(failed.sum())
+        rate = np.full(n, np.nan, dtype=np.float32)
+        if not (self.error_aware and (~failed).any()):
+            return rate, None
+        systematic = np.zeros(n, dtype=bool)
+        keep_ctx = np.flatnonzero(~failed)
+        if len(keep_ctx) > self.max_fit:
+            keep_ctx = np.sort(rng.choice(keep_ctx, self.max_fit, replace=False))
+        ref = np.concatenate([np.flatnonzero(failed)[fit_rows], keep_ctx])
+        ref_failed = np.zeros(len(ref), dtype=bool)
+        ref_failed[: len(fit_rows)] = True
+        r, s, base = local_error_rate(vectors[ref], ref_failed, k=self.local_k, alpha=self.alpha)
+        rate[fit_rows], systematic[fit_rows] = r, s
+        params.update(base_error_rate=round(base, 4), local_k=self.local_k, alpha=self.alpha)
+        return rate, systematic
+
+    def _coordinates(self, X, fit_rows, extra):
+        """(the reduced, standardized coordinates Y of the fitted rows, Y beside the feature blocks)."""
+        Y = self._reducer().fit_transform(X[fit_rows])
+        mu, sd = Y.mean(axis=0), max(float(Y.std(axis=0).mean()), 1e-12)
+        Y = (Y - mu) / sd
+        return Y, np.hstack([Y, extra[fit_rows]]).astype(np.float32)
+
+    def _cluster_tiers(self, Z, systematic, mcs: int, params: dict) -> _Assigned:
+        """Cluster each tier (systematic, scattered; or all) apart, then assign noise within it."""
+        m = len(Z)
+        out = _Assigned.empty(m)
+        tiers = [(ALL, np.ones(m, dtype=bool))]
+        if systematic is not None:
+            tiers = [(SYSTEMATIC, systematic), (SCATTERED, ~systematic)]
+            params["systematic_share"] = round(float(systematic.mean()), 4)
+        offset = 0
+        for name, mask in tiers:
+            out.tier[mask] = name
+            if mask.sum() < 2:
+                continue
+            lab, st = self._tier_clusterer(name, int(mask.sum()), mcs, params).fit(Z[mask])
+            if self.assign_noise is not None:
+                lab, st, out.reassigned[mask] = _assign_noise(Z[mask], lab, st, self.assign_noise)
+            found = lab >= 0
+            lab[found] += offset
+            out.cluster_tier.update({int(c): name for c in np.unique(lab[found])})
+            offset = int(lab.max()) + 1 if found.any() else offset
+            out.labels[mask], out.strength[mask] = lab, st
+        return out
+
+    def _tier_clusterer(self, name: str, size: int, mcs: int, params: dict):
+        if self.clusterer is not None:
+            return self.clusterer
+        if self.min_cluster_size is None and name != ALL:
+            # each tier is its own clustering problem: the default size scales with the tier
+            tier_mcs = default_min_cluster_size(size)
+            params.setdefault("tier_min_cluster_size", {})[name] = tier_mcs
+            return HDBSCANClusterer(tier_mcs, self.min_samples)
+        return HDBSCANClusterer(mcs, self.min_samples)
+
+    def _take_out(self, placed: _Assigned, groups, mcs: int, params: dict) -> dict[int, int]:
+        """Strong slices the embedding scattered become clusters of their own (`take_out_groups`)."""
+        if groups is None or self.group_purity <= 0:
+            return {}
+        min_size = min([mcs, *params.get("tier_min_cluster_size", {}).values()])
+        placed.labels, cluster_group = take_out_groups(placed.labels, groups, min_size=min_size,
+                                                       max_purity=self.group_purity)
+        for c in cluster_group:
+            rows = placed.labels == c
+            placed.tier[rows], placed.strength[rows], placed.reassigned[rows] = SLICE, 1.0, False
+            placed.cluster_tier[c] = SLICE
+        placed.reassigned[placed.labels < 0] = False  # members of a dissolved remainder are unclustered again
+        params.update(group_purity=self.group_purity, groups_taken_out=len(cluster_group))
+        return cluster_group
 
     # -- helpers ------------------------------------------------------------------------------------------
 
