@@ -159,10 +159,7 @@ def find_slices(
                         merge_threshold=merge_threshold, merge_level=merge_level, max_overlap=max_overlap,
                         min_score=min_score)
     n = features.n_examples
-    if min_support is None:
-        min_support = default_min_support(n)
-    min_support = int(min_support)
-
+    min_support = default_min_support(n) if min_support is None else int(min_support)
     correct_arr = _as_correct(correct, n)
     ids = np.arange(n) if example_ids is None else _as_ids(example_ids)
     if len(ids) != n:
@@ -176,61 +173,81 @@ def find_slices(
                            empty_members(ids.dtype) if members is None else members,
                            n, n_failures, base, len(features), n_tested, min_support, messages)
 
-    if n == 0:
-        messages.append("no examples: nothing to slice.")
+    nothing = _nothing_to_slice(n, n_failures, min_support, len(features))
+    if nothing:
+        messages.append(nothing)
         return result()
-    if n_failures == 0:
-        messages.append("no failures: every example is correct, so no slice can stand out.")
-        return result()
-    if n_failures == n:
-        messages.append("every example fails (error rate 1.0): no slice can stand out from the base rate.")
-        return result()
-    if min_support > n:
-        messages.append(f"min_support={min_support} is more than the {n} examples: no slice can be large enough.")
-        return result()
-    if len(features) == 0:
-        messages.append("no features to slice on (no frequent words, no usable metadata).")
-        return result()
-
     X = features.matrix.tocsc().astype(np.int32)
     failed = (~correct_arr).astype(np.int32)
-    fail_rows = np.flatnonzero(~correct_arr)
-    groups = np.asarray(pd.factorize(pd.Series(features.groups, dtype=object))[0])
+    stats = _single_stats(X, failed, n, base, alpha, min_support)
+    alone = level / max(len(stats.tested), 1)  # a word (or half a group) "stands out alone" at a single's level
+    pools = [(stats.p[stats.tested], [_Candidate([[int(i)]], int(stats.support[i]), int(stats.fails[i]),
+                                                 float(stats.score[i]), float(stats.p[i])) for i in stats.tested])]
+    if max_order >= 2 and len(stats.tested) >= 2:
+        groups = np.asarray(pd.factorize(pd.Series(features.groups, dtype=object))[0])
+        pools.extend(_conjunctions(X, failed, np.flatnonzero(~correct_arr), stats.tested, stats.support,
+                                   stats.fails, stats.score, stats.p, stats.error, groups, n, base, alpha,
+                                   min_support, max_order, max_candidates))
+    text = [i for i in stats.tested if features.kinds[i] == "text"]
+    if merge and len(text) >= 2:
+        merged, merge_messages = _merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
+                                              stats.p, stats.error, n, base, alpha, merge_threshold, merge_level,
+                                              max_merge_words, embed_fn, alone_level=alone)
+        messages.extend(merge_messages)
+        if merged:
+            pools.append((np.array([c.p_raw for c in merged]), merged))
+    n_tested = sum(len(p) for p, _ in pools)
+    candidates = _significant(pools, correction, level, base, min_score)
+    candidates = _merged_or_words(candidates, X, failed, n, stats, base, merge_level, alone)
+    kept = _prune(candidates, X, failed, n, base, min_support, level, max_overlap, top_k)
+    if not kept:
+        messages.append(f"no slice stands out: {n_tested} slices tested, none with an error rate significantly "
+                        f"above the base rate {base:.3f} ({correction} correction, level {level}).")
+        return result(n_tested=n_tested)
+    return result(*_tables(kept, features, ids, base), n_tested)
 
+
+def _nothing_to_slice(n: int, n_failures: int, min_support: int, n_features: int) -> str | None:
+    """Why no slice can stand out, or None."""
+    if n == 0:
+        return "no examples: nothing to slice."
+    if n_failures == 0:
+        return "no failures: every example is correct, so no slice can stand out."
+    if n_failures == n:
+        return "every example fails (error rate 1.0): no slice can stand out from the base rate."
+    if min_support > n:
+        return f"min_support={min_support} is more than the {n} examples: no slice can be large enough."
+    if n_features == 0:
+        return "no features to slice on (no frequent words, no usable metadata)."
+    return None
+
+
+@dataclass
+class _Singles:
+    """Per feature: support, failures, SliceLine score, raw p-value, error rate; and the features tested alone."""
+
+    support: np.ndarray
+    fails: np.ndarray
+    score: np.ndarray
+    p: np.ndarray
+    error: np.ndarray
+    tested: np.ndarray
+
+
+def _single_stats(X, failed, n: int, base: float, alpha: float, min_support: int) -> _Singles:
     support = np.asarray(X.sum(axis=0)).ravel().astype(np.int64)
     fails = np.asarray(X.T @ failed).ravel().astype(np.int64)
-    tested1 = np.flatnonzero((support >= min_support) & (support < n))
-    score1 = sliceline_score(support, fails, n, base, alpha)
-    p1 = np.ones(len(features))
-    p1[tested1] = binomial_pvalues(fails[tested1], support[tested1], base)
-    err1 = np.divide(fails, support, out=np.zeros(len(support)), where=support > 0)
+    tested = np.flatnonzero((support >= min_support) & (support < n))
+    p = np.ones(X.shape[1])
+    p[tested] = binomial_pvalues(fails[tested], support[tested], base)
+    error = np.divide(fails, support, out=np.zeros(len(support)), where=support > 0)
+    return _Singles(support, fails, sliceline_score(support, fails, n, base, alpha), p, error, tested)
 
-    pools: list[tuple[np.ndarray, list[_Candidate | None]]] = []  # (raw p of every test, candidates or None)
-    singles = [_Candidate([[int(i)]], int(support[i]), int(fails[i]), float(score1[i]), float(p1[i]))
-               for i in tested1]
-    pools.append((p1[tested1], singles))
 
-    if max_order >= 2 and len(tested1) >= 2:
-        pools.extend(_conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err1, groups, n,
-                                   base, alpha, min_support, max_order, max_candidates))
-
-    merged_words: set[int] = set()
-    if merge:
-        text = [i for i in tested1 if features.kinds[i] == "text"]
-        if len(text) >= 2:
-            # a word or half of a group "stands out alone" at the level a single word is reported at (Bonferroni)
-            merged, merge_messages = _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
-                                                  base, alpha, merge_threshold, merge_level, max_merge_words,
-                                                  embed_fn, alone_level=level / max(len(tested1), 1))
-            messages.extend(merge_messages)
-            if merged:
-                pools.append((np.array([c.p_raw for c in merged]), merged))
-
-    all_p = np.concatenate([p for p, _ in pools]) if pools else np.zeros(0)
-    n_tested = len(all_p)
-    adjusted = adjust_pvalues(all_p, correction)
-    position = 0
-    candidates: list[_Candidate] = []
+def _significant(pools, correction: str, level: float, base: float, min_score) -> list[_Candidate]:
+    """Candidates whose p-value, corrected over every test of every pool, is <= level, above the base rate."""
+    adjusted = adjust_pvalues(np.concatenate([p for p, _ in pools]) if pools else np.zeros(0), correction)
+    position, out = 0, []
     for p, cands in pools:
         for j, cand in enumerate(cands):
             if cand is None:
@@ -238,46 +255,38 @@ def find_slices(
             cand.p_value = float(adjusted[position + j])
             if (cand.p_value <= level and cand.failures > base * cand.support
                     and (min_score is None or cand.score >= min_score)):
-                candidates.append(cand)
+                out.append(cand)
         position += len(p)
+    return out
 
-    # A significant merged group replaces its words' single slices when it scores at least as well as its best
-    # word, or when its other words are rare synonyms (`_needs_merge`); otherwise it describes the failures worse
-    # than that word does and is dropped.
-    alone = level / max(len(tested1), 1)
+
+def _merged_or_words(candidates, X, failed, n: int, stats: _Singles, base: float, merge_level: float,
+                     alone: float) -> list[_Candidate]:
+    """A significant merged group replaces its words' single slices when it scores at least as well as its best
+    word, or when its other words are rare synonyms (`_needs_merge`); otherwise it describes the failures worse
+    than that word does and is dropped."""
+    merged_words: set[int] = set()
     for cand in [c for c in candidates if c.kind == "merged"]:
         words = cand.conjuncts[0]
-        if cand.score >= max(score1[i] for i in words) or _needs_merge(words, X, failed, n, score1, p1, base,
-                                                                      merge_level, alone):
+        if cand.score >= max(stats.score[i] for i in words) or _needs_merge(words, X, failed, n, stats.score,
+                                                                           stats.p, base, merge_level, alone):
             merged_words.update(words)
         else:
             candidates.remove(cand)
-    candidates = [c for c in candidates if not (c.kind == "single" and c.conjuncts[0][0] in merged_words)]
+    return [c for c in candidates if not (c.kind == "single" and c.conjuncts[0][0] in merged_words)]
 
-    kept = _prune(candidates, X, failed, n, base, min_support, level, max_overlap, top_k)
-    if not kept:
-        messages.append(f"no slice stands out: {n_tested} slices tested, none with an error rate significantly "
-                        f"above the base rate {base:.3f} ({correction} correction, level {level}).")
-        return result(n_tested=n_tested)
 
-    rows = []
-    member_ids = []
-    member_slice = []
+def _tables(kept, features: Features, ids: np.ndarray, base: float):
+    """(slices.parquet, slice_members.parquet) of the kept slices, best first."""
+    rows, member_ids, member_slice = [], [], []
     for rank, (cand, mask) in enumerate(kept):
         error_rate = cand.failures / cand.support
         conjuncts = sorted(cand.conjuncts, key=lambda c: (_KIND_ORDER.get(features.kinds[c[0]], 9), c[0]))
         rows.append({
-            "slice_id": rank,
-            "description": " and ".join(_describe(c, features) for c in conjuncts),
-            "features": ["|".join(features.keys[i] for i in c) for c in conjuncts],
-            "order": len(cand.conjuncts),
-            "support": cand.support,
-            "failures": cand.failures,
-            "error_rate": error_rate,
-            "lift": error_rate / base - 1.0,
-            "score": cand.score,
-            "p_value": cand.p_value,
-            "p_raw": cand.p_raw,
+            "slice_id": rank, "description": " and ".join(_describe(c, features) for c in conjuncts),
+            "features": ["|".join(features.keys[i] for i in c) for c in conjuncts], "order": len(cand.conjuncts),
+            "support": cand.support, "failures": cand.failures, "error_rate": error_rate,
+            "lift": error_rate / base - 1.0, "score": cand.score, "p_value": cand.p_value, "p_raw": cand.p_raw,
         })
         idx = np.flatnonzero(mask)
         member_ids.append(ids[idx])
@@ -285,7 +294,7 @@ def find_slices(
     slices = pd.DataFrame(rows, columns=SLICE_COLUMNS)
     slices = slices.astype({"slice_id": "int64", "order": "int64", "support": "int64", "failures": "int64"})
     members = pd.DataFrame({"example_id": np.concatenate(member_ids), "slice_id": np.concatenate(member_slice)})
-    return result(slices, members, n_tested)
+    return slices, members
 
 
 def _as_ids(example_ids) -> np.ndarray:
