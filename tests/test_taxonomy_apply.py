@@ -396,3 +396,22 @@ def test_a_type_of_one_confusion_only_takes_failures_that_make_it():
     only_one = np.array([[False, True], [False, True], [False, False]])
     m = suggestions_stage.match_vectors(vectors, labeled, [1, 1, 1, 0], threshold=0.1, allowed=only_one)
     assert m.excluded.tolist() == [False, False, True] and m.type_index[2] == -1 and m.closest[2] == 1
+
+
+def test_a_failure_between_two_sub_types_is_suggested_as_their_parent():
+    rng = np.random.default_rng(0)
+    base = np.eye(8)
+    a1 = base[0] + 0.15 * base[1]
+    a2 = base[0] - 0.15 * base[1]  # two tight sub-types of one broad direction
+    refs = np.vstack([a1 + rng.normal(0, 0.01, 8) for _ in range(6)] + [a2 + rng.normal(0, 0.01, 8) for _ in range(6)]
+                     + [base[5] + rng.normal(0, 0.01, 8) for _ in range(6)])
+    names = ["Rain"] * 6 + ["Snow"] * 6 + ["Sarcasm"] * 6
+    parent_of = {"Rain": "Weather", "Snow": "Weather", "Weather": None, "Sarcasm": None}
+    between, far = base[0], base[3]
+    failures = np.vstack([between, far])
+    leaf = matching.match_vectors(failures, refs, [0] * 6 + [1] * 6 + [2] * 6)
+    assert (leaf.type_index == -1).all()  # too far from each sub-type alone
+    family = matching.family_matches(failures, refs, names, parent_of, leaf.type_index < 0)
+    assert family.tolist() == ["Weather", None]
+    assert matching.family_matches(failures, refs, names, {"Rain": None, "Snow": None, "Sarcasm": None},
+                                   leaf.type_index < 0).tolist() == [None, None]  # a one-level taxonomy: no families

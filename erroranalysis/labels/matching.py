@@ -276,3 +276,26 @@ def agreement(suggestions, truth: dict[str, str | None]) -> dict:
             "coverage_known": ratio(covered, known), "n_suggested": suggested,
             "precision": ratio(suggested_right, suggested), "n_new": new,
             "unmatched_recall": ratio(new_unmatched, new)}
+
+
+def family_matches(failures: np.ndarray, refs: np.ndarray, ref_type_names: Sequence[str],
+                   parent_of: dict[str, str | None], unmatched: np.ndarray, *, method: str = "centroid", k: int = 5,
+                   threshold: float | None = None) -> np.ndarray:
+    """The second level of a two-level taxonomy: a failure no error type took (`unmatched`) is matched against the
+    families, each a parent type with the labeled examples of its own and of its sub-types, with a threshold
+    calibrated the same way on the families. Returns the parent type's name per failure, or None."""
+    children = {name: parent for name, parent in parent_of.items() if parent}
+    parents = set(children.values())
+    family = np.array([children.get(t, t if t in parents else None) for t in ref_type_names], dtype=object)
+    use = np.array([f is not None for f in family], dtype=bool)
+    out = np.full(len(failures), None, dtype=object)
+    unmatched = np.asarray(unmatched, dtype=bool)
+    if not use.any() or not unmatched.any():
+        return out
+    names = sorted(set(family[use]), key=str.casefold)
+    index = {name: i for i, name in enumerate(names)}
+    found = match_vectors(failures[unmatched], refs[use], [index[f] for f in family[use]], method=method, k=k,
+                          threshold=threshold)
+    took = found.type_index >= 0
+    out[np.flatnonzero(unmatched)[took]] = [names[j] for j in found.type_index[took]]
+    return out

@@ -48,8 +48,10 @@ from erroranalysis.labels.matching import (
     allowed_types,
     auto_threshold,
     confusion_constraints,
+    family_matches,
     match_vectors,
 )
+from erroranalysis.labels.taxonomy import parent_of as parent_type
 from erroranalysis.rundir import SUGGESTIONS, readers
 from erroranalysis.stages.embedders import run_embedder
 from erroranalysis.validation import check_param
@@ -255,8 +257,14 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
         matches = match_vectors(fail_vectors, ref_vectors, ref_types, method=method, k=k, threshold=threshold,
                                 allowed=allowed)
         thr, basis = matches.threshold, matches.threshold_basis
+        parent_of = {" ".join(str(t["name"]).split()): parent_type(t) for t in doc["error_types"]}
+        family = family_matches(fail_vectors, ref_vectors, refs["error_type"].tolist(), parent_of,
+                                (matches.type_index < 0) & ~matches.excluded, method=method, k=k, threshold=threshold)
+        if (family != None).any():  # noqa: E711  (an object array of names and None)
+            notes.append(f"{int((family != None).sum())} failures no error type took are as close to a family of "  # noqa: E711
+                         "types (a parent with its sub-types) as its own examples: suggested as the parent")
     else:
-        matches = allowed = None
+        matches = allowed = family = None
         thr, basis = (threshold, f"given: {threshold:g}") if threshold is not None else \
             auto_threshold(ref_vectors, ref_types, method)
 
@@ -273,6 +281,9 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
                "cluster_id": int(clusters.get(ex, -1))}
         if matches.excluded[i]:
             row["basis"] = "other confusion"
+        elif would is None and family[i] is not None:
+            would = family[i]
+            row.update(closest_type=would, basis=f"{method} (family)")
         ref = same.get(ex)
         if ref is not None and (ref[1] is None or ref[1] == r.text) and \
                 (allowed is None or allowed[i, type_index[ref[0]]]):

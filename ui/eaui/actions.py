@@ -46,7 +46,8 @@ def create_type() -> None:
     def act() -> str:
         name = st.session_state.get(state.NEW_TYPE_NAME, "")
         created = ui.open_labels().create_error_type(name, st.session_state.get(state.NEW_TYPE_DEFINITION, ""),
-                                                st.session_state.get(state.NEW_TYPE_SEVERITY) or "medium")
+                                                st.session_state.get(state.NEW_TYPE_SEVERITY) or "medium",
+                                                parent=st.session_state.get(state.NEW_TYPE_PARENT))
         st.session_state[state.LABEL_TARGET] = created.id
         return f"Created error type “{created.name}”."
 
@@ -135,7 +136,8 @@ def update_type() -> None:
             raise UserError("pick the error type to edit.")
         updated = ui.open_labels().update_error_type(int(type_id), name=st.session_state.get(state.EDIT_NAME),
                                                 definition=st.session_state.get(state.EDIT_DEFINITION),
-                                                severity=st.session_state.get(state.EDIT_SEVERITY))
+                                                severity=st.session_state.get(state.EDIT_SEVERITY),
+                                                parent=st.session_state.get(state.EDIT_PARENT))
         return f"Saved “{updated.name}”."
 
     _run(act)

@@ -286,7 +286,8 @@ def _taxonomy_doc(path: str, stamps, db_path: str, key: str, version: int, _db: 
 
 def cluster_summary(path: Path, db: LabelStore):
     """One row per cluster, by impact (failures in it, largest first): cluster_id, name, size, share (of failures),
-    top_confusion, labeled (share of its examples with an error type), main_type, keywords."""
+    top_confusion, labeled (share of its examples with an error type), main_type, keywords, summary (one sentence),
+    parent_id (-1 for a cluster without a parent) and parent (its parent's name)."""
     key = db.run_key(path)
     stamps = file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
     return _cluster_summary(str(path), stamps, str(db.path), key, db.version(), db)
@@ -321,9 +322,12 @@ def _cluster_summary(path: str, stamps, db_path: str, key: str, version: int, _d
             "labeled": (int(labeled.get(cid, 0)) / n_all) if n_all else 0.0,
             "main_type": str(main.get(cid, "")),
             "keywords": [str(k) for k in c["keywords"]][:6],
+            "summary": str(c["summary"]) if isinstance(c.get("summary"), str) else "",
+            "parent_id": int(c["parent_id"]) if pd.notna(c.get("parent_id", None)) else -1,
+            "parent": str(c["parent_name"]) if isinstance(c.get("parent_name"), str) else "",
         })
     out = pd.DataFrame(rows, columns=["cluster_id", "name", "size", "share", "top_confusion", "labeled", "main_type",
-                                      "keywords"])
+                                      "keywords", "summary", "parent_id", "parent"])
     return out.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
 
 

@@ -43,6 +43,7 @@ CLUSTER_PREDS = "ea_cluster_preds"
 # Label page
 LABEL_SOURCE = "ea_label_source"     # where the examples to label come from
 LABEL_CLUSTER = "ea_label_cluster"
+LABEL_FAMILY = "ea_label_family"     # the parent cluster whose clusters are labeled together
 LABEL_PAIR = "ea_label_pair"
 LABEL_FROM_TYPE = "ea_label_from_type"
 LABEL_SEARCH = "ea_label_search"
@@ -107,7 +108,10 @@ TRAINING_LOG = "ea_training_log"     # a log path typed by the user (empty: the 
 # Messages carried over a rerun: list of (kind, text), kind in success/info/warning/error
 FLASH = "ea_flash"
 
-LABEL_SOURCES = ("Cluster", "Confusion", "Map selection", "Error type", "Unlabeled failures", "All failures")
+LABEL_SOURCES = ("Cluster", "Cluster family", "Confusion", "Map selection", "Error type", "Unlabeled failures",
+                 "All failures")
+NEW_TYPE_PARENT = "ea_new_type_parent"  # the parent of a new error type (None: top level)
+EDIT_PARENT = "ea_edit_parent"
 
 
 def get(key: str, default: Any = None) -> Any:

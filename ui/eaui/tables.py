@@ -70,3 +70,22 @@ def examples_table(rows, *, key: str | None = None, selectable: bool = False, he
         return st.dataframe(frame, on_select="rerun", selection_mode="multi-row", **kwargs)
     st.dataframe(frame, **kwargs)
     return None
+
+
+def type_tree(types, counts) -> list:
+    """Error types as a two-level tree: (type, depth) with each parent first (most examples first, then by
+    name) and its sub-types under it; a type whose parent is missing is shown at the top level."""
+    ids = {t.id for t in types}
+    children: dict = {}
+    for t in types:
+        children.setdefault(t.parent_id if t.parent_id in ids else None, []).append(t)
+    order = lambda t: (-int(counts.get(t.id, 0)), t.name.lower())  # noqa: E731
+    out = []
+
+    def walk(parent, depth: int) -> None:
+        for t in sorted(children.get(parent, []), key=order):
+            out.append((t, depth))
+            walk(t.id, depth + 1)
+
+    walk(None, 0)
+    return out

@@ -43,10 +43,12 @@ listed = st.dataframe(
     summary, key=state.CLUSTER_LIST, on_select="rerun", selection_mode="single-row", hide_index=True,
     height=min(400, 35 * (len(summary) + 1) + 3),
     selection_default={"selection": {"rows": [ids.index(state.get(state.CLUSTER))]}},
-    column_order=["cluster_id", "name", "size", "share", "top_confusion", "keywords", "labeled", "main_type"],
+    column_order=["cluster_id", "name", "parent", "size", "share", "top_confusion", "keywords", "labeled",
+                  "main_type"],
     column_config={
         "cluster_id": st.column_config.NumberColumn("#", width=40),
         "name": st.column_config.TextColumn("Cluster", width="large"),
+        "parent": st.column_config.TextColumn("Part of", help="The coarser error type this cluster belongs to"),
         "size": st.column_config.NumberColumn("Failures", format="localized", width="small"),
         "share": st.column_config.ProgressColumn("Share of failures", format="percent", min_value=0,
                                                  max_value=max(0.01, float(summary["share"].max()))),
@@ -74,6 +76,14 @@ with detail_col:
     rows = table[table["cluster_id"] == cid]
     fail_rows = rows[~rows["correct"].astype(bool)]
     st.subheader(str(info["name"]) or f"Cluster {cid}", anchor=False)
+    about = summary.set_index("cluster_id").loc[cid]
+    if about["summary"]:
+        st.caption(ui.md(about["summary"]))
+    family = summary[(summary["parent_id"] == about["parent_id"]) & (summary["parent_id"] >= 0)]
+    if len(family):
+        others = [f"#{int(i)}" for i in family["cluster_id"] if i != cid]
+        st.caption(f"Part of **{ui.md(about['parent'])}**" + (f", with {', '.join(others)}" if others else "")
+                   + f": {int(family['size'].sum()):,} failures in all.")
     keywords = [str(k) for k in info["keywords"]][:12]
     if keywords:
         with st.container(horizontal=True, gap="small"):
@@ -125,7 +135,15 @@ with detail_col:
         st.session_state[state.LABEL_SOURCE] = "Cluster"
         st.session_state[state.LABEL_CLUSTER] = int(cid)
 
-    if st.button("Label this cluster", icon=":material/sell:", type="primary", on_click=_go_label):
+    def _go_label_family() -> None:
+        st.session_state[state.LABEL_SOURCE] = "Cluster family"
+        st.session_state[state.LABEL_FAMILY] = int(about["parent_id"])
+
+    go = st.container(horizontal=True, gap="small")
+    if go.button("Label this cluster", icon=":material/sell:", type="primary", on_click=_go_label):
+        ui.switch("views/label.py")
+    if len(family) > 1 and go.button(f"Label its family ({len(family)} clusters)", icon=":material/account_tree:",
+                                     on_click=_go_label_family):
         ui.switch("views/label.py")
 
     st.markdown("**Exemplars**")

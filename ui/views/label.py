@@ -47,10 +47,10 @@ with types_col:
     st.subheader("Error types", anchor=False)
     if not types:
         st.caption("None yet. Name the first pattern you see in the failures.")
-    for t in sorted(types, key=lambda t: (-int(counts.get(t.id, 0)), t.name.lower())):
+    for t, depth in tables.type_tree(types, counts):
         with st.container(border=True):
             row = st.container(horizontal=True, vertical_alignment="center", gap="small")
-            row.markdown(f"**{ui.md(t.name)}**")
+            row.markdown(("↳ " * depth) + f"**{ui.md(t.name)}**")
             row.badge(t.severity, color={"low": "gray", "medium": "orange", "high": "red",
                                          "critical": "violet"}.get(t.severity, "gray"))
             row.caption(f"{int(counts.get(t.id, 0)):,} here")
@@ -64,6 +64,10 @@ with types_col:
                 st.text_area("Definition", key=state.NEW_TYPE_DEFINITION, height=80,
                              placeholder="When does an example belong here?")
                 st.segmented_control("Severity", list(SEVERITIES), key=state.NEW_TYPE_SEVERITY, default="medium")
+                if types:
+                    st.selectbox("Under", [None, *[t.id for t in types]], key=state.NEW_TYPE_PARENT,
+                                 format_func=lambda i: "(top level)" if i is None else type_names[i],
+                                 help="A sub-type of a broader error type (two levels, e.g. Weather > Snow).")
                 st.form_submit_button("Create error type", type="primary", on_click=actions.create_type,
                                       icon=":material/add:")
 
@@ -78,6 +82,7 @@ with types_col:
                     st.session_state[state.EDIT_NAME] = t.name
                     st.session_state[state.EDIT_DEFINITION] = t.definition
                     st.session_state[state.EDIT_SEVERITY] = t.severity
+                    st.session_state[state.EDIT_PARENT] = t.parent_id
 
                 if state.EDIT_NAME not in st.session_state:
                     _load_edit()
@@ -85,6 +90,8 @@ with types_col:
                 st.text_input("Name", key=state.EDIT_NAME, max_chars=80)
                 st.text_area("Definition", key=state.EDIT_DEFINITION, height=80)
                 st.selectbox("Severity", list(SEVERITIES), key=state.EDIT_SEVERITY)
+                st.selectbox("Under", [None, *[i for i in ids if i != state.get(state.EDIT_TYPE)]],
+                             key=state.EDIT_PARENT, format_func=lambda i: "(top level)" if i is None else type_names[i])
                 st.button("Save", on_click=actions.update_type, icon=":material/save:")
                 others = [i for i in ids if i != state.get(state.EDIT_TYPE)]
                 if others:
@@ -117,7 +124,21 @@ with examples_col:
             cid = st.selectbox("Cluster", cids, key=state.LABEL_CLUSTER, on_change=state.reset_label_selection,
                                format_func=lambda i: f"#{i} · {info.at[i, 'name']} ({int(info.at[i, 'size']):,})")
             rows = table[table["cluster_id"] == cid]
-            whole_cluster = cid
+            whole_cluster = [cid]
+    elif source == "Cluster family":
+        families = summary[summary["parent_id"] >= 0].groupby("parent_id") if summary is not None else None
+        if families is None or not len(families):
+            st.caption("No cluster families in this run: its clusters have no parent (re-cluster to group them).")
+        else:
+            fams = {int(p): g for p, g in families}
+            if state.get(state.LABEL_FAMILY) not in fams:
+                st.session_state[state.LABEL_FAMILY] = next(iter(fams))
+            fid = st.selectbox("Family", list(fams), key=state.LABEL_FAMILY, on_change=state.reset_label_selection,
+                               format_func=lambda p: f"{fams[p]['parent'].iloc[0]} ({len(fams[p])} clusters, "
+                                                     f"{int(fams[p]['size'].sum()):,})")
+            whole_cluster = [int(c) for c in fams[fid]["cluster_id"]]
+            rows = table[table["cluster_id"].isin(whole_cluster)]
+            st.caption("Labeling the family labels every one of its clusters.")
     elif source == "Confusion":
         pairs = failures.groupby(["label", "pred"]).size().sort_values(ascending=False)
         options = [state.pair_key(t, p) for t, p in pairs.index]
@@ -177,11 +198,14 @@ with examples_col:
             act.button(f"Assign {len(selected):,} selected", on_click=actions.assign_selected, args=(run_key,),
                        disabled=not selected or not types, type="primary", icon=":material/sell:")
             if whole_cluster is not None and not query:
-                members = table[table["cluster_id"] == whole_cluster]
-                act.button(f"Assign whole cluster ({len(members):,})", on_click=actions.assign_ids,
+                members = table[table["cluster_id"].isin(whole_cluster)]
+                what = f"cluster #{whole_cluster[0]}" if len(whole_cluster) == 1 else \
+                    f"clusters {', '.join(f'#{c}' for c in whole_cluster)}"
+                act.button(f"Assign whole {'cluster' if len(whole_cluster) == 1 else 'family'} ({len(members):,})",
+                           on_click=actions.assign_ids,
                            args=(run_key, members["example_id"].tolist(),
                                  dict(zip(members["example_id"], members["cluster_id"].astype(int))),
-                                 f"assigned cluster #{whole_cluster} ({len(members)} examples) to {{type}}"),
+                                 f"assigned {what} ({len(members)} examples) to {{type}}"),
                            disabled=not types, icon=":material/select_all:")
             elif len(shown):
                 act.button(f"Assign all {len(shown):,} shown", on_click=actions.assign_ids,
