@@ -1,20 +1,25 @@
 """Near-duplicate search: time and peak memory of erroranalysis.duplicates beside the approaches a user would
-otherwise write, on synthetic 384-d embeddings (the size of all-MiniLM-L6-v2's), 10k and 100k rows.
+otherwise write, on synthetic 384-d embeddings (the size of all-MiniLM-L6-v2's), 10k and 100k rows; and, with
+--texts, which vectors find planted near-duplicate texts (MiniLM, the sample checkpoint's hidden states, MinHash).
 
     .venv/bin/python benchmarks/duplicates.py                 # 10k and 100k
     .venv/bin/python benchmarks/duplicates.py --sizes 10000   # quicker
+    .venv/bin/python benchmarks/duplicates.py --texts         # planted duplicate texts (needs `make sample`)
 
 Methods (each runs in its own process, so peak memory is its own; "extra" is the peak resident memory (Linux
 VmHWM, reset after loading) above the process's size once the libraries and the vectors are loaded):
 
-- ours_pairs:    `near_duplicate_pairs(x, threshold=0.95, k=10)`: block-wise, symmetric, blocks without a pair
-                 above the threshold skipped (what `erroranalysis checks` runs)
+- ours_pairs:    `near_duplicate_pairs(x, threshold=0.95, k=10)`: what `erroranalysis checks` runs: exact up to
+                 EXACT_MAX rows, faiss IndexIVFFlat above
+- ours_exact:    the same with exact=True: block-wise, symmetric, blocks without a pair above the threshold
+                 skipped; the reference every recall is measured against
+- faiss_hnsw, usearch, hnswlib: each library's HNSW index (M=32, ef 128), the candidates that were measured
 - ours_topk:     `top_k_neighbors(x, k=10)`: the same search keeping the 10 best whatever their similarity
 - sklearn_cos:   `NearestNeighbors(n_neighbors=11, algorithm="brute", metric="cosine").kneighbors(x)`
 - sklearn_euc:   the same with metric="euclidean" on unit vectors (same neighbours; scikit-learn's fast path)
 - full_matrix:   `s = x @ x.T`, then the pairs above the threshold (skipped where n x n floats exceed --max-gb)
 
-Every method's pairs at or above the threshold are compared with ours_pairs' (recall of ours against each).
+Every method's pairs at or above the threshold are compared with ours_exact's: recall = share of the exact pairs found.
 The data: 1,000 topic centres, each vector a centre plus noise (typical within-topic cosine ~0.5), and 1% of
 the rows replaced by perturbed copies of other rows (cosine ~0.97): the planted near duplicates.
 """
@@ -151,13 +156,99 @@ def run_method(method: str, path: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def planted_texts(n: int = 3000, n_copies: int = 300, seed: int = 0) -> None:
+    """Which vectors find edited copies of texts: corpus sentences with `n_copies` planted near duplicates (one
+    word replaced, deleted or inserted, two swapped, a prefix or four words added). Recall = planted pairs found;
+    precision = found pairs that are planted or whose normalized texts are >= 80% alike (difflib)."""
+    import difflib
+    import random
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from common import corpus_sentences, sample_checkpoint
+
+    from erroranalysis.datachecks.duplicates import near_duplicate_pairs, normalize_text
+    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.infer.classifier import ChunkPredictor
+
+    rng = random.Random(seed)
+    pool = list(dict.fromkeys(corpus_sentences()))
+    rng.shuffle(pool)
+    texts, vocab = pool[:n], [w for t in pool[n:2 * n] for w in t.split()]
+    kinds = ["replace", "delete", "insert", "swap", "prefix", "suffix"]
+    planted = []
+    for j in range(n_copies):
+        source, kind = rng.randrange(n), kinds[j % len(kinds)]
+        words = texts[source].split()
+        i = rng.randrange(len(words) - 1)
+        if kind == "replace":
+            words[i] = rng.choice(vocab)
+        elif kind == "delete":
+            del words[i]
+        elif kind == "insert":
+            words.insert(i, rng.choice(vocab))
+        elif kind == "swap":
+            words[i], words[i + 1] = words[i + 1], words[i]
+        elif kind == "prefix":
+            words = [rng.choice(["Update:", "Breaking:", "Report:", "BBC:"])] + words
+        else:
+            words += rng.sample(vocab, 4)
+        texts.append(" ".join(words))
+        planted.append((source, n + j))
+    truth = set(planted)
+    rows = []
+
+    def score(name: str, pairs, seconds: float) -> None:
+        pairs = {(min(a, b), max(a, b)) for a, b in pairs}
+        alike = sum(1 for a, b in pairs if (a, b) in truth or difflib.SequenceMatcher(
+            None, normalize_text(texts[a]), normalize_text(texts[b])).ratio() >= 0.8)
+        rows.append((name, seconds, len(pairs), len(pairs & truth) / len(truth), alike / max(len(pairs), 1)))
+
+    start = time.perf_counter()
+    minilm = MiniLMEmbedder(cache=False).embed_texts(texts)
+    seconds = time.perf_counter() - start
+    for threshold in (0.95, 0.9):
+        found = near_duplicate_pairs(minilm, threshold=threshold)
+        score(f"MiniLM cosine >= {threshold}", zip(found["i"], found["j"]), seconds)
+    start = time.perf_counter()
+    hidden = ChunkPredictor(str(sample_checkpoint()), max_length=128, device="cpu")({"text": texts})["hidden"]
+    seconds = time.perf_counter() - start
+    for threshold in (0.95, 0.98):
+        found = near_duplicate_pairs(hidden, threshold=threshold)
+        score(f"checkpoint hidden states cosine >= {threshold}", zip(found["i"], found["j"]), seconds)
+    from datasketch import MinHash, MinHashLSH
+
+    for jaccard in (0.5, 0.7):
+        start = time.perf_counter()
+        shingles = [{t[i:i + 5] for i in range(max(1, len(t) - 4))} for t in map(normalize_text, texts)]
+        sketches = []
+        for grams in shingles:
+            sketch = MinHash(num_perm=128, seed=1)
+            sketch.update_batch([g.encode() for g in grams])
+            sketches.append(sketch)
+        lsh = MinHashLSH(threshold=jaccard, num_perm=128)
+        for i, sketch in enumerate(sketches):
+            lsh.insert(i, sketch)
+        found = {(min(i, j), max(i, j)) for i, sketch in enumerate(sketches) for j in lsh.query(sketch)
+                 if j != i and len(shingles[i] & shingles[j]) / len(shingles[i] | shingles[j]) >= jaccard}
+        score(f"MinHash (datasketch) char 5-grams, Jaccard >= {jaccard}", found, time.perf_counter() - start)
+    print(f"{n:,} corpus sentences + {n_copies} planted near duplicates; seconds include embedding; "
+          f"{os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}")
+    print(f"{'vectors':<52} {'seconds':>8} {'pairs':>6} {'recall':>7} {'precision':>10}")
+    for name, seconds, found, recall, precision in rows:
+        print(f"{name:<52} {seconds:>8.1f} {found:>6} {recall:>7.1%} {precision:>10.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--max-gb", type=float, default=4.0, help="skip full_matrix above this n x n size")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--texts", action="store_true", help="planted duplicate texts: which vectors find them")
     args = parser.parse_args()
+    if args.texts:
+        planted_texts()
+        return
     if args.worker:
         print(json.dumps(worker(*args.worker)))
         return

@@ -12,6 +12,7 @@ retried by Ray (its chunk rewritten whole) or the run fails; it never looks comp
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Callable
@@ -37,8 +38,10 @@ def connect(engine: Engine):
     """Join the Ray cluster at `engine.address`, or start a local one (None); a no-op when already connected."""
     ray = require_ray()
     if ray.is_initialized():
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
         return ray
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")  # progress is ours (erroranalysis.progress)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data's INFO lines would bury ours
     try:
         ray.init(address=engine.address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, ignore_reinit_error=True)

@@ -36,7 +36,7 @@ class InferParams(Params):
 
     batch_size: int = 32
     max_length: int = 256
-    precision: str = "fp32"
+    precision: str = "auto"
     device: str = "auto"
     trust_remote_code: bool = False
 
