@@ -117,7 +117,7 @@ print(f"classification, MiniLM-L6 shape (random weights, real config and tokeniz
       f"max_length {MAX_LEN}, {name}")
 print(f"{'precision':<10}{'batch':>6}{'ours ex/s':>12}{'pipeline ex/s':>15}{'ours/pipeline':>15}{'peak GiB':>10}")
 for precision in ("fp32", "bf16"):
-    clf = load_classifier(work / "clf", device=device)
+    clf = load_classifier(work / "clf", device=device, precision=precision)  # as `run` loads it
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     pipe = pipeline("text-classification", model=str(work / "clf"), device=0 if device.startswith("cuda") else -1,
                     dtype=dtype)

@@ -183,3 +183,16 @@ def test_manifest_records_the_precision_that_ran(tiny_checkpoint, eval_jsonl, tm
     run = run_checkpoint(tiny_checkpoint, eval_jsonl, tmp_path / "bf16", data_opts=DataOptions(id_column="id"),
                          infer_opts=InferParams(max_length=32, precision="bf16"), after=after)
     assert run.manifest["model"]["precision"] == "bf16"
+
+
+def test_bf16_weights_stay_close_to_fp32(tiny_checkpoint):
+    """--precision bf16 loads the weights as bfloat16 (no autocast); outputs stay float32 and close."""
+    import torch
+
+    texts = [r["text"] for r in eval_rows(12)]
+    fp32 = next(infer(load_classifier(tiny_checkpoint, device="cpu"), texts, None, max_length=32))
+    clf = load_classifier(tiny_checkpoint, device="cpu", precision="bf16")
+    assert clf.precision == "bf16" and next(clf.model.parameters()).dtype == torch.bfloat16
+    bf16 = next(infer(clf, texts, None, max_length=32, precision="bf16"))
+    assert bf16["probs"].dtype == np.float32 and bf16["hidden"].dtype == np.float32
+    np.testing.assert_allclose(bf16["probs"], fp32["probs"], atol=0.03)

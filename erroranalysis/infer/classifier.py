@@ -33,6 +33,7 @@ class Classifier:
     path: Path
     device: str
     weights_sha256: str
+    precision: str = "fp32"  # the dtype of the weights: "bf16" when loaded for --precision bf16
 
 
 def resolve_device(name: str = "auto") -> str:
@@ -120,11 +121,17 @@ def check_checkpoint(folder: Path, trust_remote_code: bool) -> list[Path]:
     return files
 
 
-def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code: bool = False) -> Classifier:
-    """Load a local sequence-classification checkpoint, offline, from safetensors only."""
+def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code: bool = False,
+                    precision: str = "fp32") -> Classifier:
+    """Load a local sequence-classification checkpoint, offline, from safetensors only. With `precision` bf16
+    (or auto on CUDA) the weights are loaded as bfloat16: measured here 1.4x less CPU than fp32 on a CPU with AMX,
+    where fp32 weights under bf16 autocast were slower than fp32 (every op casts its weights again)."""
     path = Path(path)
     files = check_checkpoint(path, trust_remote_code)
     resolved = resolve_device(device)
+    import torch
+
+    dtype = torch.bfloat16 if resolve_precision(precision, resolved) == "bf16" else torch.float32
 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -134,14 +141,14 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
         model = AutoModelForSequenceClassification.from_pretrained(
-            path, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code)
+            path, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"{path}: cannot load the checkpoint ({str(exc).splitlines()[0]}).") from None
     model.eval().to(resolved)
     id2label = model.config.id2label
     labels = [str(id2label[i]) for i in range(len(id2label))]
     return Classifier(model=model, tokenizer=tokenizer, labels=labels, path=path, device=resolved,
-                      weights_sha256=weights_sha256(files))
+                      weights_sha256=weights_sha256(files), precision="bf16" if dtype == torch.bfloat16 else "fp32")
 
 
 def weights_sha256(files: list[Path]) -> str:
@@ -203,7 +210,8 @@ def predict_batch(clf: Classifier, input_ids: list[list[int]], label_ids: np.nda
                   precision: str = "fp32") -> dict[str, np.ndarray]:
     """One padded forward pass: probabilities, loss of the gold label, mean-pooled last hidden state.
 
-    `precision` is what runs ("fp32" or "bf16"; see `resolve_precision` for "auto")."""
+    `precision` ("fp32" or "bf16"; see `resolve_precision` for "auto"): a model loaded in bf16 runs as it is; bf16
+    asked of a model loaded in fp32 runs under bf16 autocast."""
     import torch
 
     longest = max(len(ids) for ids in input_ids)
@@ -219,7 +227,8 @@ def predict_batch(clf: Classifier, input_ids: list[list[int]], label_ids: np.nda
     precision = resolve_precision(precision, clf.device)
     handle, captured = _last_hidden_hook(clf.model)
     try:
-        with torch.inference_mode(), torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        autocast = precision == "bf16" and clf.precision != "bf16"
+        with torch.inference_mode(), torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
             out = clf.model(input_ids=ids_t, attention_mask=mask_t, output_hidden_states=handle is None)
     finally:
         if handle is not None:
@@ -250,7 +259,7 @@ class ChunkPredictor:
         check_param("batch_size", batch_size, isinstance(batch_size, int) and batch_size >= 1, "an integer >= 1")
         check_param("max_length", max_length, isinstance(max_length, int) and max_length >= 2, "an integer >= 2")
         check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
-        self.clf = clf if clf is not None else load_classifier(model, device=device,
+        self.clf = clf if clf is not None else load_classifier(model, device=device, precision=precision,
                                                                trust_remote_code=trust_remote_code)
         model_max = getattr(self.clf.model.config, "max_position_embeddings", None)
         self.max_length = min(max_length, int(model_max)) if model_max else max_length

@@ -106,7 +106,8 @@ def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params:
     from erroranalysis.infer.classifier import load_classifier
 
     eval_set = read_eval_set(data, data_opts)
-    clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code)
+    clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code,
+                          precision=params.precision)
     gold = map_labels(eval_set.frame["label"].to_numpy(), clf.labels, source=str(eval_set.path),
                       lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
     return InferJob(Path(model), clf, eval_set, gold, params)
