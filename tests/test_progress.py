@@ -66,3 +66,21 @@ def test_an_older_callback_hears_the_rows():
 
 def test_durations():
     assert [duration(s) for s in (4.4, 65, 3725)] == ["4s", "1m05s", "1h02m"]
+
+
+def test_a_run_in_a_log_says_what_each_stage_does(tiny_checkpoint, tmp_path):
+    """`erroranalysis run` with its output redirected (not a terminal): a start and an end line per stage, rows
+    for inference, and no progress bar."""
+    from conftest import eval_rows, write_jsonl
+    from test_cli_run import invoke
+
+    data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(30))
+    result = invoke("run", "--model", tiny_checkpoint, "--data", data, "--out", tmp_path / "run", "--id-column",
+                    "id", "--max-length", "16", "--no-cluster", "--check-embedder", "none")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    for stage in ("infer", "metrics", "checks", "slices"):
+        assert any(line.startswith(f"{stage}: started") for line in lines), stage
+        assert any(line.startswith(f"{stage}: done") for line in lines), stage
+    assert "infer: started, 30 rows" in lines and any(line.startswith("infer: done, 30 rows in ") for line in lines)
+    assert "\x1b" not in result.stderr

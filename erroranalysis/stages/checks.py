@@ -92,9 +92,9 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     record = {**params.record(), "train": str(Path(train_set.path).resolve()) if train_set is not None else None,
               "embedder": vectors.source, "shift": params.shift and train_set is not None}
 
-    with run.stage("checks", record) as staging, reporter.stage("checks", total=len(preds)) as advance:
+    with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
+        vectors.advance = advance
         table, report = _compute(run, preds, probs, train_set, vectors, params, record, say)
-        advance(len(preds))
         staging.write_parquet(CHECKS, table[CHECK_COLUMNS])
         staging.write_json(CHECKS_JSON, report)
         summary = checks_report.summary(report)
@@ -224,14 +224,21 @@ class _Vectors:
     """The check vectors of a run, by the one rule `embedding.check_embedder`: eval rows from hidden_states.npy
     (or MiniLM), train texts through the same model (the run's checkpoint, or MiniLM)."""
 
-    def __init__(self, source: str, eval_fn: Callable | None, train_fn: Callable | None):
+    def __init__(self, source: str, eval_fn: Callable | None, train_fn: Callable | None, reports: bool = False):
         self.source, self._eval, self._train = source, eval_fn, train_fn
+        self.reports = reports  # the functions take progress=(done, total): rows embedded show in the log
+        self.advance: Callable[[int], None] | None = None  # a Reporter stage's advance(rows)
 
     def eval(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self._eval(texts), dtype=np.float32)
+        return np.asarray(self._call(self._eval, texts), dtype=np.float32)
 
     def train(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self._train(texts), dtype=np.float32)
+        return np.asarray(self._call(self._train, texts), dtype=np.float32)
+
+    def _call(self, function, texts):
+        if self.reports and self.advance:
+            return function(texts, progress=_cumulative(self.advance))
+        return function(texts)
 
     @classmethod
     def custom(cls, embed: Callable) -> "_Vectors":
@@ -248,19 +255,31 @@ class _Vectors:
             states = readers.read_hidden(run)
             return cls("hidden", lambda texts: states, _checkpoint_embed(run))
         embedding.minilm_path()  # fail before the stage starts when the package is missing
-        embed = _minilm_embed(engine)
-        return cls("minilm", embed, embed)
+        embed, reports = _minilm_embed(engine)
+        return cls("minilm", embed, embed, reports)
 
 
-def _minilm_embed(engine) -> Callable:
+def _minilm_embed(engine) -> tuple[Callable, bool]:
     from erroranalysis.embedding import MiniLMEmbedder
 
     embedder = MiniLMEmbedder()
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data
 
-        return lambda texts: ray_data.embed_texts(list(texts), embedder, engine)
-    return embedder.embed_texts
+        return (lambda texts: ray_data.embed_texts(list(texts), embedder, engine)), False
+    return embedder.embed_texts, True
+
+
+def _cumulative(advance: Callable[[int], None]) -> Callable[[int, int], None]:
+    """A (done, total) callback over a Reporter's advance(n), which counts increments."""
+    seen = {"done": 0}
+
+    def progress(done: int, total: int) -> None:
+        if done > seen["done"]:
+            advance(done - seen["done"])
+            seen["done"] = done
+
+    return progress
 
 
 def _checkpoint_embed(run) -> Callable:
