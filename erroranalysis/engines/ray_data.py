@@ -109,7 +109,11 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple[Path
 
     for folder in paths:
         Path(folder).mkdir(parents=True, exist_ok=True)
-    actors, gpus = _actors(ray, engine, predictor_kwargs.get("device", "auto"))
+    device = predictor_kwargs.get("device", "auto")
+    actors, gpus = _actors(ray, engine, device)
+    if device.startswith("cuda") and not gpus:
+        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
+                          "workers.")
     kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
     ds = ray.data.from_arrow(_blocks(inputs, chunk_size))
     done = ds.map_batches(ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
@@ -167,16 +171,20 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
     embedded = ds.map_batches(type(embedder), fn_constructor_kwargs=embedder.constructor_kwargs(),
                               batch_size=chunk_size, batch_format="numpy", num_cpus=1, num_gpus=gpus or None,
                               compute=ray.data.ActorPoolStrategy(size=actors))
-    out = None
+    out, seen = None, np.zeros(len(texts), dtype=bool)
     try:
         for batch in embedded.iter_batches(batch_format="numpy", batch_size=None):
             vectors = np.stack(batch["embedding"]).astype(np.float32)
             if out is None:
                 out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
             out[batch[ROW]] = vectors
+            seen[batch[ROW]] = True
     except ray.exceptions.RayError as exc:
         raise EngineError(f"--engine ray: the embedding job failed ({_first_line(exc)}); run the command "
                           "again.") from None
+    if not seen.all():
+        raise EngineError(f"--engine ray: {int((~seen).sum())} of {len(texts)} texts came back without a vector; "
+                          "run the command again.")
     return out
 
 
