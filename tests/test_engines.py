@@ -165,3 +165,15 @@ def test_engine_parameters():
         Engine("spark")
     with pytest.raises(EngineError, match="--ray-address is only used with --engine ray"):
         Engine("local", "auto")
+
+
+@pytest.mark.slow
+def test_minilm_on_ray_gives_the_in_process_vectors(local_ray, monkeypatch):
+    """The checks' embedding for predictions brought with analyze: MiniLMEmbedder.__call__ on Ray actors."""
+    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.engines import ray_data
+
+    texts = [r["text"] for r in eval_rows(90)]
+    embedder = MiniLMEmbedder(cache=False)
+    on_ray = ray_data.embed_texts(texts, embedder, Engine("ray"), chunk_size=CHUNK)
+    np.testing.assert_allclose(on_ray, embedder.embed_texts(texts), atol=1e-5)
