@@ -10,6 +10,7 @@ compared.
 
     .venv/bin/python benchmarks/scale.py                         # 10k and 100k, and Ray at 100k
     .venv/bin/python benchmarks/scale.py --sizes 10000 100000 1000000   # the 1M row takes ~1 hour on 2 cores
+    .venv/bin/python benchmarks/scale.py --features 20000 200000 1000000  # slice features: seconds, peak MB
 """
 
 from __future__ import annotations
@@ -92,6 +93,51 @@ def run_stages(data: Path, out: Path, env: dict, engine: list[str],
     return result
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def feature_worker(n: int) -> None:
+    """One process: extract_features over n rows of `predictions(n)`; prints seconds and the peak memory above
+    the process once its inputs are loaded (Linux VmHWM after clear_refs)."""
+    import time
+
+    from erroranalysis.slices import default_min_support, extract_features
+
+    frame = predictions(n)
+    texts, meta, labels = frame["text"].tolist(), frame[["source"]], frame["label"].tolist()
+    del frame
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _status_mb("VmRSS")
+    start = time.perf_counter()
+    features = extract_features(texts, meta, labels=labels, min_support=default_min_support(n))
+    seconds = time.perf_counter() - start
+    nnz = features.matrix.nnz
+    print(json.dumps({"n": n, "seconds": seconds, "extra_mb": _status_mb("VmHWM") - base, "base_mb": base,
+                      "features": len(features), "matrix_mb": (nnz * 8 + (n + 1) * 8) / 2**20}))
+
+
+def features_table(sizes: list[int]) -> None:
+    import subprocess
+
+    rows = []
+    for n in sizes:
+        out = subprocess.run([sys.executable, __file__, "--feature-worker", str(n)], capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(out.stderr[-2000:])
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append([f"{n:,}", f"{r['seconds']:.1f}", f"{r['extra_mb']:.0f}", f"{r['matrix_mb']:.0f}",
+                     f"{r['base_mb']:.0f}", r["features"]])
+    print(f"slice features (extract_features: words, 2-word phrases, metadata, length, label) over short texts, "
+          f"each size its own process; {load_average()} (shared machine)")
+    print(table(rows, ["rows", "seconds", "peak MB above inputs", "final matrix MB", "inputs MB", "features"]))
+
+
 def compare(a: Path, b: Path) -> list[str]:
     """What differs between two runs' outputs (empty: the same)."""
     diffs = []
@@ -110,7 +156,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--ray-size", type=int, default=100_000, help="rows of the Ray run (0: none)")
+    parser.add_argument("--ray-cache", choices=("cold", "warm"), default="cold",
+                        help="warm: the Ray run reads the in-process run's embedding cache (outputs compared only)")
+    parser.add_argument("--features", type=int, nargs="+", help="only the slice features' memory at these sizes")
+    parser.add_argument("--feature-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.feature_worker:
+        feature_worker(args.feature_worker)
+        return
+    if args.features:
+        features_table(args.features)
+        return
     results: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ea_scale_") as tmp:
         tmp = Path(tmp)
@@ -127,8 +183,10 @@ def main() -> None:
             n = args.ray_size
             print(f"{n:,} rows, --engine ray", file=sys.stderr, flush=True)
             # only the checks run on Ray for predictions brought with analyze (their MiniLM embedding); slices
-            # and clustering run on the driver either way
-            ray = run_stages(files[n], tmp / f"ray_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_ray_{n}")},
+            # and clustering run on the driver either way. --ray-cache warm shares the in-process run's cache
+            # (the outputs are compared, the embedding is not timed again)
+            cache = tmp / (f"cache_{n}" if args.ray_cache == "warm" else f"cache_ray_{n}")
+            ray = run_stages(files[n], tmp / f"ray_{n}", {"ERRORANALYSIS_CACHE_DIR": str(cache)},
                              ["--engine", "ray"], STAGES[:2])
             if n not in results:
                 results[n] = run_stages(files[n], tmp / f"run_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / "c")}, [])
@@ -156,7 +214,8 @@ def main() -> None:
     if ray is not None:
         n = args.ray_size
         print(f"\n{n:,} rows through --engine ray (local Ray, checks' MiniLM embedding on Ray actors) beside "
-              "in-process")
+              f"in-process; embedding cache {args.ray_cache}" + (" (texts already embedded: the Ray time is not "
+                                                                 "embedding time)" if args.ray_cache == "warm" else ""))
         rows = [[stage, f"{results[n][stage][0]:.1f}", f"{ray[stage][0]:.1f}",
                  f"{results[n][stage][0] / ray[stage][0]:.2f}x"] for stage in ray]
         print(table(rows, ["stage", "in-process s", "ray s", "in-process / ray"]))
