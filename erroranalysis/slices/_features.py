@@ -209,9 +209,11 @@ def count_terms(
     word_df = _document_frequency(doc, word_ids, len(vocab))
     frequent = word_df >= min_support
     n_words = int(frequent.sum())
-    word_map = np.full(len(vocab), -1, dtype=np.int64)
-    word_map[frequent] = np.arange(n_words)
+    # per-token arrays stay int32 (ids < 2**31); only pair codes are int64, while they exist
+    word_map = np.full(len(vocab), -1, dtype=np.int32)
+    word_map[frequent] = np.arange(n_words, dtype=np.int32)
     word_of = word_map[word_ids]  # per token: its frequent-word id, or -1
+    del word_ids
     vocab_frequent = vocab[frequent]
     names: list[np.ndarray] = [vocab_frequent]
     pairs: list[tuple[np.ndarray, np.ndarray]] = [(doc[word_of >= 0], word_of[word_of >= 0])]
@@ -226,14 +228,16 @@ def count_terms(
         starts = np.flatnonzero((prefix >= 0) & (last >= 0) & (doc[:length] == doc[k - 1:]))
         if not len(starts):
             break
-        codes = prefix[starts] * n_words + last[starts]
+        codes = prefix[starts].astype(np.int64) * n_words + last[starts]
         uniq, inverse = _unique_inverse(codes)
+        del codes
         df = _document_frequency(doc[starts], inverse, len(uniq))
         keep = df >= min_support
-        new_id = np.full(len(uniq), -1, dtype=np.int64)
-        new_id[keep] = np.arange(int(keep.sum()))
-        next_ids = np.full(len(doc), -1, dtype=np.int64)
+        new_id = np.full(len(uniq), -1, dtype=np.int32)
+        new_id[keep] = np.arange(int(keep.sum()), dtype=np.int32)
+        next_ids = np.full(len(doc), -1, dtype=np.int32)
         next_ids[starts] = new_id[inverse]
+        del inverse, starts
         kept_codes = uniq[keep]
         gram_names = np.array([f"{a} {b}" for a, b in zip(prev_names[kept_codes // n_words],
                                                             vocab_frequent[kept_codes % n_words])], dtype=object)
@@ -312,8 +316,8 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(values, kind="stable")
     s = values[order]
     first = np.concatenate([[True], s[1:] != s[:-1]])
-    ids = np.cumsum(first) - 1
-    inverse = np.empty(len(values), dtype=np.int64)
+    ids = np.cumsum(first, dtype=np.int64) - 1
+    inverse = np.empty(len(values), dtype=np.int32 if len(values) < 2**31 else np.int64)
     inverse[order] = ids
     return s[first], inverse
 
