@@ -49,13 +49,57 @@ def native_bf16() -> str:
     return ("yes: " + ", ".join(found)) if found else "no (bf16 is emulated)"
 
 
+def interleaved(model: Path, texts: list[str], rounds: int = 3) -> None:
+    """Forward passes alone, in one process, ours and the pipeline's taking turns `rounds` times: CPU seconds
+    (time.process_time, all threads) are comparable even when other jobs load the machine, since both sides see
+    the same load. Ours as `run` calls it (weights loaded for the precision, 4,096-row chunks)."""
+    import time
+
+    import torch
+    from transformers import pipeline
+
+    from erroranalysis.infer.classifier import infer, load_classifier
+
+    sides = {"pipeline fp32": pipeline("text-classification", model=str(model), device="cpu"),
+             "ours fp32": load_classifier(model, device="cpu", precision="fp32"),
+             "pipeline bf16": pipeline("text-classification", model=str(model), device="cpu", dtype=torch.bfloat16),
+             "ours bf16": load_classifier(model, device="cpu", precision="bf16")}
+
+    def once(name: str, side) -> float:
+        start = time.process_time()
+        if name.startswith("pipeline"):
+            side(texts, batch_size=32, truncation=True, max_length=MAX_LENGTH)
+        else:
+            for _ in infer(side, texts, None, batch_size=32, max_length=MAX_LENGTH, precision=side.precision):
+                pass
+        return time.process_time() - start
+
+    for name, side in sides.items():
+        side(texts[:64]) if name.startswith("pipeline") else list(infer(side, texts[:64], None))  # warm-up
+    cpu = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, side in sides.items():
+            cpu[name].append(once(name, side))
+    best = {name: min(values) for name, values in cpu.items()}
+    rows = [[name, f"{best[name]:.1f}", f"{len(texts) / best[name]:.0f}",
+             f"{best['pipeline ' + name.split()[1]] / best[name]:.2f}x", f"{best['pipeline fp32'] / best[name]:.2f}x"]
+            for name in sides]
+    print(f"forward passes only, {len(texts)} texts, one process, {rounds} interleaved rounds (best of each), "
+          f"{load_average()}; native bf16: {native_bf16()}")
+    print(table(rows, ["", "CPU s", "texts per CPU s", "vs pipeline same precision", "vs pipeline fp32"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--scale", default="1000,4000,16000")
+    parser.add_argument("--interleaved", action="store_true", help="forward passes only, in one process, taking turns")
     args = parser.parse_args()
     model = sample_checkpoint()
     texts = corpus_sentences()
+    if args.interleaved:
+        interleaved(model, texts[:args.n])
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data = write_eval(texts, tmp, args.n)

@@ -3,7 +3,7 @@
 Bring-your-own predictions (`erroranalysis analyze`) of short news sentences from the BBC corpus: five topic
 labels, ~80% accuracy, probabilities, a metadata column, 1% exact and 1% edited duplicates planted. Each stage
 runs as its own process (`analyze` with every later stage off, then `checks`, `slices` and `cluster` on the run),
-so its peak memory (ru_maxrss) is its own; each size gets an empty embedding cache (texts new to the tool).
+so its peak memory (VmHWM, sampled) is its own; each size gets an empty embedding cache (texts new to the tool).
 Printed, from one run: seconds and peak MB per stage and size, the growth factor per 10x rows (goal: <= 12x
 time), then the 100k `analyze` through `--engine ray` (a local Ray) beside the in-process one with its outputs
 compared.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import ROOT, load_average, run_process, table
+from common import ROOT, load_average, table
 
 EA = str(ROOT / ".venv/bin/erroranalysis")
 STAGES = ("load + metrics", "checks", "slices", "cluster")
@@ -74,20 +74,57 @@ def predictions(n: int, seed: int = 0) -> pd.DataFrame:
     return frame
 
 
-def run_stages(data: Path, out: Path, env: dict, engine: list[str],
-               stages: tuple[str, ...] = STAGES) -> dict[str, tuple[float, float]]:
+def vectors_file(n: int, folder: Path, dim: int = 384, seed: int = 0) -> Path:
+    """Unit vectors standing in for MiniLM's (label centre + noise, 384-d), for `cluster --embedder FILE.npy`."""
+    rng = np.random.default_rng(seed)
+    frame = pd.read_parquet(folder / f"predictions_{n}.parquet", columns=["label", "pred"])
+    codes = pd.factorize(frame["label"] + "->" + frame["pred"])[0]
+    centres = rng.normal(size=(codes.max() + 1, dim)).astype(np.float32)
+    x = centres[codes] + 1.5 * rng.normal(size=(n, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    path = folder / f"vectors_{n}.npy"
+    np.save(path, x)
+    return path
+
+
+def run_measured(args: list[str], env: dict) -> tuple[float, float]:
+    """(wall seconds, peak MB) of one process. The peak is its own VmHWM, read from /proc every 0.1 s until it
+    exits: ru_maxrss would start from this (larger) parent's size, which a forked child inherits."""
+    import subprocess
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
+    peak = 0.0
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"benchmark step failed: {' '.join(args)}\n{proc.stderr.read().decode()[-2000:]}")
+    return seconds, peak
+
+
+def run_stages(data: Path, out: Path, env: dict, engine: list[str], stages: tuple[str, ...] = STAGES,
+               check_embedder: str = "auto", cluster_vectors: Path | None = None) -> dict[str, tuple[float, float]]:
     """{stage: (wall seconds, peak MB)}, each of `stages` its own process."""
     commands = {
         "load + metrics": [EA, "analyze", "--predictions", str(data), "--out", str(out), "--id-column", "id",
                            "--no-checks", "--no-slices", "--no-cluster", "--overwrite"],
-        "checks": [EA, "checks", str(out), *engine],
+        "checks": [EA, "checks", str(out), "--embedder", check_embedder, *engine],
         "slices": [EA, "slices", str(out)],
-        "cluster": [EA, "cluster", str(out)],
+        "cluster": [EA, "cluster", str(out), *(["--embedder", str(cluster_vectors)] if cluster_vectors else [])],
     }
     result = {}
     for stage in stages:
         command = commands[stage]
-        seconds, _, peak = run_process(command, env=env)
+        seconds, peak = run_measured(command, env)
         result[stage] = (seconds, peak)
         print(f"  {stage}: {seconds:.1f} s, {peak:.0f} MB", file=sys.stderr, flush=True)
     return result
@@ -156,8 +193,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--ray-size", type=int, default=100_000, help="rows of the Ray run (0: none)")
-    parser.add_argument("--ray-cache", choices=("cold", "warm"), default="cold",
-                        help="warm: the Ray run reads the in-process run's embedding cache (outputs compared only)")
+    parser.add_argument("--check-embedder", choices=("auto", "none"), default="auto",
+                        help="checks' vectors (auto: MiniLM over every row for these predictions; none: skip them)")
+    parser.add_argument("--cluster-vectors", action="store_true",
+                        help="cluster precomputed stand-in vectors (cluster --embedder FILE.npy) instead of MiniLM")
     parser.add_argument("--features", type=int, nargs="+", help="only the slice features' memory at these sizes")
     parser.add_argument("--feature-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -176,25 +215,26 @@ def main() -> None:
             predictions(n).to_parquet(files[n], index=False)
         for n in args.sizes:
             print(f"{n:,} rows", file=sys.stderr, flush=True)
+            vectors = vectors_file(n, tmp) if args.cluster_vectors else None
             results[n] = run_stages(files[n], tmp / f"run_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_{n}")},
-                                    [])
+                                    [], check_embedder=args.check_embedder, cluster_vectors=vectors)
         ray = None
         if args.ray_size:
+            # Only the checks run on Ray for predictions brought with analyze (their MiniLM embedding over every
+            # row); slices and clustering run on the driver either way. Both runs embed with MiniLM, cold caches.
             n = args.ray_size
-            print(f"{n:,} rows, --engine ray", file=sys.stderr, flush=True)
-            # only the checks run on Ray for predictions brought with analyze (their MiniLM embedding); slices
-            # and clustering run on the driver either way. --ray-cache warm shares the in-process run's cache
-            # (the outputs are compared, the embedding is not timed again)
-            cache = tmp / (f"cache_{n}" if args.ray_cache == "warm" else f"cache_ray_{n}")
-            ray = run_stages(files[n], tmp / f"ray_{n}", {"ERRORANALYSIS_CACHE_DIR": str(cache)},
+            print(f"{n:,} rows, in-process and --engine ray", file=sys.stderr, flush=True)
+            twin = run_stages(files[n], tmp / f"twin_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_twin_{n}")},
+                              [], STAGES[:2])
+            ray = run_stages(files[n], tmp / f"ray_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_ray_{n}")},
                              ["--engine", "ray"], STAGES[:2])
-            if n not in results:
-                results[n] = run_stages(files[n], tmp / f"run_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / "c")}, [])
-            diffs = compare(tmp / f"run_{n}", tmp / f"ray_{n}")
+            diffs = compare(tmp / f"twin_{n}", tmp / f"ray_{n}")
 
     sizes = sorted(results)
-    print(f"erroranalysis analyze, bring-your-own predictions, each stage its own process; {os.cpu_count()} CPU(s), "
-          f"{load_average()} at the end (shared machine)\n")
+    vectors = ("; checks without vectors (--check-embedder none)" if args.check_embedder == "none" else "") + \
+        ("; cluster on precomputed stand-in vectors" if args.cluster_vectors else "")
+    print(f"erroranalysis analyze, bring-your-own predictions, each stage its own process{vectors}; "
+          f"{os.cpu_count()} CPU(s), {load_average()} at the end (shared machine)\n")
     rows = []
     for stage in (*STAGES, "total"):
         cells = []
@@ -210,14 +250,13 @@ def main() -> None:
     header = ["stage"] + [f"{h} {n:,}" for n in sizes for h in ("s", "MB")] + \
         [f"time x per 10x ({a:,} -> {b:,})" for a, b in zip(sizes, sizes[1:])]
     print(table(rows, header))
-    print("peak MB: the stage's process (ru_maxrss); with --engine ray the driver's, Ray's own processes apart")
+    print("peak MB: the stage's own process (VmHWM); with --engine ray the driver's, Ray's processes apart")
     if ray is not None:
         n = args.ray_size
-        print(f"\n{n:,} rows through --engine ray (local Ray, checks' MiniLM embedding on Ray actors) beside "
-              f"in-process; embedding cache {args.ray_cache}" + (" (texts already embedded: the Ray time is not "
-                                                                 "embedding time)" if args.ray_cache == "warm" else ""))
-        rows = [[stage, f"{results[n][stage][0]:.1f}", f"{ray[stage][0]:.1f}",
-                 f"{results[n][stage][0] / ray[stage][0]:.2f}x"] for stage in ray]
+        print(f"\n{n:,} rows through --engine ray (local Ray, the checks' MiniLM embedding of every row on Ray "
+              "actors) beside in-process, both with MiniLM and empty caches")
+        rows = [[stage, f"{twin[stage][0]:.1f}", f"{ray[stage][0]:.1f}", f"{twin[stage][0] / ray[stage][0]:.2f}x"]
+                for stage in ray]
         print(table(rows, ["stage", "in-process s", "ray s", "in-process / ray"]))
         print("same outputs (metrics, label issues, duplicate groups): " + ("yes" if not diffs else
                                                                          "NO: " + ", ".join(diffs)))
