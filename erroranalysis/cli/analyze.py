@@ -9,18 +9,22 @@ import typer
 
 from erroranalysis.cli import common
 from erroranalysis.cli.run import (
+    CheckEmbedder,
     Encoding,
+    EngineName,
     IdColumn,
     LabelColumn,
     MaxChars,
     NoChecks,
     NoCluster,
     NoSlices,
+    RayAddress,
     Split,
     TextColumn,
     Train,
     after_params,
     data_options,
+    engine_of,
     report,
 )
 
@@ -42,14 +46,19 @@ def register(app: typer.Typer) -> None:
         no_slices: NoSlices = False,
         no_checks: NoChecks = False,
         train: Train = None,
+        check_embedder: CheckEmbedder = "auto",
+        engine: EngineName = "local",
+        ray_address: RayAddress = None,
         seed: common.Seed = 0,
         overwrite: common.Overwrite = False,
     ) -> None:
         """Analyze predictions made elsewhere: metrics and failure clusters, in a run directory."""
         from erroranalysis import stages
+        from erroranalysis.progress import reporter
 
+        after = after_params(no_cluster, no_slices, no_checks, train, seed, check_embedder)
         run = stages.analyze_predictions(predictions, out,
                                   data_opts=data_options(text_column, label_column, id_column, encoding, split, max_chars),
-                                  pred_column=pred_column, after=after_params(no_cluster, no_slices, no_checks, train, seed),
-                                  overwrite=overwrite)
+                                  pred_column=pred_column, after=after, overwrite=overwrite, progress=reporter(),
+                                  engine=engine_of(engine, ray_address))
         report(run)

@@ -31,12 +31,17 @@ def checks(
         "--train-id-column", help="Id column of the train file (default: row number).")] = None,
     encoding: Annotated[str, typer.Option("--encoding", help="Text encoding of a CSV/JSONL train file.")] = "utf-8",
     split: Annotated[Optional[str], typer.Option("--split", help="Split of a saved DatasetDict train file.")] = None,
-    embedder: Annotated[str, typer.Option("--embedder", help="minilm (packaged sentence model) or none (exact "
-                                          "duplicates only, no domain classifier).")] = "minilm",
+    embedder: Annotated[str, typer.Option("--embedder", help="Vectors of near duplicates, leakage and shift: auto "
+                                          "(the checkpoint's hidden states when the run has them, else MiniLM), "
+                                          "hidden, minilm (packaged sentence model) or none (exact duplicates "
+                                          "only, no domain classifier).")] = "auto",
     near_threshold: Annotated[float, typer.Option("--near-threshold", help="Cosine similarity at or above which "
                                                   "two texts are near duplicates.")] = 0.95,
     neighbors: Annotated[int, typer.Option("--neighbors", help="Nearest neighbours kept per text.")] = 10,
     no_shift: Annotated[bool, typer.Option("--no-shift", help="Skip the distribution-shift report.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="Where MiniLM embedding runs: local or ray.")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --engine ray: auto or "
+                                                       "HOST:PORT; default: a local Ray.")] = None,
     seed: common.Seed = 0,
 ) -> None:
     """Check the run's labels and data: label issues, duplicates, leakage, shift."""
@@ -46,9 +51,11 @@ def checks(
                                 near_threshold=near_threshold, neighbors=neighbors, shift=not no_shift,
                                 train_text_column=train_text_column, train_label_column=train_label_column,
                                 train_id_column=train_id_column, encoding=encoding, split=split, seed=seed)
+    from erroranalysis.engines import Engine
+    from erroranalysis.progress import reporter
+
     out = common.console()
-    with out.status("checking") as status:
-        summary = stages.checks_run(run, params, progress=lambda message: status.update(f"checking: {message}"))
+    summary = stages.checks_run(run, params, progress=reporter(), engine=Engine(engine, ray_address))
     _print(out, run, summary)
 
 

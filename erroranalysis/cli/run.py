@@ -22,13 +22,24 @@ NoCluster = Annotated[bool, typer.Option("--no-cluster", help="Skip failure clus
 NoSlices = Annotated[bool, typer.Option("--no-slices", help="Skip the search for error slices.")]
 NoChecks = Annotated[bool, typer.Option("--no-checks", help="Skip the data checks (label issues, duplicates).")]
 Train = Annotated[Optional[Path], typer.Option("--train", help="Training data: adds train/eval leakage and shift to the checks.")]
+CheckEmbedder = Annotated[str, typer.Option("--check-embedder", help="Vectors of near duplicates, leakage and shift: auto (the checkpoint's hidden states when the run has them, else MiniLM), hidden, minilm or none.")]
+EngineName = Annotated[str, typer.Option("--engine", help="Where inference and embedding run: local (this process) or ray (Ray Data; pip install 'erroranalysis[ray]').")]
+RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help="With --engine ray: auto (the cluster this machine is in) or HOST:PORT; default: start a local Ray.")]
 
 
-def after_params(no_cluster: bool, no_slices: bool, no_checks: bool, train: Path | None, seed: int):
+def after_params(no_cluster: bool, no_slices: bool, no_checks: bool, train: Path | None, seed: int,
+                 check_embedder: str = "auto"):
     from erroranalysis import stages
 
+    check_params = {"embedder": check_embedder, **({"train": str(train)} if train else {})}
     return stages.AfterParams.with_seed(seed, checks=not no_checks, slices=not no_slices, cluster=not no_cluster,
-                                        check_params={"train": str(train)} if train else None)
+                                        check_params=check_params)
+
+
+def engine_of(name: str, address: str | None):
+    from erroranalysis.engines import Engine
+
+    return Engine(name, address)
 
 
 def data_options(text_column: str, label_column: str, id_column: str | None, encoding: str, split: str | None,
@@ -106,7 +117,7 @@ def register(app: typer.Typer) -> None:
         max_chars: MaxChars = 100_000,
         batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default 32; 16 for generation).")] = None,
         max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example; longer texts are cut and flagged.")] = 256,
-        precision: Annotated[Optional[str], typer.Option("--precision", help="fp32 or bf16 (default fp32); generation also takes auto.")] = None,
+        precision: Annotated[Optional[str], typer.Option("--precision", help="auto (default: bf16 on CUDA, fp32 elsewhere), fp32 or bf16; the manifest records what ran.")] = None,
         device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
         trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow code shipped with the checkpoint to run.")] = False,
         max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", rich_help_panel=GEN, help="Tokens to generate per prompt.")] = 64,
@@ -124,17 +135,32 @@ def register(app: typer.Typer) -> None:
         no_slices: NoSlices = False,
         no_checks: NoChecks = False,
         train: Train = None,
+        check_embedder: CheckEmbedder = "auto",
+        engine: EngineName = "local",
+        ray_address: RayAddress = None,
         seed: common.Seed = 0,
         overwrite: common.Overwrite = False,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, error slices and failure clusters."""
         from erroranalysis import stages
+        from erroranalysis.progress import reporter
         from erroranalysis.validation import check_param
 
         check_param("--task", task, task in ("classification", "generation"), "classification or generation")
         data_opts = data_options(text_column, label_column, id_column, encoding, split, max_chars)
-        after = after_params(no_cluster, no_slices, no_checks, train, seed)
-        bar, advance = progress_bar("generating" if task == "generation" else "inferring")
+        after = after_params(no_cluster, no_slices, no_checks, train, seed, check_embedder)
+        where = engine_of(engine, ray_address)
+        if task == "classification":
+            infer_opts = stages.InferParams(batch_size=32 if batch_size is None else batch_size, max_length=max_length,
+                                            precision=precision or "auto", device=device,
+                                            trust_remote_code=trust_remote_code)
+            progress = reporter()
+            result = stages.run_checkpoint(model, data, out, data_opts=data_opts, infer_opts=infer_opts, after=after,
+                                           overwrite=overwrite, progress=progress, engine=where, log=progress.note)
+            report(result)
+            return
+        check_param("--engine", engine, engine == "local", "local (generation runs in-process)")
+        bar, advance = progress_bar("generating")
         if task == "generation":
             from erroranalysis.infer.generation import GenerationOptions
 
@@ -147,11 +173,4 @@ def register(app: typer.Typer) -> None:
             with bar:
                 result = stages.run_generation(model, data, out, data_opts=data_opts, gen_opts=gen_opts, after=after,
                                         overwrite=overwrite, progress=advance, log=bar.console.print)
-        else:
-            infer_opts = stages.InferParams(batch_size=32 if batch_size is None else batch_size, max_length=max_length,
-                                            precision=precision or "fp32", device=device,
-                                            trust_remote_code=trust_remote_code)
-            with bar:
-                result = stages.run_checkpoint(model, data, out, data_opts=data_opts, infer_opts=infer_opts, after=after,
-                                        overwrite=overwrite, progress=advance)
         report(result)

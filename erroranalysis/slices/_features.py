@@ -200,23 +200,20 @@ def count_terms(
     end with an English function word (negations aside) are dropped: `the rain` says no more than `rain`.
     """
     n = len(texts)
-    tokens = [_TOKEN_PATTERN.findall(t.lower()) for t in texts]
-    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
-    flat = list(itertools.chain.from_iterable(tokens))
-    if not flat:
+    word_ids, lengths, vocab = _token_ids(texts)
+    if not len(word_ids):
         return sp.csr_matrix((n, 0), dtype=np.int32), []
-    word_ids, vocab = pd.factorize(pd.Series(flat, dtype=object))
-    vocab = np.asarray(vocab, dtype=object)
-    word_ids = word_ids.astype(np.int64)
-    doc = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    doc = np.repeat(np.arange(n, dtype=np.int32), lengths)
 
     # unigrams; frequent words re-numbered 0..k-1 so that phrase codes stay small
     word_df = _document_frequency(doc, word_ids, len(vocab))
     frequent = word_df >= min_support
     n_words = int(frequent.sum())
-    word_map = np.full(len(vocab), -1, dtype=np.int64)
-    word_map[frequent] = np.arange(n_words)
+    # per-token arrays stay int32 (ids < 2**31); only pair codes are int64, while they exist
+    word_map = np.full(len(vocab), -1, dtype=np.int32)
+    word_map[frequent] = np.arange(n_words, dtype=np.int32)
     word_of = word_map[word_ids]  # per token: its frequent-word id, or -1
+    del word_ids
     vocab_frequent = vocab[frequent]
     names: list[np.ndarray] = [vocab_frequent]
     pairs: list[tuple[np.ndarray, np.ndarray]] = [(doc[word_of >= 0], word_of[word_of >= 0])]
@@ -231,14 +228,16 @@ def count_terms(
         starts = np.flatnonzero((prefix >= 0) & (last >= 0) & (doc[:length] == doc[k - 1:]))
         if not len(starts):
             break
-        codes = prefix[starts] * n_words + last[starts]
+        codes = prefix[starts].astype(np.int64) * n_words + last[starts]
         uniq, inverse = _unique_inverse(codes)
+        del codes
         df = _document_frequency(doc[starts], inverse, len(uniq))
         keep = df >= min_support
-        new_id = np.full(len(uniq), -1, dtype=np.int64)
-        new_id[keep] = np.arange(int(keep.sum()))
-        next_ids = np.full(len(doc), -1, dtype=np.int64)
+        new_id = np.full(len(uniq), -1, dtype=np.int32)
+        new_id[keep] = np.arange(int(keep.sum()), dtype=np.int32)
+        next_ids = np.full(len(doc), -1, dtype=np.int32)
         next_ids[starts] = new_id[inverse]
+        del inverse, starts
         kept_codes = uniq[keep]
         gram_names = np.array([f"{a} {b}" for a, b in zip(prev_names[kept_codes // n_words],
                                                             vocab_frequent[kept_codes % n_words])], dtype=object)
@@ -249,11 +248,12 @@ def count_terms(
     # Assemble: columns in alphabetical order (CountVectorizer's), optional stop-word and size filters.
     all_names = np.concatenate(names) if names else np.zeros(0, dtype=object)
     offsets = np.cumsum([0] + [len(x) for x in names])
-    rows = np.concatenate([p[0] for p in pairs])
-    cols = np.concatenate([p[1] + offsets[i] for i, p in enumerate(pairs)])
-    key = _unique_sorted(rows * max(len(all_names), 1) + cols)
-    rows, cols = key // max(len(all_names), 1), key % max(len(all_names), 1)
-    matrix = sp.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(n, len(all_names)))
+    width = max(len(all_names), 1)
+    # each (text, term) once, as one sorted int64 key per pair: no COO triplets, no copies of the matrix
+    key = _unique_sorted(np.concatenate([p[0].astype(np.int64) * width + (p[1] + offsets[i])
+                                         for i, p in enumerate(pairs)]))
+    del pairs
+    term_of = key % width
 
     keep = np.ones(len(all_names), dtype=bool)
     if phrase_stop_words and len(all_names):
@@ -262,13 +262,46 @@ def count_terms(
             if words[0] in _STOP_WORDS or words[-1] in _STOP_WORDS:
                 keep[i] = False
     if max_features is not None and keep.sum() > max_features:
-        support = np.asarray(matrix.sum(axis=0)).ravel()
+        support = np.bincount(term_of, minlength=len(all_names))
         order = np.argsort(-np.where(keep, support, -1), kind="stable")[:max_features]
         keep = np.zeros(len(all_names), dtype=bool)
         keep[order] = True
     order = np.argsort(all_names[keep].astype(str), kind="stable")
     chosen = np.flatnonzero(keep)[order]
-    return matrix[:, chosen].tocsr(), [str(x) for x in all_names[chosen]]
+    column = np.full(len(all_names), -1, dtype=np.int32)
+    column[chosen] = np.arange(len(chosen), dtype=np.int32)
+    cols = column[term_of]
+    del term_of
+    kept = cols >= 0
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(key[kept] // width, minlength=n), out=indptr[1:])
+    matrix = sp.csr_matrix((np.ones(int(kept.sum()), np.int32), cols[kept], indptr), shape=(n, len(chosen)))
+    matrix.sort_indices()
+    return matrix, [str(x) for x in all_names[chosen]]
+
+
+TOKEN_CHUNK = 8192  # texts tokenized at a time: Python's token strings never exist for the whole eval set
+
+
+def _token_ids(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(token ids int32 in text order, tokens per text, vocabulary) with ids in order of first appearance (what
+    `pd.factorize` over every token gives), built `TOKEN_CHUNK` texts at a time so that memory holds 4 bytes per
+    token, not a Python string."""
+    index: dict[str, int] = {}
+    ids, lengths = [], []
+    for start in range(0, len(texts), TOKEN_CHUNK):
+        tokens = [_TOKEN_PATTERN.findall(t.lower()) for t in texts[start:start + TOKEN_CHUNK]]
+        lengths.append(np.fromiter(map(len, tokens), dtype=np.int32, count=len(tokens)))
+        flat = list(itertools.chain.from_iterable(tokens))
+        if not flat:
+            continue
+        codes, uniques = pd.factorize(pd.Series(flat, dtype=object))
+        known = np.fromiter((index.setdefault(w, len(index)) for w in uniques), dtype=np.int32, count=len(uniques))
+        ids.append(known[codes])
+    vocab = np.empty(len(index), dtype=object)
+    vocab[list(index.values())] = list(index.keys())
+    return (np.concatenate(ids) if ids else np.zeros(0, np.int32),
+            np.concatenate(lengths) if lengths else np.zeros(0, np.int32), vocab)
 
 
 def _unique_sorted(values: np.ndarray) -> np.ndarray:
@@ -283,14 +316,14 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(values, kind="stable")
     s = values[order]
     first = np.concatenate([[True], s[1:] != s[:-1]])
-    ids = np.cumsum(first) - 1
-    inverse = np.empty(len(values), dtype=np.int64)
+    ids = np.cumsum(first, dtype=np.int64) - 1
+    inverse = np.empty(len(values), dtype=np.int32 if len(values) < 2**31 else np.int64)
     inverse[order] = ids
     return s[first], inverse
 
 
 def _document_frequency(doc: np.ndarray, term: np.ndarray, n_terms: int) -> np.ndarray:
-    pairs = _unique_sorted(doc * n_terms + term)
+    pairs = _unique_sorted(doc.astype(np.int64) * n_terms + term)
     return np.bincount(pairs % n_terms, minlength=n_terms)
 
 

@@ -53,18 +53,23 @@ def AfterOptions(cluster: bool = True, cluster_params: dict | None = None, slice
                                  cluster_params=cluster_params)
 
 
-def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=None) -> None:
+def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=None, engine=None) -> None:
     """Metrics, data checks (label issues, duplicates), slices, then clusters (which read checks and slices).
-    `embedder` (an object with `key` and `embed(frame)`) replaces the cluster stage's default one."""
+    `embedder` (an object with `key` and `embed(frame)`) replaces the cluster stage's default one; `progress` (an
+    `erroranalysis.progress.Reporter`) reports each stage; `engine` runs the checks' embedding (Ray or local)."""
+    from erroranalysis.progress import as_reporter
     from erroranalysis.stages.checks import checks_run
     from erroranalysis.stages.cluster import cluster_run
     from erroranalysis.stages.metrics import compute_run_metrics
     from erroranalysis.stages.slices import slices_run
 
-    compute_run_metrics(run, after.metrics)
+    reporter = as_reporter(progress)
+    with reporter.stage("metrics"):
+        compute_run_metrics(run, after.metrics)
     if after.checks is not None:
-        checks_run(run.path, after.checks)
+        checks_run(run.path, after.checks, progress=reporter, engine=engine)
     if after.slices is not None:
-        slices_run(run.path, after.slices)
+        with reporter.stage("slices"):
+            slices_run(run.path, after.slices)
     if after.cluster is not None:
-        cluster_run(run.path, after.cluster, embedder=embedder, progress=progress)
+        cluster_run(run.path, after.cluster, embedder=embedder, progress=reporter.phases("cluster"))

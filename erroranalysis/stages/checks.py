@@ -23,23 +23,28 @@ import pandas as pd
 
 from erroranalysis import rundir
 from erroranalysis.datachecks import report as checks_report
+from erroranalysis.datachecks.label_issues import KNN_K, KNN_WEIGHT
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 from erroranalysis.validation import Params, check_choice, check_int, check_number, check_param
 
 CHECK_COLUMNS = ["example_id", "label_issue_score", "label_issue", "suggested_label", "duplicate_group",
                  "duplicate_kind", "duplicate_conflict", "in_train", "train_id", "train_similarity",
                  "train_label_differs"]
-EMBEDDERS = ("minilm", "none")
+from erroranalysis.embedding import CHECK_EMBEDDERS as EMBEDDERS  # noqa: E402
 
 
 @dataclass(frozen=True)
 class CheckParams(Params):
-    """The data checks (`erroranalysis checks --help`). `embedder`: "minilm" (the packaged sentence model) or
-    "none" (exact duplicates only, no domain classifier); `train`: a training file in any eval-set format, read
-    with the eval set's column names unless `train_*_column` say otherwise."""
+    """The data checks (`erroranalysis checks --help`). `embedder`: the vectors of near duplicates, leakage and
+    the shift classifier, by the rule `embedding.check_embedder`: "auto" (the run's hidden states when it has
+    them, else MiniLM), "hidden", "minilm" or "none" (exact duplicates only, no domain classifier); `train`: a
+    training file in any eval-set format, read with the eval set's column names unless `train_*_column` say
+    otherwise."""
 
     train: str | None = None
-    embedder: str = "minilm"
+    embedder: str = "auto"
+    label_issue_neighbors: float = KNN_WEIGHT  # the neighbours' labels' weight in the label-issue score (0: none)
+    label_issue_k: int = KNN_K
     near_threshold: float = 0.95
     neighbors: int = 10
     block_size: int = 4096
@@ -57,6 +62,8 @@ class CheckParams(Params):
         from erroranalysis.datachecks.label_issues import FILTERS, METHODS
 
         check_choice("embedder", self.embedder, EMBEDDERS)
+        check_number("label_issue_neighbors", self.label_issue_neighbors, 0, 1)
+        check_int("label_issue_k", self.label_issue_k, 1, 500)
         check_number("near_threshold", self.near_threshold, 0, 1, low_open=True)
         check_int("neighbors", self.neighbors, 1)
         check_int("block_size", self.block_size, 1)
@@ -67,28 +74,32 @@ class CheckParams(Params):
 
 
 def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embed: Callable | None = None,
-               train_set=None, progress: Callable[[str], None] | None = None, **overrides) -> dict:
+               train_set=None, progress=None, engine=None, **overrides) -> dict:
     """Run label-issue, duplicate, leakage and shift checks on a run; returns a summary (counts and findings).
 
     `embed` (texts -> float [n, d]) replaces the embedder `params` names; `train_set` (an `EvalSet` already
-    loaded) replaces `params.train`."""
+    loaded) replaces `params.train`. `progress`: an `erroranalysis.progress.Reporter`, or a function that gets
+    each step's name; `engine` (`erroranalysis.engines.Engine`) runs the MiniLM embedding on Ray when asked."""
+    from erroranalysis.progress import Reporter, as_reporter
+
     if callable(overrides.get("embedder")):  # the 0.1 API took the function as `embedder`
         embed = overrides.pop("embedder")
     params = params.replace(**overrides) if overrides else params
-    say = progress or (lambda message: None)
+    reporter = progress if isinstance(progress, Reporter) else as_reporter(None)
+    say = progress if callable(progress) and not isinstance(progress, Reporter) else (lambda message: None)
     run = rundir.Run.open(run_dir)
     preds = readers.read_predictions(run, columns=["example_id", "text", "label", "pred", "correct"])
     probs = readers.read_probs(run)
     _check_probs(run, preds, probs)
     if train_set is None and params.train is not None:
         train_set = load_train(run, params)
-    custom, embed = embed, embed if embed is not None else _embedder(params.embedder)
+    vectors = _Vectors.custom(embed) if embed is not None else _Vectors.of(run, params.embedder, engine)
     record = {**params.record(), "train": str(Path(train_set.path).resolve()) if train_set is not None else None,
-              "embedder": params.embedder if custom is None else getattr(custom, "__name__", "custom"),
-              "shift": params.shift and train_set is not None}
+              "embedder": vectors.source, "shift": params.shift and train_set is not None}
 
-    with run.stage("checks", record) as staging:
-        table, report = _compute(run, preds, probs, train_set, embed, params, record, say)
+    with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
+        vectors.advance = advance
+        table, report = _compute(run, preds, probs, train_set, vectors, params, record, say)
         staging.write_parquet(CHECKS, table[CHECK_COLUMNS])
         staging.write_json(CHECKS_JSON, report)
         summary = checks_report.summary(report)
@@ -105,40 +116,44 @@ def _check_probs(run, preds, probs) -> None:
                  source=str(run.file(rundir.PROBS)))  # NaN or unknown labels fail here, before the stage starts
 
 
-def _compute(run, preds, probs, train_set, embed, params: CheckParams, record: dict, say) -> tuple[Any, dict]:
+def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckParams, record: dict,
+             say) -> tuple[Any, dict]:
     texts = preds["text"].tolist()
     gold = preds["label"].to_numpy(dtype=object)
     ids = preds["example_id"].to_numpy(dtype=object)
     report: dict = {"n_examples": len(preds), "params": record}
     table = pd.DataFrame({"example_id": ids})
 
+    eval_vectors = train_vectors = None
+    near = vectors.source != "none"
+    if near:
+        say(f"vectors of {len(texts)} eval texts ({vectors.source})")
+        eval_vectors = vectors.eval(texts)
+        if train_set is not None:
+            say(f"vectors of {len(train_set)} train texts ({vectors.source})")
+            train_vectors = vectors.train(train_set.frame["text"].tolist())
+
     say("label issues")
-    issues = _label_issues(gold, probs, run.labels, params, run)
+    issues = _label_issues(gold, probs, run.labels, params, run, eval_vectors)
     for column in ("label_issue_score", "label_issue", "suggested_label"):
         table[column] = issues[column].to_numpy()
     report["label_issues"] = checks_report.label_issue_summary(
         issues, ids, gold, preds["correct"].to_numpy(), probs, params.label_issue_method, params.filter_by)
-
-    eval_vectors = train_vectors = None
-    if embed is not None:
-        say(f"embedding {len(texts)} eval texts")
-        eval_vectors = np.asarray(embed(texts), dtype=np.float32)
-        if train_set is not None:
-            say(f"embedding {len(train_set)} train texts")
-            train_vectors = np.asarray(embed(train_set.frame["text"].tolist()), dtype=np.float32)
+    report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors else {
+        "weight": params.label_issue_neighbors, "k": params.label_issue_k, "vectors": vectors.source}
 
     say("duplicates")
-    _duplicates(table, report, texts, gold, ids, eval_vectors, embed is not None, params)
+    _duplicates(table, report, texts, gold, ids, eval_vectors, near, params)
     _no_leakage(table, report)
     if train_set is not None:
         say("leakage")
         train_labels = _train_labels(train_set.frame["label"].astype(str).to_numpy(dtype=object), run.labels)
         _leakage(table, report, texts, gold, ids, train_set, train_labels, eval_vectors, train_vectors,
-                 embed is not None, params)
+                 near, params)
         if params.shift:
             say("distribution shift")
             report["shift"] = _shift(train_set, train_labels, texts, gold, ids, train_vectors, eval_vectors,
-                                     embed is not None, params.seed)
+                                     near, params.seed)
     report["findings"] = [f.to_dict() for f in checks_report.checks_findings(report)]
     return table, report
 
@@ -212,16 +227,104 @@ def _train_labels(values: np.ndarray, labels: list[str]) -> np.ndarray:
     return values
 
 
-def _embedder(name: str):
-    if name == "none":
-        return None
-    from erroranalysis.embedding import MiniLMEmbedder, minilm_path
+class _Vectors:
+    """The check vectors of a run, by the one rule `embedding.check_embedder`: eval rows from hidden_states.npy
+    (or MiniLM), train texts through the same model (the run's checkpoint, or MiniLM)."""
 
-    minilm_path()  # fail before the stage starts when the package is missing
-    return MiniLMEmbedder().embed_texts
+    def __init__(self, source: str, eval_fn: Callable | None, train_fn: Callable | None, reports: bool = False):
+        self.source, self._eval, self._train = source, eval_fn, train_fn
+        self.reports = reports  # the functions take progress=(done, total): rows embedded show in the log
+        self.advance: Callable[[int], None] | None = None  # a Reporter stage's advance(rows)
+
+    def eval(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._call(self._eval, texts), dtype=np.float32)
+
+    def train(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._call(self._train, texts), dtype=np.float32)
+
+    def _call(self, function, texts):
+        if self.reports and self.advance:
+            return function(texts, progress=_cumulative(self.advance))
+        return function(texts)
+
+    @classmethod
+    def custom(cls, embed: Callable) -> "_Vectors":
+        return cls(getattr(embed, "__name__", "custom"), embed, embed)
+
+    @classmethod
+    def of(cls, run, choice: str, engine=None) -> "_Vectors":
+        from erroranalysis import embedding
+
+        source = embedding.check_embedder(choice, readers.usable(run, rundir.HIDDEN))
+        if source == "none":
+            return cls("none", None, None)
+        if source == "hidden":
+            states = readers.read_hidden(run)
+            return cls("hidden", lambda texts: states, _checkpoint_embed(run))
+        embedding.minilm_path()  # fail before the stage starts when the package is missing
+        embed, reports = _minilm_embed(engine)
+        return cls("minilm", embed, embed, reports)
 
 
-def _label_issues(gold, probs, labels, params: CheckParams, run) -> pd.DataFrame:
+def _minilm_embed(engine) -> tuple[Callable, bool]:
+    from erroranalysis.embedding import MiniLMEmbedder
+
+    embedder = MiniLMEmbedder()
+    if engine is not None and engine.distributed:
+        from erroranalysis.engines import ray_data
+
+        return (lambda texts: ray_data.embed_texts(list(texts), embedder, engine)), False
+    return embedder.embed_texts, True
+
+
+def _cumulative(advance: Callable[[int], None]) -> Callable[[int, int], None]:
+    """A (done, total) callback over a Reporter's advance(n), which counts increments."""
+    seen = {"done": 0}
+
+    def progress(done: int, total: int) -> None:
+        if done > seen["done"]:
+            advance(done - seen["done"])
+            seen["done"] = done
+
+    return progress
+
+
+def _checkpoint_embed(run) -> Callable:
+    """Train texts through the run's own checkpoint (mean-pooled last hidden state, as inference wrote for the
+    eval set), loaded only when a train file needs it."""
+    model = run.manifest.get("model") or {}
+
+    def embed(texts: list[str]) -> np.ndarray:
+        from erroranalysis.errors import ModelError
+        from erroranalysis.infer.classifier import infer, load_classifier
+
+        path = model.get("path")
+        if not path or not Path(path).is_dir():
+            raise ModelError(f"{run.path}: the run's checkpoint {path!r} is gone, and the train texts need it for "
+                             "leakage and shift with its hidden states; pass --embedder minilm.")
+        clf = load_classifier(path)
+        chunks = infer(clf, list(texts), None, batch_size=int(model.get("batch_size") or 32),
+                       max_length=int(model.get("max_length") or 256), precision=model.get("precision") or "fp32")
+        return np.concatenate([c["hidden"] for c in chunks]) if texts else np.zeros((0, 0), np.float32)
+
+    return embed
+
+
+def check_vectors(run_dir: str | Path, embedder: str = "auto", *, engine=None) -> tuple[np.ndarray | None, str]:
+    """The check vectors of a run's eval rows (predictions order) and where they come from ("hidden", "minilm"
+    or "none": then None), by the rule every check shares (`embedding.check_embedder`). For signals that need
+    neighbours of every example, such as the neighbour-based label-issue score."""
+    run = rundir.Run.open(run_dir)
+    vectors = _Vectors.of(run, embedder, engine)
+    if vectors.source == "none":
+        return None, "none"
+    texts = readers.read_predictions(run, columns=["text"])["text"].tolist()
+    return vectors.eval(texts), vectors.source
+
+
+def _label_issues(gold, probs, labels, params: CheckParams, run, vectors=None) -> pd.DataFrame:
+    """Label-issue scores: the model's out-of-sample probabilities, joined (with `label_issue_neighbors`) by the
+    labels of each example's neighbours in the check vectors, a signal the model's softmax does not give."""
     n = len(gold)
     if probs is None or len(labels) < 2 or n == 0:
         return pd.DataFrame({"label_issue_score": np.full(n, np.nan, dtype=np.float32),
@@ -230,7 +333,8 @@ def _label_issues(gold, probs, labels, params: CheckParams, run) -> pd.DataFrame
     from erroranalysis.datachecks.label_issues import find_label_issues
 
     found = find_label_issues(gold, np.asarray(probs), labels, method=params.label_issue_method,
-                              filter_by=params.filter_by, source=str(run.file(rundir.PROBS)))
+                              filter_by=params.filter_by, source=str(run.file(rundir.PROBS)), vectors=vectors,
+                              knn_weight=params.label_issue_neighbors, k=params.label_issue_k, seed=params.seed)
     found["label_issue"] = pd.array(found["label_issue"].to_numpy(), dtype="boolean")
     found["suggested_label"] = pd.array(found["suggested_label"].astype(str).to_numpy(), dtype="string")
     return found

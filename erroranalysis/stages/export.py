@@ -67,7 +67,7 @@ def base_table(run: Run):
             df[col] = np.nan
     clusters = readers.read_clusters(run, optional=True)
     names = dict(zip(clusters["cluster_id"], clusters["name"])) if clusters is not None else {}
-    df["cluster_name"] = pd.Series(df["cluster_id"].map(names), index=df.index).fillna("").astype(str)
+    df["cluster_name"] = df["cluster_id"].map(names).astype(object).fillna("").astype(str)
     return df
 
 

@@ -17,21 +17,26 @@ import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
+from erroranalysis.engines import LOCAL, Engine
+from erroranalysis.infer.classifier import cpu_bf16_note
+from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
 from erroranalysis.validation import Params, check_choice, check_int, check_param
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16")
+CHUNK_ROWS = 4096  # rows per chunk: the unit of streaming in-process and of a Ray block
 
 
 @dataclass(frozen=True)
 class InferParams(Params):
-    """How the checkpoint runs: `--batch-size`, `--max-length`, `--precision`, `--device`, `--trust-remote-code`."""
+    """How the checkpoint runs: `--batch-size`, `--max-length`, `--precision` (auto: bf16 on CUDA, fp32
+    elsewhere), `--device`, `--trust-remote-code`."""
 
     batch_size: int = 32
     max_length: int = 256
-    precision: str = "fp32"
+    precision: str = "auto"
     device: str = "auto"
     trust_remote_code: bool = False
 
@@ -49,14 +54,24 @@ InferOptions = InferParams  # the name before 0.2
 
 def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
                    infer_opts: InferParams = InferParams(), after: AfterParams = AfterParams(),
-                   overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
-                   embedder=None) -> Run:
+                   overwrite: bool = False, progress=None, embedder=None, engine: Engine = LOCAL,
+                   log: Callable[[str], None] | None = None) -> Run:
     """`erroranalysis run`: infer with a checkpoint over an eval set, then the stages `after` names (`embedder`, an
-    object with `key` and `embed(frame)`, replaces the cluster stage's)."""
+    object with `key` and `embed(frame)`, replaces the cluster stage's). `engine` says where inference runs;
+    `progress` is a `erroranalysis.progress.Reporter` or a function (rows done, total) for inference alone; `log`
+    gets notes for the user (bf16 emulated on this CPU)."""
     job = prepare(model, data, data_opts, infer_opts)
-    with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
-        infer_stage(run, job, progress)
-        after_predictions(run, after, embedder=embedder)
+    if engine.distributed:
+        from erroranalysis.engines import ray_data
+
+        ray_data.connect(engine)  # fail before the run directory exists when Ray is missing or unreachable
+    note = cpu_bf16_note(job.precision, job.clf.device)
+    if note and log:
+        log(note)
+    reporter = as_reporter(progress)
+    with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed, engine=engine.record())) as run:
+        infer_stage(run, job, reporter, engine)
+        after_predictions(run, after, embedder=embedder, progress=reporter, engine=engine)
     return run
 
 
@@ -70,11 +85,19 @@ class InferJob:
     gold: np.ndarray
     params: InferParams
 
+    @property
+    def precision(self) -> str:
+        """The precision that runs (what `auto` resolved to on this device)."""
+        from erroranalysis.infer.classifier import resolve_precision
+
+        return resolve_precision(self.params.precision, self.clf.device)
+
     def manifest(self, **extra) -> dict:
         p = self.params
         return {"task": "classification", "labels": self.clf.labels,
                 "model": {"path": str(self.model.resolve()), "weights_sha256": self.clf.weights_sha256,
-                          "max_length": p.max_length, "precision": p.precision, "batch_size": p.batch_size},
+                          "max_length": p.max_length, "precision": self.precision, "precision_asked": p.precision,
+                          "batch_size": p.batch_size},
                 "data": data_entry(self.eval_set), "device": self.clf.device, **extra}
 
 
@@ -83,17 +106,23 @@ def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params:
     from erroranalysis.infer.classifier import load_classifier
 
     eval_set = read_eval_set(data, data_opts)
-    clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code)
+    clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code,
+                          precision=params.precision)
     gold = map_labels(eval_set.frame["label"].to_numpy(), clf.labels, source=str(eval_set.path),
                       lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
     return InferJob(Path(model), clf, eval_set, gold, params)
 
 
-def infer_stage(run: Run, job: InferJob, progress: Callable[[int, int], None] | None = None) -> None:
+def infer_stage(run: Run, job: InferJob, progress=None, engine: Engine = LOCAL) -> None:
     """The infer stage: predictions, probabilities and hidden states, committed together."""
-    with run.stage("infer", {**job.params.record(), "device": job.clf.device}) as staging:
-        staging.facts["examples_per_second"] = _write_inference(staging, job.clf, job.eval_set, job.gold,
-                                                                job.params, progress)
+    reporter = as_reporter(progress)
+    record = {**job.params.record(), "device": job.clf.device, "precision": job.precision, **engine.record()}
+    with run.stage("infer", record) as staging:
+        with reporter.stage("infer", total=len(job.eval_set)) as advance:
+            start = time.perf_counter()
+            counts = _write_inference(staging, job, engine, advance)
+        staging.facts["examples_per_second"] = round(len(job.eval_set) / max(time.perf_counter() - start, 1e-9), 1)
+        staging.facts["confusion_counts"] = counts.tolist()  # summed over chunks; metrics recount them from rows
         copy_training_log(job.model, staging)
 
 
@@ -104,63 +133,24 @@ def copy_training_log(checkpoint: Path, staging) -> None:
         shutil.copyfile(log, staging.file(rundir.TRAINER_STATE))
 
 
-def _write_inference(staging, clf, eval_set: EvalSet, gold: np.ndarray, opts: InferParams, progress) -> float:
-    """Stream chunks of results to predictions.parquet, probs.npy and hidden_states.npy in the staging area."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndarray:
+    """Run the checkpoint over the eval set with `engine`, streaming predictions.parquet, probs.npy and
+    hidden_states.npy into the staging area (single files in-process, folders of shards on Ray)."""
+    from erroranalysis.infer.classifier import ChunkPredictor, input_table
 
-    from erroranalysis.infer.classifier import infer
+    inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns)
+    paths = tuple(staging.file(name) for name in (rundir.PREDICTIONS, rundir.PROBS, rundir.HIDDEN))
+    p = job.params
+    if engine.distributed:
+        from erroranalysis.engines import ray_data
 
-    frame = eval_set.frame
-    label_index = {label: i for i, label in enumerate(clf.labels)}
-    label_ids = np.fromiter((label_index[g] for g in gold), dtype=np.int64, count=len(gold))
-    metadata = pa.Table.from_pandas(frame[eval_set.metadata_columns], preserve_index=False)
-    n, start, row = len(frame), time.perf_counter(), 0
-    advance = (lambda k: progress(k, n)) if progress else None
-    names = np.asarray(clf.labels, dtype=object)
-    writer = probs = hidden = None
-    try:
-        for chunk in infer(clf, frame["text"].tolist(), label_ids, batch_size=opts.batch_size,
-                           max_length=opts.max_length, precision=opts.precision, progress=advance):
-            m = len(chunk["probs"])
-            if probs is None:
-                probs = np.lib.format.open_memmap(staging.file(rundir.PROBS), mode="w+", dtype=np.float32,
-                                                  shape=(n, len(names)))
-                hidden = np.lib.format.open_memmap(staging.file(rundir.HIDDEN), mode="w+", dtype=np.float32,
-                                                   shape=(n, chunk["hidden"].shape[1]))
-            probs[row:row + m] = chunk["probs"]
-            hidden[row:row + m] = chunk["hidden"]
-            table = prediction_table(frame.iloc[row:row + m], gold[row:row + m], names, chunk, metadata.slice(row, m))
-            if writer is None:
-                writer = pq.ParquetWriter(staging.file(rundir.PREDICTIONS), table.schema)
-            writer.write_table(table)
-            row += m
-    finally:
-        if writer is not None:
-            writer.close()
-    if probs is not None:
-        probs.flush()
-        hidden.flush()
-    return round(n / max(time.perf_counter() - start, 1e-9), 1)
+        kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_length": p.max_length,
+                  "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code}
+        return ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
+                                progress=advance)
+    from erroranalysis.engines import local
+    from erroranalysis.engines.sinks import FileSink
 
-
-def prediction_table(rows, gold, names, chunk, metadata):
-    """One chunk of predictions.parquet from a chunk of inference outputs."""
-    import pyarrow as pa
-
-    pred_idx = chunk["probs"].argmax(1)
-    pred = names[pred_idx]
-    columns = {
-        "example_id": pa.array(rows["example_id"].tolist(), pa.string()),
-        "text": pa.array(rows["text"].tolist(), pa.string()),
-        "label": pa.array(list(gold), pa.string()),
-        "pred": pa.array(list(pred), pa.string()),
-        "correct": pa.array(gold == pred),
-        "confidence": pa.array(chunk["probs"][np.arange(len(pred_idx)), pred_idx].astype(np.float32)),
-        "loss": pa.array(chunk["loss"].astype(np.float32)),
-        "n_tokens": pa.array(chunk["n_tokens"].astype(np.int32)),
-        "truncated": pa.array(np.asarray(chunk["truncated"]) | rows["_cut"].to_numpy(dtype=bool)),
-    }
-    for name in metadata.column_names:
-        columns[name] = metadata.column(name)
-    return pa.table(columns)
+    predictor = ChunkPredictor(clf=job.clf, batch_size=p.batch_size, max_length=p.max_length, precision=p.precision)
+    return local.predict(inputs, predictor, job.clf.labels, FileSink(*paths, n_rows=inputs.num_rows),
+                         chunk_size=CHUNK_ROWS, progress=advance)

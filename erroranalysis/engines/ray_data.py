@@ -1,0 +1,193 @@
+"""The Ray engine: the eval set as a Ray Dataset, `map_batches` over actors that load the model once each.
+
+The driver reads and validates the eval set with `erroranalysis.data` (the same rules and one-line errors as
+in-process, before any worker starts), then hands Ray one block per chunk of rows (`chunk_size`, the in-process
+chunk too, so every chunk is tokenized, length-sorted and batched exactly as in-process). Each actor
+(`ShardPredictor`) runs `ChunkPredictor` on its chunks and writes one shard per chunk of predictions, probabilities
+and hidden states (`sinks.ShardSink`) into the staging area the stage gave, which must be on a filesystem every
+worker sees; it sends back only (first row, rows, confusion counts). The driver sums the confusion counts and
+checks that the shards cover every row exactly once before the stage may commit: a worker killed mid-run is
+retried by Ray (its chunk rewritten whole) or the run fails; it never looks complete with rows missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from erroranalysis.engines import INSTALL, Engine, EngineError
+from erroranalysis.engines.sinks import ShardSink, shard_starts
+
+ROW = "_row"
+
+
+def require_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise EngineError(f"--engine ray needs Ray Data, which is not installed; install it with: {INSTALL}") from None
+    return ray
+
+
+def connect(engine: Engine):
+    """Join the Ray cluster at `engine.address`, or start a local one (None); a no-op when already connected."""
+    ray = require_ray()
+    if ray.is_initialized():
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        return ray
+    os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")  # progress is ours (erroranalysis.progress)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data's INFO lines would bury ours
+    try:
+        ray.init(address=engine.address, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, ignore_reinit_error=True)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = engine.address or "a local Ray"
+        raise EngineError(f"--engine ray: cannot connect to {where} ({str(exc).splitlines()[0]}); start it with "
+                          "'ray start --head' or pass --ray-address HOST:PORT.") from None
+    from ray.data import DataContext
+
+    DataContext.get_current().enable_progress_bars = False
+    return ray
+
+
+class ShardPredictor:
+    """The callable class `map_batches` runs: loads the checkpoint once per actor, predicts a chunk, writes its
+    shards, returns what the driver checks."""
+
+    def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple[str, str, str]):
+        from erroranalysis.infer.classifier import ChunkPredictor
+
+        self.predict = ChunkPredictor(**predictor_kwargs)
+        self.labels = labels
+        self.sink = ShardSink(*[Path(p) for p in paths])
+
+    def __call__(self, batch):
+        from erroranalysis.infer.classifier import confusion, output_table
+
+        rows = batch.column(ROW).to_numpy()
+        order = np.argsort(rows, kind="stable")
+        batch, rows = batch.take(order), rows[order]
+        starts, sizes, counts = [], [], []
+        for run in np.split(np.arange(len(rows)), np.flatnonzero(np.diff(rows) != 1) + 1):
+            chunk = batch.slice(int(run[0]), len(run))
+            out = self.predict(chunk)
+            self.sink.write(int(rows[run[0]]), output_table(chunk, self.labels, out), out)
+            starts.append(int(rows[run[0]]))
+            sizes.append(len(run))
+            counts.append(confusion(chunk, out, len(self.labels)).ravel())
+        return {"start": np.asarray(starts, np.int64), "rows": np.asarray(sizes, np.int64),
+                "confusion": np.stack(counts)}
+
+
+def _blocks(table, chunk_size: int) -> list:
+    import pyarrow as pa
+
+    table = table.append_column(ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    return [table.slice(start, chunk_size) for start in range(0, table.num_rows, chunk_size)]
+
+
+def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
+    """(actors, GPUs per actor): one actor per GPU when the cluster has GPUs and the device allows, else one per
+    CPU; `engine.concurrency` overrides the count."""
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0)) if device in ("auto", "cuda") or device.startswith("cuda") else 0
+    count = gpus if gpus else max(1, int(resources.get("CPU", 1)))
+    return engine.concurrency or count, 1.0 if gpus else 0.0
+
+
+def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple[Path, Path, Path], engine: Engine, *,
+            chunk_size: int = 4096, progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Inference over `inputs` (an `input_table`) on Ray, shards into `paths`; the summed confusion counts."""
+    connect(engine)
+    import ray
+    import ray.data
+
+    for folder in paths:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    device = predictor_kwargs.get("device", "auto")
+    actors, gpus = _actors(ray, engine, device)
+    if device.startswith("cuda") and not gpus:
+        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
+                          "workers.")
+    kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
+    ds = ray.data.from_arrow(_blocks(inputs, chunk_size))
+    done = ds.map_batches(ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
+                                                                 "paths": tuple(str(p) for p in paths)},
+                          batch_size=chunk_size, batch_format="pyarrow", num_cpus=1, num_gpus=gpus or None,
+                          compute=ray.data.ActorPoolStrategy(size=actors))
+    k = len(labels)
+    counts = np.zeros((k, k), dtype=np.int64)
+    covered: dict[int, int] = {}
+    try:
+        for row in done.iter_rows():
+            covered[int(row["start"])] = int(row["rows"])
+            counts += np.asarray(row["confusion"], dtype=np.int64).reshape(k, k)
+            if progress:
+                progress(int(row["rows"]))
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: the inference job failed ({_first_line(exc)}); nothing was committed, "
+                          "run the command again.") from None
+    check_coverage(covered, inputs.num_rows, paths)
+    return counts
+
+
+def check_coverage(covered: dict[int, int], n_rows: int, paths) -> None:
+    """Every row in exactly one chunk, and every chunk's three shards on disk; else EngineError."""
+    expected, at = sorted(covered), 0
+    for start in expected:
+        if start != at:
+            raise EngineError(f"--engine ray: rows {at} to {start - 1} of {n_rows} came back from no worker; the "
+                              "run is incomplete and was not committed.")
+        at = start + covered[start]
+    if at != n_rows:
+        raise EngineError(f"--engine ray: {at} of {n_rows} rows came back; the run is incomplete and was not "
+                          "committed.")
+    for folder, suffix in zip(paths, (".parquet", ".npy", ".npy")):
+        on_disk = shard_starts(folder, suffix)
+        if on_disk != expected:
+            missing = sorted(set(expected) - set(on_disk))
+            raise EngineError(f"--engine ray: {Path(folder).name} lacks the shards of rows {missing[:3]} (the "
+                              "workers' filesystem is not the driver's?); put the run directory on a filesystem "
+                              "every node shares.")
+
+
+def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int = 4096) -> np.ndarray:
+    """`embedder.__call__` (the `map_batches` form of `MiniLMEmbedder`) over `texts` on Ray; vectors in order."""
+    connect(engine)
+    import pyarrow as pa
+    import ray
+    import ray.data
+
+    if not texts:
+        return embedder.embed_texts(texts)
+    table = pa.table({"text": pa.array(texts, pa.string())})
+    ds = ray.data.from_arrow(_blocks(table, chunk_size))
+    actors, gpus = _actors(ray, engine, embedder.device)
+    embedded = ds.map_batches(type(embedder), fn_constructor_kwargs=embedder.constructor_kwargs(),
+                              batch_size=chunk_size, batch_format="numpy", num_cpus=1, num_gpus=gpus or None,
+                              compute=ray.data.ActorPoolStrategy(size=actors))
+    out, seen = None, np.zeros(len(texts), dtype=bool)
+    try:
+        for batch in embedded.iter_batches(batch_format="numpy", batch_size=None):
+            vectors = np.stack(batch["embedding"]).astype(np.float32)
+            if out is None:
+                out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[batch[ROW]] = vectors
+            seen[batch[ROW]] = True
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: the embedding job failed ({_first_line(exc)}); run the command "
+                          "again.") from None
+    if not seen.all():
+        raise EngineError(f"--engine ray: {int((~seen).sum())} of {len(texts)} texts came back without a vector; "
+                          "run the command again.")
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return next((line for line in text if line.strip()), type(exc).__name__)[:200]

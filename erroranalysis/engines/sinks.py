@@ -1,0 +1,75 @@
+"""Where an engine writes inference outputs: the three artifacts of the infer stage, as single files or shards.
+
+- `FileSink`: one predictions.parquet (streamed row groups), probs.npy and hidden_states.npy (memory-mapped),
+  filled chunk by chunk in row order: the in-process engine.
+- `ShardSink`: folders predictions.parquet/, probs.npy/, hidden_states.npy/ of `part-<first row>.parquet|.npy`,
+  one shard per chunk, each written atomically by whichever process computed it: the Ray engine's workers.
+  Shard names carry the first row (zero-padded), so name order is row order for every reader, and a chunk that
+  Ray runs twice (a retried task) rewrites the same shard with the same content.
+
+The paths are given by the stage (its staging area); nothing here knows about run directories.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from erroranalysis import files
+
+SHARD = "part-{start:012d}{suffix}"
+
+
+class FileSink:
+    """Single files, written in row order; `close()` flushes them."""
+
+    def __init__(self, predictions: Path, probs: Path, hidden: Path, n_rows: int):
+        self.paths = (Path(predictions), Path(probs), Path(hidden))
+        self.n_rows = n_rows
+        self.writer = self.probs = self.hidden = None
+
+    def write(self, start: int, table, out: dict[str, np.ndarray]) -> None:
+        import pyarrow.parquet as pq
+
+        m = len(out["probs"])
+        if self.probs is None:
+            self.probs = np.lib.format.open_memmap(self.paths[1], mode="w+", dtype=np.float32,
+                                                   shape=(self.n_rows, out["probs"].shape[1]))
+            self.hidden = np.lib.format.open_memmap(self.paths[2], mode="w+", dtype=np.float32,
+                                                    shape=(self.n_rows, out["hidden"].shape[1]))
+            self.writer = pq.ParquetWriter(self.paths[0], table.schema)
+        self.probs[start:start + m] = out["probs"]
+        self.hidden[start:start + m] = out["hidden"]
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.probs.flush()
+            self.hidden.flush()
+
+
+class ShardSink:
+    """Folders of shards, one per chunk, in any order and from any process."""
+
+    def __init__(self, predictions: Path, probs: Path, hidden: Path):
+        self.paths = (Path(predictions), Path(probs), Path(hidden))
+
+    def write(self, start: int, table, out: dict[str, np.ndarray]) -> None:
+        import pyarrow.parquet as pq
+
+        predictions, probs, hidden = self.paths
+        # the arrays first, the table last: a shard's Parquet part is the sign that the whole chunk is written
+        files.write_npy(probs / SHARD.format(start=start, suffix=".npy"), np.ascontiguousarray(out["probs"]))
+        files.write_npy(hidden / SHARD.format(start=start, suffix=".npy"), np.ascontiguousarray(out["hidden"]))
+        files.atomic_write(predictions / SHARD.format(start=start, suffix=".parquet"),
+                           lambda p: pq.write_table(table, p))
+
+    def close(self) -> None:
+        pass
+
+
+def shard_starts(folder: Path, suffix: str) -> list[int]:
+    """The first rows of the shards in `folder`, sorted."""
+    return sorted(int(p.name[len("part-"):-len(suffix)]) for p in Path(folder).glob(f"part-*{suffix}"))

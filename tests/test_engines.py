@@ -1,0 +1,179 @@
+"""The Ray engine gives the in-process answers: a real local Ray (`ray.init(num_cpus=2)`), the real stages.
+
+Predicted labels, metrics and clustering must be identical to the in-process run's, probabilities equal within
+1e-5; a worker killed mid-run is retried by Ray or the run ends failed, never looking complete.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import eval_rows, write_jsonl
+
+from erroranalysis.data import DataOptions
+from erroranalysis.engines import Engine, EngineError
+from erroranalysis.engines.ray_data import check_coverage
+from erroranalysis.errors import RunError
+from erroranalysis.rundir import Run, readers
+from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
+
+CHUNK = 40  # rows per chunk (and Ray block): several shards per actor on a small eval set
+
+
+@pytest.fixture(autouse=True)
+def _small_chunks(monkeypatch, tmp_path):
+    import erroranalysis.stages.infer as infer_stage
+
+    monkeypatch.setattr(infer_stage, "CHUNK_ROWS", CHUNK)
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _run(checkpoint, data, out, engine: Engine, after: AfterParams):
+    return run_checkpoint(checkpoint, data, out, data_opts=DataOptions(id_column="id"),
+                          infer_opts=InferParams(batch_size=8, max_length=64), after=after, engine=engine)
+
+
+@pytest.mark.slow
+def test_ray_gives_the_in_process_answers(local_ray, tiny_checkpoint, tmp_path):
+    data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(240))
+    after = AfterParams.with_seed(0, cluster_params={"layout": "pca"})
+    local = _run(tiny_checkpoint, data, tmp_path / "local", Engine("local"), after)
+    distributed = _run(tiny_checkpoint, data, tmp_path / "ray", Engine("ray"), after)
+
+    assert (distributed.path / "predictions.parquet").is_dir()  # shards, one per chunk
+    assert len(list((distributed.path / "probs.npy").glob("part-*.npy"))) == 240 // CHUNK
+    a, b = local.predictions(), distributed.predictions()
+    assert a.columns.tolist() == b.columns.tolist()
+    assert a["example_id"].tolist() == b["example_id"].tolist()
+    assert a["pred"].tolist() == b["pred"].tolist()
+    for column in ("text", "label", "correct", "n_tokens", "truncated", "source", "stars"):
+        assert a[column].tolist() == b[column].tolist(), column
+    np.testing.assert_allclose(np.asarray(distributed.probs()), np.asarray(local.probs()), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(distributed.hidden_states()), np.asarray(local.hidden_states()),
+                               atol=1e-4)
+    ma, mb = local.metrics(), distributed.metrics()
+    for key in ("overall", "per_class", "confusion", "top_confusions", "by_metadata"):
+        assert ma[key] == mb[key], key
+    infer = distributed.manifest["stages"]["infer"]
+    assert infer["confusion_counts"] == ma["confusion"]["matrix"]  # summed on the workers, counted from rows
+    assert infer["params"]["engine"] == "ray" and distributed.manifest["engine"] == {"engine": "ray"}
+    ca, cb = readers.read_assignments(local), readers.read_assignments(distributed)
+    assert ca["cluster_id"].tolist() == cb["cluster_id"].tolist()
+    assert readers.read_clusters(local)["name"].tolist() == readers.read_clusters(distributed)["name"].tolist()
+    ka, kb = readers.read_checks(local), readers.read_checks(distributed)
+    assert ka["duplicate_group"].tolist() == kb["duplicate_group"].tolist()
+    assert ka["label_issue"].tolist() == kb["label_issue"].tolist()
+
+
+def _actor_pids() -> list[int]:
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if "ShardPredictor" in line:
+            pids.append(proc.info["pid"])
+    return pids
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_retried_or_the_run_fails(local_ray, tiny_checkpoint, tmp_path):
+    rows = eval_rows(1600)
+    data = write_jsonl(tmp_path / "eval.jsonl", rows)
+    out = tmp_path / "ray"
+    killed: list[int] = []
+
+    def kill_one_after_the_first_shard():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            shards = list(out.glob(".staging/infer-*/predictions.parquet/part-*.parquet"))
+            pids = _actor_pids()
+            if shards and pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(len(shards))
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_one_after_the_first_shard, daemon=True)
+    killer.start()
+    after = AfterParams(checks=None, slices=None, cluster=None)
+    try:
+        run = _run(tiny_checkpoint, data, out, Engine("ray"), after)
+    except EngineError:
+        run = Run.open(out)
+        assert run.stage_status("infer") == "failed"
+        with pytest.raises(RunError):
+            readers.read_predictions(run)
+        outcome = "failed"
+    else:
+        local = _run(tiny_checkpoint, data, tmp_path / "local", Engine("local"), after)
+        assert run.predictions()["pred"].tolist() == local.predictions()["pred"].tolist()
+        np.testing.assert_allclose(np.asarray(run.probs()), np.asarray(local.probs()), atol=1e-5)
+        outcome = "retried"
+    killer.join()
+    assert killed and killed[0] < 1600 // CHUNK, "the worker was killed before the last shard was written"
+    print(f"killed a worker after {killed[0]} of {1600 // CHUNK} shards: {outcome}", file=sys.stderr)
+
+
+def test_shards_must_cover_every_row(tmp_path):
+    folders = [tmp_path / name for name in ("p", "q", "h")]
+    for folder, suffix in zip(folders, (".parquet", ".npy", ".npy")):
+        folder.mkdir()
+        for start in (0, 10):
+            (folder / f"part-{start:012d}{suffix}").write_bytes(b"x")
+    check_coverage({0: 10, 10: 5}, 15, folders)
+    with pytest.raises(EngineError, match="rows 10 to 19 of 30 came back from no worker"):
+        check_coverage({0: 10, 20: 10}, 30, folders)
+    with pytest.raises(EngineError, match="15 of 20 rows came back"):
+        check_coverage({0: 10, 10: 5}, 20, folders)
+    (folders[2] / "part-000000000010.npy").unlink()
+    with pytest.raises(EngineError, match="lacks the shards of rows \\[10\\]"):
+        check_coverage({0: 10, 10: 5}, 15, folders)
+
+
+@pytest.mark.parametrize("command", ["run", "analyze"])
+def test_without_ray_the_engine_says_how_to_install_it(monkeypatch, tiny_checkpoint, tmp_path, command):
+    from test_cli_run import assert_user_error, invoke
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError, as without the extra
+    rows = [{**r, "pred": r["label"]} for r in eval_rows(20)]
+    data = write_jsonl(tmp_path / "eval.jsonl", rows)
+    source = ["--model", tiny_checkpoint, "--data", data] if command == "run" else ["--predictions", data]
+    result = invoke(command, *source, "--out", tmp_path / "run", "--engine", "ray")
+    assert_user_error(result, r"--engine ray needs Ray Data, which is not installed; install it with: "
+                              r"pip install 'erroranalysis\[ray\]'")
+    assert not (tmp_path / "run").exists()  # nothing half-written
+
+
+def test_engine_parameters():
+    from erroranalysis.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="engine='spark'"):
+        Engine("spark")
+    with pytest.raises(EngineError, match="--ray-address is only used with --engine ray"):
+        Engine("local", "auto")
+
+
+@pytest.mark.slow
+def test_minilm_on_ray_gives_the_in_process_vectors(local_ray, monkeypatch):
+    """The checks' embedding for predictions brought with analyze: MiniLMEmbedder.__call__ on Ray actors."""
+    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.engines import ray_data
+
+    texts = [r["text"] for r in eval_rows(90)]
+    embedder = MiniLMEmbedder(cache=False)
+    on_ray = ray_data.embed_texts(texts, embedder, Engine("ray"), chunk_size=CHUNK)
+    np.testing.assert_allclose(on_ray, embedder.embed_texts(texts), atol=1e-5)
