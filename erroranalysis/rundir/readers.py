@@ -19,6 +19,7 @@ from erroranalysis import files
 from erroranalysis.errors import RunError, preview
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
+    CENTROIDS,
     CHECKS,
     CHECKS_JSON,
     CLUSTERS,
@@ -33,6 +34,7 @@ from erroranalysis.rundir.artifacts import (
     SLICE_MEMBERS,
     SLICES,
     SOURCE_STAGES,
+    STAGE_ARTIFACTS,
     SUGGESTIONS,
     TRAINER_STATE,
     owner,
@@ -71,6 +73,9 @@ def artifact_path(run, name: str, required: bool = True) -> Path | None:
         reason = run.explain(stage, manifest)
         if reason:
             raise NotCommitted(f"{run.path}: {name} is not available: {reason}")
+        if required and _pruned(run, manifest, name):
+            raise NotCommitted(f"{run.path}: {name} was removed by 'erroranalysis timeline --prune' (an old step "
+                               f"of a training run); run: {run.resume_command(stage)}")
         if required:
             raise NotCommitted(f"{run.path}: stage {stage!r} wrote no {name}; run: {run.resume_command(stage)}")
         return None
@@ -98,6 +103,10 @@ def _expected_stage(run, manifest: dict, name: str) -> str:
         return run.source_stage(manifest)
     ran = [s for s in stages if s in manifest.get("stages", {})]
     return ran[0] if ran else stages[0]
+
+
+def _pruned(run, manifest: dict, name: str) -> bool:
+    return name in STAGE_ARTIFACTS["prune"] and (run.state("prune", manifest) or {}).get("status") == "done"
 
 
 def _verify(run, file: Path, entry: dict, stage: str) -> None:
@@ -355,6 +364,21 @@ def _as_list(value) -> list:
     if isinstance(value, float) and np.isnan(value):
         return []
     return list(value)
+
+
+@_optional
+def read_centroids(run):
+    """cluster_centroids.parquet (kept by `timeline --prune` in place of embeddings.npy): (cluster ids [k], unit
+    centroids [k, d] float32, the embedder key)."""
+    file = artifact_path(run, CENTROIDS)
+    frame = _parquet(file)
+    _require_columns(file, frame, ("cluster_id", "centroid", "embedder_key"))
+    ids = frame["cluster_id"].to_numpy(dtype=np.int64)
+    vectors = np.array([np.asarray(v, dtype=np.float32) for v in frame["centroid"]], dtype=np.float32)
+    if len(ids) and vectors.ndim != 2:
+        raise RunError(f"{file}: centroids of unequal length; run: {run.resume_command('prune')}")
+    key = str(frame["embedder_key"].iat[0]) if len(frame) else None
+    return ids, vectors.reshape(len(ids), -1), key
 
 
 @_optional

@@ -23,22 +23,26 @@ from erroranalysis.stages.common import data_entry
 from erroranalysis.validation import Params, check_choice, check_int, check_param
 
 PRECISIONS = ("fp32", "bf16")
+HIDDEN = ("float32", "float16", "none")  # how hidden_states.npy is kept: per-step runs of a training run keep less
 
 
 @dataclass(frozen=True)
 class InferParams(Params):
-    """How the checkpoint runs: `--batch-size`, `--max-length`, `--precision`, `--device`, `--trust-remote-code`."""
+    """How the checkpoint runs: `--batch-size`, `--max-length`, `--precision`, `--device`, `--trust-remote-code`;
+    `hidden`: hidden_states.npy kept as float32, float16 (half the disk) or not at all ("none")."""
 
     batch_size: int = 32
     max_length: int = 256
     precision: str = "fp32"
     device: str = "auto"
     trust_remote_code: bool = False
+    hidden: str = "float32"
 
     def validate(self) -> None:
         check_int("batch_size", self.batch_size, 1)
         check_int("max_length", self.max_length, 2)
         check_choice("precision", self.precision, PRECISIONS)
+        check_choice("hidden", self.hidden, HIDDEN)
         check_param("device", self.device, isinstance(self.device, str) and (
             self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")),
             "one of auto, cpu, cuda, cuda:N, mps")
@@ -62,13 +66,16 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
 
 @dataclass
 class InferJob:
-    """A checkpoint and an eval set, loaded and checked: everything the infer stage needs."""
+    """A checkpoint and an eval set, loaded and checked: everything the infer stage needs. `training_state` (a
+    Trainer's state as a dict, for a model still in training) is written as the run's trainer_state.json instead of
+    the checkpoint folder's."""
 
     model: Path
     clf: object
     eval_set: EvalSet
     gold: np.ndarray
     params: InferParams
+    training_state: dict | None = None
 
     def manifest(self, **extra) -> dict:
         p = self.params
@@ -94,7 +101,10 @@ def infer_stage(run: Run, job: InferJob, progress: Callable[[int, int], None] | 
     with run.stage("infer", {**job.params.record(), "device": job.clf.device}) as staging:
         staging.facts["examples_per_second"] = _write_inference(staging, job.clf, job.eval_set, job.gold,
                                                                 job.params, progress)
-        copy_training_log(job.model, staging)
+        if job.training_state is not None:
+            staging.write_json(rundir.TRAINER_STATE, job.training_state)
+        else:
+            copy_training_log(job.model, staging)
 
 
 def copy_training_log(checkpoint: Path, staging) -> None:
@@ -119,6 +129,7 @@ def _write_inference(staging, clf, eval_set: EvalSet, gold: np.ndarray, opts: In
     advance = (lambda k: progress(k, n)) if progress else None
     names = np.asarray(clf.labels, dtype=object)
     writer = probs = hidden = None
+    keep_hidden = opts.hidden != "none"
     try:
         for chunk in infer(clf, frame["text"].tolist(), label_ids, batch_size=opts.batch_size,
                            max_length=opts.max_length, precision=opts.precision, progress=advance):
@@ -126,10 +137,12 @@ def _write_inference(staging, clf, eval_set: EvalSet, gold: np.ndarray, opts: In
             if probs is None:
                 probs = np.lib.format.open_memmap(staging.file(rundir.PROBS), mode="w+", dtype=np.float32,
                                                   shape=(n, len(names)))
-                hidden = np.lib.format.open_memmap(staging.file(rundir.HIDDEN), mode="w+", dtype=np.float32,
-                                                   shape=(n, chunk["hidden"].shape[1]))
+                if keep_hidden:
+                    hidden = np.lib.format.open_memmap(staging.file(rundir.HIDDEN), mode="w+", dtype=opts.hidden,
+                                                       shape=(n, chunk["hidden"].shape[1]))
             probs[row:row + m] = chunk["probs"]
-            hidden[row:row + m] = chunk["hidden"]
+            if hidden is not None:
+                hidden[row:row + m] = chunk["hidden"]
             table = prediction_table(frame.iloc[row:row + m], gold[row:row + m], names, chunk, metadata.slice(row, m))
             if writer is None:
                 writer = pq.ParquetWriter(staging.file(rundir.PREDICTIONS), table.schema)
@@ -140,6 +153,7 @@ def _write_inference(staging, clf, eval_set: EvalSet, gold: np.ndarray, opts: In
             writer.close()
     if probs is not None:
         probs.flush()
+    if hidden is not None:
         hidden.flush()
     return round(n / max(time.perf_counter() - start, 1e-9), 1)
 

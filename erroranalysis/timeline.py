@@ -1,0 +1,420 @@
+"""Error types across a training run: match each step's failure clusters to the earlier steps', and say what
+happened, in words, beside the training signals of the same steps.
+
+Pure: functions over sets of example ids, centroid vectors and training-log series; `erroranalysis.stages`
+(`build_timeline`) reads the step runs and calls them.
+
+    states = [StepState(step=500, failing={...}, clusters={0: {...}}, centroids={0: vec}, ...), ...]
+    types = track(states)                              # one ErrorType per identity, with its size at each step
+    events = describe(types, states, signals, findings)  # "... appeared at step 500 and grew until ..."
+
+Two clusters of consecutive steps are the same error type when
+
+- their members that fail at both steps overlap (Jaccard >= `min_overlap`): a type that shrank because most of it
+  was fixed still matches what is left of it (the rule `compare.match_clusters` uses for two runs);
+- or their centroids (mean embedding of their failures, the same embedder at both steps) reach cosine similarity
+  `min_similarity`: the same kind of failure on other examples;
+- or the labeled taxonomy gives both the same error type (most of their failures labeled or suggested with it).
+
+Pairs are chosen one to one, maximising overlap + similarity (+1 for the same label). A cluster left unmatched is
+matched, by the same rules, against the types seen earlier but absent at the previous step ("came back"), and
+else is a new type; a type with no cluster at a step is absent there (fixed, when most of its failures are now
+right). Splits and merges keep the larger part's identity; the other part is new or gone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_OVERLAP = 0.3
+MIN_SIMILARITY = 0.9
+LABEL_SHARE = 0.5  # a cluster carries a labeled error type when at least this share of its failures has it
+FIXED_SHARE = 0.5  # a type that vanished was "fixed" when at least this share of its last failures are right
+GROWTH = 1.25  # a type "grew" when its peak is at least this many times its first size (and 3 failures more)
+LR_DROP = 0.3  # a learning-rate drop: this relative fall in one logged interval, well above the usual change
+CLASS_DROP = 0.1  # a class's F1 falling this much between two analyzed steps is an event
+FLAT_CHECK = 0.05  # an output check whose pass rate rose less than this while the loss fell 20% is an event
+STEP_DIGITS = 6
+
+_STEP = re.compile(r"step-(\d+)")
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+# -- names ----------------------------------------------------------------------------------------------------
+
+
+def step_name(step: int) -> str:
+    """The run of training step `step`: `step-000500`; the callback and `watch` both name runs so."""
+    return f"step-{int(step):0{STEP_DIGITS}d}"
+
+
+def step_of(name: str) -> int | None:
+    """500 for `step-000500`; None for any other name."""
+    match = _STEP.fullmatch(str(name))
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_step(name: str) -> int | None:
+    """500 for a Trainer's `checkpoint-500` folder; None for any other name."""
+    match = _CHECKPOINT.fullmatch(str(name))
+    return int(match.group(1)) if match else None
+
+
+# -- one step, and the types across steps ---------------------------------------------------------------------
+
+
+@dataclass
+class StepState:
+    """What one analyzed step says about its failures: which examples fail, its clusters (cluster id -> failing
+    member ids), their names, centroids (unit vectors, by cluster id) with the embedder that made them, and the
+    labeled error type most of a cluster's failures carry."""
+
+    step: int
+    name: str = ""
+    failing: frozenset = frozenset()
+    clusters: dict[int, frozenset] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    centroids: dict[int, np.ndarray] = field(default_factory=dict)
+    embedder: str | None = None
+    labels: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class ErrorType:
+    """One error type followed across steps: its cluster, size, name and label at each step where it is present,
+    and how each occurrence was matched to the one before (`links`: from_step, overlap, similarity, basis)."""
+
+    type_id: str
+    clusters: dict[int, int] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    labels: dict[int, str] = field(default_factory=dict)
+    links: dict[int, dict] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self.clusters)
+
+    @property
+    def first_step(self) -> int:
+        return self.steps[0]
+
+    @property
+    def last_step(self) -> int:
+        return self.steps[-1]
+
+    @property
+    def peak_step(self) -> int:
+        return max(self.steps, key=lambda s: (self.sizes[s], -s))
+
+    @property
+    def label(self) -> str | None:
+        return self.labels[max(self.labels)] if self.labels else None
+
+    @property
+    def name(self) -> str:
+        """The labeled error type when there is one, else the cluster's name where the type was largest."""
+        return self.label or self.names.get(self.peak_step) or f"cluster {self.clusters[self.peak_step]}"
+
+    def size_at(self, step: int) -> int:
+        return self.sizes.get(step, 0)
+
+    def to_dict(self) -> dict:
+        return {"type_id": self.type_id, "name": self.name, "label": self.label,
+                "first_step": self.first_step, "last_step": self.last_step, "peak_step": self.peak_step,
+                "steps": [{"step": s, "cluster_id": self.clusters[s], "size": self.sizes[s],
+                           "name": self.names.get(s, ""), "label": self.labels.get(s), "link": self.links.get(s)}
+                          for s in self.steps]}
+
+
+def centroid(vectors: np.ndarray) -> np.ndarray:
+    """The unit mean direction of unit-normalised rows (cosine geometry)."""
+    v = np.asarray(vectors, dtype=np.float64)
+    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    mean = v.mean(axis=0)
+    return (mean / max(float(np.linalg.norm(mean)), 1e-12)).astype(np.float32)
+
+
+def majority_label(members, labels: dict) -> str | None:
+    """The error type at least LABEL_SHARE of `members` carry in `labels` (example id -> type name), else None."""
+    counts: dict[str, int] = {}
+    for e in members:
+        name = labels.get(e)
+        if name:
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None
+    name, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return name if n >= LABEL_SHARE * len(members) else None
+
+
+def link(a: StepState, a_cid: int, b: StepState, b_cid: int, *, min_overlap: float = MIN_OVERLAP,
+         min_similarity: float = MIN_SIMILARITY) -> dict | None:
+    """How cluster `a_cid` of step `a` matches cluster `b_cid` of step `b`: overlap (Jaccard of their members failing
+    at both steps), centroid similarity (None without comparable centroids), the bases that hold and the score;
+    None when no basis holds."""
+    shared = a.failing & b.failing
+    x, y = a.clusters[a_cid] & shared, b.clusters[b_cid] & shared
+    union = len(x | y)
+    overlap = len(x & y) / union if union else 0.0
+    similarity = None
+    if a.embedder and a.embedder == b.embedder and a_cid in a.centroids and b_cid in b.centroids:
+        similarity = float(np.dot(a.centroids[a_cid], b.centroids[b_cid]))
+    label_a, label_b = a.labels.get(a_cid), b.labels.get(b_cid)
+    basis = [name for name, holds in (("shared failures", overlap >= min_overlap),
+                                      ("centroid", similarity is not None and similarity >= min_similarity),
+                                      ("taxonomy", bool(label_a) and label_a == label_b)) if holds]
+    if not basis:
+        return None
+    score = overlap + (similarity or 0.0) + (1.0 if "taxonomy" in basis else 0.0)
+    return {"from_step": a.step, "overlap": round(overlap, 4),
+            "similarity": None if similarity is None else round(similarity, 4), "basis": basis, "score": score}
+
+
+def _assign(items: list[tuple[ErrorType, StepState, int]], state: StepState, cids: list[int], **rules):
+    """One-to-one matches (type, cluster id, link) between earlier occurrences and clusters of `state`."""
+    from scipy.optimize import linear_sum_assignment
+
+    if not items or not cids:
+        return []
+    links = [[link(prev, pcid, state, c, **rules) for c in cids] for _, prev, pcid in items]
+    score = np.array([[lk["score"] if lk else -1e9 for lk in row] for row in links])
+    rows, cols = linear_sum_assignment(-score)
+    return [(items[i][0], cids[j], links[i][j]) for i, j in zip(rows, cols) if links[i][j] is not None]
+
+
+def track(states: list[StepState], *, min_overlap: float = MIN_OVERLAP,
+          min_similarity: float = MIN_SIMILARITY) -> list[ErrorType]:
+    """Follow error types through `states` (any order; sorted by step). Type ids (`T1`, `T2`, ...) are given in
+    order of first appearance, larger clusters first, so adding a later step never renames earlier types."""
+    rules = {"min_overlap": min_overlap, "min_similarity": min_similarity}
+    states = sorted(states, key=lambda s: s.step)
+    types: list[ErrorType] = []
+    by_step = {s.step: s for s in states}
+    previous: StepState | None = None
+    for state in states:
+        cids = sorted(state.clusters, key=lambda c: (-len(state.clusters[c]), c))
+        found: list[tuple[ErrorType, int, dict | None]] = []
+        if previous is not None:
+            alive = [(t, previous, t.clusters[previous.step]) for t in types if previous.step in t.clusters]
+            found = _assign(alive, state, cids, **rules)
+            left = [c for c in cids if c not in {c_ for _, c_, _ in found}]
+            gone = [(t, by_step[t.last_step], t.clusters[t.last_step]) for t in types
+                    if previous.step not in t.clusters]
+            found += [(t, c, {**lk, "returned": True}) for t, c, lk in _assign(gone, state, left, **rules)]
+        matched = {c for _, c, _ in found}
+        for c in cids:
+            if c not in matched:
+                t = ErrorType(f"T{len(types) + 1}")
+                types.append(t)
+                found.append((t, c, None))
+        for t, c, lk in found:
+            t.clusters[state.step] = c
+            t.sizes[state.step] = len(state.clusters[c])
+            t.names[state.step] = state.names.get(c, "")
+            if state.labels.get(c):
+                t.labels[state.step] = state.labels[c]
+            if lk is not None:
+                t.links[state.step] = {k: v for k, v in lk.items() if k != "score"}
+        previous = state
+    return types
+
+
+# -- training-signal landmarks --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Landmark:
+    """Something the training log shows at `step`, as a phrase that ends with the step ("the learning rate dropped
+    at 1,500")."""
+
+    step: int
+    kind: str
+    phrase: str
+
+
+def landmarks(signals: dict, findings: list[dict] = ()) -> list[Landmark]:
+    """Learning-rate drops and the end of warm-up, from `signals` (name -> (steps, values)), and the steps the
+    training-signal findings name (grad-norm spikes, NaN, divergence, overfitting onset), sorted by step."""
+    marks = []
+    lr = signals.get("learning_rate")
+    if lr is not None:
+        steps, values = (np.asarray(x, dtype=np.float64) for x in lr)
+        ok = np.isfinite(values)
+        steps, values = steps[ok], values[ok]
+        if len(values) >= 3:
+            drop = -np.diff(values)
+            usual = float(np.median(np.abs(drop)))
+            for i in np.flatnonzero((drop > LR_DROP * values[:-1]) & (drop > 5 * usual)):
+                marks.append(Landmark(int(steps[i + 1]), "lr_drop", f"the learning rate dropped at {int(steps[i + 1]):,}"))
+            top = int(np.argmax(values))
+            if 0 < top < len(values) - 1 and values[top] >= 2 * values[0]:
+                marks.append(Landmark(int(steps[top]), "warmup_end", f"the warm-up ended at {int(steps[top]):,}"))
+    for f in findings:
+        steps = [int(s) for s in f.get("steps") or []]
+        if not steps:
+            continue
+        check, message = f.get("check"), str(f.get("message", ""))
+        if check == "grad_spike":
+            marks += [Landmark(s, check, f"a grad-norm spike at {s:,}") for s in steps]
+        elif check == "non_finite":
+            signal = message.split(" is ")[0]
+            marks.append(Landmark(steps[0], check, f"the {signal} became {'NaN' if 'NaN' in message else 'inf'} "
+                                                   f"at {steps[0]:,}"))
+        elif check == "divergence":
+            marks.append(Landmark(steps[0], check, f"the training loss started rising at {steps[0]:,}"))
+        elif check == "overfitting":
+            marks.append(Landmark(steps[0], check, f"the validation loss started rising at {steps[0]:,}"))
+        elif check == "lr_zero":
+            marks.append(Landmark(steps[0], check, f"the learning rate hit 0 at {steps[0]:,}"))
+    return sorted(set(marks), key=lambda m: (m.step, m.kind))
+
+
+def nearest(marks: list[Landmark], after: int | None, until: int, near: int) -> Landmark | None:
+    """The landmark in (after, until] closest to step `near` (None when there is none)."""
+    inside = [m for m in marks if (after is None or m.step > after) and m.step <= until]
+    return min(inside, key=lambda m: (abs(m.step - near), m.step)) if inside else None
+
+
+# -- events in words ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened at an analyzed step: kind is appeared, grew, returned, fixed, dissolved (gone, most
+    of its failures still failing elsewhere), class_drop or checks_flat."""
+
+    step: int
+    kind: str
+    text: str
+    type_id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "kind": self.kind, "type_id": self.type_id, "text": self.text}
+
+
+def _around(steps: list[int], step: int) -> tuple[int | None, int]:
+    """(the analyzed step before `step`, the one after it, or `step` itself when it is the last)."""
+    i = steps.index(step)
+    return (steps[i - 1] if i else None), (steps[i + 1] if i + 1 < len(steps) else step)
+
+
+def _with(mark: Landmark | None, joiner: str = ", after ") -> str:
+    return f"{joiner}{mark.phrase}" if mark else ""
+
+
+def type_events(t: ErrorType, states: dict[int, StepState], steps: list[int], marks: list[Landmark]) -> list[Event]:
+    """What happened to error type `t`: appeared, grew, gone (fixed or dissolved), came back."""
+    events = []
+    label = f"“{t.name}” ({t.type_id})"
+    first = t.first_step
+    if first != steps[0]:
+        before, _ = _around(steps, first)
+        events.append(Event(first, "appeared", f"{label} appeared at step {first:,} with {t.sizes[first]:,} "
+                            f"failures{_with(nearest(marks, before, first, first))}", t.type_id))
+    peak = t.peak_step
+    if peak != first and t.sizes[peak] >= max(GROWTH * t.sizes[first], t.sizes[first] + 3):
+        _, after = _around(steps, peak)
+        mark = nearest(marks, _around(steps, peak)[0], after, peak)
+        until = mark.phrase if mark else f"step {peak:,}"
+        events.append(Event(peak, "grew", f"{label} grew from {t.sizes[first]:,} to {t.sizes[peak]:,} failures "
+                            f"until {until}", t.type_id))
+    present = set(t.steps)
+    for i, s in enumerate(steps[1:], start=1):
+        was, now = steps[i - 1] in present, s in present
+        if was and not now:
+            events.append(_gone(t, label, states[steps[i - 1]], states[s], marks, steps[i - 1]))
+        elif now and not was and s > first:
+            events.append(Event(s, "returned", f"{label} came back at step {s:,} with {t.sizes[s]:,} failures "
+                                f"(last seen at step {max(x for x in present if x < s):,})"
+                                f"{_with(nearest(marks, steps[i - 1], s, s))}", t.type_id))
+    return events
+
+
+def _gone(t: ErrorType, label: str, last: StepState, now: StepState, marks: list[Landmark], before: int) -> Event:
+    members = last.clusters[t.clusters[last.step]]
+    right = len(members - now.failing)
+    mark = _with(nearest(marks, before, now.step, now.step))
+    if right >= FIXED_SHARE * len(members):
+        return Event(now.step, "fixed", f"{label} was fixed at step {now.step:,}: {right:,} of its {len(members):,} "
+                     f"failures at step {last.step:,} are right{mark}", t.type_id)
+    return Event(now.step, "dissolved", f"{label} dissolved at step {now.step:,}: {right:,} of its "
+                 f"{len(members):,} failures at step {last.step:,} are right, the rest fail elsewhere{mark}", t.type_id)
+
+
+def story(t: ErrorType, events: list[Event], steps: list[int]) -> str:
+    """One sentence on the life of error type `t`, from its events."""
+    mine = [e for e in events if e.type_id == t.type_id]
+    label = f"“{t.name}” ({t.type_id})"
+    first = t.first_step
+    appeared = next((e for e in mine if e.kind == "appeared"), None)
+    head = appeared.text if appeared else (f"{label} was there from the first analyzed step ({first:,}, "
+                                           f"{t.sizes[first]:,} failures)")
+    parts = [head]
+    grew = next((e for e in mine if e.kind == "grew"), None)
+    if grew:
+        parts[0] += " and " + grew.text.removeprefix(f"{label} ")
+    for e in mine:
+        if e.kind in ("fixed", "dissolved", "returned"):
+            parts.append("it " + e.text.removeprefix(f"{label} "))
+    if steps[-1] in t.clusters and t.last_step != first:
+        parts.append(f"at step {steps[-1]:,} it has {t.sizes[steps[-1]]:,} failures")
+    return "; ".join(parts) + "."
+
+
+def class_events(rows: list[dict], marks: list[Landmark]) -> list[Event]:
+    """A class whose F1 fell by CLASS_DROP or more between two analyzed steps (`rows`: step, per_class_f1)."""
+    events = []
+    for prev, cur in zip(rows, rows[1:]):
+        for label, f1 in (cur.get("per_class_f1") or {}).items():
+            before = (prev.get("per_class_f1") or {}).get(label)
+            if f1 is not None and before is not None and before - f1 >= CLASS_DROP:
+                mark = _with(nearest(marks, prev["step"], cur["step"], cur["step"]))
+                events.append(Event(cur["step"], "class_drop", f"F1 of class “{label}” fell from {before:.2f} to "
+                                    f"{f1:.2f} at step {cur['step']:,}{mark}"))
+    return events
+
+
+def check_events(rows: list[dict], signals: dict) -> list[Event]:
+    """For generation: the training loss fell 20% between the first and last analyzed step while an output check's
+    pass rate rose less than FLAT_CHECK ("the loss falls but valid JSON does not rise")."""
+    loss = signals.get("loss")
+    if len(rows) < 2 or loss is None or not rows[0].get("checks"):
+        return []
+    steps, values = (np.asarray(x, dtype=np.float64) for x in loss)
+
+    def at(step):
+        ok = (steps <= step) & np.isfinite(values)
+        return float(values[ok][-1]) if ok.any() else None
+
+    first, last = rows[0], rows[-1]
+    a, b = at(first["step"]), at(last["step"])
+    if a is None or b is None or b > 0.8 * a:
+        return []
+    events = []
+    for check, p0 in first["checks"].items():
+        p1 = (last.get("checks") or {}).get(check)
+        if p0 is not None and p1 is not None and p1 - p0 < FLAT_CHECK:
+            events.append(Event(last["step"], "checks_flat", f"the training loss fell from {a:.3g} to {b:.3g} "
+                                f"between steps {first['step']:,} and {last['step']:,}, but the {check} pass rate "
+                                f"did not rise ({p0:.0%} → {p1:.0%})"))
+    return events
+
+
+def describe(types: list[ErrorType], states: list[StepState], rows: list[dict] = (), signals: dict | None = None,
+             findings: list[dict] = ()) -> tuple[list[Event], dict[str, str]]:
+    """(every event sorted by step, one sentence per error type id). `rows` are the steps' metrics (step,
+    per_class_f1, checks), `signals` the training log (name -> (steps, values)), `findings` its Finding dicts."""
+    signals = signals or {}
+    marks = landmarks(signals, list(findings))
+    by_step = {s.step: s for s in states}
+    steps = sorted(by_step)
+    events = [e for t in types for e in type_events(t, by_step, steps, marks)]
+    events += class_events(sorted(rows, key=lambda r: r["step"]), marks)
+    events += check_events(sorted(rows, key=lambda r: r["step"]), signals)
+    order = {"appeared": 0, "returned": 1, "grew": 2, "fixed": 3, "dissolved": 4, "class_drop": 5, "checks_flat": 6}
+    events.sort(key=lambda e: (e.step, order.get(e.kind, 9), e.type_id or ""))
+    return events, {t.type_id: story(t, events, steps) for t in types}
