@@ -37,8 +37,7 @@ def timeline(
         "--min-similarity", help="...or their centroids this cosine similarity.")] = 0.9,
 ) -> None:
     """The timeline of a training run."""
-    from erroranalysis import stages
-    from erroranalysis.compare import to_json
+    from erroranalysis import files, stages
     from erroranalysis.validation import check_int
 
     console = common.console()
@@ -55,7 +54,7 @@ def timeline(
         if not as_json:
             console.print(f"wrote {written}", markup=False)
     if as_json:
-        typer.echo(to_json(doc), nl=False)
+        typer.echo(files.dumps(doc))
         return
     console.soft_wrap = True
     show(console, doc)

@@ -75,7 +75,7 @@ def watch(
     check_choice("reducer", reducer, ("umap", "pca", "none"))
     check_number("wait", wait, 0)
     after = stages.AfterParams.with_seed(seed, checks=False, slices=not no_slices, cluster=not no_cluster,
-                                         cluster_params={"reducer": reducer})
+                                         cluster_params={"reducer": reducer, "layout": reducer})
     infer = stages.InferParams(batch_size=batch_size, max_length=max_length, precision=precision, device=device)
     generation = GenerationOptions(max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                                    precision="auto" if task == "generation" and precision == "fp32" else precision,

@@ -31,15 +31,14 @@ class MemoryMiniLM(MiniLMEmbedder):
     def embed_texts(self, texts, progress=None) -> np.ndarray:
         texts = ["" if t is None else str(t) for t in texts]
         hashes = text_hashes(texts).tolist()
-        todo = [i for i, h in enumerate(hashes) if h not in self._rows]
-        if todo:
-            fresh = super().embed_texts([texts[i] for i in todo], progress)
-            for i, vector in zip(todo, fresh):
-                if hashes[i] not in self._rows:
-                    self._rows[hashes[i]] = len(self._vectors)
-                    self._vectors.append(np.asarray(vector, dtype=np.float32))
-        self.misses += len(todo)
-        self.hits += len(texts) - len(todo)
+        new = {h: i for i, h in enumerate(hashes) if h not in self._rows}  # each new text once
+        if new:
+            fresh = super().embed_texts([texts[i] for i in new.values()], progress)
+            for h, vector in zip(new, fresh):
+                self._rows[h] = len(self._vectors)
+                self._vectors.append(np.asarray(vector, dtype=np.float32))
+        self.misses += len(new)
+        self.hits += len(texts) - len(new)
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
         return np.stack([self._vectors[self._rows[h]] for h in hashes]).astype(np.float32, copy=False)

@@ -25,6 +25,7 @@ from transformers import TrainerCallback
 
 from erroranalysis import stages
 from erroranalysis.data import DataOptions, read_eval_set
+from erroranalysis.errors import DataError
 from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
 from erroranalysis.rundir import readers
 from erroranalysis.validation import check_choice, check_param, is_int
@@ -78,7 +79,10 @@ class ErrorAnalysisCallback(TrainerCallback):
         self.embedder = MemoryMiniLM(batch_size=cluster.batch_size, cache=cluster.cache) \
             if reuse and cluster is not None and cluster.embedder == "minilm" else None
         self.trainer = None
-        self.eval_set = read_eval_set(self.eval_path, data) if task != "generation" else None  # bad data fails here
+        if not self.eval_path.exists():
+            raise DataError(f"{self.eval_path}: no such file; check the eval set's path.")
+        # a classification eval set is checked now; with "auto" it is read once the model says which task it is
+        self.eval_set = read_eval_set(self.eval_path, data) if task == "classification" else None
         self.prepared = None
         self.runs: list[Path] = []
         self.seconds: list[float] = []
@@ -107,7 +111,10 @@ class ErrorAnalysisCallback(TrainerCallback):
             self.task = "generation" if model is not None and model.can_generate() else "classification"
         if self.task == "generation":
             self.prepared = stages.prepare_prompts(self.eval_path, self.data, self.generation)
-        elif model is not None:  # labels the model does not know fail now, not at the first evaluation
+            return
+        if self.eval_set is None:
+            self.eval_set = read_eval_set(self.eval_path, self.data)
+        if model is not None:  # labels the model does not know fail now, not at the first evaluation
             stages.classifier_job(model, self.tokenizer, self.eval_set, self.infer, path=args.output_dir,
                                   label_column=self.data.label_column)
 
@@ -206,12 +213,17 @@ def expected_checkpoint(args, step: int) -> str | None:
 def step_logs(run, doc: dict, step: int, *, gate=None, seconds: float | None = None) -> dict[str, float]:
     """The values logged for one step: per-class F1 (or output-check pass rates), overall figures, the size of
     each error type present at the step (by its id across steps), new and gone types."""
+    import numpy as np
+
     metrics = readers.read_metrics(run)
     overall = metrics.get("overall") or {}
     logs: dict[str, float] = {}
     for name in ("accuracy", "macro_f1", "n_failures"):
         if isinstance(overall.get(name), (int, float)):
             logs[PREFIX + name] = float(overall[name])
+    loss = readers.read_predictions(run, columns=["loss"])["loss"].to_numpy(dtype=np.float64)
+    if np.isfinite(loss).any():  # the eval set's mean loss: with `every`, the callback can stand in for evaluate
+        logs[PREFIX + "loss"] = float(np.nanmean(np.where(np.isfinite(loss), loss, np.nan)))
     checks = metrics.get("output_checks")
     if checks:
         if checks.get("pass_rate") is not None:
