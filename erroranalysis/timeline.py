@@ -19,7 +19,8 @@ Two clusters of consecutive steps are the same error type when
 Pairs are chosen one to one, maximising overlap + similarity (+1 for the same label). A cluster left unmatched is
 matched, by the same rules, against the types seen earlier but absent at the previous step ("came back"), and
 else is a new type; a type with no cluster at a step is absent there (fixed, when most of its failures are now
-right). Splits and merges keep the larger part's identity; the other part is new or gone.
+right). Splits and merges keep the larger part's identity; the other part is new or gone. A step without clusters
+(too few failures, or none dense enough) observes no type: it neither ends nor starts one.
 """
 
 from __future__ import annotations
@@ -196,6 +197,8 @@ def track(states: list[StepState], *, min_overlap: float = MIN_OVERLAP,
     by_step = {s.step: s for s in states}
     previous: StepState | None = None
     for state in states:
+        if not state.clusters:
+            continue  # nothing clustered at this step (or too few failures): the types are not observed there
         cids = sorted(state.clusters, key=lambda c: (-len(state.clusters[c]), c))
         found: list[tuple[ErrorType, int, dict | None]] = []
         if previous is not None:
@@ -342,7 +345,8 @@ def _gone(t: ErrorType, label: str, last: StepState, now: StepState, marks: list
         return Event(now.step, "fixed", f"{label} was fixed at step {now.step:,}: {right:,} of its {len(members):,} "
                      f"failures at step {last.step:,} are right{mark}", t.type_id)
     return Event(now.step, "dissolved", f"{label} dissolved at step {now.step:,}: {right:,} of its "
-                 f"{len(members):,} failures at step {last.step:,} are right, the rest fail elsewhere{mark}", t.type_id)
+                 f"{len(members):,} failures at step {last.step:,} are right, the rest still fail (in other error "
+                 f"types or unclustered){mark}", t.type_id)
 
 
 def story(t: ErrorType, events: list[Event], steps: list[int]) -> str:
@@ -411,7 +415,7 @@ def describe(types: list[ErrorType], states: list[StepState], rows: list[dict] =
     signals = signals or {}
     marks = landmarks(signals, list(findings))
     by_step = {s.step: s for s in states}
-    steps = sorted(by_step)
+    steps = sorted(s for s, state in by_step.items() if state.clusters)  # the steps that observe types
     events = [e for t in types for e in type_events(t, by_step, steps, marks)]
     events += class_events(sorted(rows, key=lambda r: r["step"]), marks)
     events += check_events(sorted(rows, key=lambda r: r["step"]), signals)

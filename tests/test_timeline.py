@@ -144,14 +144,14 @@ def test_findings_become_landmarks():
 def test_the_story_of_the_issue_appeared_grew_until_the_lr_dropped():
     """'error type X appeared at step 500 and grew until the learning rate dropped at 1,500'."""
     x = ids("x", 40)
-    steps = [state(0, {}, extra_failing=ids("q", 3))] + [
+    steps = [state(0, {0: ids("q", 30)})] + [
         state(s, {0: frozenset(list(sorted(x))[:n])}) for s, n in ((500, 10), (1000, 25), (1500, 40), (2000, 8))]
     lr = ([100 * i for i in range(1, 21)], [1e-4 if 100 * i < 1500 else 1e-5 for i in range(1, 21)])
     types = tl.track(steps)
     events, stories = tl.describe(types, steps, signals={"learning_rate": lr})
-    t = types[0]
-    assert [(e.step, e.kind) for e in events] == [(500, "appeared"), (1500, "grew")]
-    assert stories[t.type_id] == ("“cluster 0 at 1500” (T1) appeared at step 500 with 10 failures and grew from 10 "
+    t = types[1]
+    assert [(e.step, e.kind) for e in events if e.type_id == t.type_id] == [(500, "appeared"), (1500, "grew")]
+    assert stories[t.type_id] == ("“cluster 0 at 1500” (T2) appeared at step 500 with 10 failures and grew from 10 "
                                   "to 40 failures until the learning rate dropped at 1,500; at step 2,000 it has 8 "
                                   "failures.")
 
@@ -168,3 +168,13 @@ def test_class_drops_and_flat_output_checks_are_events():
     rows[1]["checks"]["json_valid"] = 0.7  # it rose: no event
     events, _ = tl.describe([], [state(100, {}), state(200, {})], rows, signals={"loss": loss})
     assert [e.kind for e in events] == ["class_drop"]
+
+
+def test_a_step_without_clusters_observes_no_type():
+    a = ids("a", 20)
+    steps = [state(100, {0: a}), state(200, {}, extra_failing=a), state(300, {4: a})]
+    types = tl.track(steps)
+    assert len(types) == 1 and types[0].clusters == {100: 0, 300: 4}
+    assert types[0].links[300]["from_step"] == 100 and not types[0].links[300].get("returned")
+    events, _ = tl.describe(types, steps)
+    assert events == []  # not "dissolved at 200, came back at 300"

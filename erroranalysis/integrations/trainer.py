@@ -104,9 +104,8 @@ class ErrorAnalysisCallback(TrainerCallback):
         if self.out is None:
             self.out = Path("runs") / Path(args.output_dir).name
         self.tokenizer = self.tokenizer or getattr(processing_class, "tokenizer", None) or processing_class
-        if self.tokenizer is None:
-            raise ValueError("ErrorAnalysisCallback needs the tokenizer: give the Trainer processing_class=tokenizer "
-                             "or the callback tokenizer=...")
+        check_param("tokenizer", self.tokenizer, self.tokenizer is not None,
+                    "the tokenizer: give the Trainer processing_class=tokenizer, or the callback tokenizer=...")
         if self.task == "auto":
             self.task = "generation" if model is not None and model.can_generate() else "classification"
         if self.task == "generation":
@@ -131,8 +130,8 @@ class ErrorAnalysisCallback(TrainerCallback):
     def analyze(self, args, state, control, model):
         """Analyze the model as it is now into the run of `state.global_step`; log what it found."""
         step = int(state.global_step)
-        if model is None or step in self._done:
-            return
+        if model is None or step in self._done or not getattr(state, "is_world_process_zero", True):
+            return  # one analysis per step, by the main process of a distributed run
         self._done.add(step)
         start = time.perf_counter()
         training = model.training

@@ -152,7 +152,7 @@ def figure(doc: dict, *, step: int | None = None, type_id: str | None = None):
     types = sorted(doc["types"], key=lambda t: -max(s["size"] for s in t["steps"]))[:MAX_TYPES]
     for i, t in enumerate(types):
         sizes = {s["step"]: s["size"] for s in t["steps"]}
-        ys = [sizes.get(s, 0) for s in steps]
+        ys = [sizes.get(r["step"], 0) if r.get("clustered") else None for r in rows]  # a gap: nothing clustered
         chosen = t["type_id"] == type_id
         fig.add_trace(go.Scatter(
             x=steps, y=ys, mode="lines+markers", name=charts._html(f"{t['type_id']} {charts.snippet(t['name'], 28)}"),
