@@ -12,11 +12,13 @@ in its own process with the same seed and data order:
 4. `instead`: no Trainer evaluation; the callback analyzes every `steps / evals` steps (`every=`) and logs the
    split's loss itself (`eval_ea/loss`, the same number as the Trainer's `eval_loss`).
 
-Prints each one's wall seconds, the callback's seconds per step (the first pays the embedding model's load, UMAP's
-compilation when numba's cache is cold, and the first fit; later steps reuse the eval texts' vectors and the fitted
-reducer), its share of the training wall time, and the ratios.
+Prints each one's wall and CPU seconds (all threads: they stay comparable when other jobs share the machine),
+the callback's seconds per analyzed step (the first pays the embedding model's load and the first fits; later ones
+reuse the eval texts' vectors, and the fitted reducer while the failures barely change), its share of the
+training's wall and CPU time, and the ratios.
 
-    .venv/bin/python benchmarks/callback.py                    # ~4 minutes on 2 cores
+    .venv/bin/python benchmarks/callback.py                       # 4 fine-tunes of 200 steps: ~30 min on 2 cores
+    .venv/bin/python benchmarks/callback.py --eval-set eval       # the callback analyzes the 1,000-article eval set
     .venv/bin/python benchmarks/callback.py --steps 100 --evals 2 --reducer pca
 """
 
@@ -85,13 +87,23 @@ def one(mode: str, steps: int, evals: int, reducer: str, eval_name: str, work: P
                           data=DataOptions(id_column="id"), after=after,
                           infer=stages.InferParams(max_length=MAX_LENGTH, batch_size=64),
                           every=every if mode == "instead" else None)
-    start = time.perf_counter()
+        cpu_spent = []
+        analyze = callback.analyze
+
+        def timed(*a, **k):  # the process's CPU seconds (all threads) in each analysis
+            before = time.process_time()
+            analyze(*a, **k)
+            cpu_spent.append(time.process_time() - before)
+
+        callback.analyze = timed
+    start, cpu = time.perf_counter(), time.process_time()
     trainer.train()
-    wall = time.perf_counter() - start
-    out = {"mode": mode, "wall": wall, "steps": steps}
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    out = {"mode": mode, "wall": wall, "cpu": cpu, "steps": steps}
     if callback is not None:
         cluster = callback.after.cluster
-        out.update(callback=callback.seconds, refits=cluster.reducer.refits, reuses=cluster.reducer.reuses,
+        out.update(callback=callback.seconds, callback_cpu=cpu_spent, refits=cluster.reducer.refits,
+                   reuses=cluster.reducer.reuses,
                    embedded=callback.embedder.misses, remembered=callback.embedder.hits,
                    accuracy=[json.loads((p / "metrics.json").read_text())["overall"]["accuracy"]
                              for p in callback.runs])
@@ -123,23 +135,25 @@ def main() -> None:
             if proc.returncode:
                 raise SystemExit(f"{mode} failed:\n{proc.stderr[-3000:]}")
             results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
-    base, ev, cb = results["train"]["wall"], results["evaluate"]["wall"], results["callback"]["wall"]
-    inst = results["instead"]["wall"]
-    spent, spent_inst = sum(results["callback"]["callback"]), sum(results["instead"]["callback"])
     print(f"Fine-tuning the sample checkpoint: {args.steps} steps of {BATCH} x {MAX_LENGTH} tokens, "
           f"{args.evals} evaluations on the 200-article validation split; the callback analyzes the {args.eval_set} "
-          f"split with reducer {args.reducer}; {load_average()} (shared machine: ratios, one run each).")
-    rows = [["Trainer, no evaluation", f"{base:.1f}", "1.00x", "-", "-"],
-            ["Trainer + its own evaluate", f"{ev:.1f}", f"{ev / base:.2f}x", "1.00x", "-"],
-            ["Trainer + evaluate + erroranalysis callback", f"{cb:.1f}", f"{cb / base:.2f}x", f"{cb / ev:.2f}x",
-             f"{spent:.1f} s = {spent / cb:.0%} of wall"],
-            ["Trainer + erroranalysis callback instead of evaluate", f"{inst:.1f}", f"{inst / base:.2f}x",
-             f"{inst / ev:.2f}x", f"{spent_inst:.1f} s = {spent_inst / inst:.0%} of wall"]]
-    print(table(rows, ["run", "wall s", "vs train", "vs evaluate", "callback"]))
+          f"split with reducer {args.reducer}; {load_average()} at the end (a shared machine: CPU seconds, all "
+          "threads, stay comparable when the load changes; one run each).")
+    base = results["train"]
+    rows = []
+    for mode, title in (("train", "Trainer, no evaluation"), ("evaluate", "Trainer + its own evaluate"),
+                        ("callback", "Trainer + evaluate + erroranalysis callback"),
+                        ("instead", "Trainer + erroranalysis callback instead of evaluate")):
+        r = results[mode]
+        share = (f"{sum(r['callback']):.1f} s wall ({sum(r['callback']) / r['wall']:.0%}), "
+                 f"{sum(r['callback_cpu']):.1f} s CPU ({sum(r['callback_cpu']) / r['cpu']:.0%})"
+                 if "callback" in r else "-")
+        rows.append([title, f"{r['wall']:.1f}", f"{r['cpu']:.1f}", f"{r['cpu'] / base['cpu']:.2f}x",
+                     f"{r['cpu'] / results['evaluate']['cpu']:.2f}x" if mode != "train" else "-", share])
+    print(table(rows, ["run", "wall s", "CPU s", "CPU vs train", "CPU vs evaluate", "callback (share)"]))
     r = results["callback"]
-    print("callback seconds per analyzed step: " + ", ".join(f"{s:.1f}" for s in r["callback"])
-          + f" (first {r['callback'][0]:.1f}, later mean "
-            f"{sum(r['callback'][1:]) / max(1, len(r['callback']) - 1):.1f})")
+    print("callback seconds per analyzed step, wall: " + ", ".join(f"{s:.1f}" for s in r["callback"])
+          + "; CPU: " + ", ".join(f"{s:.1f}" for s in r["callback_cpu"]))
     print(f"reused across steps: reducer fitted {r['refits']}x, reused {r['reuses']}x; eval texts embedded "
           f"{r['embedded']:,}, taken from memory {r['remembered']:,}; accuracy per step "
           + ", ".join(f"{a:.3f}" for a in r["accuracy"]))

@@ -199,3 +199,21 @@ def test_cli_watch_bad_input_fails_before_watching(eval_file, tmp_path, args, pa
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and pattern in lines[0], result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_cli_watch_a_causal_lm_runs_the_generation_stage(tmp_path):
+    from test_generation import build_tiny_causal_lm
+
+    out = tmp_path / "out"
+    build_tiny_causal_lm(out / "checkpoint-5")
+    trainer_state(out / "checkpoint-5", 5)
+    age(out / "checkpoint-5")
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", [
+        {"id": f"p{i}", "prompt": f"Classify: item {i}", "label": "yes" if i % 2 else "no"} for i in range(6)])
+    result = invoke("watch", out, "--data", prompts, "--id-column", "id", "--task", "generation", "--max-new-tokens",
+                    "3", "--no-cluster", "--no-slices", "--once", "--out", tmp_path / "runs" / "lm")
+    assert result.exit_code == 0, result.output
+    run = Run.open(tmp_path / "runs" / "lm" / "step-000005")
+    assert run.task == "generation" and run.manifest["training"]["source"] == "watch"
+    assert "output_checks" in run.metrics()
+    assert json.loads(run.file("trainer_state.json").read_text())["global_step"] == 5

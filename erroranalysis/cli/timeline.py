@@ -75,7 +75,7 @@ def show(out, doc: dict) -> None:
     out.print(f"[bold]{escape(doc['experiment'])}[/bold]: {len(rows)} analyzed steps, {len(doc['types'])} error "
               f"types ({doc['task']})")
     table = Table(show_edge=False, header_style="bold")
-    for col in ("step", "epoch", "loss", "eval loss", "lr", "accuracy", "macro F1", "failures", "types"):
+    for col in ("step", "epoch", "loss", "eval loss", "lr", "acc", "F1", "failures", "types"):
         table.add_column(col, justify="right")
     counts = {r["step"]: sum(any(s["step"] == r["step"] for s in t["steps"]) for t in doc["types"]) for r in rows}
     for r in rows:

@@ -38,7 +38,8 @@ def watch(
     split: Split = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")] = 32,
     max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example.")] = 256,
-    precision: Annotated[str, typer.Option("--precision", help="fp32 or bf16 (generation also auto).")] = "fp32",
+    precision: Annotated[Optional[str], typer.Option(
+        "--precision", help="fp32 or bf16 (default fp32); generation also auto (its default).")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation: tokens per prompt.")] = 64,
     output_checks: Annotated[Optional[str], typer.Option(
@@ -76,10 +77,12 @@ def watch(
     check_number("wait", wait, 0)
     after = stages.AfterParams.with_seed(seed, checks=False, slices=not no_slices, cluster=not no_cluster,
                                          cluster_params={"reducer": reducer, "layout": reducer})
-    infer = stages.InferParams(batch_size=batch_size, max_length=max_length, precision=precision, device=device)
-    generation = GenerationOptions(max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
-                                   precision="auto" if task == "generation" and precision == "fp32" else precision,
-                                   device=device, output_checks=_split(output_checks) or None)
+    generating = task == "generation"
+    infer = stages.InferParams(batch_size=batch_size, max_length=max_length, device=device,
+                               precision="fp32" if generating else precision or "fp32")
+    generation = GenerationOptions(max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, device=device,
+                                   precision=(precision or "auto") if generating else "auto",
+                                   output_checks=_split(output_checks) or None)
     console = common.console()
     say = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
     watcher = Watcher(output_dir, data, runs=out, data_opts=data_options(text_column, label_column, id_column,

@@ -114,6 +114,23 @@ def step_state(step: int, run: rundir.Run, store=None) -> tuple[tl.StepState, di
     return state, row
 
 
+_STATES: dict[tuple, tuple] = {}  # (run, manifest stamp, labels db, labels version) -> (state, row)
+_MAX_STATES = 512
+
+
+def _cached_state(step: int, run: rundir.Run, store, version) -> tuple[tl.StepState, dict]:
+    """step_state, remembered while the run's manifest (every commit rewrites it) and the labels are unchanged: a
+    callback rebuilding the timeline at each evaluation reads each older step once."""
+    stat = run.file(rundir.MANIFEST).stat()
+    key = (str(run.path.resolve()), stat.st_mtime_ns, stat.st_size, str(store.path) if store else None, version)
+    if key not in _STATES:
+        if len(_STATES) >= _MAX_STATES:
+            _STATES.clear()
+        _STATES[key] = step_state(step, run, store)
+    state, row = _STATES[key]
+    return state, dict(row)
+
+
 def _labels(run: rundir.Run, store, failing: frozenset) -> dict[str, str]:
     """example id -> its error type (accepted labels and pending suggestions) among the run's failures."""
     if store is None:
@@ -185,9 +202,10 @@ def build_timeline(path: str | Path, *, labels_db: str | Path | None = None, sto
     if store is None:
         store = open_store(runs[0][1].path, labels_db)
     states, rows = [], []
+    version = store.version() if store is not None else None
     for step, run in runs:
         try:
-            state, row = step_state(step, run, store)
+            state, row = _cached_state(step, run, store, version)
         except RunError as exc:  # a step still being analyzed, or damaged: the others still make a timeline
             rows.append({"step": step, "run": run.name, "problem": str(exc).splitlines()[0]})
             continue
