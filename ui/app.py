@@ -40,6 +40,7 @@ pages = {
         st.Page("views/clusters.py", title="Clusters", icon=":material/bubble_chart:"),
         st.Page("views/slices.py", title="Slices", icon=":material/filter_alt:"),
         st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:"),
+        st.Page("views/timeline.py", title="Timeline", icon=":material/timeline:"),
     ],
     "Labeling": [
         st.Page("views/label.py", title="Label", icon=":material/sell:"),

@@ -35,7 +35,7 @@ def _root(
 
 
 COMMANDS = ["run", "analyze", "metrics", "show", "cluster", "slices", "ui", "export", "checks", "training",
-            "overfit", "doctor", "compare", "apply_taxonomy", "import_taxonomy", "labels", "migrate"]
+            "overfit", "doctor", "compare", "apply_taxonomy", "import_taxonomy", "labels", "migrate", "watch", "timeline"]
 
 
 def _register() -> None:

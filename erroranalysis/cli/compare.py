@@ -1,4 +1,7 @@
-"""`erroranalysis compare BASE CANDIDATE [CANDIDATE ...]`: what changed between runs of the same eval set."""
+"""`erroranalysis compare BASE CANDIDATE [CANDIDATE ...]`: what changed between runs of the same eval set.
+
+With `--fail-on-regression` it is a gate for CI: exit code 3 (REGRESSION_EXIT) when a candidate is significantly
+worse than the baseline (erroranalysis.compare.regressions says what counts), after printing what regressed."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from erroranalysis.cli import common
+
+REGRESSION_EXIT = 3  # 0 success, 1 internal error, 2 bad input (common.handle_errors); 3 a regression was found
 
 
 def register(app: typer.Typer) -> None:
@@ -32,22 +37,64 @@ def compare(
                               "Jaccard overlap.")] = 0.3,
     examples: Annotated[int, typer.Option("--examples", help="Fixed and broken examples to print.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
+    fail_on_regression: Annotated[bool, typer.Option(
+        "--fail-on-regression", help="Exit with code 3 when accuracy, macro F1 or a class's F1 is significantly lower "
+                                     "(paired bootstrap interval below 0), or an error type or cluster gained "
+                                     "significantly more newly failing examples than it lost (one-sided binomial).")] = False,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of --fail-on-regression's binomial "
+                                                         "test.")] = 0.05,
 ) -> None:
     """Compare runs: a baseline first, then candidates."""
     from erroranalysis import compare as cmp
     from erroranalysis import stages
+    from erroranalysis.validation import check_number
 
+    check_number("alpha", alpha, 0, 1, low_open=True, high_open=True)
     report = stages.compare_runs(base, candidates, labels_db=labels_db, n_resamples=resamples, seed=seed,
                               min_overlap=min_overlap)
     written = stages.write_report(report, out) if out is not None else []
+    found = [(c, cmp.regressions(c, alpha=float(alpha))) for c in report.doc["comparisons"]] if fail_on_regression \
+        else []
     if as_json:
         typer.echo(cmp.to_json(report.doc), nl=False)
+    else:
+        console = common.console()
+        console.soft_wrap = True
+        _print(console, report.doc, examples)
+        for path in written:
+            typer.echo(f"wrote {path}")
+        print_regressions(console, found, float(alpha))
+    gate(found)
+
+
+def print_regressions(out, found: list, alpha: float) -> None:
+    """The gate's findings, one line each (nothing when the gate was not asked for)."""
+    from rich.markup import escape
+
+    for comp, items in found:
+        out.print()
+        if not items:
+            out.print(f"No significant regression of {escape(comp['candidate'])} against {escape(comp['base'])} "
+                      f"(alpha {alpha:g}).")
+            continue
+        out.print(f"[bold]Regressions[/bold] of {escape(comp['candidate'])} against {escape(comp['base'])} "
+                  f"(alpha {alpha:g}):")
+        for r in items:
+            out.print(f"  - {escape(r['text'])}")
+
+
+def gate(found: list) -> None:
+    """Exit with REGRESSION_EXIT, and say so on stderr, when any comparison regressed."""
+    import sys
+
+    bad = [(comp, items) for comp, items in found if items]
+    if not bad:
         return
-    console = common.console()
-    console.soft_wrap = True
-    _print(console, report.doc, examples)
-    for path in written:
-        typer.echo(f"wrote {path}")
+    n = sum(len(items) for _, items in bad)
+    names = ", ".join(comp["candidate"] for comp, _ in bad)
+    print(f"regression: {n} significant regression{'s' if n != 1 else ''} in {names}; exit {REGRESSION_EXIT}",
+          file=sys.stderr)
+    raise typer.Exit(REGRESSION_EXIT)
 
 
 def _print(out, doc: dict, n_examples: int) -> None:

@@ -59,12 +59,12 @@ class ShardPredictor:
     """The callable class `map_batches` runs: loads the checkpoint once per actor, predicts a chunk, writes its
     shards, returns what the driver checks."""
 
-    def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple[str, str, str]):
+    def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32"):
         from erroranalysis.infer.classifier import ChunkPredictor
 
         self.predict = ChunkPredictor(**predictor_kwargs)
         self.labels = labels
-        self.sink = ShardSink(*[Path(p) for p in paths])
+        self.sink = ShardSink(*[p and Path(p) for p in paths], hidden_dtype=hidden_dtype)
 
     def __call__(self, batch):
         from erroranalysis.infer.classifier import confusion, output_table
@@ -100,15 +100,18 @@ def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
     return engine.concurrency or count, 1.0 if gpus else 0.0
 
 
-def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple[Path, Path, Path], engine: Engine, *,
-            chunk_size: int = 4096, progress: Callable[[int], None] | None = None) -> np.ndarray:
-    """Inference over `inputs` (an `input_table`) on Ray, shards into `paths`; the summed confusion counts."""
+def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
+            chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
+            hidden_dtype: str = "float32") -> np.ndarray:
+    """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
+    the summed confusion counts."""
     connect(engine)
     import ray
     import ray.data
 
     for folder in paths:
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        if folder is not None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
     device = predictor_kwargs.get("device", "auto")
     actors, gpus = _actors(ray, engine, device)
     if device.startswith("cuda") and not gpus:
@@ -117,7 +120,8 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple[Path
     kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
     ds = ray.data.from_arrow(_blocks(inputs, chunk_size))
     done = ds.map_batches(ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
-                                                                 "paths": tuple(str(p) for p in paths)},
+                                                                 "paths": tuple(p and str(p) for p in paths),
+                                                                 "hidden_dtype": hidden_dtype},
                           batch_size=chunk_size, batch_format="pyarrow", num_cpus=1, num_gpus=gpus or None,
                           compute=ray.data.ActorPoolStrategy(size=actors))
     k = len(labels)
@@ -148,6 +152,8 @@ def check_coverage(covered: dict[int, int], n_rows: int, paths) -> None:
         raise EngineError(f"--engine ray: {at} of {n_rows} rows came back; the run is incomplete and was not "
                           "committed.")
     for folder, suffix in zip(paths, (".parquet", ".npy", ".npy")):
+        if folder is None:
+            continue
         on_disk = shard_starts(folder, suffix)
         if on_disk != expected:
             missing = sorted(set(expected) - set(on_disk))

@@ -7,7 +7,8 @@
   Shard names carry the first row (zero-padded), so name order is row order for every reader, and a chunk that
   Ray runs twice (a retried task) rewrites the same shard with the same content.
 
-The paths are given by the stage (its staging area); nothing here knows about run directories.
+The paths are given by the stage (its staging area); nothing here knows about run directories. `hidden` None
+keeps no hidden states; `hidden_dtype` float16 halves them (a training run's step runs).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ SHARD = "part-{start:012d}{suffix}"
 class FileSink:
     """Single files, written in row order; `close()` flushes them."""
 
-    def __init__(self, predictions: Path, probs: Path, hidden: Path, n_rows: int):
-        self.paths = (Path(predictions), Path(probs), Path(hidden))
-        self.n_rows = n_rows
+    def __init__(self, predictions: Path, probs: Path, hidden: Path | None, n_rows: int,
+                 hidden_dtype: str = "float32"):
+        self.paths = (Path(predictions), Path(probs), hidden and Path(hidden))
+        self.n_rows, self.hidden_dtype = n_rows, hidden_dtype
         self.writer = self.probs = self.hidden = None
 
     def write(self, start: int, table, out: dict[str, np.ndarray]) -> None:
@@ -36,25 +38,29 @@ class FileSink:
         if self.probs is None:
             self.probs = np.lib.format.open_memmap(self.paths[1], mode="w+", dtype=np.float32,
                                                    shape=(self.n_rows, out["probs"].shape[1]))
-            self.hidden = np.lib.format.open_memmap(self.paths[2], mode="w+", dtype=np.float32,
-                                                    shape=(self.n_rows, out["hidden"].shape[1]))
+            if self.paths[2] is not None:
+                self.hidden = np.lib.format.open_memmap(self.paths[2], mode="w+", dtype=self.hidden_dtype,
+                                                        shape=(self.n_rows, out["hidden"].shape[1]))
             self.writer = pq.ParquetWriter(self.paths[0], table.schema)
         self.probs[start:start + m] = out["probs"]
-        self.hidden[start:start + m] = out["hidden"]
+        if self.hidden is not None:
+            self.hidden[start:start + m] = out["hidden"]
         self.writer.write_table(table)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
             self.probs.flush()
-            self.hidden.flush()
+            if self.hidden is not None:
+                self.hidden.flush()
 
 
 class ShardSink:
     """Folders of shards, one per chunk, in any order and from any process."""
 
-    def __init__(self, predictions: Path, probs: Path, hidden: Path):
-        self.paths = (Path(predictions), Path(probs), Path(hidden))
+    def __init__(self, predictions: Path, probs: Path, hidden: Path | None, hidden_dtype: str = "float32"):
+        self.paths = (Path(predictions), Path(probs), hidden and Path(hidden))
+        self.hidden_dtype = hidden_dtype
 
     def write(self, start: int, table, out: dict[str, np.ndarray]) -> None:
         import pyarrow.parquet as pq
@@ -62,7 +68,9 @@ class ShardSink:
         predictions, probs, hidden = self.paths
         # the arrays first, the table last: a shard's Parquet part is the sign that the whole chunk is written
         files.write_npy(probs / SHARD.format(start=start, suffix=".npy"), np.ascontiguousarray(out["probs"]))
-        files.write_npy(hidden / SHARD.format(start=start, suffix=".npy"), np.ascontiguousarray(out["hidden"]))
+        if hidden is not None:
+            files.write_npy(hidden / SHARD.format(start=start, suffix=".npy"),
+                            np.ascontiguousarray(out["hidden"], dtype=self.hidden_dtype))
         files.atomic_write(predictions / SHARD.format(start=start, suffix=".parquet"),
                            lambda p: pq.write_table(table, p))
 

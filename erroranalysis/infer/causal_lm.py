@@ -203,13 +203,29 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"{folder}: cannot load it as a causal language model ({str(exc).splitlines()[0]}).") from None
     model.eval().to(resolved)
+    return wrap_causal_lm(model, tokenizer, path=path, folder=folder, device=resolved, precision=precision,
+                          weights_sha256=sha, fmt=fmt)
+
+
+def wrap_causal_lm(model, tokenizer, *, path: str | Path, folder: str | Path | None = None, device: str | None = None,
+                   precision: str | None = None, weights_sha256: str | None = None, fmt: str = "in-memory") -> CausalLM:
+    """A CausalLM around a model already in memory (a Trainer's, during training): its device and precision are
+    the model's own unless given."""
+    import torch
+
+    param = next(model.parameters(), None)
+    if device is None:
+        device = str(param.device) if param is not None else "cpu"
+    if precision is None:
+        precision = "bf16" if param is not None and param.dtype == torch.bfloat16 else "fp32"
     eos = _eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = eos[0] if eos else 0
-    return CausalLM(model=model, tokenizer=tokenizer, path=path, folder=folder, device=resolved, precision=precision,
-                    weights_sha256=sha, format=fmt, context_length=_context_length(model, tokenizer),
-                    eos_ids=eos, pad_id=int(pad), _cache_kwarg=_cache_kwarg(model))
+    return CausalLM(model=model, tokenizer=tokenizer, path=Path(path), folder=Path(folder or path), device=device,
+                    precision=precision, weights_sha256=weights_sha256, format=fmt,
+                    context_length=_context_length(model, tokenizer), eos_ids=eos, pad_id=int(pad),
+                    _cache_kwarg=_cache_kwarg(model))
 
 
 def _eos_ids(model, tokenizer) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from erroranalysis.rundir import readers
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
+    CENTROIDS,
     CHECKS,
     CHECKS_JSON,
     CLUSTERS,

@@ -25,6 +25,7 @@ ASSIGNMENTS = "assignments.parquet"
 SUGGESTIONS = "taxonomy_suggestions.parquet"
 DOCTOR_MD = "doctor.md"
 DOCTOR_JSON = "doctor.json"
+CENTROIDS = "cluster_centroids.parquet"  # what `timeline --prune` keeps of embeddings.npy: one vector per cluster
 
 from erroranalysis.data import CORE_COLUMNS  # noqa: E402,F401  (predictions.parquet's columns, defined by data)
 
@@ -40,6 +41,9 @@ STAGE_ARTIFACTS = {
     "cluster_names": (CLUSTERS,),
     "apply_taxonomy": (SUGGESTIONS,),
     "doctor": (DOCTOR_MD, DOCTOR_JSON),
+    # `erroranalysis timeline --prune`: an old step of a training run drops its bulky artifacts (committing their
+    # removal, so the manifest says they are gone) and keeps its clusters' centroids for matching across steps
+    "prune": (PROBS, HIDDEN, EMBEDDINGS, CENTROIDS),
 }
 
 # The stages that create a run's predictions; every other stage reads them.
@@ -54,6 +58,7 @@ INPUTS = {
     "cluster_names": ("source", "cluster"),
     "apply_taxonomy": ("source",),
     "doctor": ("source", "metrics"),
+    "prune": ("source",),
 }
 
 # stage -> the command that runs it again over the run ({run}); the source stages re-run the run's own command
@@ -64,6 +69,7 @@ COMMANDS = {
     "cluster": "erroranalysis cluster {run}",
     "cluster_names": "erroranalysis cluster {run} --names-only",
     "apply_taxonomy": "erroranalysis apply-taxonomy TAXONOMY.json {run}",
+    "prune": "erroranalysis timeline {run} --prune",
 }
 
 

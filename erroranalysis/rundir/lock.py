@@ -33,7 +33,7 @@ class RunLock:
         self.path = Path(run_path)
         self.describe = describe  # () -> str: what the other writer is doing, for the message
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         key = os.path.realpath(self.path)
         if key in _HELD:
             _HELD[key][1] += 1

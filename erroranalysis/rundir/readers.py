@@ -9,7 +9,6 @@ instead of raising when the artifact cannot be used.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from erroranalysis import files
 from erroranalysis.errors import RunError, preview
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
+    CENTROIDS,
     CHECKS,
     CHECKS_JSON,
     CLUSTERS,
@@ -34,6 +34,7 @@ from erroranalysis.rundir.artifacts import (
     SLICE_MEMBERS,
     SLICES,
     SOURCE_STAGES,
+    STAGE_ARTIFACTS,
     SUGGESTIONS,
     TRAINER_STATE,
     owner,
@@ -45,22 +46,37 @@ from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co
     confined,
     real_roots,
 )
+from erroranalysis.rundir.formats import json_doc, npy, parquet, parquet_columns, require_columns
 
 VERIFY_LIMIT = 256 << 20  # sha256 checked for artifacts up to this size (sizes are always checked)
+
+
 _VERIFIED: dict[tuple, str] = {}  # (realpath, mtime_ns, size) -> sha256, so the app does not re-hash on every rerun
 
+
 PREDICTION_COLUMNS = ("example_id", "text", "label", "pred", "correct")
+
+
 CLUSTER_COLUMNS = ("cluster_id", "size", "name")
+
+
 ASSIGNMENT_COLUMNS = ("example_id", "cluster_id")
+
+
 SLICE_COLUMNS = ("slice_id", "description")
+
+
 MEMBER_COLUMNS = ("example_id", "slice_id")
+
+
 CHECK_COLUMNS = ("example_id", "label_issue_score", "label_issue")
+
+
 SUGGESTION_COLUMNS = ("example_id", "label", "pred", "status", "error_type", "closest_type", "basis", "distance",
                       "vote", "nearest_id", "cluster_id")
+
+
 LIST_COLUMNS = ("keywords", "top_confusions", "exemplar_ids")
-
-
-# -- the gate every reader passes -------------------------------------------------------------------------------
 
 
 def artifact_path(run, name: str, required: bool = True, *, allowed_roots=None) -> Path | None:
@@ -83,6 +99,9 @@ def artifact_path(run, name: str, required: bool = True, *, allowed_roots=None) 
         reason = run.explain(stage, manifest)
         if reason:
             raise NotCommitted(f"{run.path}: {name} is not available: {reason}")
+        if required and _pruned(run, manifest, name):
+            raise NotCommitted(f"{run.path}: {name} was removed by 'erroranalysis timeline --prune' (an old step "
+                               f"of a training run); run: {run.resume_command(stage)}")
         if required:
             raise NotCommitted(f"{run.path}: stage {stage!r} wrote no {name}; run: {run.resume_command(stage)}")
         return None
@@ -111,6 +130,10 @@ def _expected_stage(run, manifest: dict, name: str) -> str:
         return run.source_stage(manifest)
     ran = [s for s in stages if s in manifest.get("stages", {})]
     return ran[0] if ran else stages[0]
+
+
+def _pruned(run, manifest: dict, name: str) -> bool:
+    return name in STAGE_ARTIFACTS["prune"] and (run.state("prune", manifest) or {}).get("status") == "done"
 
 
 def _verify(run, file: Path, entry: dict, stage: str) -> None:
@@ -156,49 +179,6 @@ def _optional(read):
     return wrapper
 
 
-def _parquet(file: Path, columns=None):
-    """A Parquet artifact (a file or a folder of shards). Arrow's messages can quote cell contents (example
-    texts), so only the kind of failure is reported."""
-    import pandas as pd
-
-    try:
-        return pd.read_parquet(file, columns=list(columns) if columns is not None else None)
-    except (OSError, ValueError, ArithmeticError, RuntimeError, KeyError) as exc:
-        kind = "not a Parquet file" if "magic" in str(exc).lower() else f"damaged ({type(exc).__name__})"
-        raise RunError(f"{file}: unreadable, {kind}; run the stage that writes it again.") from None
-    except Exception as exc:  # pyarrow raises types of its own
-        raise RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it "
-                       "again.") from None
-
-
-def _json(file: Path):
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RunError(f"{file}: unreadable JSON ({type(exc).__name__}); run the stage that writes it again.") from None
-
-
-def _npy(file: Path) -> np.ndarray:
-    """An array artifact: one .npy file, or a folder of `part-*.npy` shards in row order."""
-    try:
-        if file.is_dir():
-            parts = sorted(file.glob("part-*.npy"))
-            return np.concatenate([np.load(p, mmap_mode="r", allow_pickle=False) for p in parts]) if parts else \
-                np.zeros((0, 0), np.float32)
-        return np.load(file, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise RunError(f"{file}: unreadable array ({type(exc).__name__}); run the stage that writes it again.") from None
-
-
-def _require_columns(file: Path, frame, columns) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise RunError(f"{file}: missing column(s) {preview(missing)}; run the stage that writes it again.")
-
-
-# -- predictions and what inference wrote beside them -----------------------------------------------------------
-
-
 @_optional
 def read_predictions(run, columns=None):
     """predictions.parquet with ids as strings, `correct` as booleans and texts as strings, checked once here:
@@ -207,10 +187,10 @@ def read_predictions(run, columns=None):
     file = artifact_path(run, PREDICTIONS)
     wanted = None if columns is None else list(dict.fromkeys([*PREDICTION_COLUMNS, *columns]))
     if wanted is not None:
-        available = _parquet_columns(file)
+        available = parquet_columns(file)
         wanted = [c for c in wanted if c in available or c in PREDICTION_COLUMNS]
-    frame = _parquet(file, wanted)
-    _require_columns(file, frame, PREDICTION_COLUMNS)
+    frame = parquet(file, wanted)
+    require_columns(file, frame, PREDICTION_COLUMNS)
     ids = frame["example_id"]
     if ids.isna().any():
         raise RunError(f"{file}, column 'example_id': {int(ids.isna().sum())} missing ids; every example needs one.")
@@ -236,16 +216,6 @@ def read_predictions(run, columns=None):
     return frame
 
 
-def _parquet_columns(file: Path) -> set[str]:
-    import pyarrow.parquet as pq
-
-    try:
-        return set(pq.read_schema(next(iter(sorted(file.glob("*.parquet")))) if file.is_dir() else file).names)
-    except Exception as exc:
-        raise RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it "
-                       "again.") from None
-
-
 def n_predictions(run) -> int:
     """Rows of predictions.parquet, from the file's metadata (nothing else is read)."""
     import pyarrow.parquet as pq
@@ -265,7 +235,7 @@ def read_probs(run) -> np.ndarray | None:
     file = artifact_path(run, PROBS, required=False)
     if file is None:
         return None
-    probs = _npy(file)
+    probs = npy(file)
     expected = (n_predictions(run), len(run.labels))
     if probs.shape != expected:
         raise RunError(f"{file}: shape {tuple(probs.shape)}, expected {expected} (predictions x labels); run the "
@@ -279,7 +249,7 @@ def read_hidden(run) -> np.ndarray | None:
     file = artifact_path(run, HIDDEN, required=False)
     if file is None:
         return None
-    states = _npy(file)
+    states = npy(file)
     if states.ndim != 2 or states.shape[0] != n_predictions(run):
         raise RunError(f"{file}: shape {tuple(states.shape)} does not have one row per prediction; run the stage "
                        "that writes it again.")
@@ -292,13 +262,10 @@ def read_trainer_state(run) -> Path | None:
     return artifact_path(run, TRAINER_STATE, required=False)
 
 
-# -- the stages after inference ---------------------------------------------------------------------------------
-
-
 @_optional
 def read_metrics(run) -> dict:
     file = artifact_path(run, METRICS)
-    metrics = _json(file)
+    metrics = json_doc(file)
     if not isinstance(metrics, dict) or not {"overall", "per_class", "confusion"} <= set(metrics):
         raise RunError(f"{file}: not a metrics report (overall, per_class, confusion); run: "
                        f"{run.resume_command('metrics')}")
@@ -309,8 +276,8 @@ def read_metrics(run) -> dict:
 def read_checks(run):
     """checks.parquet: one row per example (predictions order) with label-issue, duplicate and leakage columns."""
     file = artifact_path(run, CHECKS)
-    frame = _parquet(file)
-    _require_columns(file, frame, CHECK_COLUMNS)
+    frame = parquet(file)
+    require_columns(file, frame, CHECK_COLUMNS)
     frame["example_id"] = frame["example_id"].astype(str)
     for column in ("label_issue", "duplicate_conflict", "in_train", "train_label_differs"):
         if column in frame.columns:  # all-missing flags come back from Parquet as objects
@@ -321,16 +288,16 @@ def read_checks(run):
 @_optional
 def read_checks_report(run) -> dict:
     """checks.json: counts, top suspects, duplicate groups, leakage, shift and findings."""
-    return _json(artifact_path(run, CHECKS_JSON))
+    return json_doc(artifact_path(run, CHECKS_JSON))
 
 
 @_optional
 def read_slices(run):
     """(slices, members): slices.parquet and slice_members.parquet with string example ids."""
     slices_file, members_file = artifact_path(run, SLICES), artifact_path(run, SLICE_MEMBERS)
-    slices, members = _parquet(slices_file), _parquet(members_file)
-    _require_columns(slices_file, slices, SLICE_COLUMNS)
-    _require_columns(members_file, members, MEMBER_COLUMNS)
+    slices, members = parquet(slices_file), parquet(members_file)
+    require_columns(slices_file, slices, SLICE_COLUMNS)
+    require_columns(members_file, members, MEMBER_COLUMNS)
     members["example_id"] = members["example_id"].astype(str)
     return slices, members
 
@@ -339,10 +306,10 @@ def read_slices(run):
 def read_embeddings(run):
     """(vectors [n_failures, d], meta): embeddings.npy and embeddings.json (embedder, example ids)."""
     meta_file = artifact_path(run, EMBEDDINGS_META)
-    meta = _json(meta_file)
+    meta = json_doc(meta_file)
     if not isinstance(meta, dict) or not isinstance(meta.get("embedder"), dict):
         raise RunError(f"{meta_file}: no 'embedder' entry; run: {run.resume_command('cluster')}")
-    vectors = _npy(artifact_path(run, EMBEDDINGS))
+    vectors = npy(artifact_path(run, EMBEDDINGS))
     ids = meta.get("example_ids") or []
     if len(vectors) != len(ids):
         raise RunError(f"{meta_file}: {len(ids)} example ids for {len(vectors)} vectors; run: "
@@ -354,8 +321,8 @@ def read_embeddings(run):
 def read_clusters(run):
     """clusters.parquet sorted by size (largest first), list columns as lists."""
     file = artifact_path(run, CLUSTERS)
-    frame = _parquet(file)
-    _require_columns(file, frame, CLUSTER_COLUMNS)
+    frame = parquet(file)
+    require_columns(file, frame, CLUSTER_COLUMNS)
     for column in LIST_COLUMNS:
         values = frame[column] if column in frame.columns else [None] * len(frame)
         frame[column] = [_as_list(v) for v in values]
@@ -374,11 +341,26 @@ def _as_list(value) -> list:
 
 
 @_optional
+def read_centroids(run):
+    """cluster_centroids.parquet (kept by `timeline --prune` in place of embeddings.npy): (cluster ids [k], unit
+    centroids [k, d] float32, the embedder key)."""
+    file = artifact_path(run, CENTROIDS)
+    frame = parquet(file)
+    require_columns(file, frame, ("cluster_id", "centroid", "embedder_key"))
+    ids = frame["cluster_id"].to_numpy(dtype=np.int64)
+    vectors = np.array([np.asarray(v, dtype=np.float32) for v in frame["centroid"]], dtype=np.float32)
+    if len(ids) and vectors.ndim != 2:
+        raise RunError(f"{file}: centroids of unequal length; run: {run.resume_command('prune')}")
+    key = str(frame["embedder_key"].iat[0]) if len(frame) else None
+    return ids, vectors.reshape(len(ids), -1), key
+
+
+@_optional
 def read_assignments(run):
     """assignments.parquet: one row per example (predictions order): cluster_id (-1 none), failure, membership, x, y."""
     file = artifact_path(run, ASSIGNMENTS)
-    frame = _parquet(file)
-    _require_columns(file, frame, ASSIGNMENT_COLUMNS)
+    frame = parquet(file)
+    require_columns(file, frame, ASSIGNMENT_COLUMNS)
     frame["example_id"] = frame["example_id"].astype(str)
     frame["cluster_id"] = frame["cluster_id"].astype("int64")
     return frame
@@ -388,8 +370,8 @@ def read_assignments(run):
 def read_suggestions(run):
     """taxonomy_suggestions.parquet: apply-taxonomy's suggestion for each failure."""
     file = artifact_path(run, SUGGESTIONS)
-    frame = _parquet(file)
-    _require_columns(file, frame, SUGGESTION_COLUMNS)
+    frame = parquet(file)
+    require_columns(file, frame, SUGGESTION_COLUMNS)
     frame["example_id"] = frame["example_id"].astype(str)
     return frame
 
@@ -402,4 +384,4 @@ def read_doctor(run) -> tuple[str, dict]:
         text = md.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"{md}: unreadable ({type(exc).__name__}); run erroranalysis doctor again.") from None
-    return text, _json(artifact_path(run, DOCTOR_JSON))
+    return text, json_doc(artifact_path(run, DOCTOR_JSON))

@@ -16,9 +16,10 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from erroranalysis import __version__, files
 from erroranalysis.errors import RunError
@@ -44,14 +45,14 @@ class Run:
         self.path = Path(path)
 
     @classmethod
-    def open(cls, path: str | Path) -> "Run":
+    def open(cls, path: str | Path) -> Run:
         path = Path(path)
         if not path.is_dir():
             raise RunError(f"{path}: no such run directory; create one with 'erroranalysis run' or 'analyze'.")
         if not (path / MANIFEST).is_file():
             raise RunError(f"{path}: not a run directory (no {MANIFEST}); point at a folder made by 'erroranalysis run'.")
         run = cls(path)
-        run.manifest  # validate early
+        run.manifest  # noqa: B018 (reading it validates it early)
         return run
 
     # -- manifest -------------------------------------------------------------------------------------------

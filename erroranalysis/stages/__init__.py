@@ -23,9 +23,29 @@ from erroranalysis.stages.export import (
     open_store,
     render,
 )
+from erroranalysis.stages.generate import prepare_eval_set as prepare_prompts
 from erroranalysis.stages.generate import run_generation
 from erroranalysis.stages.infer import InferParams, run_checkpoint
+from erroranalysis.stages.infer import prepare as prepare_checkpoint
 from erroranalysis.stages.load_predictions import analyze_predictions
 from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics
 from erroranalysis.stages.slices import SliceParams, slices_run
+from erroranalysis.stages.steps import (
+    Gate,
+    analyze_generation_step,
+    analyze_step,
+    apply_latest_taxonomy,
+    classifier_job,
+    gate_step,
+    same_predictions,
+)
 from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
+from erroranalysis.stages.timeline import (
+    build_timeline,
+    experiment_folder,
+    previous_step,
+    prune_run,
+    prune_steps,
+    step_runs,
+    write_timeline,
+)

@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -22,9 +22,9 @@ from erroranalysis.compare import (
     SCHEMA_VERSION,
     Report,
     RunView,
-    _f,
-    _labels_union,
     compare_pair,
+    finite,
+    labels_union,
     series,
 )
 from erroranalysis.errors import UserError
@@ -85,7 +85,7 @@ def compare_runs(base: str | Path, candidates: Sequence[str | Path], *, labels_d
     if len(set(names)) < len(names):  # same folder name in two places: tell them apart by path
         for v in views:
             v.name = str(v.path)
-    labels = _labels_union(*views)
+    labels = labels_union(*views)
     comparisons, frames = [], []
     for cand in views[1:]:
         result, examples = compare_pair(views[0], cand, n_resamples=n_resamples, seed=seed, level=level,
@@ -113,7 +113,7 @@ def _run_info(v: RunView, baseline: bool) -> dict:
     n = len(v.frame)
     n_fail = int((~v.frame["correct"]).sum())
     return {"name": v.name, "path": str(v.path), "baseline": baseline, "model": model.get("path"),
-            "data": data.get("path"), "n": n, "n_failures": n_fail, "accuracy": _f(1 - n_fail / n) if n else None,
+            "data": data.get("path"), "n": n, "n_failures": n_fail, "accuracy": finite(1 - n_fail / n) if n else None,
             "clustered": bool(v.clusters)}
 
 

@@ -44,38 +44,59 @@ def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data
     """Generate with `model` over the prompt set `data`, check the outputs, write the run at `out`, then run
     metrics (with an "output_checks" section) and the stages `after` names over the failing examples."""
     from erroranalysis.infer.causal_lm import load_causal_lm
-    from erroranalysis.infer.generation import encode_answers, encode_prompts, prompt_budget
 
     check_parameters(gen_opts)
     prepared = prepare_eval_set(data, data_opts, gen_opts)
     lm = load_causal_lm(model, device=gen_opts.device, precision=gen_opts.precision,
                         trust_remote_code=gen_opts.trust_remote_code, log=log)
+    encoded = encode_eval_set(lm, prepared, gen_opts)
+    with create_run(out, overwrite=overwrite, **generation_manifest(lm, prepared, gen_opts, encoded,
+                                                                    seed=after.seed)) as run:
+        generation_stage(run, lm, prepared, gen_opts, encoded, progress)
+        after_predictions(run, after, embedder=embedder)
+    return run
+
+
+def encode_eval_set(lm, prepared: dict, gen_opts: GenerationOptions) -> dict:
+    """The prompts rendered (chat template) and tokenized within the context budget, and the references."""
+    from erroranalysis.infer.generation import encode_answers, encode_prompts, prompt_budget
+
     texts, templated = _render(lm, prepared, gen_opts)
     budget = prompt_budget(lm, gen_opts)
     prompt_ids, truncated, _ = encode_prompts(lm, texts, templated, budget)
     reference_ids = encode_answers(lm, prepared["reference"]) if prepared["reference"] is not None else None
+    return {"prompt_ids": prompt_ids, "truncated": truncated, "reference_ids": reference_ids, "budget": budget}
 
+
+def generation_manifest(lm, prepared: dict, gen_opts: GenerationOptions, encoded: dict, **extra) -> dict:
+    """The manifest fields of a generation run."""
+    return {"task": "generation", "labels": prepared["labels"],
+            "model": {**lm.describe(), "batch_size": gen_opts.batch_size, "max_length": encoded["budget"]},
+            "data": prepared["data_entry"], "device": lm.device,
+            "generation": {**gen_opts.describe(), "output_checks": prepared["checks"],
+                           "allowed_labels": prepared["allowed"]}, **extra}
+
+
+def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationOptions, encoded: dict,
+                     progress: Callable[[int, int], None] | None = None, training_state: dict | None = None) -> None:
+    """The infer stage of a generation run: generate, check the outputs, commit predictions.parquet (with the
+    Trainer's state as trainer_state.json when the model is still in training)."""
     eval_set: EvalSet = prepared["eval_set"]
-    manifest_model = {**lm.describe(), "batch_size": gen_opts.batch_size, "max_length": budget}
-    manifest = {"task": "generation", "labels": prepared["labels"], "model": manifest_model,
-                "data": prepared["data_entry"], "device": lm.device, "seed": after.seed,
-                "generation": {**gen_opts.describe(), "output_checks": prepared["checks"],
-                               "allowed_labels": prepared["allowed"]}}
     params = {**gen_opts.describe(), "device": lm.device, "precision": lm.precision,
               "output_checks": prepared["checks"]}
-    with create_run(out, overwrite=overwrite, **manifest) as run:
-        with run.stage("infer", params) as staging:
-            n = len(eval_set)
-            advance = (lambda k: progress(k, n)) if progress else None
-            start = time.perf_counter()
-            result = _generate(lm, prompt_ids, reference_ids, gen_opts, advance)
-            seconds = max(time.perf_counter() - start, 1e-9)
-            staging.facts["examples_per_second"] = round(n / seconds, 2)
-            staging.facts["tokens_per_second"] = round(float(result["n_output_tokens"].sum()) / seconds, 1)
-            staging.facts["truncated_prompts"] = int(truncated.sum())
-            staging.write_parquet(rundir.PREDICTIONS, prediction_table(prepared, result, prompt_ids, truncated))
-        after_predictions(run, after, embedder=embedder)
-    return run
+    with run.stage("infer", params) as staging:
+        n = len(eval_set)
+        advance = (lambda k: progress(k, n)) if progress else None
+        start = time.perf_counter()
+        result = _generate(lm, encoded["prompt_ids"], encoded["reference_ids"], gen_opts, advance)
+        seconds = max(time.perf_counter() - start, 1e-9)
+        staging.facts["examples_per_second"] = round(n / seconds, 2)
+        staging.facts["tokens_per_second"] = round(float(result["n_output_tokens"].sum()) / seconds, 1)
+        staging.facts["truncated_prompts"] = int(encoded["truncated"].sum())
+        staging.write_parquet(rundir.PREDICTIONS, prediction_table(prepared, result, encoded["prompt_ids"],
+                                                                   encoded["truncated"]))
+        if training_state is not None:
+            staging.write_json(rundir.TRAINER_STATE, training_state)
 
 
 def _generate(lm, prompt_ids, reference_ids, opts, progress):

@@ -27,23 +27,27 @@ from erroranalysis.validation import Params, check_choice, check_int, check_para
 
 PRECISIONS = ("auto", "fp32", "bf16")
 CHUNK_ROWS = 4096  # rows per chunk: the unit of streaming in-process and of a Ray block
+HIDDEN = ("float32", "float16", "none")  # how hidden_states.npy is kept: per-step runs of a training run keep less
 
 
 @dataclass(frozen=True)
 class InferParams(Params):
     """How the checkpoint runs: `--batch-size`, `--max-length`, `--precision` (auto: bf16 on CUDA, fp32
-    elsewhere), `--device`, `--trust-remote-code`."""
+    elsewhere), `--device`, `--trust-remote-code`; `hidden`: hidden_states.npy kept as float32, float16 (half the
+    disk) or not at all ("none")."""
 
     batch_size: int = 32
     max_length: int = 256
     precision: str = "auto"
     device: str = "auto"
     trust_remote_code: bool = False
+    hidden: str = "float32"
 
     def validate(self) -> None:
         check_int("batch_size", self.batch_size, 1)
         check_int("max_length", self.max_length, 2)
         check_choice("precision", self.precision, PRECISIONS)
+        check_choice("hidden", self.hidden, HIDDEN)
         check_param("device", self.device, isinstance(self.device, str) and (
             self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")),
             "one of auto, cpu, cuda, cuda:N, mps")
@@ -77,13 +81,16 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
 
 @dataclass
 class InferJob:
-    """A checkpoint and an eval set, loaded and checked: everything the infer stage needs."""
+    """A checkpoint and an eval set, loaded and checked: everything the infer stage needs. `training_state` (a
+    Trainer's state as a dict, for a model still in training) is written as the run's trainer_state.json instead of
+    the checkpoint folder's."""
 
     model: Path
     clf: object
     eval_set: EvalSet
     gold: np.ndarray
     params: InferParams
+    training_state: dict | None = None
 
     @property
     def precision(self) -> str:
@@ -123,7 +130,10 @@ def infer_stage(run: Run, job: InferJob, progress=None, engine: Engine = LOCAL) 
             counts = _write_inference(staging, job, engine, advance)
         staging.facts["examples_per_second"] = round(len(job.eval_set) / max(time.perf_counter() - start, 1e-9), 1)
         staging.facts["confusion_counts"] = counts.tolist()  # summed over chunks; metrics recount them from rows
-        copy_training_log(job.model, staging)
+        if job.training_state is not None:
+            staging.write_json(rundir.TRAINER_STATE, job.training_state)
+        else:
+            copy_training_log(job.model, staging)
 
 
 def copy_training_log(checkpoint: Path, staging) -> None:
@@ -139,18 +149,19 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
     from erroranalysis.infer.classifier import ChunkPredictor, input_table
 
     inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns)
-    paths = tuple(staging.file(name) for name in (rundir.PREDICTIONS, rundir.PROBS, rundir.HIDDEN))
     p = job.params
+    hidden = staging.file(rundir.HIDDEN) if p.hidden != "none" else None
+    paths = (staging.file(rundir.PREDICTIONS), staging.file(rundir.PROBS), hidden)
     if engine.distributed:
         from erroranalysis.engines import ray_data
 
         kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_length": p.max_length,
                   "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code}
         return ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
-                                progress=advance)
+                                progress=advance, hidden_dtype=p.hidden)
     from erroranalysis.engines import local
     from erroranalysis.engines.sinks import FileSink
 
     predictor = ChunkPredictor(clf=job.clf, batch_size=p.batch_size, max_length=p.max_length, precision=p.precision)
-    return local.predict(inputs, predictor, job.clf.labels, FileSink(*paths, n_rows=inputs.num_rows),
+    return local.predict(inputs, predictor, job.clf.labels, FileSink(*paths, n_rows=inputs.num_rows, hidden_dtype=p.hidden),
                          chunk_size=CHUNK_ROWS, progress=advance)

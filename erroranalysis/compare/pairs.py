@@ -1,131 +1,37 @@
-"""Compare runs of the same eval set: a baseline and one or more candidates (an ablation series).
-
-The statistics are pure functions over arrays: `paired_bootstrap` (paired percentile intervals for the change of
-accuracy, macro/weighted F1 and per-class precision, recall and F1), `mcnemar` (paired correctness, exact binomial
-when the discordant count is small), `match_clusters` (clusters matched across runs by shared members). The thin
-layer on top reads the run directories and the labels store and builds one report:
-
-    from erroranalysis import compare
-    report = compare.compare_runs("runs/base", ["runs/cand"])      # examples matched by example id
-    compare.write_report(report, "out/")                            # compare.json, compare.md, compare_examples.parquet
-    print(compare.to_markdown(report.doc))
-
-The JSON format (`format: erroranalysis.compare`, `schema_version: 1`) is documented in docs/compare.md.
+"""One baseline against one candidate: examples aligned by id, metric changes with intervals, fixed and broken
+examples, error types and clusters matched across the two runs.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from erroranalysis.compare.stats import LEVEL, PER_CLASS, finite, mcnemar, paired_bootstrap
 from erroranalysis.errors import DataError, preview
-from erroranalysis.validation import check_param, is_int
+from erroranalysis.validation import check_param
 
 FORMAT = "erroranalysis.compare"
+
+
 SCHEMA_VERSION = 1
-LEVEL = 0.95
-EXACT_BELOW = 25  # McNemar: exact binomial test when fixed + broken is below this
-BOOTSTRAP_CELLS = 4_000_000
+
+
 MIN_OVERLAP = 0.3
+
+
 TEXT_LIMIT = 300
+
+
 OVERALL = ("accuracy", "macro_f1", "weighted_f1", "macro_precision", "macro_recall")
-PER_CLASS = ("precision", "recall", "f1")
+
+
+
+
 STATUSES = ("fixed", "broken", "still_failing", "still_correct")
-REPORT_FILES = ("compare.json", "compare.md", "compare_examples.parquet")
-
-
-
-
-def stats_from_confusion(cm: np.ndarray) -> dict[str, np.ndarray]:
-    """Accuracy, macro and weighted scores and per-class precision/recall/F1 of confusion counts [..., k, k]."""
-    from erroranalysis.metrics import scores_from_confusion
-
-    s = scores_from_confusion(cm)
-    n = cm.sum(axis=(-2, -1)).astype(np.float64)
-    n_safe = np.where(n > 0, n, 1.0)
-    out = {"accuracy": np.trace(cm, axis1=-2, axis2=-1) / n_safe,
-           "macro_f1": s["f1"].mean(axis=-1), "macro_precision": s["precision"].mean(axis=-1),
-           "macro_recall": s["recall"].mean(axis=-1),
-           "weighted_f1": (s["f1"] * s["support"]).sum(axis=-1) / n_safe}
-    for name in PER_CLASS:
-        out[name] = s[name]
-    out["support"] = s["support"]
-    return out
-
-
-def paired_bootstrap(t: np.ndarray, pa: np.ndarray, pb: np.ndarray, k: int, *, n_resamples: int = 1000,
-                     seed: int = 0, level: float = LEVEL) -> dict:
-    """Point values for runs a and b and paired percentile intervals of `b - a` for every statistic of
-    `stats_from_confusion`, from integer codes of gold labels `t` and the two runs' predictions.
-
-    Resampling examples with replacement (the same rows for both runs) puts a multinomial number of rows in each
-    (gold, pred a, pred b) cell, so the cells are drawn directly: the cost grows with the non-empty cells, not rows.
-    """
-    check_param("n_resamples", n_resamples, is_int(n_resamples) and n_resamples >= 1, "an integer >= 1")
-    check_param("seed", seed, is_int(seed) and seed >= 0, "an integer >= 0")
-    check_param("level", level, isinstance(level, float) and 0.5 <= level < 1, "a float in [0.5, 1)")
-    t, pa, pb = (np.asarray(x, dtype=np.int64) for x in (t, pa, pb))
-    n = len(t)
-    if n == 0:
-        raise DataError("no examples to compare.")
-    from scipy import sparse
-
-    from erroranalysis.metrics import confusion_counts
-
-    cm_a, cm_b = confusion_counts(t, pa, k), confusion_counts(t, pb, k)
-    point_a, point_b = stats_from_confusion(cm_a), stats_from_confusion(cm_b)
-    joint = (t * k + pa) * k + pb
-    cells, counts = np.unique(joint, return_counts=True)
-    m = len(cells)
-    cell_a = cells // k                    # t * k + pa
-    cell_b = (cells // (k * k)) * k + cells % k  # t * k + pb
-    ma = sparse.csr_matrix((np.ones(m), (np.arange(m), cell_a)), shape=(m, k * k))
-    mb = sparse.csr_matrix((np.ones(m), (np.arange(m), cell_b)), shape=(m, k * k))
-    rng = np.random.default_rng(seed)
-    chunk = max(1, BOOTSTRAP_CELLS // max(m, k * k))
-    deltas: dict[str, list] = {name: [] for name in point_a if name != "support"}
-    for size in np.diff(np.r_[0:n_resamples:chunk, n_resamples]):
-        draws = rng.multinomial(n, counts / n, size=int(size)).astype(np.float64)  # [size, m]
-        da = np.asarray((ma.T @ draws.T).T).reshape(-1, k, k)
-        db = np.asarray((mb.T @ draws.T).T).reshape(-1, k, k)
-        sa, sb = stats_from_confusion(da), stats_from_confusion(db)
-        for name in deltas:
-            deltas[name].append(sb[name] - sa[name])
-    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
-    ci = {}
-    for name, parts in deltas.items():
-        values = np.concatenate(parts, axis=0)
-        lo, hi = np.percentile(values, q, axis=0)
-        ci[name] = np.stack([lo, hi], axis=-1)
-    return {"a": point_a, "b": point_b, "ci": ci, "n": n, "n_resamples": n_resamples, "seed": seed, "level": level}
-
-
-def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
-    """McNemar's test of paired correctness. `fixed` = wrong in a, right in b; `broken` = right in a, wrong in b.
-    Exact two-sided binomial test when fixed + broken < 25, else chi-square with continuity correction."""
-    from scipy import stats
-
-    a = np.asarray(correct_a, dtype=bool)
-    b = np.asarray(correct_b, dtype=bool)
-    if a.shape != b.shape:
-        raise DataError(f"correct_a has {a.size} rows and correct_b {b.size}; pass paired arrays.")
-    fixed, broken = int((~a & b).sum()), int((a & ~b).sum())
-    d = fixed + broken
-    if d == 0:
-        return {"fixed": 0, "broken": 0, "n_discordant": 0, "statistic": 0.0, "p_value": 1.0,
-                "method": "no discordant pairs"}
-    if d < EXACT_BELOW:
-        p = float(stats.binomtest(min(fixed, broken), d, 0.5).pvalue)
-        return {"fixed": fixed, "broken": broken, "n_discordant": d, "statistic": float(min(fixed, broken)),
-                "p_value": min(1.0, p), "method": "exact binomial"}
-    stat = (abs(fixed - broken) - 1) ** 2 / d
-    return {"fixed": fixed, "broken": broken, "n_discordant": d, "statistic": float(stat),
-            "p_value": float(stats.chi2.sf(stat, 1)), "method": "chi-square with continuity correction"}
 
 
 def match_clusters(base: dict[int, set], candidate: dict[int, set], shared: set, *,
@@ -213,7 +119,8 @@ def align(base: RunView, cand: RunView) -> tuple[np.ndarray, list[str]]:
     return pos, notes
 
 
-def _labels_union(*views: RunView) -> list[str]:
+def labels_union(*views: RunView) -> list[str]:
+    """Every class name of the runs: each run's own order first, then any label or prediction seen only in rows."""
     order: list[str] = []
     for v in views:
         for label in list(v.labels) + sorted(set(v.frame["label"]) | set(v.frame["pred"])):
@@ -222,16 +129,8 @@ def _labels_union(*views: RunView) -> list[str]:
     return order
 
 
-def _f(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) or math.isinf(v) else round(v, 6)
-
-
 def _interval(ci) -> list[float]:
-    return [_f(ci[0]), _f(ci[1])]
+    return [finite(ci[0]), finite(ci[1])]
 
 
 def _significant(ci) -> bool:
@@ -244,7 +143,7 @@ def compare_pair(base: RunView, cand: RunView, *, n_resamples: int = 1000, seed:
     import pandas as pd
 
     pos, notes = align(base, cand)
-    labels = labels or _labels_union(base, cand)
+    labels = labels or labels_union(base, cand)
     index = {label: i for i, label in enumerate(labels)}
     k = len(labels)
     b, c = base.frame, cand.frame.iloc[pos].reset_index(drop=True)
@@ -255,16 +154,16 @@ def compare_pair(base: RunView, cand: RunView, *, n_resamples: int = 1000, seed:
     overall = {}
     for name in OVERALL:
         ci = boot["ci"][name]
-        overall[name] = {"base": _f(boot["a"][name]), "candidate": _f(boot["b"][name]),
-                         "delta": _f(boot["b"][name] - boot["a"][name]), "ci": _interval(ci),
+        overall[name] = {"base": finite(boot["a"][name]), "candidate": finite(boot["b"][name]),
+                         "delta": finite(boot["b"][name] - boot["a"][name]), "ci": _interval(ci),
                          "significant": _significant(ci)}
     per_class = []
     for i, label in enumerate(labels):
         row = {"label": label, "support": int(boot["a"]["support"][i])}
         for name in PER_CLASS:
             ci = boot["ci"][name][i]
-            row[name] = {"base": _f(boot["a"][name][i]), "candidate": _f(boot["b"][name][i]),
-                         "delta": _f(boot["b"][name][i] - boot["a"][name][i]), "ci": _interval(ci),
+            row[name] = {"base": finite(boot["a"][name][i]), "candidate": finite(boot["b"][name][i]),
+                         "delta": finite(boot["b"][name][i] - boot["a"][name][i]), "ci": _interval(ci),
                          "significant": _significant(ci)}
         per_class.append(row)
 
@@ -311,8 +210,8 @@ def _example_list(rows) -> list[dict]:
     out = []
     for r in rows.itertuples(index=False):
         out.append({"example_id": r.example_id, "label": r.label, "base_pred": r.base_pred,
-                    "candidate_pred": r.candidate_pred, "base_confidence": _f(r.base_confidence),
-                    "candidate_confidence": _f(r.candidate_confidence), "base_error_type": r.base_error_type,
+                    "candidate_pred": r.candidate_pred, "base_confidence": finite(r.base_confidence),
+                    "candidate_confidence": finite(r.candidate_confidence), "base_error_type": r.base_error_type,
                     "candidate_error_type": r.candidate_error_type,
                     "text": _snippet(r.text)})
     return out
@@ -407,124 +306,3 @@ def _cluster_changes(base: RunView, cand: RunView, examples, min_overlap: float)
     appeared.sort(key=lambda r: -r["size"])
     return {"available": True, "min_overlap": min_overlap, "persisted": persisted, "vanished": vanished,
             "appeared": appeared}
-
-
-@dataclass
-class Report:
-    doc: dict                 # the JSON report
-    examples: Any             # one row per (candidate, example): status, predictions, error types, clusters, text
-
-
-def series(doc: dict) -> dict:
-    """The ablation table: one row per statistic (overall, per class F1, failures per error type, fixed/broken),
-    one value per run (the baseline first), with the change against the baseline and its interval."""
-    comps = doc["comparisons"]
-    run_names = [r["name"] for r in doc["runs"]]
-    rows = []
-
-    def add(section, name, metric, base, values, deltas=None, cis=None, sig=None, unit="rate"):
-        rows.append({"section": section, "name": name, "metric": metric, "unit": unit, "values": [base] + values,
-                     "deltas": [None] + (deltas if deltas is not None else [None] * len(values)),
-                     "ci": [None] + (cis if cis is not None else [None] * len(values)),
-                     "significant": [None] + (sig if sig is not None else [None] * len(values))})
-
-    for metric in ("accuracy", "macro_f1", "weighted_f1"):
-        cells = [c["overall"][metric] for c in comps]
-        add("overall", metric.replace("_", " "), metric, cells[0]["base"], [x["candidate"] for x in cells],
-            [x["delta"] for x in cells], [x["ci"] for x in cells], [x["significant"] for x in cells])
-    for i, label in enumerate(comps[0]["labels"]):
-        cells = [c["per_class"][i]["f1"] for c in comps]
-        add("class", label, "f1", cells[0]["base"], [x["candidate"] for x in cells], [x["delta"] for x in cells],
-            [x["ci"] for x in cells], [x["significant"] for x in cells])
-    if all(c["error_types"] is not None for c in comps):
-        names: list[str] = []
-        for c in comps:
-            for r in c["error_types"]:
-                if r["name"] not in names:
-                    names.append(r["name"])
-        for name in names:
-            found = [next((r for r in c["error_types"] if r["name"] == name), None) for c in comps]
-            base = next((r["base"] for r in found if r is not None), 0)
-            after = [None if r is not None and r["candidate"] is None else
-                     (r["candidate"] + r["candidate_suggested"]) if r else 0 for r in found]
-            add("error type", name, "failures", base, after, [None if a is None else a - base for a in after],
-                unit="count")
-    add("examples", "fixed", "fixed", None, [c["counts"]["fixed"] for c in comps], unit="count")
-    add("examples", "broken", "broken", None, [c["counts"]["broken"] for c in comps], unit="count")
-    add("examples", "McNemar p", "mcnemar_p", None, [_f(c["mcnemar"]["p_value"]) for c in comps], unit="p")
-    return {"runs": run_names, "baseline": run_names[0], "rows": rows}
-
-
-def series_frame(doc: dict):
-    """The ablation table as a DataFrame: section, name, then one column per run (the baseline's title marked
-    "(baseline)"), each candidate cell "value (±delta)"."""
-    import pandas as pd
-
-    s = doc["series"]
-    titles = [f"{s['runs'][0]} (baseline)"] + s["runs"][1:]
-    records = []
-    for row in s["rows"]:
-        rec = {"section": row["section"], "name": row["name"]}
-        for j, title in enumerate(titles):
-            rec[title] = format_cell(row, j)
-        records.append(rec)
-    return pd.DataFrame(records, columns=["section", "name"] + titles)
-
-
-def format_cell(row: dict, j: int) -> str:
-    value, delta, ci = row["values"][j], row["deltas"][j], row["ci"][j]
-    unit = row["unit"]
-    if value is None:
-        return "–"
-    if unit == "rate":
-        text = f"{value:.1%}"
-        if delta is not None:
-            text += f" ({delta * 100:+.1f}"
-            if ci is not None and ci[0] is not None:
-                text += f" [{ci[0] * 100:+.1f}, {ci[1] * 100:+.1f}]"
-            text += ")" + (" *" if row["significant"][j] else "")
-        return text
-    if unit == "p":
-        return f"{value:.3g}"
-    text = f"{int(value):,}"
-    if delta is not None:
-        text += f" ({delta:+d})"
-    return text
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, (float, np.floating)):
-        return _f(obj)
-    if obj is not None and not isinstance(obj, (str, int, bool)):
-        try:
-            import pandas as pd
-
-            if pd.isna(obj):
-                return None
-        except (TypeError, ValueError):
-            pass
-    return obj
-
-
-def to_json(doc: dict) -> str:
-    return json.dumps(_clean(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-_MOVED = {"read_run": "stages.compare", "compare_runs": "stages.compare", "write_report": "compare_report",
-          "to_markdown": "compare_report", "headline": "compare_report"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:  # moved in 0.2
-        from erroranalysis._compat import moved_attribute
-
-        return moved_attribute("compare", name, _MOVED[name])
-    raise AttributeError(f"module 'erroranalysis.compare' has no attribute {name!r}")

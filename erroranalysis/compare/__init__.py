@@ -1,0 +1,59 @@
+"""Compare runs of the same eval set: a baseline and one or more candidates (an ablation series).
+
+The statistics are pure functions over arrays: `paired_bootstrap` (paired percentile intervals for the change of
+accuracy, macro/weighted F1 and per-class precision, recall and F1), `mcnemar` (paired correctness, exact binomial
+when the discordant count is small), `match_clusters` (clusters matched across runs by shared members), in `stats` and `pairs`;
+`gate.regressions` is the `--fail-on-regression` gate and `series` the ablation table. The thin layer on top reads the run directories and the labels store and builds one report:
+
+    from erroranalysis import compare
+    report = compare.compare_runs("runs/base", ["runs/cand"])      # examples matched by example id
+    compare.write_report(report, "out/")                            # compare.json, compare.md, compare_examples.parquet
+    print(compare.to_markdown(report.doc))
+
+The JSON format (`format: erroranalysis.compare`, `schema_version: 1`) is documented in docs/compare.md.
+"""
+
+from __future__ import annotations
+
+from erroranalysis.compare.gate import GATE_ALPHA, GATED_OVERALL, regressions
+from erroranalysis.compare.pairs import (
+    FORMAT,
+    MIN_OVERLAP,
+    OVERALL,
+    SCHEMA_VERSION,
+    STATUSES,
+    TEXT_LIMIT,
+    RunView,
+    align,
+    compare_pair,
+    labels_union,
+    match_clusters,
+)
+from erroranalysis.compare.series import REPORT_FILES, Report, format_cell, series, series_frame, to_json
+from erroranalysis.compare.stats import (
+    BOOTSTRAP_CELLS,
+    EXACT_BELOW,
+    LEVEL,
+    PER_CLASS,
+    finite,
+    mcnemar,
+    paired_bootstrap,
+    stats_from_confusion,
+    worse_p,
+)
+
+__all__ = ["BOOTSTRAP_CELLS", "EXACT_BELOW", "FORMAT", "GATED_OVERALL", "GATE_ALPHA", "LEVEL", "MIN_OVERLAP",
+           "OVERALL", "PER_CLASS", "REPORT_FILES", "SCHEMA_VERSION", "STATUSES", "TEXT_LIMIT", "Report", "RunView",
+           "align", "compare_pair", "finite", "format_cell", "labels_union", "match_clusters", "mcnemar", "paired_bootstrap", "regressions",
+           "series", "series_frame", "stats_from_confusion", "to_json", "worse_p"]
+
+_MOVED = {"read_run": "stages.compare", "compare_runs": "stages.compare", "write_report": "compare_report",
+          "to_markdown": "compare_report", "headline": "compare_report"}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:  # moved in 0.2
+        from erroranalysis._compat import moved_attribute
+
+        return moved_attribute("compare", name, _MOVED[name])
+    raise AttributeError(f"module 'erroranalysis.compare' has no attribute {name!r}")
