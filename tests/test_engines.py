@@ -20,7 +20,7 @@ from erroranalysis.data import DataOptions
 from erroranalysis.engines import Engine, EngineError
 from erroranalysis.engines.ray_data import check_coverage
 from erroranalysis.errors import RunError
-from erroranalysis.rundir import Run, readers
+from erroranalysis.rundir import Run, formats, readers
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
 CHUNK = 40  # rows per chunk (and Ray block): several shards per actor on a small eval set
@@ -177,3 +177,33 @@ def test_minilm_on_ray_gives_the_in_process_vectors(local_ray, monkeypatch):
     embedder = MiniLMEmbedder(cache=False)
     on_ray = ray_data.embed_texts(texts, embedder, Engine("ray"), chunk_size=CHUNK)
     np.testing.assert_allclose(on_ray, embedder.embed_texts(texts), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", None])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_sinks_keep_hidden_states_as_asked(tmp_path, dtype, sharded):
+    """Step runs of a training run keep hidden states as float16 or not at all, on either engine."""
+    import pyarrow as pa
+
+    from erroranalysis.engines.sinks import FileSink, ShardSink
+
+    paths = [tmp_path / "predictions.parquet", tmp_path / "probs.npy", tmp_path / "hidden_states.npy" if dtype else None]
+    if sharded:
+        for p in filter(None, paths):
+            p.mkdir()
+        sink = ShardSink(*paths, hidden_dtype=dtype or "float32")
+    else:
+        sink = FileSink(*paths, n_rows=6, hidden_dtype=dtype or "float32")
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(6, 4)).astype(np.float32)
+    for start in (0, 3):
+        out = {"probs": np.full((3, 2), 0.5, np.float32), "hidden": hidden[start:start + 3]}
+        sink.write(start, pa.table({"example_id": [f"e{start + i}" for i in range(3)]}), out)
+    sink.close()
+    if dtype is None:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.parquet", "probs.npy"]
+        return
+    kept = formats.npy(paths[2])
+    assert kept.dtype == np.float16 and np.allclose(kept, hidden, atol=1e-2)
+    if sharded:
+        check_coverage({0: 3, 3: 3}, 6, paths)
