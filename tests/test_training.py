@@ -217,6 +217,8 @@ def test_report_is_strict_json(tmp_path):
 
 def test_tensorboard_without_package_says_how_to_install(tmp_path, monkeypatch):
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"")
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        monkeypatch.delitem(sys.modules, name)  # imported by an earlier test's Trainer: forget it
     monkeypatch.setitem(sys.modules, "tensorboard", None)
     with pytest.raises(DataError, match="pip install tensorboard"):
         load_training_log(tmp_path)
