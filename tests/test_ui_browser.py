@@ -13,27 +13,19 @@ sample`); skipped without it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, settle, start_app, stop
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = Path(__file__).parent / "screenshots"
-TIMEOUT_MS = 60_000
 # Sidebar link -> the page's heading.
 PAGES = {"Runs": "Runs", "Overview": "Overview", "Confusion matrix": "Confusion matrix", "Clusters": "Clusters",
          "Slices": "Slices", "Compare": "Compare", "Label": "Label", "Taxonomy": "Taxonomy",
@@ -41,12 +33,6 @@ PAGES = {"Runs": "Runs", "Overview": "Overview", "Confusion matrix": "Confusion 
 DEMO = "sample"
 KIND_RUNS = ("no-failures", "not-clustered", "one-class", "interrupted")
 RUNS = (DEMO, "sample-generation") + KIND_RUNS
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _erroranalysis(*args: str) -> None:
@@ -86,32 +72,12 @@ def workspace(sample_dir, tmp_path_factory) -> Path:
 def app(workspace, tmp_path_factory):
     """A running `erroranalysis ui` on the workspace: (base address, labels db path); stopped after the module."""
     labels_db = tmp_path_factory.mktemp("labels") / "labels.sqlite"
-    port = _free_port()
-    exe = Path(sys.executable).parent / "erroranalysis"
-    cmd = [str(exe), "ui", str(workspace), "--port", str(port), "--user", "e2e", "--labels-db", str(labels_db),
-           "--open", DEMO]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    port = free_port()
+    proc = start_app(workspace, "--user", "e2e", "--labels-db", labels_db, "--open", DEMO, port=port)
     first = proc.stdout.readline().strip()
     assert first.startswith("erroranalysis app: http://localhost:"), first
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("the app did not start: " + (proc.stdout.read() or ""))
-        time.sleep(0.3)
     yield f"http://localhost:{port}", labels_db
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    stop(proc)
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +92,6 @@ def page(app):
         yield pg
         context.close()
         browser.close()
-
-
-def _settle(page, pause_ms: int = 800) -> None:
-    """Wait until Streamlit has finished the script run under way (the app's script state, which the page's
-    running indicator only shows after a delay), then give charts time to draw. Call it once something of the
-    new run is on the page: before that, the state may still be the previous run's."""
-    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=TIMEOUT_MS)
-    page.wait_for_timeout(pause_ms)
 
 
 def _shot(page, name: str) -> None:
@@ -152,13 +110,13 @@ def _shot(page, name: str) -> None:
 def _open(page, address: str, run: str) -> None:
     page.goto(f"{address}/?run={run}")
     page.get_by_role("heading", name="Runs", level=1).wait_for()
-    _settle(page)
+    settle(page)
 
 
 def _goto(page, link: str, pause_ms: int = 800) -> None:
     page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=link, exact=True).click()
     page.get_by_role("heading", name=PAGES[link], level=1).wait_for()
-    _settle(page, pause_ms)
+    settle(page, pause_ms)
 
 
 def _problems(page) -> list[str]:
@@ -237,7 +195,7 @@ def test_end_to_end(app, page, workspace, tmp_path):
     page.wait_for_timeout(300)
     page.mouse.click(point[0], point[1])
     page.get_by_role("heading", name=f"{true} → {pred}").wait_for()
-    _settle(page)
+    settle(page)
     assert page.get_by_text(f"{count:,} examples ·").first.is_visible()
     _shot(page, "3-confusion")
 
@@ -253,13 +211,13 @@ def test_end_to_end(app, page, workspace, tmp_path):
     page.get_by_label("Definition").first.fill("The text leans on another class's vocabulary.")
     page.get_by_role("button", name="Create error type").click()
     page.get_by_text(f"Created error type “{name}”.").wait_for()
-    _settle(page)
+    settle(page)
     assign = page.get_by_role("button", name="Assign whole cluster")
     assign.wait_for()
     members = int(assign.inner_text().split("(")[1].split(")")[0].replace(",", ""))
     assign.click()
     page.get_by_test_id("stToastText").get_by_text("Assigned cluster #").wait_for()
-    _settle(page)
+    settle(page)
     _shot(page, "5-label")
 
     # Taxonomy: download the JSON export and check it.
@@ -306,7 +264,7 @@ def test_slices_page_makes_the_slice_an_error_type(app, page, workspace):
     page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg')
     page.get_by_role("button", name="Make an error type from this slice").click()
     page.get_by_text("Created error type").first.wait_for()
-    _settle(page)
+    settle(page)
     _shot(page, "7-slices")
 
     name = slice_type_name(first["description"])

@@ -16,16 +16,13 @@ import hashlib
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, settle, start_app, stop, wait_for
 from ui_fixtures import make_run
 
 pytestmark = pytest.mark.slow
@@ -33,44 +30,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPET = ROOT / "deploy" / "nginx" / "erroranalysis-proxy.conf"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TIMEOUT_MS = 60_000
 USERS = ("alice", "bob", "carol")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for(url: str, proc: subprocess.Popen, what: str, ok=(200,), timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status in ok:
-                    return
-        except urllib.error.HTTPError as exc:
-            if exc.code in ok:
-                return
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            out = proc.stdout.read() if proc.stdout else ""
-            pytest.fail(f"{what} did not start: {out[-2000:]}")
-        time.sleep(0.3)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def ssha(password: str) -> str:
@@ -140,23 +100,19 @@ def deployment(tmp_path_factory):
     htpasswd.write_text("".join(f"{user}:{ssha(pw)}\n" for user, pw in passwords.items()))
     labels_db = tmp / "labels.sqlite"
 
-    app_port, proxy_port = _free_port(), _free_port()
-    exe = Path(sys.executable).parent / "erroranalysis"
-    app = subprocess.Popen([str(exe), "ui", str(root), "--port", str(app_port), "--open", "news",
-                            "--trusted-user-header", "X-Forwarded-User", "--proxy-secret-file", str(secret_file),
-                            "--viewers", "carol", "--labels-db", str(labels_db)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    _wait_for(f"http://127.0.0.1:{app_port}/_stcore/health", app, "the app")
+    app_port, proxy_port = free_port(), free_port()
+    app = start_app(root, "--open", "news", "--trusted-user-header", "X-Forwarded-User", "--proxy-secret-file",
+                    secret_file, "--viewers", "carol", "--labels-db", labels_db, port=app_port)
     prefix = tmp / "nginx"
     conf = nginx_config(prefix, proxy_port, app_port, htpasswd, secret_conf)
     proxy = subprocess.Popen([NGINX, "-e", str(prefix / "error.log"), "-c", str(conf), "-p", str(prefix),
                               "-g", "daemon off;"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
-    _wait_for(f"http://127.0.0.1:{proxy_port}/", proxy, "nginx", ok=(401,))
+    wait_for(f"http://127.0.0.1:{proxy_port}/", proxy, "nginx", ok=(401,))
     yield {"proxy": f"http://127.0.0.1:{proxy_port}", "direct": f"http://127.0.0.1:{app_port}",
            "passwords": passwords, "secret": secret, "labels_db": labels_db, "run": root / "news"}
-    _stop(proxy)
-    _stop(app)
+    stop(proxy)
+    stop(app)
 
 
 @pytest.fixture(scope="module")
@@ -185,11 +141,6 @@ def open_app(browser, address: str, *, user: str | None = None, password: str | 
         tab.get_by_role("heading", name=page, level=1).wait_for()
         settle(tab)
     return context, tab
-
-
-def settle(tab, pause_ms: int = 600) -> None:
-    tab.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=TIMEOUT_MS)
-    tab.wait_for_timeout(pause_ms)
 
 
 def sidebar(tab) -> str:

@@ -3,12 +3,6 @@ browser on the runs a real Trainer fine-tune wrote through the callback (click a
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -123,8 +117,9 @@ def test_the_figure_is_clickable_by_step_and_type(workspace):
 @pytest.mark.slow
 def test_timeline_page_in_a_real_browser_on_a_real_callback_run(tmp_path):
     pytest.importorskip("playwright")
+    from browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, free_port, settle, start_app, stop
     from test_trainer_callback import FAST, make_trainer
-    from test_ui_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, _free_port, _settle, _shot
+    from test_ui_browser import _shot
 
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed (make browsers)")
@@ -140,34 +135,20 @@ def test_timeline_page_in_a_real_browser_on_a_real_callback_run(tmp_path):
            infer=stages.InferParams(max_length=32))
     trainer.train()
 
-    port = _free_port()
-    exe = Path(sys.executable).parent / "erroranalysis"
-    proc = subprocess.Popen([str(exe), "ui", str(tmp_path / "runs"), "--port", str(port), "--user", "e2e"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = start_app(tmp_path / "runs", "--user", "e2e", port=free_port())
     try:
         address = proc.stdout.readline().strip().split(": ", 1)[1]
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("the app did not start: " + (proc.stdout.read() or ""))
-            time.sleep(0.3)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_context(viewport={"width": 1500, "height": 1500}).new_page()
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(address)
             page.get_by_role("heading", name="Runs", level=1).wait_for()
-            _settle(page)
+            settle(page)
             page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name="Timeline", exact=True).click()
             page.get_by_role("heading", name="Timeline", level=1).wait_for()
             page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg')
-            _settle(page)
+            settle(page)
             page.get_by_role("heading", name="Step 6").wait_for()
             # click the first error type's point at step 4 on the chart: the step below follows
             point = page.evaluate(
@@ -184,13 +165,9 @@ def test_timeline_page_in_a_real_browser_on_a_real_callback_run(tmp_path):
             page.wait_for_timeout(300)
             page.mouse.click(point[0], point[1])
             page.get_by_role("heading", name="Step 4").wait_for()
-            _settle(page)
+            settle(page)
             assert page.get_by_text("Against step 2:").first.is_visible()
             _shot(page, "9-timeline")
             browser.close()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop(proc)
