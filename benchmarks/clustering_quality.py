@@ -43,6 +43,9 @@ VARIANTS: dict[str, dict] = {
     "no-merge": {"slice_params": {"merge": False}},
     "merge-0.35": {"slice_params": {"merge_threshold": 0.35}},
     "merge-0.5": {"slice_params": {"merge_threshold": 0.5}},
+    "concept-0.4": {"slice_params": {"concept_threshold": 0.4}},  # the default before: the merge threshold
+    "concept-0.5": {"slice_params": {"concept_threshold": 0.5}},
+    "concept-0.6": {"slice_params": {"concept_threshold": 0.6}},
     "purity-0.3": {"group_purity": 0.3},
     "purity-0.7": {"group_purity": 0.7},
 }

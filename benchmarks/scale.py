@@ -11,6 +11,12 @@ compared.
     .venv/bin/python benchmarks/scale.py                         # 10k and 100k, and Ray at 100k
     .venv/bin/python benchmarks/scale.py --sizes 10000 100000 1000000   # the 1M row takes ~1 hour on 2 cores
     .venv/bin/python benchmarks/scale.py --features 20000 200000 1000000  # slice features: seconds, peak MB
+    .venv/bin/python benchmarks/scale.py --ray-run 100000        # the checkpoint's inference: in-process vs Ray
+
+`--ray-run N` is the inference path itself: `erroranalysis run` of the sample checkpoint (max length 32) over N of
+the same short texts, metrics only (`--no-checks --no-slices --no-cluster`), in-process and `--engine ray` (a local
+Ray, one actor per CPU), each its own process; printed: seconds, peak MB of the driver, and whether predicted
+labels and metrics are identical and probabilities within 1e-5.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import ROOT, load_average, table
+from common import ROOT, load_average, sample_checkpoint, table
 
 EA = str(ROOT / ".venv/bin/erroranalysis")
 STAGES = ("load + metrics", "checks", "slices", "cluster")
@@ -189,6 +195,40 @@ def compare(a: Path, b: Path) -> list[str]:
     return diffs
 
 
+def ray_run(n: int) -> None:
+    """In-process `run` and `run --engine ray` of the sample checkpoint over n short texts: time, peak, same
+    answers."""
+    with tempfile.TemporaryDirectory(prefix="ea_ray_run_") as tmp:
+        tmp = Path(tmp)
+        data = tmp / "eval.parquet"
+        predictions(n)[["id", "text", "label", "source"]].to_parquet(data, index=False)
+        base = [EA, "run", "--model", str(sample_checkpoint()), "--data", str(data), "--id-column", "id",
+                "--max-length", "32", "--batch-size", "64", "--no-checks", "--no-slices", "--no-cluster"]
+        measured = {}
+        for name, extra in (("in-process", []), ("--engine ray", ["--engine", "ray"])):
+            print(f"{n:,} rows, {name}", file=sys.stderr, flush=True)
+            measured[name] = run_measured([*base, "--out", str(tmp / name.strip("-")), *extra],
+                                          {"ERRORANALYSIS_CACHE_DIR": str(tmp / "cache")})
+        a, b = tmp / "in-process", tmp / "engine ray"
+        from erroranalysis.rundir import Run, readers
+
+        ra, rb = Run.open(a), Run.open(b)
+        pa, pb = readers.read_predictions(ra), readers.read_predictions(rb)
+        same_pred = bool((pa["pred"].to_numpy() == pb["pred"].to_numpy()).all())
+        probs = float(np.abs(np.asarray(readers.read_probs(ra)) - np.asarray(readers.read_probs(rb))).max())
+        ma, mb = readers.read_metrics(ra), readers.read_metrics(rb)
+        same_metrics = all(ma[k] == mb[k] for k in ("overall", "per_class", "confusion"))
+        shards = len(list((b / "predictions.parquet").glob("part-*.parquet")))
+    print(f"erroranalysis run of the sample checkpoint over {n:,} short texts (max length 32, metrics only); "
+          f"{os.cpu_count()} CPU(s), {load_average()} at the end (shared machine)\n")
+    (t0, m0), (t1, m1) = measured["in-process"], measured["--engine ray"]
+    print(table([["in-process", f"{t0:.1f}", f"{n / t0:.0f}", f"{m0:.0f}", "1.00x"],
+                 ["--engine ray (local Ray)", f"{t1:.1f}", f"{n / t1:.0f}", f"{m1:.0f}", f"{t0 / t1:.2f}x"]],
+                ["engine", "wall s", "rows/s", "driver peak MB", "in-process / ray"]))
+    print(f"same predicted labels: {same_pred}; same metrics: {same_metrics}; largest probability difference "
+          f"{probs:.2e}; Ray wrote {shards} prediction shards")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -199,7 +239,11 @@ def main() -> None:
                         help="cluster precomputed stand-in vectors (cluster --embedder FILE.npy) instead of MiniLM")
     parser.add_argument("--features", type=int, nargs="+", help="only the slice features' memory at these sizes")
     parser.add_argument("--feature-worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ray-run", type=int, help="only the checkpoint's inference over N rows, in-process and Ray")
     args = parser.parse_args()
+    if args.ray_run:
+        ray_run(args.ray_run)
+        return
     if args.feature_worker:
         feature_worker(args.feature_worker)
         return

@@ -33,7 +33,7 @@ from erroranalysis.errors import DataError
 from erroranalysis.slices._candidate import EmbedFn, _Candidate
 from erroranalysis.slices._conjunctions import _conjunctions, _needs_merge
 from erroranalysis.slices._features import _KIND_ORDER, Features, default_min_support
-from erroranalysis.slices._merge import _merge_words
+from erroranalysis.slices._merge import CONCEPT_THRESHOLD, _merge_words
 from erroranalysis.slices._prune import _describe, _prune
 from erroranalysis.slices._stats import CORRECTIONS, adjust_pvalues, binomial_pvalues, sliceline_score
 from erroranalysis.validation import check_param
@@ -89,7 +89,7 @@ def empty_members(id_dtype="object") -> pd.DataFrame:
 
 def check_search_params(*, min_support=None, max_order=3, alpha=0.95, top_k=20, max_candidates=100,
                         correction="holm", level=0.05, merge_threshold=0.4, merge_level=0.01,
-                        max_overlap=0.8, min_score=None) -> None:
+                        max_overlap=0.8, min_score=None, concept_threshold=CONCEPT_THRESHOLD) -> None:
     """Raise a ParameterError for the first out-of-range search parameter (before any work is done)."""
     def is_int(v):
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
@@ -107,6 +107,8 @@ def check_search_params(*, min_support=None, max_order=3, alpha=0.95, top_k=20, 
     check_param("level", level, is_num(level) and 0 < level < 1, "a number in (0, 1)")
     check_param("merge_threshold", merge_threshold, is_num(merge_threshold) and -1 <= merge_threshold <= 1,
                 "a number in [-1, 1]")
+    check_param("concept_threshold", concept_threshold,
+                is_num(concept_threshold) and -1 <= concept_threshold <= 1, "a number in [-1, 1]")
     check_param("merge_level", merge_level, is_num(merge_level) and 0 < merge_level < 1, "a number in (0, 1)")
     check_param("max_overlap", max_overlap, is_num(max_overlap) and 0 < max_overlap <= 1, "a number in (0, 1]")
     check_param("min_score", min_score, min_score is None or (is_num(min_score) and np.isfinite(min_score)),
@@ -128,6 +130,7 @@ def find_slices(
     merge: bool = True,
     embed_fn: EmbedFn | None = None,
     merge_threshold: float = 0.4,
+    concept_threshold: float = CONCEPT_THRESHOLD,
     merge_level: float = 0.01,
     max_merge_words: int = 200,
     max_overlap: float = 0.8,
@@ -150,14 +153,16 @@ def find_slices(
     packaged all-MiniLM-L6-v2) when a word's mean cosine to the group's words is >= `merge_threshold` and its error
     rate is alike or its examples overlap; words are considered when their own uncorrected p-value is
     <= `merge_level` (at most `max_merge_words`), and the merged slice is tested conditionally on that selection,
-    so merging chance words does not make them significant. A slice mostly (`max_overlap`) inside a better one is
+    so merging chance words does not make them significant. A merged group whose two halves each stand out alone
+    stays one slice only when the median cosine between their words reaches `concept_threshold` (two concepts
+    that both fail are two slices). A slice mostly (`max_overlap`) inside a better one is
     pruned unless significantly more erroneous, and one whose failures other slices explain is pruned. Returns at
     most `top_k` slices.
     """
     check_search_params(min_support=min_support, max_order=max_order, alpha=alpha, top_k=top_k,
                         max_candidates=max_candidates, correction=correction, level=level,
                         merge_threshold=merge_threshold, merge_level=merge_level, max_overlap=max_overlap,
-                        min_score=min_score)
+                        min_score=min_score, concept_threshold=concept_threshold)
     n = features.n_examples
     min_support = default_min_support(n) if min_support is None else int(min_support)
     correct_arr = _as_correct(correct, n)
@@ -192,7 +197,8 @@ def find_slices(
     if merge and len(text) >= 2:
         merged, merge_messages = _merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
                                               stats.p, stats.error, n, base, alpha, merge_threshold, merge_level,
-                                              max_merge_words, embed_fn, alone_level=alone)
+                                              max_merge_words, embed_fn, alone_level=alone,
+                                              concept_threshold=concept_threshold)
         messages.extend(merge_messages)
         if merged:
             pools.append((np.array([c.p_raw for c in merged]), merged))
