@@ -432,7 +432,8 @@ def test_correct_is_validated():
 @pytest.mark.parametrize("name,value", [
     ("min_support", 0), ("min_support", 2.5), ("max_order", 0), ("max_order", 4), ("alpha", 0), ("alpha", 1.5),
     ("top_k", 0), ("max_candidates", 1), ("correction", "bonferroni"), ("level", 0), ("level", 1),
-    ("merge_threshold", 2), ("merge_level", 0), ("max_overlap", 0), ("min_score", float("nan")),
+    ("merge_threshold", 2), ("concept_threshold", -2), ("merge_level", 0), ("max_overlap", 0),
+    ("min_score", float("nan")),
 ])
 def test_invalid_parameters(name, value):
     with pytest.raises(ParameterError, match=f"^{name}={value!r} is invalid: expected "):
