@@ -52,9 +52,9 @@ def build(workdir: Path, n: int, failures: int, clusters: int) -> Path:
         shutil.rmtree(workdir, ignore_errors=True)
         t = time.perf_counter()
         make_run(run_dir, n=n, n_failures=failures, n_clusters=clusters, seed=0)
-        stages = Run.open(run_dir).manifest["stages"]
+        done = Run.open(run_dir).manifest["stages"]
         print(f"built the run ({n:,} examples) with the stages in {time.perf_counter() - t:.1f} s: "
-              + ", ".join(f"{k} {v.get('seconds', 0):.1f} s" for k, v in stages.items()))
+              + ", ".join(f"{k} {v.get('seconds', 0):.1f} s" for k, v in done.items()))
         stamp.write_text(json.dumps(sizes))
     db = workdir / "labels.sqlite"
     db.unlink(missing_ok=True)
@@ -163,18 +163,15 @@ def measure_label_action(repeat: int) -> float:
     return statistics.median(times)
 
 
-def map_payload(run_dir: Path) -> int:
+def map_payload(run_dir: Path) -> tuple[int, int]:
+    """(bytes of Plotly JSON, points) of the Clusters page's map, built by the page's own function."""
     import plotly.io
 
-    from erroranalysis import stages
-    from erroranalysis.rundir import Run, readers
-    from erroranalysis_ui.eaui import charts
+    from erroranalysis_ui.eaui import data
 
-    table = stages.base_table(Run.open(run_dir))
-    clusters = readers.read_clusters(Run.open(run_dir))
-    fig = charts.cluster_map(table[~table["correct"]], dict(zip(clusters["cluster_id"], clusters["name"])),
-                             highlight=0)
-    return len(plotly.io.to_json(fig, validate=False))
+    fig = data.cluster_map_figure(run_dir, None, highlight=0, show_correct=True)
+    points = sum(len(trace.x) for trace in fig.data if trace.x is not None)
+    return len(plotly.io.to_json(fig, validate=False)), points
 
 
 def main() -> None:
@@ -213,7 +210,11 @@ def main() -> None:
           f"(an app without st.cache_data): {s['uncached'] / max(s['cached'], 1e-9):.1f}x slower")
     a = measure_label_action(args.repeat)
     print(f"assign a whole cluster (Label page, write + rerender): {a:.2f} s")
-    print(f"map payload: {map_payload(run_dir) / 1e6:.1f} MB of Plotly JSON for {args.failures:,} points (WebGL)")
+    from erroranalysis_ui.eaui import data
+
+    size, points = map_payload(run_dir)
+    print(f"map payload: {size / 1e6:.1f} MB of Plotly JSON for {points:,} points (WebGL; failures sampled by "
+          f"cluster above {data.MAP_FAILURES:,}, correct examples above {data.MAP_BACKGROUND:,})")
 
 
 if __name__ == "__main__":
