@@ -1,9 +1,10 @@
 """Compare runs of the same eval set: a baseline and one or more candidates (an ablation series).
 
-The statistics are pure functions over arrays: `paired_bootstrap` (paired percentile intervals for the change of
-accuracy, macro/weighted F1 and per-class precision, recall and F1), `mcnemar` (paired correctness, exact binomial
-when the discordant count is small), `match_clusters` (clusters matched across runs by shared members), in `stats` and `pairs`;
-`gate.regressions` is the `--fail-on-regression` gate and `series` the ablation table. The thin layer on top reads the run directories and the labels store and builds one report:
+The statistics are pure functions over arrays (`stats`, `pairs`): `paired_bootstrap` (paired percentile intervals
+for the change of accuracy, macro/weighted F1 and per-class precision, recall and F1), `mcnemar` (paired
+correctness, exact binomial when the discordant count is small), `match_clusters` (clusters matched across runs
+by shared members); `gate.regressions` is the `--fail-on-regression` gate and `series` the ablation table. The
+thin layer on top (`erroranalysis.stages`) reads the run directories and the labels store and builds one report:
 
     from erroranalysis import compare
     report = compare.compare_runs("runs/base", ["runs/cand"])      # examples matched by example id
@@ -44,8 +45,8 @@ from erroranalysis.compare.stats import (
 
 __all__ = ["BOOTSTRAP_CELLS", "EXACT_BELOW", "FORMAT", "GATED_OVERALL", "GATE_ALPHA", "LEVEL", "MIN_OVERLAP",
            "OVERALL", "PER_CLASS", "REPORT_FILES", "SCHEMA_VERSION", "STATUSES", "TEXT_LIMIT", "Report", "RunView",
-           "align", "compare_pair", "finite", "format_cell", "labels_union", "match_clusters", "mcnemar", "paired_bootstrap", "regressions",
-           "series", "series_frame", "stats_from_confusion", "to_json", "worse_p"]
+           "align", "compare_pair", "finite", "format_cell", "labels_union", "match_clusters", "mcnemar",
+           "paired_bootstrap", "regressions", "series", "series_frame", "stats_from_confusion", "to_json", "worse_p"]
 
 _MOVED = {"read_run": "stages.compare", "compare_runs": "stages.compare", "write_report": "compare_report",
           "to_markdown": "compare_report", "headline": "compare_report"}

@@ -6,8 +6,6 @@ from erroranalysis.compare.stats import worse_p
 from erroranalysis.validation import check_param
 
 GATE_ALPHA = 0.05
-
-
 GATED_OVERALL = ("accuracy", "macro_f1")
 
 

@@ -15,17 +15,9 @@ from erroranalysis.errors import DataError, preview
 from erroranalysis.validation import check_param
 
 FORMAT = "erroranalysis.compare"
-
-
 SCHEMA_VERSION = 1
-
-
 MIN_OVERLAP = 0.3
-
-
 TEXT_LIMIT = 300
-
-
 OVERALL = ("accuracy", "macro_f1", "weighted_f1", "macro_precision", "macro_recall")
 
 

@@ -12,11 +12,7 @@ from erroranalysis.errors import DataError
 from erroranalysis.validation import check_param, is_int
 
 LEVEL = 0.95
-
-
 EXACT_BELOW = 25  # McNemar: exact binomial test when fixed + broken is below this
-
-
 BOOTSTRAP_CELLS = 4_000_000
 PER_CLASS = ("precision", "recall", "f1")
 

@@ -50,7 +50,8 @@ def npy(file: Path) -> np.ndarray:
                 np.zeros((0, 0), np.float32)
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise RunError(f"{file}: unreadable array ({type(exc).__name__}); run the stage that writes it again.") from None
+        raise RunError(f"{file}: unreadable array ({type(exc).__name__}); run the stage that writes it "
+                       "again.") from None
 
 
 def require_columns(file: Path, frame, columns) -> None:

@@ -1,8 +1,9 @@
 """Error types across a training run: match each step's failure clusters to the earlier steps', and say what
 happened, in words, beside the training signals of the same steps.
 
-Pure (`tracking`: identities across steps; `events`: what happened, in words): functions over sets of example ids, centroid vectors and training-log series; `erroranalysis.stages`
-(`build_timeline`) reads the step runs and calls them.
+Pure (`tracking`: identities across steps; `events`: what happened, in words): functions over sets of example
+ids, centroid vectors and training-log series; `erroranalysis.stages` (`build_timeline`) reads the step runs and
+calls them.
 
     states = [StepState(step=500, failing={...}, clusters={0: {...}}, centroids={0: vec}, ...), ...]
     types = track(states)                              # one ErrorType per identity, with its size at each step

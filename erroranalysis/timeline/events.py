@@ -12,17 +12,9 @@ import numpy as np
 from erroranalysis.timeline.tracking import ErrorType, StepState
 
 FIXED_SHARE = 0.5  # a type that vanished was "fixed" when at least this share of its last failures are right
-
-
 GROWTH = 1.25  # a type "grew" when its peak is at least this many times its first size (and 3 failures more)
-
-
 LR_DROP = 0.3  # a learning-rate drop: this relative fall in one logged interval, well above the usual change
-
-
 CLASS_DROP = 0.1  # a class's F1 falling this much between two analyzed steps is an event
-
-
 FLAT_CHECK = 0.05  # an output check whose pass rate rose less than this while the loss fell 20% is an event
 
 

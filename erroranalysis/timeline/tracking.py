@@ -11,20 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MIN_OVERLAP = 0.3
-
-
 MIN_SIMILARITY = 0.9
-
-
 LABEL_SHARE = 0.5  # a cluster carries a labeled error type when at least this share of its failures has it
-
-
 STEP_DIGITS = 6
-
-
 _STEP = re.compile(r"step-(\d+)")
-
-
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
