@@ -531,10 +531,8 @@ def test_default_embedder_merges_real_synonyms():
     assert features == [["text:interview"], ["text:job", "text:office"]]
 
 
-def chain_embed(words):
-    """rain ~ drizzle and drizzle ~ cars (cosine 0.5 each), rain ~ cars only 0.25: a chain, not a group."""
-    known = {"rain": [1.0, 0.0, 0.0], "drizzle": [0.5, np.sqrt(0.75), 0.0],
-             "cars": [0.25, 0.433, np.sqrt(0.75)]}
+def planted_vectors(words, known: dict) -> np.ndarray:
+    """The 3-d vectors of `known` words; every other word on an axis of its own (unlike everything)."""
     out = np.zeros((len(words), 3 + len(words)))
     for i, w in enumerate(words):
         if w in known:
@@ -542,6 +540,13 @@ def chain_embed(words):
         else:
             out[i, 3 + i] = 1.0
     return out
+
+
+def chain_embed(words):
+    """rain ~ drizzle and drizzle ~ cars (cosine 0.5 each), rain ~ cars only 0.25: a chain, not a group."""
+    known = {"rain": [1.0, 0.0, 0.0], "drizzle": [0.5, np.sqrt(0.75), 0.0],
+             "cars": [0.25, 0.433, np.sqrt(0.75)]}
+    return planted_vectors(words, known)
 
 
 def test_merging_does_not_chain_through_a_middle_word():
@@ -586,13 +591,7 @@ def bridge_embed(words):
     average linkage joins through the middle word (each of a1, a2, b1, b2 is at >= 0.4 from the growing group)."""
     a, b = np.array([1.0, 0.0, 0.0]), np.array([0.3, np.sqrt(1 - 0.09), 0.0])
     known = {"a1": a, "a2": a, "b1": b, "b2": b, "mid": (a + b) / np.linalg.norm(a + b)}
-    out = np.zeros((len(words), 3 + len(words)))
-    for i, w in enumerate(words):
-        if w in known:
-            out[i, :3] = known[w]
-        else:
-            out[i, 3 + i] = 1.0
-    return out
+    return planted_vectors(words, known)
 
 
 def planted_words(words, *, per: int, failing, seed: int, n: int = 1200):
@@ -650,13 +649,7 @@ def two_countries_embed(words):
     a, b, e3 = np.eye(3)[0], 0.47 * np.eye(3)[0] + np.sqrt(1 - 0.47 ** 2) * np.eye(3)[1], np.eye(3)[2]
     lean = np.sqrt(1 - 0.9 ** 2)
     known = {"japan": a, "tokyo": 0.9 * a + lean * e3, "france": b, "paris": 0.9 * b + lean * e3}
-    out = np.zeros((len(words), 3 + len(words)))
-    for i, w in enumerate(words):
-        if w in known:
-            out[i, :3] = known[w]
-        else:
-            out[i, 3 + i] = 1.0
-    return out
+    return planted_vectors(words, known)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
