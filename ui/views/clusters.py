@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from erroranalysis_ui.eaui import charts, data, state, tables
@@ -18,9 +19,12 @@ with ui.guard("Re-run `erroranalysis cluster RUN`; the other pages and runs stil
         st.stop()
     table = data.examples(current.path, ui.labels())
 
-failures = table[~table["correct"].astype(bool)]
-n_fail = len(failures)
-members = failures[failures["cluster_id"] >= 0]
+# masks over the whole table; rows copied only for the cluster shown (a 1M-row table filtered whole, texts
+# included, costs more than a rerun may)
+failed = ~table["correct"].to_numpy(bool)
+cluster_of = table["cluster_id"].to_numpy()
+n_fail = int(failed.sum())
+n_clustered = int((failed & (cluster_of >= 0)).sum())
 summary = data.cluster_summary(current.path, ui.labels())
 if summary.empty:
     st.info("The clustering found no clusters among the failures.", icon=":material/bubble_chart:")
@@ -32,9 +36,9 @@ if state.get(state.CLUSTER) not in ids:
 
 c = st.columns(4)
 c[0].metric("Clusters", f"{len(summary):,}", border=True)
-c[1].metric("Failures clustered", ui.pct(len(members) / n_fail if n_fail else 0, 0), border=True)
-c[2].metric("Unclustered failures", f"{n_fail - len(members):,}", border=True)
-labeled = int((failures["error_type_id"] >= 0).sum())
+c[1].metric("Failures clustered", ui.pct(n_clustered / n_fail if n_fail else 0, 0), border=True)
+c[2].metric("Unclustered failures", f"{n_fail - n_clustered:,}", border=True)
+labeled = int((failed & (table["error_type_id"].to_numpy() >= 0)).sum())
 c[3].metric("Failures labeled", ui.pct(labeled / n_fail if n_fail else 0, 0), border=True)
 
 
@@ -73,8 +77,8 @@ with detail_col:
     cid = st.selectbox("Cluster", ids, key=state.CLUSTER,
                        format_func=lambda i: f"#{i} · {names.get(i, '')} ({sizes.get(i, 0):,})")
     info = clusters[clusters["cluster_id"] == cid].iloc[0]
-    rows = table[table["cluster_id"] == cid]
-    fail_rows = rows[~rows["correct"].astype(bool)]
+    rows = table.iloc[np.flatnonzero(cluster_of == cid)]
+    fail_rows = rows[~rows["correct"].to_numpy(bool)]
     st.subheader(str(info["name"]) or f"Cluster {cid}", anchor=False)
     about = summary.set_index("cluster_id").loc[cid]
     if about["summary"]:
@@ -110,7 +114,8 @@ with detail_col:
             st.markdown(f":material/sell: {ui.md(name)} · **{n:,}**")
         if here.empty:
             st.caption("Nothing labeled here yet.")
-        moved = table[(table["labeled_cluster_id"] == cid) & (table["cluster_id"] != cid)]
+        was_here = (table["labeled_cluster_id"] == cid).to_numpy(dtype=bool, na_value=False)
+        moved = table.loc[was_here & (cluster_of != cid), ["cluster_id"]]
         if len(moved):
             went = moved["cluster_id"].map(lambda c: names.get(c, "unclustered") if c >= 0 else "unclustered")
             st.caption(f"{len(moved):,} examples labeled while in this cluster are now elsewhere: "

@@ -4,6 +4,7 @@ database, with who made it."""
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from erroranalysis.errors import UserError
@@ -27,8 +28,12 @@ with ui.guard("Labeling needs predictions.parquet; re-run the inference stage.")
     summary = data.cluster_summary(current.path, store) if clusters is not None else None
 
 type_names = {t.id: t.name for t in types}
-failures = table[~table["correct"].astype(bool)]
-counts = table[(table["error_type_id"] >= 0) & (table["status"] == "accepted")]["error_type_id"].value_counts()
+# Masks over the whole table, and the few rows shown taken from it: at 1M examples a filtered copy of the table
+# (texts included) costs more than the rest of the page.
+failed = ~table["correct"].to_numpy(bool)
+type_of = table["error_type_id"].to_numpy()
+cluster_of = table["cluster_id"].to_numpy()
+counts = table.loc[(type_of >= 0) & (table["status"] == "accepted").to_numpy(bool), "error_type_id"].value_counts()
 
 # -- undo ---------------------------------------------------------------------------------------------------------
 last = store.last_undoable()
@@ -36,9 +41,9 @@ bar = st.container(horizontal=True, vertical_alignment="center")
 if can_write:
     bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
                help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
-n_labeled = int((failures["error_type_id"] >= 0).sum())
+n_labeled, n_failed = int((failed & (type_of >= 0)).sum()), int(failed.sum())
 bar.caption((f"Last change: {ui.md(last.summary)} · " if last else "")
-            + f"{n_labeled:,} of {len(failures):,} failures labeled ({ui.pct(n_labeled / max(1, len(failures)), 0)})")
+            + f"{n_labeled:,} of {n_failed:,} failures labeled ({ui.pct(n_labeled / max(1, n_failed), 0)})")
 
 types_col, examples_col = st.columns([1, 2.3], gap="large")
 
@@ -111,7 +116,7 @@ with examples_col:
     source = st.segmented_control("From", sources, key=state.LABEL_SOURCE, required=True,
                                   on_change=state.reset_label_selection, label_visibility="collapsed")
 
-    rows = table.head(0)
+    pick = np.zeros(len(table), dtype=bool)
     whole_cluster = None
     if source == "Cluster":
         if summary is None or summary.empty:
@@ -123,7 +128,7 @@ with examples_col:
             info = summary.set_index("cluster_id")
             cid = st.selectbox("Cluster", cids, key=state.LABEL_CLUSTER, on_change=state.reset_label_selection,
                                format_func=lambda i: f"#{i} · {info.at[i, 'name']} ({int(info.at[i, 'size']):,})")
-            rows = table[table["cluster_id"] == cid]
+            pick = cluster_of == cid
             whole_cluster = [cid]
     elif source == "Cluster family":
         families = summary[summary["parent_id"] >= 0].groupby("parent_id") if summary is not None else None
@@ -137,10 +142,10 @@ with examples_col:
                                format_func=lambda p: f"{fams[p]['parent'].iloc[0]} ({len(fams[p])} clusters, "
                                                      f"{int(fams[p]['size'].sum()):,})")
             whole_cluster = [int(c) for c in fams[fid]["cluster_id"]]
-            rows = table[table["cluster_id"].isin(whole_cluster)]
+            pick = np.isin(cluster_of, whole_cluster)
             st.caption("Labeling the family labels every one of its clusters.")
     elif source == "Confusion":
-        pairs = failures.groupby(["label", "pred"]).size().sort_values(ascending=False)
+        pairs = table.loc[failed, ["label", "pred"]].groupby(["label", "pred"]).size().sort_values(ascending=False)
         options = [state.pair_key(t, p) for t, p in pairs.index]
         if not options:
             st.caption("No failures in this run.")
@@ -152,12 +157,12 @@ with examples_col:
                                 format_func=lambda k: "{} → {} ({:,})".format(*state.split_pair(k),
                                                                                int(pairs[state.split_pair(k)])))
             t, p = state.split_pair(pick)
-            rows = failures[(failures["label"] == t) & (failures["pred"] == p)]
+            pick = failed & (table["label"] == t).to_numpy(bool) & (table["pred"] == p).to_numpy(bool)
     elif source == "Map selection":
         picked = state.get(state.MAP_SELECTION) or []
         if not picked:
             st.caption("Nothing selected on the map: lasso some points on the Clusters page.")
-        rows = table[table["example_id"].isin(picked)]
+        pick = table["example_id"].isin(picked).to_numpy(bool)
     elif source == "Error type":
         if not types:
             st.caption("No error types yet.")
@@ -167,17 +172,16 @@ with examples_col:
                 st.session_state[state.LABEL_FROM_TYPE] = ids[0]
             tid = st.selectbox("Error type", ids, key=state.LABEL_FROM_TYPE, format_func=type_names.get,
                                on_change=state.reset_label_selection)
-            rows = table[table["error_type_id"] == tid]
+            pick = type_of == tid
             st.caption("Select examples that do not belong and move them out, or assign them to another type.")
     elif source == "Unlabeled failures":
-        rows = failures[(failures["error_type_id"] < 0) & ~failures["label_wrong"] & ~failures["not_error"]]
+        pick = failed & (type_of < 0) & ~table["label_wrong"].to_numpy(bool) & ~table["not_error"].to_numpy(bool)
     else:
-        rows = failures
+        pick = failed
 
     query = st.text_input("Search", key=state.LABEL_SEARCH, placeholder="filter by words in the text or example id",
                           on_change=state.reset_label_selection, label_visibility="collapsed")
-    shown = tables.search(rows, query).sort_values("confidence", ascending=False, na_position="last")
-    shown = shown.head(tables.MAX_ROWS)
+    shown, _ = tables.top_rows(table, pick, query)
     st.session_state[state.LABEL_ROWS] = list(zip(shown["example_id"].tolist(),
                                                   shown["cluster_id"].astype(int).tolist()))
     event = tables.examples_table(shown, key=state.label_table_key(), selectable=True, height=400, text_width=330,
@@ -185,7 +189,7 @@ with examples_col:
     selected_rows = list(event.selection.rows) if event is not None else []
     selected = [shown.iloc[i]["example_id"] for i in selected_rows if i < len(shown)]
     st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown"
-               + (f" ({len(rows):,} before search)" if query else ""))
+               + (f" ({int(pick.sum()):,} before search)" if query else ""))
 
     type_ids = [t.id for t in types]
     if state.get(state.LABEL_TARGET) not in type_ids:
@@ -198,7 +202,7 @@ with examples_col:
             act.button(f"Assign {len(selected):,} selected", on_click=actions.assign_selected, args=(run_key,),
                        disabled=not selected or not types, type="primary", icon=":material/sell:")
             if whole_cluster is not None and not query:
-                members = table[table["cluster_id"].isin(whole_cluster)]
+                members = table.loc[pick, ["example_id", "cluster_id"]]  # pick: the cluster or family
                 what = f"cluster #{whole_cluster[0]}" if len(whole_cluster) == 1 else \
                     f"clusters {', '.join(f'#{c}' for c in whole_cluster)}"
                 act.button(f"Assign whole {'cluster' if len(whole_cluster) == 1 else 'family'} ({len(members):,})",
@@ -253,8 +257,8 @@ if can_write and summary is not None and not summary.empty:
         row.selectbox("Into", type_ids, key=state.MERGE_TARGET, format_func=type_names.get, width=260,
                       placeholder="create an error type first")
         members = {int(c): list(zip(g["example_id"], g["cluster_id"].astype(int)))
-                   for c, g in table[table["cluster_id"].isin(state.get(state.MERGE_CLUSTERS) or [])]
-                   .groupby("cluster_id")}
+                   for c, g in table.loc[np.isin(cluster_of, state.get(state.MERGE_CLUSTERS) or []),
+                                         ["example_id", "cluster_id"]].groupby("cluster_id")}
         row.button("Merge clusters", on_click=actions.merge_clusters, args=(run_key, members),
                    icon=":material/merge:", disabled=not types or not state.get(state.MERGE_CLUSTERS),
                    key=state.MERGE_CLUSTERS_BUTTON)

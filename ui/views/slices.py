@@ -4,6 +4,7 @@ into an error type in the labels store."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -27,15 +28,16 @@ with ui.guard("Re-run `erroranalysis slices RUN`; the other pages and runs still
                 "metadata columns and lengths for groups of examples whose error rate stands out (`erroranalysis "
                 "run` and `analyze` compute them too).", icon=":material/filter_alt:")
         st.stop()
-    slices, members = found
+    slices, _ = found
     table = data.examples(current.path, store)
     summary = data.slice_summary(current.path, store)
 
-n_fail = int((~table["correct"].astype(bool)).sum())
+failed = ~table["correct"].to_numpy(bool)
+n_fail = int(failed.sum())
 base = stage.get("base_error_rate")
 base = float(base) if charts.finite(base) else (n_fail / len(table) if len(table) else 0.0)
-failing_ids = set(table.loc[~table["correct"].astype(bool), "example_id"])
-in_a_slice = len(failing_ids & set(members["example_id"]))
+rows_of_slice, in_any_slice = data.slice_rows(current.path)
+in_a_slice = int(failed[in_any_slice].sum())
 
 c = st.columns(4)
 c[0].metric("Slices", f"{len(slices):,}", border=True)
@@ -103,9 +105,8 @@ sid = st.selectbox("Slice", ids, key=state.SLICE,
                                          f"({int(info_of.at[i, 'failures']):,} of {int(info_of.at[i, 'support']):,} "
                                          "failing)")
 info = info_of.loc[sid]
-member_ids = set(members.loc[members["slice_id"] == sid, "example_id"])
-rows = table[table["example_id"].isin(member_ids)]
-fail_rows = rows[~rows["correct"].astype(bool)]
+rows = table.iloc[rows_of_slice.get(int(sid), np.empty(0, dtype=np.int64))]
+fail_rows = rows[~rows["correct"].to_numpy(bool)]
 
 st.subheader(ui.md(info["description"]), anchor=False)
 m = st.columns(5)

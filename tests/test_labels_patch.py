@@ -1,0 +1,126 @@
+"""The app's example table after a labeling change: patched from the events since (stages.patch_labels) it must be
+the table a full rebuild (stages.example_table) gives, for every kind of change, and refuse when it cannot be."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from ui_fixtures import make_run
+
+from erroranalysis import stages
+from erroranalysis.labels import LabelStore
+from erroranalysis.rundir import Run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ws")
+    make_run(root / "news", n=400, n_failures=120)
+    return Run.open(root / "news")
+
+
+@pytest.fixture()
+def store(run, tmp_path):
+    s = LabelStore(tmp_path / "labels.sqlite", user="alice")
+    s.create_error_type("Vocabulary overlap", "", "high")
+    s.create_error_type("Sarcasm", "", "low")
+    return s
+
+
+def failures(run) -> list[str]:
+    table = stages.base_table(run)
+    return table.loc[~table["correct"], "example_id"].tolist()
+
+
+def patched_equals_rebuilt(run, store, change) -> pd.DataFrame:
+    """Apply `change(store, key)`; the table patched from before it must equal the table rebuilt after it."""
+    key = store.run_key(run.path)
+    before, since = stages.example_table(run, store), store.version()
+    change(store, key)
+    patched = stages.patch_labels(before, store, key, since, store.version())
+    assert patched is not None
+    rebuilt = stages.example_table(run, store)
+    pd.testing.assert_frame_equal(patched, rebuilt)
+    return patched
+
+
+def test_assign_reassign_unassign_flags_notes_and_undo_patch_to_the_rebuilt_table(run, store):
+    ids = failures(run)
+    a, b = ids[:40], ids[30:70]
+
+    def many_changes(s: LabelStore, key: str) -> None:
+        s.assign(key, a, "Vocabulary overlap", cluster_ids={i: 3 for i in a})
+        s.assign(key, b, "Sarcasm")  # 10 of them reassigned, cluster ids kept
+        s.set_status(key, b[:5], "rejected")
+        s.unassign(key, a[:7])
+        s.set_flag(key, ids[80:90], "label_wrong")
+        s.set_flag(key, ids[85:95], "not_error")
+        s.set_flag(key, ids[80:83], "label_wrong", False)
+        s.set_note(key, ids[100], "reads as sports")
+        s.set_note(key, ids[101], "two labels fit")
+        s.set_note(key, ids[101], "")
+        s.undo()  # the last note change comes back
+        s.assign("other/run", ids[:50], "Sarcasm")  # another run's labels: not this table's
+
+    table = patched_equals_rebuilt(run, store, many_changes)
+    assert (table["error_type_id"] >= 0).sum() == 63  # 40 + 40 - 10 shared - 7 unassigned
+    assert table.set_index("example_id").at[ids[101], "note"] == "two labels fit"
+
+
+def test_a_patch_on_a_patch_stays_the_rebuilt_table(run, store):
+    ids = failures(run)
+    key = store.run_key(run.path)
+    table, version = stages.example_table(run, store), store.version()
+    for i in range(4):  # the app's rhythm: one change, one patch
+        store.assign(key, ids[i * 10:(i + 2) * 10], ["Sarcasm", "Vocabulary overlap"][i % 2])
+        table = stages.patch_labels(table, store, key, version, store.version())
+        version = store.version()
+    pd.testing.assert_frame_equal(table, stages.example_table(run, store))
+
+
+def test_no_change_to_this_run_returns_the_same_table(run, store):
+    key = store.run_key(run.path)
+    table, since = stages.example_table(run, store), store.version()
+    store.assign("other/run", ["x1", "x2"], "Sarcasm")
+    assert stages.patch_labels(table, store, key, since, store.version()) is table
+
+
+def test_an_error_type_change_or_an_archive_asks_for_a_rebuild(run, store, tmp_path):
+    ids = failures(run)
+    key = store.run_key(run.path)
+    store.assign(key, ids[:20], "Sarcasm")
+    table, since = stages.example_table(run, store), store.version()
+    store.update_error_type("Sarcasm", name="Irony")  # the name of 20 rows changes
+    assert stages.patch_labels(table, store, key, since, store.version()) is None
+
+    table, since = stages.example_table(run, store), store.version()
+    store.assign(key, ids[20:30], "Irony")
+    store.assign(key, ids[30:40], "Irony")
+    store.archive(keep=1, to=tmp_path / "archive.sqlite")  # all but the newest: the first assignment moves out
+    assert stages.patch_labels(table, store, key, since, store.version()) is None
+
+
+def test_too_many_changed_rows_ask_for_a_rebuild(run, store):
+    ids = failures(run)
+    key = store.run_key(run.path)
+    table, since = stages.example_table(run, store), store.version()
+    store.assign(key, ids[:50], "Sarcasm")
+    assert stages.patch_labels(table, store, key, since, store.version(), max_rows=49) is None
+
+
+def test_top_rows_is_the_filtered_sorted_head_of_the_table(run):
+    """The Label page's rows taken by position (tables.top_rows) are what filtering the table, searching it and
+    sorting it by confidence (missing last) would show."""
+    import numpy as np
+
+    from erroranalysis_ui.eaui import tables
+
+    table = stages.base_table(run)
+    table.loc[table.index[::17], "confidence"] = np.nan  # missing confidences go last
+    pick = ~table["correct"].to_numpy(bool)
+    for query in ("", "the", "EX0001"):
+        shown, n = tables.top_rows(table, pick, query, limit=25)
+        expected = tables.search(table[pick], query).sort_values("confidence", ascending=False, kind="stable",
+                                                                 na_position="last")
+        assert n == len(expected)
+        pd.testing.assert_frame_equal(shown, expected.head(25))
