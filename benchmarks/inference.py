@@ -6,7 +6,9 @@ speed ratio and prediction agreement of: inference + metrics in fp32 and in bf16
 `transformers.pipeline("text-classification")` on the same checkpoint and texts; whether this CPU has native
 bf16; then how time and memory grow with the number of rows. Needs the sample checkpoint (`make sample`).
 
-    .venv/bin/python benchmarks/inference.py [--n 3000] [--scale 1000,4000,16000]
+    .venv/bin/python benchmarks/inference.py [--n 3000] [--scale 1000,4000,16000] [--repeat 3]
+    .venv/bin/python benchmarks/inference.py --batching      # rows per batch against the token budget
+    .venv/bin/python benchmarks/inference.py --interleaved   # forward passes alone, taking turns
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def ours(model: Path, data: Path, out: Path, precision: str, analysis: bool = Fa
     return run_process([str(ROOT / ".venv/bin/erroranalysis"), "run", "--model", str(model), "--data", str(data),
                         "--out", str(out), "--max-length", str(MAX_LENGTH), "--precision", precision, *stages,
                         "--overwrite"], env={"ERRORANALYSIS_CACHE_DIR": str(out) + "-cache"})
+
+
+def median_of(repeat: int, measure) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak MiB) of the run with the median wall time of `repeat` runs."""
+    runs = sorted((measure() for _ in range(max(1, repeat))), key=lambda r: r[0])
+    return runs[len(runs) // 2]
 
 
 def native_bf16() -> str:
@@ -89,23 +97,62 @@ def interleaved(model: Path, texts: list[str], rounds: int = 3) -> None:
     print(table(rows, ["", "CPU s", "texts per CPU s", "vs pipeline same precision", "vs pipeline fp32"]))
 
 
+def batching_grid(model: Path, short: list[str], rounds: int = 2) -> None:
+    """Forward passes alone (as `run` feeds them) in fp32 and bf16 over short texts and over long documents (the
+    sample's eval set, max_length 256): fixed rows per batch beside the CPU default (a token budget), best of
+    `rounds`. What chose infer.classifier.CPU_BATCH_TOKENS."""
+    import time
+
+    from erroranalysis.infer.classifier import CPU_BATCH_ROWS, CPU_BATCH_TOKENS, infer, load_classifier
+
+    docs = [json.loads(line)["text"] for line in open(sample_checkpoint().parent / "eval.jsonl", encoding="utf-8")]
+    sets = {"short texts (600, max_length 128)": (short[:600], 128), "documents (200, max_length 256)": (docs[:200], 256)}
+    sides = [(f"{n} rows", n, 0) for n in (8, 16, 32, 64, 128)]
+    rows = []
+    for precision in ("fp32", "bf16"):
+        default = f"default: {CPU_BATCH_TOKENS[precision]:,} tokens, <= {CPU_BATCH_ROWS} rows"
+        clf = load_classifier(model, device="cpu", precision=precision)
+        list(infer(clf, short[:64], None, precision=precision))  # warm-up
+        for name, (texts, max_length) in sets.items():
+            best = {}
+            for label, batch_size, max_tokens in [*sides, (default, None, None)]:
+                times = []
+                for _ in range(rounds):
+                    start = time.perf_counter()
+                    for _ in infer(clf, texts, None, batch_size=batch_size, max_tokens=max_tokens,
+                                   max_length=max_length, precision=precision):
+                        pass
+                    times.append(time.perf_counter() - start)
+                best[label] = min(times)
+            ref = best["32 rows"]
+            rows += [[precision, name, label, f"{t:.2f}", f"{ref / t:.2f}x"] for label, t in best.items()]
+    print(f"batching, forward passes only, best of {rounds}, {load_average()}")
+    print(table(rows, ["", "texts", "batches", "wall s", "vs 32 rows"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--scale", default="1000,4000,16000")
     parser.add_argument("--interleaved", action="store_true", help="forward passes only, in one process, taking turns")
+    parser.add_argument("--batching", action="store_true", help="forward passes only: rows per batch vs tokens")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each whole process (the median is shown)")
     args = parser.parse_args()
     model = sample_checkpoint()
     texts = corpus_sentences()
     if args.interleaved:
         interleaved(model, texts[:args.n])
         return
+    if args.batching:
+        batching_grid(model, texts)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data = write_eval(texts, tmp, args.n)
         base_out = tmp / "pipeline.jsonl"
-        base_s, base_cpu, base_mem = run_process([python(), str(ROOT / "benchmarks/pipeline_baseline.py"), str(model),
-                                        str(data), str(base_out), str(MAX_LENGTH)])
+        base_s, base_cpu, base_mem = median_of(args.repeat, lambda: run_process(
+            [python(), str(ROOT / "benchmarks/pipeline_baseline.py"), str(model), str(data), str(base_out),
+             str(MAX_LENGTH)]))
         base_pred = pd.read_json(base_out, lines=True)["pred"].to_numpy()
         rows = [["transformers pipeline (batch 32)", f"{args.n / base_s:.0f}", f"{base_s:.1f}", f"{base_cpu:.1f}",
                  f"{base_mem:.0f}", "1.00x", "1.00x", "-"]]
@@ -113,12 +160,12 @@ def main() -> None:
                                           ("inference + metrics, bf16", "bf16", False),
                                           ("default run (checks, slices), fp32", "fp32", True)):
             out = tmp / f"run_{precision}_{analysis}"
-            s, cpu, mem = ours(model, data, out, precision, analysis)
+            s, cpu, mem = median_of(args.repeat, lambda: ours(model, data, out, precision, analysis))
             pred = pd.read_parquet(out / "predictions.parquet")["pred"].to_numpy()
             rows.append([f"erroranalysis run: {name}", f"{args.n / s:.0f}", f"{s:.1f}", f"{cpu:.1f}",
                          f"{mem:.0f}", f"{base_s / s:.2f}x", f"{base_cpu / cpu:.2f}x", f"{(pred == base_pred).mean():.2%}"])
         print(f"{args.n} short texts new to the tool, sample checkpoint (MiniLM-L6), max_length {MAX_LENGTH}, whole "
-              f"processes, {load_average()}; native bf16 on this CPU: {native_bf16()}")
+              f"processes, median of {args.repeat}, {load_average()}; native bf16 on this CPU: {native_bf16()}")
         print(table(rows, ["", "examples/s", "wall s", "CPU s", "peak MiB", "wall vs pipeline", "CPU vs pipeline",
                            "same preds"]))
         print()

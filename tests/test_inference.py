@@ -43,6 +43,42 @@ def test_batched_results_equal_a_plain_forward_pass(tiny_checkpoint):
     assert got["n_tokens"].max() == 32
 
 
+def test_token_budget_batches_give_the_plain_forward_pass(tiny_checkpoint):
+    """The CPU default (batches of up to max_tokens padded tokens) changes how rows are grouped, not what they get."""
+    clf = load_classifier(tiny_checkpoint, device="cpu")
+    texts = [r["text"] for r in eval_rows(23)]
+    got = next(infer(clf, texts, None, max_length=32, max_tokens=40))  # 1 to 5 rows a batch here
+    for i, text in enumerate(texts):
+        probs, hidden, _ = plain_forward(clf, text, 32)
+        np.testing.assert_allclose(got["probs"][i], probs, atol=1e-5)
+        np.testing.assert_allclose(got["hidden"][i], hidden, atol=1e-4)
+
+
+def test_batches_cover_every_row_once_within_the_budget():
+    from erroranalysis.infer.classifier import batches
+
+    lengths = np.random.default_rng(0).integers(1, 300, size=1000).astype(np.int32)
+    for rows, tokens in ((128, 4096), (32, 0), (7, 100), (128, 50)):
+        got = list(batches(lengths, rows, tokens))
+        assert sorted(np.concatenate(got).tolist()) == list(range(1000))
+        order = np.concatenate(got)
+        assert (np.diff(lengths[order]) <= 0).all()  # longest first
+        for b in got:
+            assert len(b) <= rows
+            assert not tokens or len(b) == 1 or len(b) * lengths[b].max() <= tokens
+
+
+@pytest.mark.parametrize("device, precision, batch_size, max_tokens, expected", [
+    ("cpu", "fp32", None, None, (128, 2048)), ("cpu", "bf16", None, None, (128, 4096)),
+    ("cpu", "auto", None, None, (128, 2048)), ("cuda", "auto", None, None, (32, 0)),
+    ("cuda:1", "fp32", None, None, (32, 0)), ("cpu", "fp32", 16, None, (16, 0)),
+    ("cpu", "bf16", None, 1024, (128, 1024)), ("cpu", "fp32", 8, 1000, (8, 1000)), ("cpu", "fp32", None, 0, (128, 0))])
+def test_batching_defaults_per_device_and_precision(device, precision, batch_size, max_tokens, expected):
+    from erroranalysis.infer.classifier import batching
+
+    assert batching(device, batch_size, max_tokens, precision) == expected
+
+
 def test_bf16_autocast_stays_close(tiny_checkpoint):
     clf = load_classifier(tiny_checkpoint, device="cpu")
     texts = [r["text"] for r in eval_rows(12)]
@@ -52,7 +88,8 @@ def test_bf16_autocast_stays_close(tiny_checkpoint):
     assert np.isnan(fp32["loss"]).all()
 
 
-@pytest.mark.parametrize("param, value", [("batch_size", 0), ("max_length", 1), ("precision", "fp8")])
+@pytest.mark.parametrize("param, value", [("batch_size", 0), ("max_tokens", -1), ("max_length", 1),
+                                          ("precision", "fp8")])
 def test_parameters_out_of_range(tiny_checkpoint, param, value):
     clf = load_classifier(tiny_checkpoint, device="cpu")
     with pytest.raises(ParameterError, match=f"{param}="):
@@ -178,6 +215,7 @@ def test_manifest_records_the_precision_that_ran(tiny_checkpoint, eval_jsonl, tm
                          infer_opts=InferParams(max_length=32), after=after, log=notes.append)
     model = run.manifest["model"]
     assert (model["precision"], model["precision_asked"]) == ("fp32", "auto")
+    assert (model["batch_size"], model["max_tokens"]) == (128, 2048)  # what ran: the CPU default for fp32
     assert run.manifest["stages"]["infer"]["params"]["precision"] == "fp32"
     assert notes == ["note fp32 cpu"]
     run = run_checkpoint(tiny_checkpoint, eval_jsonl, tmp_path / "bf16", data_opts=DataOptions(id_column="id"),

@@ -115,7 +115,8 @@ def register(app: typer.Typer) -> None:
         encoding: Encoding = "utf-8",
         split: Split = None,
         max_chars: MaxChars = 100_000,
-        batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default 32; 16 for generation).")] = None,
+        batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default: batches of up to 4,096 tokens and 128 examples on a CPU, 32 examples on a GPU; 16 for generation).")] = None,
+        max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Padded tokens per forward pass, at most (0: no budget; default 4,096 on a CPU when --batch-size is not given).")] = None,
         max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example; longer texts are cut and flagged.")] = 256,
         precision: Annotated[Optional[str], typer.Option("--precision", help="auto (default: bf16 on CUDA, fp32 elsewhere), fp32 or bf16; the manifest records what ran.")] = None,
         device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
@@ -151,7 +152,7 @@ def register(app: typer.Typer) -> None:
         after = after_params(no_cluster, no_slices, no_checks, train, seed, check_embedder)
         where = engine_of(engine, ray_address)
         if task == "classification":
-            infer_opts = stages.InferParams(batch_size=32 if batch_size is None else batch_size, max_length=max_length,
+            infer_opts = stages.InferParams(batch_size=batch_size, max_tokens=max_tokens, max_length=max_length,
                                             precision=precision or "auto", device=device,
                                             trust_remote_code=trust_remote_code)
             progress = reporter()

@@ -36,7 +36,7 @@ def watch(
     id_column: IdColumn = None,
     encoding: Encoding = "utf-8",
     split: Split = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")] = 32,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default: up to 4,096 tokens and 128 examples on a CPU, 32 on a GPU and for generation).")] = None,
     max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example.")] = 256,
     precision: Annotated[Optional[str], typer.Option(
         "--precision", help="fp32 or bf16 (default fp32); generation also auto (its default).")] = None,
@@ -80,7 +80,7 @@ def watch(
     generating = task == "generation"
     infer = stages.InferParams(batch_size=batch_size, max_length=max_length, device=device,
                                precision="fp32" if generating else precision or "fp32")
-    generation = GenerationOptions(max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, device=device,
+    generation = GenerationOptions(max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size or 32, device=device,
                                    precision=(precision or "auto") if generating else "auto",
                                    output_checks=_split(output_checks) or None)
     console = common.console()

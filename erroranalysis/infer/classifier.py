@@ -245,33 +245,73 @@ def predict_batch(clf: Classifier, input_ids: list[list[int]], label_ids: np.nda
     return result
 
 
+# Batches on a CPU: length-sorted rows up to this many padded tokens (and CPU_BATCH_ROWS rows), by the precision
+# that runs. Chosen by `benchmarks/inference.py --batching` (short texts and 256-token documents, fp32 and bf16):
+# a fixed number of rows suits one length only (32 rows of documents ran 15% slower in fp32 than 8), bf16 runs
+# best near 4,096 tokens and fp32 near 2,048.
+CPU_BATCH_TOKENS = {"fp32": 2048, "bf16": 4096}
+CPU_BATCH_ROWS = 128
+GPU_BATCH_ROWS = 32  # not measured on a GPU here: the rows per batch of earlier versions, no token budget
+
+
+def batching(device: str, batch_size: int | None, max_tokens: int | None, precision: str = "fp32") -> tuple[int, int]:
+    """(rows, tokens) per forward pass: what `--batch-size` and `--max-tokens` ask, or the default for the device
+    and the precision that runs when neither is given; tokens 0 means no budget. A batch size alone is kept as it
+    is (no token budget)."""
+    check_param("batch_size", batch_size, batch_size is None or (isinstance(batch_size, int) and batch_size >= 1),
+                "an integer >= 1")
+    check_param("max_tokens", max_tokens, max_tokens is None or (isinstance(max_tokens, int) and max_tokens >= 0),
+                "an integer >= 0 (0: no token budget)")
+    on_cpu = device.split(":")[0] == "cpu"
+    if batch_size is None and max_tokens is None:
+        return (CPU_BATCH_ROWS, CPU_BATCH_TOKENS[resolve_precision(precision, device)]) if on_cpu \
+            else (GPU_BATCH_ROWS, 0)
+    if batch_size is None:
+        return (CPU_BATCH_ROWS if on_cpu else GPU_BATCH_ROWS), max_tokens
+    return batch_size, max_tokens or 0
+
+
+def batches(lengths: np.ndarray, rows: int, tokens: int) -> Iterator[np.ndarray]:
+    """Positions of `lengths`, longest first, cut into batches of at most `rows` rows and, when `tokens` is set,
+    at most `tokens` padded tokens (rows x the batch's longest), the rows a power of two: few distinct shapes, so
+    the kernels oneDNN keeps per shape stay few (measured: peak memory 857 MB with any row count, 770 with powers
+    of two, 733 with 32 rows always, on 3,000 short texts). A row longer than the budget is a batch alone."""
+    order = np.argsort(-lengths, kind="stable")  # longest first: padding only within similar lengths
+    start = 0
+    while start < len(order):
+        fit = tokens // max(1, int(lengths[order[start]]))
+        size = rows if not tokens else max(1, min(rows, 1 << (fit.bit_length() - 1) if fit else 1))
+        yield order[start:start + size]
+        start += size
+
+
 class ChunkPredictor:
     """A checkpoint loaded once, mapping a chunk of rows to its outputs: the unit every engine runs (in-process,
     and once per Ray actor through `map_batches`), so both run one implementation.
 
     `__call__(batch)`: `batch["text"]` (and optionally `batch["label_id"]`, int class ids) as lists, arrays or
     Arrow columns in; probs, loss, hidden, n_tokens, truncated out, in the batch's row order. Inside a chunk the
-    rows are tokenized, sorted by length and fed to `predict_batch` `batch_size` at a time."""
+    rows are tokenized, sorted by length and fed to `predict_batch` in `batches` (see `batching` for their size)."""
 
-    def __init__(self, model: str | Path | None = None, *, batch_size: int = 32, max_length: int = 256,
+    def __init__(self, model: str | Path | None = None, *, batch_size: int | None = None, max_length: int = 256,
                  precision: str = "fp32", device: str = "auto", trust_remote_code: bool = False,
-                 clf: Classifier | None = None):
-        check_param("batch_size", batch_size, isinstance(batch_size, int) and batch_size >= 1, "an integer >= 1")
+                 clf: Classifier | None = None, max_tokens: int | None = None):
         check_param("max_length", max_length, isinstance(max_length, int) and max_length >= 2, "an integer >= 2")
         check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
         self.clf = clf if clf is not None else load_classifier(model, device=device, precision=precision,
                                                                trust_remote_code=trust_remote_code)
         model_max = getattr(self.clf.model.config, "max_position_embeddings", None)
         self.max_length = min(max_length, int(model_max)) if model_max else max_length
-        self.batch_size = batch_size
         self.precision = resolve_precision(precision, self.clf.device)
+        self.batch_size, self.max_tokens = batching(self.clf.device, batch_size, max_tokens, self.precision)
 
     def __call__(self, batch, progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
         texts = _as_list(batch["text"])
         gold = None
         if _has(batch, "label_id"):
             gold = np.asarray(_as_list(batch["label_id"]), dtype=np.int64)
-        return _infer_chunk(self.clf, texts, gold, self.batch_size, self.max_length, self.precision, progress)
+        return _infer_chunk(self.clf, texts, gold, (self.batch_size, self.max_tokens), self.max_length,
+                            self.precision, progress)
 
 
 def _as_list(column) -> list:
@@ -285,11 +325,13 @@ def _has(batch, name: str) -> bool:
     return name in (names if names is not None else batch)
 
 
-def infer(clf: Classifier, texts: list[str], label_ids: np.ndarray | None, *, batch_size: int = 32,
+def infer(clf: Classifier, texts: list[str], label_ids: np.ndarray | None, *, batch_size: int | None = None,
           max_length: int = 256, precision: str = "fp32", chunk_size: int = 4096,
-          progress: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
+          progress: Callable[[int], None] | None = None,
+          max_tokens: int | None = None) -> Iterator[dict[str, np.ndarray]]:
     """Yield per-chunk results, in input order: probs, loss, hidden, n_tokens, truncated."""
-    predictor = ChunkPredictor(clf=clf, batch_size=batch_size, max_length=max_length, precision=precision)
+    predictor = ChunkPredictor(clf=clf, batch_size=batch_size, max_length=max_length, precision=precision,
+                               max_tokens=max_tokens)
     for start in range(0, len(texts), chunk_size):
         batch = {"text": list(texts[start:start + chunk_size])}
         if label_ids is not None:
@@ -297,16 +339,14 @@ def infer(clf: Classifier, texts: list[str], label_ids: np.ndarray | None, *, ba
         yield predictor(batch, progress)
 
 
-def _infer_chunk(clf, texts, gold, batch_size, max_length, precision, progress) -> dict[str, np.ndarray]:
+def _infer_chunk(clf, texts, gold, batching_, max_length, precision, progress) -> dict[str, np.ndarray]:
     ids, truncated = tokenize(clf.tokenizer, texts, max_length)
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
-    order = np.argsort(-lengths, kind="stable")  # longest first: padding only within similar lengths
     n, k = len(texts), len(clf.labels)
     probs = np.empty((n, k), dtype=np.float32)
     loss = np.full(n, np.nan, dtype=np.float32)
     hidden = None
-    for b in range(0, n, batch_size):
-        rows = order[b:b + batch_size]
+    for rows in batches(lengths, *batching_):
         out = predict_batch(clf, [ids[i] for i in rows], None if gold is None else gold[rows], precision)
         if hidden is None:
             hidden = np.empty((n, out["hidden"].shape[1]), dtype=np.float32)

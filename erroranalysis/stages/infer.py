@@ -32,11 +32,13 @@ HIDDEN = ("float32", "float16", "none")  # how hidden_states.npy is kept: per-st
 
 @dataclass(frozen=True)
 class InferParams(Params):
-    """How the checkpoint runs: `--batch-size`, `--max-length`, `--precision` (auto: bf16 on CUDA, fp32
-    elsewhere), `--device`, `--trust-remote-code`; `hidden`: hidden_states.npy kept as float32, float16 (half the
-    disk) or not at all ("none")."""
+    """How the checkpoint runs: `--batch-size` and `--max-tokens` (None: the device's default, see
+    infer.classifier.batching), `--max-length`, `--precision` (auto: bf16 on CUDA, fp32 elsewhere), `--device`,
+    `--trust-remote-code`; `hidden`: hidden_states.npy kept as float32, float16 (half the disk) or not at all
+    ("none")."""
 
-    batch_size: int = 32
+    batch_size: int | None = None
+    max_tokens: int | None = None
     max_length: int = 256
     precision: str = "auto"
     device: str = "auto"
@@ -44,7 +46,10 @@ class InferParams(Params):
     hidden: str = "float32"
 
     def validate(self) -> None:
-        check_int("batch_size", self.batch_size, 1)
+        if self.batch_size is not None:
+            check_int("batch_size", self.batch_size, 1)
+        if self.max_tokens is not None:
+            check_int("max_tokens", self.max_tokens, 0)
         check_int("max_length", self.max_length, 2)
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("hidden", self.hidden, HIDDEN)
@@ -93,6 +98,13 @@ class InferJob:
     training_state: dict | None = None
 
     @property
+    def batching(self) -> tuple[int, int]:
+        """(rows, tokens) per forward pass that run here (what None resolved to on this device)."""
+        from erroranalysis.infer.classifier import batching
+
+        return batching(self.clf.device, self.params.batch_size, self.params.max_tokens, self.precision)
+
+    @property
     def precision(self) -> str:
         """The precision that runs (what `auto` resolved to on this device)."""
         from erroranalysis.infer.classifier import resolve_precision
@@ -104,7 +116,7 @@ class InferJob:
         return {"task": "classification", "labels": self.clf.labels,
                 "model": {"path": str(self.model.resolve()), "weights_sha256": self.clf.weights_sha256,
                           "max_length": p.max_length, "precision": self.precision, "precision_asked": p.precision,
-                          "batch_size": p.batch_size},
+                          **dict(zip(("batch_size", "max_tokens"), self.batching))},
                 "data": data_entry(self.eval_set), "device": self.clf.device, **extra}
 
 
@@ -155,13 +167,15 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
     if engine.distributed:
         from erroranalysis.engines import ray_data
 
-        kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_length": p.max_length,
+        kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_tokens": p.max_tokens,
+                  "max_length": p.max_length,
                   "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code}
         return ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
                                 progress=advance, hidden_dtype=p.hidden)
     from erroranalysis.engines import local
     from erroranalysis.engines.sinks import FileSink
 
-    predictor = ChunkPredictor(clf=job.clf, batch_size=p.batch_size, max_length=p.max_length, precision=p.precision)
+    predictor = ChunkPredictor(clf=job.clf, batch_size=p.batch_size, max_tokens=p.max_tokens, max_length=p.max_length,
+                               precision=p.precision)
     return local.predict(inputs, predictor, job.clf.labels, FileSink(*paths, n_rows=inputs.num_rows, hidden_dtype=p.hidden),
                          chunk_size=CHUNK_ROWS, progress=advance)
