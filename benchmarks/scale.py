@@ -12,6 +12,7 @@ compared.
     .venv/bin/python benchmarks/scale.py --sizes 10000 100000 1000000   # the 1M row takes ~1 hour on 2 cores
     .venv/bin/python benchmarks/scale.py --features 20000 200000 1000000  # slice features: seconds, peak MB
     .venv/bin/python benchmarks/scale.py --ray-run 100000        # the checkpoint's inference: in-process vs Ray
+    .venv/bin/python benchmarks/scale.py --sizes --ray-size 100000   # only analyze + checks, in-process vs Ray
 
 `--ray-run N` is the inference path itself: `erroranalysis run` of the sample checkpoint (max length 32) over N of
 the same short texts, metrics only (`--no-checks --no-slices --no-cluster`), in-process and `--engine ray` (a local
@@ -231,7 +232,8 @@ def ray_run(n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000],
+                        help="rows of the per-stage table (none: only the Ray comparison)")
     parser.add_argument("--ray-size", type=int, default=100_000, help="rows of the Ray run (0: none)")
     parser.add_argument("--check-embedder", choices=("auto", "none"), default="auto",
                         help="checks' vectors (auto: MiniLM over every row for these predictions; none: skip them)")
@@ -275,26 +277,27 @@ def main() -> None:
             diffs = compare(tmp / f"twin_{n}", tmp / f"ray_{n}")
 
     sizes = sorted(results)
-    vectors = ("; checks without vectors (--check-embedder none)" if args.check_embedder == "none" else "") + \
-        ("; cluster on precomputed stand-in vectors" if args.cluster_vectors else "")
-    print(f"erroranalysis analyze, bring-your-own predictions, each stage its own process{vectors}; "
-          f"{os.cpu_count()} CPU(s), {load_average()} at the end (shared machine)\n")
-    rows = []
-    for stage in (*STAGES, "total"):
-        cells = []
-        for n in sizes:
-            seconds = sum(v[0] for v in results[n].values()) if stage == "total" else results[n][stage][0]
-            peak = max(v[1] for v in results[n].values()) if stage == "total" else results[n][stage][1]
-            cells += [f"{seconds:.1f}", f"{peak:.0f}"]
-        for small, big in zip(sizes, sizes[1:]):
-            s0 = sum(v[0] for v in results[small].values()) if stage == "total" else results[small][stage][0]
-            s1 = sum(v[0] for v in results[big].values()) if stage == "total" else results[big][stage][0]
-            cells.append(f"{(s1 / s0) ** (1 / np.log10(big / small)):.1f}x")
-        rows.append([stage, *cells])
-    header = ["stage"] + [f"{h} {n:,}" for n in sizes for h in ("s", "MB")] + \
-        [f"time x per 10x ({a:,} -> {b:,})" for a, b in zip(sizes, sizes[1:])]
-    print(table(rows, header))
-    print("peak MB: the stage's own process (VmHWM); with --engine ray the driver's, Ray's processes apart")
+    if sizes:
+        vectors = ("; checks without vectors (--check-embedder none)" if args.check_embedder == "none" else "") + \
+            ("; cluster on precomputed stand-in vectors" if args.cluster_vectors else "")
+        print(f"erroranalysis analyze, bring-your-own predictions, each stage its own process{vectors}; "
+              f"{os.cpu_count()} CPU(s), {load_average()} at the end (shared machine)\n")
+        rows = []
+        for stage in (*STAGES, "total"):
+            cells = []
+            for n in sizes:
+                seconds = sum(v[0] for v in results[n].values()) if stage == "total" else results[n][stage][0]
+                peak = max(v[1] for v in results[n].values()) if stage == "total" else results[n][stage][1]
+                cells += [f"{seconds:.1f}", f"{peak:.0f}"]
+            for small, big in zip(sizes, sizes[1:]):
+                s0 = sum(v[0] for v in results[small].values()) if stage == "total" else results[small][stage][0]
+                s1 = sum(v[0] for v in results[big].values()) if stage == "total" else results[big][stage][0]
+                cells.append(f"{(s1 / s0) ** (1 / np.log10(big / small)):.1f}x")
+            rows.append([stage, *cells])
+        header = ["stage"] + [f"{h} {n:,}" for n in sizes for h in ("s", "MB")] + \
+            [f"time x per 10x ({a:,} -> {b:,})" for a, b in zip(sizes, sizes[1:])]
+        print(table(rows, header))
+        print("peak MB: the stage's own process (VmHWM); with --engine ray the driver's, Ray's processes apart")
     if ray is not None:
         n = args.ray_size
         print(f"\n{n:,} rows through --engine ray (local Ray, the checks' MiniLM embedding of every row on Ray "

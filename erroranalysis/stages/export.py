@@ -134,6 +134,8 @@ def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, 
     ids = pd.Index(table["example_id"]) if ids is None else ids
     df = table.copy(deep=False)  # copy on write: only the columns set below are copied
     types = {t.id: t for t in store.error_types()}
+    if any(t == "assignments" and a and a["error_type_id"] not in types for (t, _, _), a in latest.items()):
+        return None  # a type deleted since `until` (another writer, just now): the rebuild reads what is there
     _set(df, ids, {ex: a for (t, ex, _), a in latest.items() if t == "assignments"}, lambda a: {
         "error_type_id": a["error_type_id"], "error_type": types[a["error_type_id"]].name,
         "severity": types[a["error_type_id"]].severity, "source": a["source"], "status": a["status"],
