@@ -158,7 +158,10 @@ def _set(df, ids, rows: dict, values) -> None:
     new = [values(row) for _, row in found]
     at = [i for i, _ in found]
     for col in new[0]:
-        df.iloc[at, df.columns.get_loc(col)] = [v[col] for v in new]
+        column = [v[col] for v in new]
+        shared = column.count(column[0]) == len(column) and column[0] is not None
+        # one value for all (a bulk assignment's type, user, time) is set as a scalar: no list to convert
+        df.iloc[at, df.columns.get_loc(col)] = column[0] if shared else column
 
 
 def _rows_of(ids, example_ids):

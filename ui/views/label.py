@@ -152,11 +152,11 @@ with examples_col:
         else:
             if state.get(state.LABEL_PAIR) not in options:
                 st.session_state[state.LABEL_PAIR] = options[0]
-            pick = st.selectbox("True → predicted", options, key=state.LABEL_PAIR,
+            pair = st.selectbox("True → predicted", options, key=state.LABEL_PAIR,
                                 on_change=state.reset_label_selection,
                                 format_func=lambda k: "{} → {} ({:,})".format(*state.split_pair(k),
                                                                                int(pairs[state.split_pair(k)])))
-            t, p = state.split_pair(pick)
+            t, p = state.split_pair(pair)
             pick = failed & (table["label"] == t).to_numpy(bool) & (table["pred"] == p).to_numpy(bool)
     elif source == "Map selection":
         picked = state.get(state.MAP_SELECTION) or []
