@@ -46,6 +46,7 @@ def test_run_writes_a_complete_run(tiny_checkpoint, tmp_path):
     assert manifest["labels"] == ["negative", "neutral", "positive"]
     assert manifest["data"]["rows"] == 30 and manifest["data"]["metadata_columns"] == ["source", "stars"]
     assert len(manifest["model"]["weights_sha256"]) == 64
+    assert (manifest["model"]["batch_size"], manifest["model"]["max_tokens"]) == (4, 0)  # --batch-size alone
     preds = run.predictions()
     assert list(preds.columns) == list(rundir.CORE_COLUMNS) + ["source", "stars"]
     assert preds["example_id"].tolist() == [f"ex{i:03d}" for i in range(30)]
@@ -104,6 +105,9 @@ def test_bad_parameter_writes_nothing(tiny_checkpoint, tmp_path, eval_jsonl):
     out = tmp_path / "run"
     assert_user_error(invoke("run", "--model", tiny_checkpoint, "--data", eval_jsonl, "--out", out,
                              "--batch-size", "0"), r"--batch-size 0 is invalid: expected an integer >= 1")
+    assert not out.exists()
+    assert_user_error(invoke("run", "--model", tiny_checkpoint, "--data", eval_jsonl, "--out", out,
+                             "--max-tokens", "-5"), r"--max-tokens -5 is invalid: expected an integer >= 0")
     assert not out.exists()
 
 
