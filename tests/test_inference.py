@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import eval_rows
+from conftest import eval_rows, write_jsonl
 
 from erroranalysis.errors import ModelError, ParameterError
 from erroranalysis.infer.classifier import infer, load_classifier
@@ -234,3 +234,22 @@ def test_bf16_weights_stay_close_to_fp32(tiny_checkpoint):
     bf16 = next(infer(clf, texts, None, max_length=32, precision="bf16"))
     assert bf16["probs"].dtype == np.float32 and bf16["hidden"].dtype == np.float32
     np.testing.assert_allclose(bf16["probs"], fp32["probs"], atol=0.03)
+
+
+def test_train_texts_go_through_the_checkpoint_batched_as_the_run_was(tiny_checkpoint, eval_jsonl, tmp_path,
+                                                                      monkeypatch):
+    """The checks embed a train file with the run's own checkpoint, with the batching the manifest recorded (a
+    batch size alone, without its token budget, would run 128-row batches of any length)."""
+    from erroranalysis.data import DataOptions
+    from erroranalysis.infer import classifier
+    from erroranalysis.stages import AfterParams, InferParams, checks_run, run_checkpoint
+
+    run = run_checkpoint(tiny_checkpoint, eval_jsonl, tmp_path / "run", data_opts=DataOptions(id_column="id"),
+                         infer_opts=InferParams(max_length=32), after=AfterParams(checks=None, slices=None,
+                                                                                   cluster=None))
+    seen = []
+    real = classifier.infer
+    monkeypatch.setattr(classifier, "infer", lambda *a, **k: seen.append(k) or real(*a, **k))
+    train = write_jsonl(tmp_path / "train.jsonl", [{"text": r["text"], "label": r["label"]} for r in eval_rows(20)])
+    checks_run(run.path, train=train, embedder="auto")
+    assert [(k["batch_size"], k["max_tokens"]) for k in seen] == [(128, 2048)]

@@ -305,3 +305,34 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
         assert n >= 1 + N_ACTIONS + 2 * (N_ACTIONS // 10)
     ids = [e.id for e in events]
     assert len(ids) == len(set(ids)) and store.integrity_check() == "ok"
+
+
+def test_batched_reads_find_what_one_query_per_key_finds(store):
+    """rows.fetch reads keys a few hundred at a time through a VALUES join; the independent computation is one
+    SELECT per key, with SQLite's own type conversion (an id given as text finds the integer key)."""
+    from erroranalysis.labels import rows
+
+    store.create_error_type("A")
+    store.create_error_type("B")
+    ids = [f"ex{i}" for i in range(700)]
+    store.assign("r", ids[::2], "A")
+    store.set_flag("r", ids[:50], "label_wrong")
+    keys = [{"run": "r", "example_id": ex} for ex in ids[::-1]] + [{"run": "r", "example_id": "ex4"}] * 3 + \
+        [{"run": "other", "example_id": "ex0"}]  # > KEYS_PER_QUERY, reversed, a key thrice, a miss
+    con = sqlite3.connect(store.path)
+    con.row_factory = sqlite3.Row
+
+    def one_by_one(table, keys):
+        key_cols, cols = rows.TABLES[table]
+        sql = f"SELECT {', '.join(cols)} FROM {table} WHERE " + " AND ".join(f"{k} = ?" for k in key_cols)
+        return [dict(r) if (r := con.execute(sql, [k[c] for c in key_cols]).fetchone()) else None for k in keys]
+
+    assert len(keys) > 3 * rows.KEYS_PER_QUERY
+    assert rows.fetch(con, "assignments", keys) == one_by_one("assignments", keys)
+    flag_keys = [{"run": "r", "example_id": ex, "flag": "label_wrong"} for ex in ids[40:60]]
+    assert rows.fetch(con, "flags", flag_keys) == one_by_one("flags", flag_keys)
+    type_keys = [{"id": 1}, {"id": "2"}, {"id": 2.0}, {"id": 99}]
+    got = rows.fetch(con, "error_types", type_keys)
+    assert got == one_by_one("error_types", type_keys) and [t and t["name"] for t in got] == ["A", "B", "B", None]
+    first = rows.fetch(con, "assignments", keys[-4:-2])
+    assert first[0] == first[1] and first[0] is not first[1]  # a key asked twice: two rows, not one shared

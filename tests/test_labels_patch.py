@@ -124,3 +124,50 @@ def test_top_rows_is_the_filtered_sorted_head_of_the_table(run):
                                                                  na_position="last")
         assert n == len(expected)
         pd.testing.assert_frame_equal(shown, expected.head(25))
+
+
+def test_a_restored_backup_or_a_type_changed_after_the_window_asks_for_a_rebuild(run, store, tmp_path):
+    from erroranalysis.labels import backup
+
+    ids = failures(run)
+    key = store.run_key(run.path)
+    copy = store.backup(tmp_path / "copy.sqlite")  # no assignments yet
+    store.assign(key, ids[:10], "Sarcasm")
+    table, since = stages.example_table(run, store), store.version()
+    backup.restore(copy, store.path)  # every row replaced, one event that records none
+    restored = LabelStore(store.path, user="alice")
+    assert stages.patch_labels(table, restored, key, since, restored.version()) is None
+
+    table, since = stages.example_table(run, restored), restored.version()
+    restored.assign(key, ids[:5], "Sarcasm")
+    until = restored.version()
+    restored.update_error_type("Sarcasm", name="Irony")  # after `until`: the names read now would be newer
+    assert stages.patch_labels(table, restored, key, since, until) is None
+
+
+def test_a_run_key_is_compared_as_the_store_keeps_it(tmp_path):
+    root = tmp_path / "ws"
+    make_run(root / "news ", n=120, n_failures=40)  # a folder name with a trailing space
+    run = Run.open(root / "news ")
+    store = LabelStore(tmp_path / "labels.sqlite", user="alice")
+    store.create_error_type("Sarcasm")
+    key = store.run_key(run.path)
+    table, since = stages.example_table(run, store), store.version()
+    store.assign(key, failures(run)[:5], "Sarcasm")
+    patched = stages.patch_labels(table, store, key, since, store.version())
+    pd.testing.assert_frame_equal(patched, stages.example_table(run, store))
+
+
+def test_the_shared_newest_table_never_goes_back_a_version():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ui"))
+    from erroranalysis_ui.eaui.data import _Newest
+
+    newest = _Newest()
+    newest.offer(5, "table at 5")
+    newest.offer(3, "table at 3")  # a slower session, done later
+    assert newest.latest == (5, "table at 5")
+    newest.offer(7, "table at 7")
+    assert newest.latest == (7, "table at 7")

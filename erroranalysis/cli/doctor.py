@@ -33,7 +33,7 @@ def doctor(
     id_column: Annotated[Optional[str], typer.Option("--id-column", help="Column of unique example ids.")] = None,
     encoding: Annotated[str, typer.Option("--encoding", help="Text encoding of CSV/JSONL files.")] = "utf-8",
     split: Annotated[Optional[str], typer.Option("--split", help="Split of a saved DatasetDict.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default: up to 4,096 tokens and 128 examples on a CPU, 32 on a GPU).")] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default on a CPU: batches of up to 2,048 tokens, 128 examples at most; on a GPU 32 examples).")] = None,
     max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example at inference.")] = 256,
     device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
     n: Annotated[int, typer.Option("--n", help="Examples for the memorization check.")] = 100,

@@ -36,7 +36,7 @@ def watch(
     id_column: IdColumn = None,
     encoding: Encoding = "utf-8",
     split: Split = None,
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default: up to 4,096 tokens and 128 examples on a CPU, 32 on a GPU and for generation).")] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default on a CPU: batches of up to 2,048 tokens in fp32 or 4,096 in bf16, 128 examples at most; on a GPU and for generation 32 examples).")] = None,
     max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example.")] = 256,
     precision: Annotated[Optional[str], typer.Option(
         "--precision", help="fp32 or bf16 (default fp32); generation also auto (its default).")] = None,

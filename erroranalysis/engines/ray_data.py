@@ -80,8 +80,10 @@ class ShardPredictor:
             starts.append(int(rows[run[0]]))
             sizes.append(len(run))
             counts.append(confusion(chunk, out, len(self.labels)).ravel())
+        n = len(starts)
         return {"start": np.asarray(starts, np.int64), "rows": np.asarray(sizes, np.int64),
-                "confusion": np.stack(counts)}
+                "confusion": np.stack(counts),  # and the batching this worker resolved for its device:
+                "batching": np.tile([self.predict.batch_size, self.predict.max_tokens], (n, 1)).astype(np.int64)}
 
 
 def _blocks(table, chunk_size: int) -> list:
@@ -104,7 +106,7 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
             chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
             hidden_dtype: str = "float32") -> np.ndarray:
     """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
-    the summed confusion counts."""
+    the summed confusion counts and the (rows, tokens) batching the workers ran, each distinct one once."""
     connect(engine)
     import ray
     import ray.data
@@ -127,17 +129,19 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
     k = len(labels)
     counts = np.zeros((k, k), dtype=np.int64)
     covered: dict[int, int] = {}
+    ran: set[tuple[int, int]] = set()
     try:
         for row in done.iter_rows():
             covered[int(row["start"])] = int(row["rows"])
             counts += np.asarray(row["confusion"], dtype=np.int64).reshape(k, k)
+            ran.add(tuple(int(v) for v in row["batching"]))
             if progress:
                 progress(int(row["rows"]))
     except ray.exceptions.RayError as exc:
         raise EngineError(f"--engine ray: the inference job failed ({_first_line(exc)}); nothing was committed, "
                           "run the command again.") from None
     check_coverage(covered, inputs.num_rows, paths)
-    return counts
+    return counts, sorted(ran)
 
 
 def check_coverage(covered: dict[int, int], n_rows: int, paths) -> None:

@@ -303,7 +303,7 @@ def _checkpoint_embed(run) -> Callable:
             raise ModelError(f"{run.path}: the run's checkpoint {path!r} is gone, and the train texts need it for "
                              "leakage and shift with its hidden states; pass --embedder minilm.")
         clf = load_classifier(path)
-        chunks = infer(clf, list(texts), None, batch_size=int(model.get("batch_size") or 32),
+        chunks = infer(clf, list(texts), None, batch_size=model.get("batch_size"), max_tokens=model.get("max_tokens"),
                        max_length=int(model.get("max_length") or 256), precision=model.get("precision") or "fp32")
         return np.concatenate([c["hidden"] for c in chunks]) if texts else np.zeros((0, 0), np.float32)
 

@@ -87,8 +87,8 @@ def attach_labels(base, assignments, flags, notes, *, ids=None):
     """base_table plus the labels: error_type_id (-1 = none), error_type, severity, source, status,
     labeled_cluster_id (the cluster when it was labeled), label_wrong, not_error, note, updated, updated_by.
 
-    The app calls this after every labeling change, over every example of the run, so its cost follows the labeled
-    rows: they are looked up in `ids` (pd.Index(base["example_id"]); pass the same one each time and its hash table
+    The app rebuilds its table with this when `patch_labels` cannot patch it, over every example of the run, so its
+    cost follows the labeled rows: they are looked up in `ids` (pd.Index(base["example_id"]); pass the same one each time and its hash table
     is built once) and the label columns spread from them by position (arrow `take`), not built row by row."""
     import numpy as np
     import pandas as pd
@@ -114,15 +114,22 @@ def attach_labels(base, assignments, flags, notes, *, ids=None):
 def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, ids=None, max_rows: int = 100_000):
     """`table` (attach_labels of run `key` at labels version `since`) at version `until`, from the events between
     them: what the app does after a labeling change instead of reading every label of the run again. None when the
-    table must be rebuilt: an error type changed (names and severities of many rows), events were archived, or
-    more than `max_rows` rows changed."""
+    table must be rebuilt: events were archived (ids not contiguous), a backup was restored (it replaces every row
+    and records none), an error type changed up to now (names and severities of many rows; error types are read
+    as they are now), an assignment names a type deleted since, or more than `max_rows` rows changed."""
     import pandas as pd
 
-    events = [e for e in store.events(limit=None, with_payload=True, after=since) if e.id <= until]
-    if len(events) != until - since:  # archived, or ids not contiguous: nothing to patch from
+    from erroranalysis.labels.fields import clean_run
+
+    key = clean_run(key)  # as the store keeps it
+    after = store.events(limit=None, with_payload=True, after=since)
+    events = [e for e in after if e.id <= until]
+    if len(events) != until - since or any(e.action == "restore" for e in events):
+        return None
+    if any(ch["table"] == "error_types" for e in after for ch in e.payload.get("changes", [])):
         return None
     changes = [ch for e in reversed(events) for ch in e.payload.get("changes", [])]
-    if len(changes) > max_rows or any(ch["table"] not in ("assignments", "flags", "notes") for ch in changes):
+    if len(changes) > max_rows:
         return None
     latest: dict[tuple, dict | None] = {}  # the last state of each changed row, in the order of the log
     for ch in changes:

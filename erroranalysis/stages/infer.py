@@ -99,7 +99,8 @@ class InferJob:
 
     @property
     def batching(self) -> tuple[int, int]:
-        """(rows, tokens) per forward pass that run here (what None resolved to on this device)."""
+        """(rows, tokens) per forward pass on this machine's device (what None resolves to here); on Ray the
+        workers resolve it for theirs, recorded in the infer stage's `batching` fact."""
         from erroranalysis.infer.classifier import batching
 
         return batching(self.clf.device, self.params.batch_size, self.params.max_tokens, self.precision)
@@ -170,12 +171,15 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
         kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_tokens": p.max_tokens,
                   "max_length": p.max_length,
                   "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code}
-        return ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
-                                progress=advance, hidden_dtype=p.hidden)
+        counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
+                                       progress=advance, hidden_dtype=p.hidden)
+        staging.facts["batching"] = [list(b) for b in ran]  # each worker resolves it for its own device
+        return counts
     from erroranalysis.engines import local
     from erroranalysis.engines.sinks import FileSink
 
     predictor = ChunkPredictor(clf=job.clf, batch_size=p.batch_size, max_tokens=p.max_tokens, max_length=p.max_length,
                                precision=p.precision)
+    staging.facts["batching"] = [[predictor.batch_size, predictor.max_tokens]]
     return local.predict(inputs, predictor, job.clf.labels, FileSink(*paths, n_rows=inputs.num_rows, hidden_dtype=p.hidden),
                          chunk_size=CHUNK_ROWS, progress=advance)

@@ -245,21 +245,36 @@ def _examples(path: str, stamps, db_path: str, key: str, version: int, _db: Labe
     every label of the run; rebuilt when the patch cannot be made (stages.patch_labels)."""
     ids = _example_ids(path, stamps)
     newest = _newest_examples(path, stamps, db_path, key)
+    seen = newest.latest  # one read: (version, table) go together, whatever other sessions store meanwhile
     table = None
-    if newest and newest["version"] <= version:
-        table = stages.patch_labels(newest["table"], _db, key, newest["version"], version, ids=ids)
+    if seen is not None and seen[0] <= version:
+        table = stages.patch_labels(seen[1], _db, key, seen[0], version, ids=ids)
     if table is None:
         table = stages.attach_labels(_base_table(path, stamps), *_label_tables(db_path, key, version, _db), ids=ids)
-    if not newest or newest["version"] <= version:
-        newest.update(version=version, table=table)
+    newest.offer(version, table)
     return table
 
 
+class _Newest:
+    """The newest example table made for a run and labels database, with its labels version: what the next version
+    is patched from. Shared by every session, so read as one tuple and replaced under a lock, never by an older
+    version."""
+
+    def __init__(self):
+        import threading
+
+        self.latest: tuple[int, Any] | None = None
+        self._lock = threading.Lock()
+
+    def offer(self, version: int, table) -> None:
+        with self._lock:
+            if self.latest is None or self.latest[0] <= version:
+                self.latest = (version, table)
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _newest_examples(path: str, stamps, db_path: str, key: str) -> dict:
-    """The newest example table made for this run and labels database, and its labels version: what the next
-    version is patched from. One per run, shared by every session."""
-    return {}
+def _newest_examples(path: str, stamps, db_path: str, key: str) -> _Newest:
+    return _Newest()
 
 
 def error_types(db: LabelStore):
