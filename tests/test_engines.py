@@ -71,7 +71,7 @@ def test_ray_gives_the_in_process_answers(local_ray, tiny_checkpoint, tmp_path):
     infer = distributed.manifest["stages"]["infer"]
     assert infer["confusion_counts"] == ma["confusion"]["matrix"]  # summed on the workers, counted from rows
     assert infer["params"]["engine"] == "ray" and distributed.manifest["engine"] == {"engine": "ray"}
-    assert infer["batching"] == local.manifest["stages"]["infer"]["batching"] == [[128, 2048]]  # CPU workers
+    assert infer["batching"] == local.manifest["stages"]["infer"]["batching"] == [[8, 0]]  # --batch-size 8 alone
     ca, cb = readers.read_assignments(local), readers.read_assignments(distributed)
     assert ca["cluster_id"].tolist() == cb["cluster_id"].tolist()
     assert readers.read_clusters(local)["name"].tolist() == readers.read_clusters(distributed)["name"].tolist()
