@@ -34,12 +34,18 @@ def write_eval(texts: list[str], folder: Path, n: int) -> Path:
     return path
 
 
-def ours(model: Path, data: Path, out: Path, precision: str, analysis: bool = False) -> tuple[float, float, float]:
+def ours(model: Path, data: Path, out: Path, precision: str, analysis: bool = False,
+         extra: tuple[str, ...] = ()) -> tuple[float, float, float]:
     """One whole `erroranalysis run` process with an empty embedding cache (new texts)."""
     stages = ["--no-cluster"] if analysis else ["--no-cluster", "--no-slices", "--no-checks"]
     return run_process([str(ROOT / ".venv/bin/erroranalysis"), "run", "--model", str(model), "--data", str(data),
                         "--out", str(out), "--max-length", str(MAX_LENGTH), "--precision", precision, *stages,
-                        "--overwrite"], env={"ERRORANALYSIS_CACHE_DIR": str(out) + "-cache"})
+                        *extra, "--overwrite"], env={"ERRORANALYSIS_CACHE_DIR": str(out) + "-cache"})
+
+
+def pipeline_process(model: Path, data: Path, out: Path) -> tuple[float, float, float]:
+    return run_process([python(), str(ROOT / "benchmarks/pipeline_baseline.py"), str(model), str(data), str(out),
+                        str(MAX_LENGTH)])
 
 
 def median_of(repeat: int, measure) -> tuple[float, float, float]:
@@ -150,17 +156,18 @@ def main() -> None:
         tmp = Path(tmp)
         data = write_eval(texts, tmp, args.n)
         base_out = tmp / "pipeline.jsonl"
-        base_s, base_cpu, base_mem = median_of(args.repeat, lambda: run_process(
-            [python(), str(ROOT / "benchmarks/pipeline_baseline.py"), str(model), str(data), str(base_out),
-             str(MAX_LENGTH)]))
+        base_s, base_cpu, base_mem = median_of(args.repeat, lambda: pipeline_process(model, data, base_out))
         base_pred = pd.read_json(base_out, lines=True)["pred"].to_numpy()
         rows = [["transformers pipeline (batch 32)", f"{args.n / base_s:.0f}", f"{base_s:.1f}", f"{base_cpu:.1f}",
                  f"{base_mem:.0f}", "1.00x", "1.00x", "-"]]
-        for name, precision, analysis in (("inference + metrics, fp32", "fp32", False),
-                                          ("inference + metrics, bf16", "bf16", False),
-                                          ("default run (checks, slices), fp32", "fp32", True)):
-            out = tmp / f"run_{precision}_{analysis}"
-            s, cpu, mem = median_of(args.repeat, lambda: ours(model, data, out, precision, analysis))
+        for name, precision, analysis, extra in (
+                ("inference + metrics, fp32", "fp32", False, ()),
+                ("inference + metrics, fp32, 32 rows a batch", "fp32", False, ("--batch-size", "32")),
+                ("inference + metrics, bf16", "bf16", False, ()),
+                ("inference + metrics, bf16, 32 rows a batch", "bf16", False, ("--batch-size", "32")),
+                ("default run (checks, slices), fp32", "fp32", True, ())):
+            out = tmp / f"run_{precision}_{analysis}_{len(extra)}"
+            s, cpu, mem = median_of(args.repeat, lambda: ours(model, data, out, precision, analysis, extra))
             pred = pd.read_parquet(out / "predictions.parquet")["pred"].to_numpy()
             rows.append([f"erroranalysis run: {name}", f"{args.n / s:.0f}", f"{s:.1f}", f"{cpu:.1f}",
                          f"{mem:.0f}", f"{base_s / s:.2f}x", f"{base_cpu / cpu:.2f}x", f"{(pred == base_pred).mean():.2%}"])
@@ -168,6 +175,12 @@ def main() -> None:
               f"processes, median of {args.repeat}, {load_average()}; native bf16 on this CPU: {native_bf16()}")
         print(table(rows, ["", "examples/s", "wall s", "CPU s", "peak MiB", "wall vs pipeline", "CPU vs pipeline",
                            "same preds"]))
+        print()
+        few = write_eval(texts, tmp, 10)  # start-up: the fixed cost of each process, on 10 texts
+        start = [median_of(args.repeat, lambda: pipeline_process(model, few, tmp / "few.jsonl")),
+                 median_of(args.repeat, lambda: ours(model, few, tmp / "few_run", "fp32"))]
+        print(f"start-up, the same processes over 10 texts, median of {args.repeat}: pipeline {start[0][0]:.1f} s wall "
+              f"({start[0][1]:.1f} CPU s), erroranalysis run fp32 {start[1][0]:.1f} s wall ({start[1][1]:.1f} CPU s)")
         print()
         scale = []
         for n in [int(x) for x in args.scale.split(",")]:

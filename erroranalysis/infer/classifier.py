@@ -247,7 +247,7 @@ def predict_batch(clf: Classifier, input_ids: list[list[int]], label_ids: np.nda
 
 # Batches on a CPU: length-sorted rows up to this many padded tokens (and CPU_BATCH_ROWS rows), by the precision
 # that runs. Chosen by `benchmarks/inference.py --batching` (short texts and 256-token documents, fp32 and bf16):
-# a fixed number of rows suits one length only (32 rows of documents ran 15% slower in fp32 than 8), bf16 runs
+# a fixed number of rows suits one length only (32 rows of documents took 1.17x the time of 8 in fp32), bf16 runs
 # best near 4,096 tokens and fp32 near 2,048.
 CPU_BATCH_TOKENS = {"fp32": 2048, "bf16": 4096}
 CPU_BATCH_ROWS = 128
@@ -274,8 +274,8 @@ def batching(device: str, batch_size: int | None, max_tokens: int | None, precis
 def batches(lengths: np.ndarray, rows: int, tokens: int) -> Iterator[np.ndarray]:
     """Positions of `lengths`, longest first, cut into batches of at most `rows` rows and, when `tokens` is set,
     at most `tokens` padded tokens (rows x the batch's longest); under a token budget the rows are a power of two
-    (at most `rows`): few distinct shapes, so the kernels oneDNN keeps per shape stay few (measured: peak memory 857 MB with any row count, 770 with powers
-    of two, 733 with 32 rows always, on 3,000 short texts). A row longer than the budget is a batch alone."""
+    (at most `rows`): few distinct shapes, so the kernels oneDNN keeps per shape stay few (by hand, while choosing:
+    any row count took ~90 MB more peak memory on 3,000 short texts). A row longer than the budget is a batch alone."""
     order = np.argsort(-lengths, kind="stable")  # longest first: padding only within similar lengths
     start = 0
     while start < len(order):
