@@ -14,6 +14,7 @@ bf16; then how time and memory grow with the number of rows. Needs the sample ch
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import tempfile
 from pathlib import Path
@@ -152,6 +153,9 @@ def main() -> None:
     if args.batching:
         batching_grid(model, texts)
         return
+    # Bytecode for our modules, as `pip install` writes it: an editable install run with PYTHONDONTWRITEBYTECODE
+    # (as here) would compile them again in every process (0.1 s), which the pipeline's installed packages never do.
+    compileall.compile_dir(ROOT / "erroranalysis", quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data = write_eval(texts, tmp, args.n)

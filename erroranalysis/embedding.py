@@ -30,6 +30,7 @@ import numpy as np
 
 from erroranalysis import files
 from erroranalysis.errors import DataError, ModelError
+from erroranalysis.libraries import import_model_libraries
 from erroranalysis.validation import check_param
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -184,6 +185,7 @@ def minilm_version() -> str:
 @functools.lru_cache(maxsize=4)
 def load_minilm(path: str, device: str = "cpu"):
     """(tokenizer, model) from a local transformers folder; loaded once per process."""
+    import_model_libraries()
     from transformers import AutoModel, AutoTokenizer
 
     folder = Path(path)

@@ -253,3 +253,28 @@ def test_train_texts_go_through_the_checkpoint_batched_as_the_run_was(tiny_check
     train = write_jsonl(tmp_path / "train.jsonl", [{"text": r["text"], "label": r["label"]} for r in eval_rows(20)])
     checks_run(run.path, train=train, embedder="auto")
     assert [(k["batch_size"], k["max_tokens"]) for k in seen] == [(128, 2048)]
+
+
+def test_model_libraries_import_without_full_collections():
+    """In a fresh process: no full garbage collection while torch and transformers import (left alone, Python runs
+    several, each over everything imported so far), the collector is on again afterwards, and a second call freezes
+    nothing more."""
+    import subprocess
+    import sys
+
+    script = """
+import gc, json, sys
+full = []
+gc.callbacks.append(lambda phase, info: full.append(1) if phase == "stop" and info["generation"] == 2 else None)
+from erroranalysis.libraries import import_model_libraries
+import_model_libraries()
+frozen = gc.get_freeze_count()
+import_model_libraries()
+print(json.dumps({"full": len(full), "enabled": gc.isenabled(), "frozen": frozen, "again": gc.get_freeze_count(),
+                  "imported": all(m in sys.modules for m in ("torch", "transformers.modeling_utils"))}))
+"""
+    out = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert out["imported"] and out["enabled"]
+    assert out["full"] == 0
+    assert out["frozen"] > 100_000 and out["again"] == out["frozen"]

@@ -50,6 +50,7 @@ _register()
 
 
 def main() -> None:
+    import gc
     import signal
     import sys
 
@@ -58,4 +59,9 @@ def main() -> None:
 
     rundir_run.COMMAND = ["erroranalysis", *sys.argv[1:]]  # recorded in the manifest of a run this creates
     signal.signal(signal.SIGTERM, common.terminated)  # SIGTERM is handled like Ctrl-C: stages marked interrupted
-    app()  # commands turn interrupts and a closed stdout into exit codes themselves (common.handle_errors)
+    try:
+        app()  # commands turn interrupts and a closed stdout into exit codes themselves (common.handle_errors)
+    finally:
+        # Python's exit collects every object torch and transformers made at import (measured: 0.6 s of a 4 s
+        # run on 10 texts); frozen objects are skipped. Files are closed and atexit handlers run as before.
+        gc.freeze()

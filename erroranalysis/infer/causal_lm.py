@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from erroranalysis import files
 from erroranalysis.errors import ModelError
+from erroranalysis.libraries import import_model_libraries
 from erroranalysis.validation import check_param
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -117,6 +118,7 @@ def convert_gguf(file: str | Path, *, log: Callable[[str], None] | None = None) 
         return target
     if log:
         log(f"converting {file.name} to a cached safetensors folder (once): {target}")
+    import_model_libraries()
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from erroranalysis.errors import ModelError
 from erroranalysis.files import hash_files
+from erroranalysis.libraries import import_model_libraries
 from erroranalysis.validation import check_param
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -37,6 +38,7 @@ class Classifier:
 
 
 def resolve_device(name: str = "auto") -> str:
+    import_model_libraries()  # the first use of torch when a checkpoint is loaded
     import torch
 
     check_param("device", name, name in ("auto", "cpu", "cuda", "mps") or name.startswith("cuda:"),
