@@ -182,6 +182,18 @@ def measure_label_action(repeat: int) -> dict:
             for name, g in groups.items()}
 
 
+def script_compile(page: str) -> float:
+    """Seconds Streamlit takes to compile app.py and `page` (magic included) with an empty script cache, as AppTest
+    does on every run."""
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+
+    start = time.perf_counter()
+    cache = ScriptCache()
+    for script in ("app.py", page):
+        cache.get_bytecode(str(ROOT / "ui" / script))
+    return time.perf_counter() - start
+
+
 def map_payload(run_dir: Path) -> tuple[int, int]:
     """(bytes of Plotly JSON, points) of the Clusters page's map, built by the page's own function."""
     import plotly.io
@@ -234,6 +246,8 @@ def main() -> None:
         g = a[name]
         print(f"  {what:<26} {g['time']:.2f} s, of which the store's write {g['write']:.2f} s (median; clusters "
               f"of {', '.join(f'{k:,}' for k in g['sizes'])} examples)")
+    print(f"  (AppTest compiles the page scripts again on every run, a server once per process: app.py and "
+          f"views/label.py take {script_compile('views/label.py'):.2f} s of each Label figure)")
     from erroranalysis_ui.eaui import data
 
     size, points = map_payload(run_dir)

@@ -171,3 +171,71 @@ def test_the_shared_newest_table_never_goes_back_a_version():
     assert newest.latest == (5, "table at 5")
     newest.offer(7, "table at 7")
     assert newest.latest == (7, "table at 7")
+
+
+def test_columnar_payloads_give_the_last_state_of_each_row_of_the_run():
+    """eventlog.changed_rows over stored groups (the compact form and schema 1's JSON rows) against the last state of
+    each key taken from the change dicts one by one."""
+    import json
+
+    from erroranalysis.labels import eventlog
+
+    def assignment(ex, t, run="r", cluster=None):
+        return {"run": run, "example_id": ex, "error_type_id": t, "source": "human", "status": "accepted",
+                "cluster_id": cluster, "updated": "2026-12-01T00:00:00", "updated_by": "alice"}
+
+    def flag(ex, name):
+        return {"run": "r", "example_id": ex, "flag": name, "created": "now", "created_by": "bob"}
+
+    changes = [{"table": "assignments", "before": None, "after": assignment(f"e{i}", 1, cluster=i % 3 or None)}
+               for i in range(6)]
+    changes += [{"table": "assignments", "before": assignment("e1", 1), "after": assignment("e1", 2)},
+                {"table": "assignments", "before": assignment("e2", 1), "after": None},
+                {"table": "assignments", "before": None, "after": assignment("e1", 9, run="other")},
+                {"table": "flags", "before": None, "after": flag("e3", "label_wrong")},
+                {"table": "flags", "before": None, "after": flag("e3", "not_error")},
+                {"table": "flags", "before": flag("e3", "label_wrong"), "after": None},
+                {"table": "notes", "before": None, "after": {"run": "r", "example_id": "e4", "text": "two, labels",
+                                                             "updated": "now", "updated_by": "bob"}}]
+    expected: dict = {}
+    for ch in changes:
+        row = ch["after"] if ch["after"] is not None else ch["before"]
+        if row["run"] == "r":
+            key = tuple(row[k] for k in eventlog.TABLES[ch["table"]][0])
+            expected.setdefault(ch["table"], {}).pop(key, None)
+            expected[ch["table"]][key] = ch["after"]  # re-inserted: the last change's place, as drop_duplicates
+    for stored in (eventlog.encode(changes), json.dumps({"changes": changes})):
+        got = eventlog.changed_rows(eventlog.decode(stored, columns=True)["groups"], "r")
+        assert set(got) == set(expected)
+        for table, rows in got.items():
+            keys = eventlog.TABLES[table][0]
+            want = expected[table]
+            assert [tuple(r) for r in rows[list(keys)].itertuples(index=False)] == list(want)
+            for r, after in zip(rows.to_dict("records"), want.values()):
+                assert r["present"] == (after is not None)
+                if after is not None:
+                    assert {c: r[c] for c in after} == after
+
+
+def test_the_apps_base_table_holds_each_text_column_in_one_chunk(tmp_path):
+    """Read from a Parquet file of several row groups, texts arrive in several chunks (taking 2,000 rows from them
+    copies them all); the app's table keeps the same values in one."""
+    import sys
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ui"))
+    from erroranalysis_ui.eaui.data import _one_chunk
+
+    n = 5000
+    texts = [f"text {i}" * (i % 7) for i in range(n)]
+    pq.write_table(pa.table({"example_id": [f"e{i}" for i in range(n)], "text": texts, "x": list(range(n))}),
+                   tmp_path / "p.parquet", row_group_size=1000)
+    read = pd.read_parquet(tmp_path / "p.parquet")
+    assert read["text"].array.__arrow_array__().num_chunks == 5
+    one = _one_chunk(read.copy())
+    pd.testing.assert_frame_equal(one, read)
+    assert one["text"].array.__arrow_array__().num_chunks == 1
+    assert one["example_id"].array.__arrow_array__().num_chunks == 1

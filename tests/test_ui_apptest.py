@@ -502,3 +502,30 @@ def test_a_damaged_labels_database_is_one_message_on_every_page(start, db):
         message = at.error[0].value
         assert str(db) in message and "damaged" in message and "\n" not in message, page
         assert not at.exception and "Traceback" not in texts(at)
+
+
+def test_the_server_freezes_its_objects_only_after_runs_that_imported_modules():
+    """A fresh process: the first call freezes what exists; a run that imported nothing freezes nothing more (no
+    cost per click); one that imported a module (a page's first visit) freezes again."""
+    import subprocess
+    import sys
+
+    script = """
+import gc, json, sys
+sys.path.insert(0, "ui")
+from erroranalysis_ui.eaui import memory
+memory.freeze_after_imports()
+first = gc.get_freeze_count()
+junk = [[i] for i in range(1000)]
+memory.freeze_after_imports()
+idle = gc.get_freeze_count()
+import colorsys, wave  # modules nothing here imports
+memory.freeze_after_imports()
+print(json.dumps([first, idle, gc.get_freeze_count()]))
+"""
+    root = Path(__file__).resolve().parent.parent
+    first, idle, after_import = json.loads(subprocess.run([sys.executable, "-c", script], cwd=root, check=True,
+                                                          capture_output=True, text=True).stdout)
+    assert first > 1000
+    assert idle == first
+    assert after_import >= first + 1000  # the new lists were frozen with the new modules

@@ -18,7 +18,14 @@ _HERE = Path(__file__).resolve().parent
 st.set_page_config(page_title="erroranalysis", page_icon=":material/troubleshoot:", layout="wide",
                    initial_sidebar_state="expanded")
 
-from erroranalysis_ui.eaui import components, config, data, identity, state  # noqa: E402  (after set_page_config)
+from erroranalysis_ui.eaui import (  # noqa: E402  (after set_page_config)
+    components,
+    config,
+    data,
+    identity,
+    memory,
+    state,
+)
 
 if state.CONFIG not in st.session_state:
     st.session_state[state.CONFIG] = config.parse()
@@ -74,3 +81,4 @@ with st.sidebar:
 components.show_flash()
 with cfg.workspace.confined():
     page.run()
+memory.freeze_after_imports()

@@ -48,6 +48,8 @@ class Event:
 
     @property
     def n_changes(self) -> int:
+        if "groups" in self.payload:
+            return sum(g["n"] for g in self.payload["groups"])
         return len(self.payload.get("changes", []))
 
 
@@ -70,22 +72,30 @@ def now() -> str:
 
 def encode(changes: list[dict]) -> bytes:
     """The stored form of a change list [{table, before, after}, ...] (order kept)."""
+    doc = {"v": 2, "groups": groups_of(changes)}
+    return zlib.compress(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), 6)
+
+
+def groups_of(changes: list[dict]) -> list[dict]:
+    """Consecutive changes of one table as one group, column by column: {table, n, before, after}, each side
+    {"cols": {column: [values] or {"all": value}}} and, when some rows are absent (None), "present" ("1"/"0" each)."""
     groups: list[dict] = []
     for ch in changes:
         if not groups or groups[-1]["table"] != ch["table"]:
             groups.append({"table": ch["table"], "before": [], "after": []})
         groups[-1]["before"].append(ch["before"])
         groups[-1]["after"].append(ch["after"])
-    doc = {"v": 2, "groups": [{"table": g["table"], "n": len(g["before"]),
-                               "before": _columns(g["before"], TABLES[g["table"]][1]),
-                               "after": _columns(g["after"], TABLES[g["table"]][1])} for g in groups]}
-    return zlib.compress(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), 6)
+    return [{"table": g["table"], "n": len(g["before"]), "before": _columns(g["before"], TABLES[g["table"]][1]),
+             "after": _columns(g["after"], TABLES[g["table"]][1])} for g in groups]
 
 
-def decode(stored: Any) -> dict:
-    """{"changes": [{table, before, after}, ...]} from either stored form."""
+def decode(stored: Any, columns: bool = False) -> dict:
+    """{"changes": [{table, before, after}, ...]} from either stored form; with `columns`, {"groups": [...]} as
+    `groups_of` makes them, for readers of many rows (no dict per row)."""
     if isinstance(stored, (bytes, memoryview)):
         doc = json.loads(zlib.decompress(bytes(stored)).decode("utf-8"))
+        if columns:
+            return {"groups": doc["groups"]}
         changes = []
         for g in doc["groups"]:
             cols = TABLES[g["table"]][1]
@@ -98,7 +108,7 @@ def decode(stored: Any) -> dict:
             for state in (ch["before"], ch["after"]):
                 if state is not None:
                     state.setdefault("parent_id", None)
-    return doc
+    return {"groups": groups_of(doc.get("changes", []))} if columns else doc
 
 
 def _columns(rows: list[dict | None], cols: tuple[str, ...]) -> dict:
@@ -145,18 +155,19 @@ def append(con: sqlite3.Connection, *, user: str, writer: str, run: str | None, 
     return int(cur.lastrowid)
 
 
-def to_event(row: sqlite3.Row | dict, with_payload: bool) -> Event:
+def to_event(row: sqlite3.Row | dict, with_payload: bool, columns: bool = False) -> Event:
     d = dict(row)
-    payload = decode(d.pop("payload")) if with_payload and "payload" in d else {}
+    payload = decode(d.pop("payload"), columns) if with_payload and "payload" in d else {}
     d.pop("payload", None)
     return Event(payload=payload, **{k: d.get(k) for k in ("id", "ts", "user", "run", "action", "summary", "undoes",
                                                             "undone_by", "writer")})
 
 
 def query(con: sqlite3.Connection, *, run: str | None = None, user: str | None = None, limit: int | None = 50,
-          with_payload: bool = False, table: str = "events", after: int | None = None) -> list[Event]:
+          with_payload: bool = False, table: str = "events", after: int | None = None,
+          columns: bool = False) -> list[Event]:
     """Events of `table` (the log, or an archive's), newest first, each with `undone_by` when a later one undid
-    it; with `after`, only those with a larger id."""
+    it; with `after`, only those with a larger id; with `columns`, payloads column by column (`decode`)."""
     cols = ", ".join(f"e.{c}" for c in EVENT_COLUMNS) + ", u.id AS undone_by" + (", e.payload" if with_payload
                                                                                  else "")
     sql = f"SELECT {cols} FROM {table} e LEFT JOIN {table} u ON u.undoes = e.id"
@@ -175,7 +186,7 @@ def query(con: sqlite3.Connection, *, run: str | None = None, user: str | None =
     sql += " ORDER BY e.id DESC"
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
-    return [to_event(r, with_payload) for r in con.execute(sql, params).fetchall()]
+    return [to_event(r, with_payload, columns) for r in con.execute(sql, params).fetchall()]
 
 
 def last_undoable(con: sqlite3.Connection, user: str) -> sqlite3.Row | None:
@@ -220,3 +231,54 @@ def collapse(changes: list[dict]) -> list[dict]:
 
 def inverse(changes: Iterable[dict]) -> list[dict]:
     return [{"table": ch["table"], "before": ch["after"], "after": ch["before"]} for ch in changes]
+
+
+def changed_rows(groups: list[dict], run: str) -> dict:
+    """The last state of every row of `run` that `groups` (oldest first, as `decode(..., columns=True)` gives them)
+    changed: per table, a DataFrame of its columns, None where the row is gone, and `present` (False: deleted)."""
+    import numpy as np
+    import pandas as pd
+
+    frames: dict[str, list] = {}
+    for g in groups:
+        cols = TABLES[g["table"]][1]
+        had, before = _side(g["before"], g["n"], cols)
+        has, after = _side(g["after"], g["n"], cols)
+        frame = pd.DataFrame(after)
+        for k in TABLES[g["table"]][0]:  # a deleted row's key is in its before state
+            frame[k] = np.where(has, after[k], before[k])
+        frame["present"] = has
+        frames.setdefault(g["table"], []).append(frame[frame["run"] == run])
+    out = {}
+    for table, parts in frames.items():
+        rows = pd.concat(parts, ignore_index=True)
+        rows = rows.drop_duplicates(list(TABLES[table][0]), keep="last")
+        if len(rows):
+            out[table] = rows.reset_index(drop=True)
+    return out
+
+
+def _side(enc: dict, n: int, cols: tuple[str, ...]):
+    """One side of a stored group as (present mask, {column: object array, None where absent})."""
+    import numpy as np
+
+    present = (np.frombuffer(enc["present"].encode("ascii"), dtype=np.uint8) == ord("1") if "present" in enc
+               else np.ones(n, dtype=bool))
+    stored = enc.get("cols", {})
+    values = {}
+    for c in cols:
+        column = np.full(n, None, dtype=object)
+        if c in stored:
+            v = stored[c]
+            column[present] = v["all"] if isinstance(v, dict) else _objects(v)
+        values[c] = column
+    return present, values
+
+
+def _objects(values: list):
+    """A list as a 1-d object array, whatever its items (np.asarray would nest lists)."""
+    import numpy as np
+
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out

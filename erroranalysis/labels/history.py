@@ -18,11 +18,11 @@ class HistoryOps:
     """Reading the log, undo, archive and backup: the part of LabelStore that works on its history."""
 
     def events(self, *, run: str | None = None, user: str | None = None, limit: int | None = 50,
-               with_payload: bool = False, after: int | None = None) -> list[Event]:
+               with_payload: bool = False, after: int | None = None, columns: bool = False) -> list[Event]:
         """The newest events first (with `after`, those whose id is larger), each with `undone_by` set when a later
-        event undid it."""
+        event undid it; with `columns`, payloads column by column (eventlog.decode)."""
         return self._db.run(lambda con: eventlog.query(con, run=run, user=user, limit=limit,
-                                                       with_payload=with_payload, after=after))
+                                                       with_payload=with_payload, after=after, columns=columns))
 
     def last_undoable(self, *, user: str | None = None) -> Event | None:
         """The event `undo` would revert: the newest change by `user` (default: this store's user) that is not

@@ -116,59 +116,70 @@ def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, 
     them: what the app does after a labeling change instead of reading every label of the run again. None when the
     table must be rebuilt: events were archived (ids not contiguous), a backup was restored (it replaces every row
     and records none), an error type changed up to now (names and severities of many rows; error types are read
-    as they are now), an assignment names a type deleted since, or more than `max_rows` rows changed."""
+    as they are now), an assignment names a type deleted since, or more than `max_rows` rows changed. The events
+    are read column by column and the changed rows set column by column: no Python object per row."""
+    import numpy as np
     import pandas as pd
 
+    from erroranalysis.labels import eventlog
     from erroranalysis.labels.fields import clean_run
 
     key = clean_run(key)  # as the store keeps it
-    after = store.events(limit=None, with_payload=True, after=since)
+    after = store.events(limit=None, with_payload=True, after=since, columns=True)
     events = [e for e in after if e.id <= until]
     if len(events) != until - since or any(e.action == "restore" for e in events):
         return None
-    if any(ch["table"] == "error_types" for e in after for ch in e.payload.get("changes", [])):
+    if any(g["table"] == "error_types" for e in after for g in e.payload["groups"]):
         return None
-    changes = [ch for e in reversed(events) for ch in e.payload.get("changes", [])]
-    if len(changes) > max_rows:
+    if sum(e.n_changes for e in events) > max_rows:
         return None
-    latest: dict[tuple, dict | None] = {}  # the last state of each changed row, in the order of the log
-    for ch in changes:
-        row = ch["after"] if ch["after"] is not None else ch["before"]
-        if row["run"] == key:
-            latest[(ch["table"], row["example_id"], row.get("flag"))] = ch["after"]
-    if not latest:
+    changed = eventlog.changed_rows([g for e in reversed(events) for g in e.payload["groups"]], key)
+    if not changed:
         return table
     ids = pd.Index(table["example_id"]) if ids is None else ids
     df = table.copy(deep=False)  # copy on write: only the columns set below are copied
-    types = {t.id: t for t in store.error_types()}
-    if any(t == "assignments" and a and a["error_type_id"] not in types for (t, _, _), a in latest.items()):
-        return None  # a type deleted since `until` (another writer, just now): the rebuild reads what is there
-    _set(df, ids, {ex: a for (t, ex, _), a in latest.items() if t == "assignments"}, lambda a: {
-        "error_type_id": a["error_type_id"], "error_type": types[a["error_type_id"]].name,
-        "severity": types[a["error_type_id"]].severity, "source": a["source"], "status": a["status"],
-        "updated": a["updated"], "updated_by": a["updated_by"], "labeled_cluster_id": a["cluster_id"]} if a else {
-        "error_type_id": -1, "error_type": "", "severity": "", "source": "", "status": "", "updated": "",
-        "updated_by": "", "labeled_cluster_id": None})
-    for flag in FLAGS:
-        _set(df, ids, {ex: a for (t, ex, f), a in latest.items() if t == "flags" and f == flag},
-             lambda a, flag=flag: {flag: a is not None})
-    _set(df, ids, {ex: a for (t, ex, _), a in latest.items() if t == "notes"},
-         lambda a: {"note": a["text"] if a else ""})
+    a = changed.get("assignments")
+    if a is not None:
+        live = a["present"].to_numpy(bool)
+        type_ids = np.where(live, a["error_type_id"].to_numpy(dtype=object), -1).astype(np.int64)
+        types = {t.id: t for t in store.error_types()}
+        if any(int(t) not in types for t in np.unique(type_ids[live])):
+            return None  # a type deleted since `until` (another writer, just now): the rebuild reads what is there
+        names = {i: (t.name, t.severity) for i, t in types.items()}
+        text = lambda col: np.where(live, a[col].to_numpy(dtype=object), "")  # noqa: E731
+        _set(df, ids, a["example_id"], {
+            "error_type_id": type_ids,
+            "error_type": np.array([names[i][0] if i >= 0 else "" for i in type_ids], dtype=object),
+            "severity": np.array([names[i][1] if i >= 0 else "" for i in type_ids], dtype=object),
+            "source": text("source"), "status": text("status"), "updated": text("updated"),
+            "updated_by": text("updated_by"),
+            "labeled_cluster_id": pd.array(np.where(live, a["cluster_id"].to_numpy(dtype=object), None),
+                                           dtype="Int64")})
+    f = changed.get("flags")
+    for flag in FLAGS if f is not None else ():
+        rows = f[f["flag"] == flag]
+        _set(df, ids, rows["example_id"], {flag: rows["present"].to_numpy(bool)})
+    n = changed.get("notes")
+    if n is not None:
+        _set(df, ids, n["example_id"], {"note": np.where(n["present"].to_numpy(bool),
+                                                         n["text"].to_numpy(dtype=object), "")})
     return df
 
 
-def _set(df, ids, rows: dict, values) -> None:
-    """Set, at the examples of `rows` (example_id -> its row now, or None), the columns `values(row)` gives."""
-    found = [(at, row) for at, row in zip(ids.get_indexer(list(rows)), rows.values()) if at >= 0]
-    if not found:
+def _set(df, ids, example_ids, columns: dict) -> None:
+    """Set, at the rows of `example_ids` (in `ids`), each column of `columns` (values in the same order)."""
+    import numpy as np
+    import pandas as pd
+
+    at = ids.get_indexer(np.asarray(example_ids, dtype=object))
+    keep = at >= 0
+    if not keep.any():
         return
-    new = [values(row) for _, row in found]
-    at = [i for i, _ in found]
-    for col in new[0]:
-        column = [v[col] for v in new]
-        shared = column.count(column[0]) == len(column) and column[0] is not None
-        # one value for all (a bulk assignment's type, user, time) is set as a scalar: no list to convert
-        df.iloc[at, df.columns.get_loc(col)] = column[0] if shared else column
+    for col, values in columns.items():
+        values = values[keep]
+        # one value for all (a bulk assignment's type, user, time) is set as a scalar: no array to convert
+        shared = not pd.isna(values).any() and bool((values == values[0]).all())
+        df.iloc[at[keep], df.columns.get_loc(col)] = values[0] if shared else values
 
 
 def _rows_of(ids, example_ids):
