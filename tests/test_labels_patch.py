@@ -145,6 +145,24 @@ def test_a_restored_backup_or_a_type_changed_after_the_window_asks_for_a_rebuild
     assert stages.patch_labels(table, restored, key, since, until) is None
 
 
+def test_a_copy_restored_after_the_window_asks_for_a_rebuild(run, store, tmp_path):
+    """A teammate's copy with more events, restored between the app's version read and its patch: the ids up to
+    `until` are contiguous again but are the copy's events."""
+    from erroranalysis.labels import backup
+
+    ids = failures(run)
+    key = store.run_key(run.path)
+    mate = LabelStore(store.backup(tmp_path / "teammate.sqlite"), user="bob")
+    for ex in ids[20:25]:
+        mate.assign(key, [ex], "Vocabulary overlap")
+    table, since = stages.example_table(run, store), store.version()
+    store.assign(key, ids[:1], "Sarcasm")
+    until = store.version()
+    backup.restore(mate.path, store.path)
+    assert LabelStore(store.path, user="alice").version() > until
+    assert stages.patch_labels(table, LabelStore(store.path, user="alice"), key, since, until) is None
+
+
 def test_a_run_key_is_compared_as_the_store_keeps_it(tmp_path):
     root = tmp_path / "ws"
     make_run(root / "news ", n=120, n_failures=40)  # a folder name with a trailing space

@@ -114,9 +114,9 @@ def attach_labels(base, assignments, flags, notes, *, ids=None):
 def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, ids=None, max_rows: int = 100_000):
     """`table` (attach_labels of run `key` at labels version `since`) at version `until`, from the events between
     them: what the app does after a labeling change instead of reading every label of the run again. None when the
-    table must be rebuilt: events were archived (ids not contiguous), a backup was restored (it replaces every row
-    and records none), an error type changed up to now (names and severities of many rows; error types are read
-    as they are now), an assignment names a type deleted since, or more than `max_rows` rows changed. The events
+    table must be rebuilt: events were archived (ids not contiguous), a backup was restored up to now (it replaces
+    every row and records none), an error type changed up to now (names and severities of many rows; error types
+    are read as they are now), an assignment names a type deleted since, or more than `max_rows` rows changed. The events
     are read column by column and the changed rows set column by column: no Python object per row."""
     import numpy as np
     import pandas as pd
@@ -127,7 +127,9 @@ def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, 
     key = clean_run(key)  # as the store keeps it
     after = store.events(limit=None, with_payload=True, after=since, columns=True)
     events = [e for e in after if e.id <= until]
-    if len(events) != until - since or any(e.action == "restore" for e in events):
+    # a restore or an error-type change up to now, not only up to `until`: a copy restored since may hold other
+    # events under the same ids, and error types are read as they are now
+    if len(events) != until - since or any(e.action == "restore" for e in after):
         return None
     if any(g["table"] == "error_types" for e in after for g in e.payload["groups"]):
         return None
