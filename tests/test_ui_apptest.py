@@ -287,6 +287,24 @@ def test_create_type_and_assign_a_whole_cluster(start, db):
     assert f"Assigned cluster #{cid}" in texts(at)
 
 
+def test_assign_all_matching_takes_every_row_not_only_those_shown(start, db, workspace, monkeypatch):
+    """A table cut to its first rows says so, and "Assign all N matching" assigns all N (with their clusters)."""
+    from erroranalysis_ui.eaui import tables
+
+    base = stages.base_table(Run.open(workspace / "news-a"))
+    failed = base.loc[~base["correct"], ["example_id", "cluster_id"]]
+    monkeypatch.setattr(tables, "MAX_ROWS", 10)
+    at = goto(start(), "label")
+    create_type(at, "A")
+    at.segmented_control(key=state.LABEL_SOURCE).set_value("All failures").run()
+    assert len(at.dataframe[0].value) == 10
+    assert f"Showing the first 10 of {len(failed):,} rows" in texts(at)
+    button(at, f"Assign all {len(failed):,} matching").click().run()
+    assigned = LabelStore(db, create=False).assignments("news-a").set_index("example_id")
+    assert sorted(assigned.index) == sorted(failed["example_id"]) and set(assigned["error_type"]) == {"A"}
+    assert assigned.loc[failed["example_id"], "cluster_id"].tolist() == failed["cluster_id"].tolist()
+
+
 def test_assign_selected_flags_notes_split_and_undo(start, db):
     at = goto(start(), "label")
     create_type(at, "A")

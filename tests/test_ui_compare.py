@@ -146,7 +146,10 @@ def test_compare_runs_over_another_eval_set_is_one_message(start):
 # -- Review -------------------------------------------------------------------------------------------------------
 
 
-def test_review_suggests_from_another_run_then_accepts_and_rejects(start):
+def test_review_suggests_from_another_run_then_accepts_and_rejects(start, monkeypatch):
+    from erroranalysis_ui.eaui import tables
+
+    monkeypatch.setattr(tables, "MAX_ROWS", 5)  # the table shows 5: "Reject all" must still take every one
     at = start("review", run="cand")
     assert at.title[0].value == "Review suggestions"
     assert "No suggestions await review" in texts(at)
@@ -161,6 +164,7 @@ def test_review_suggests_from_another_run_then_accepts_and_rejects(start):
     assert metric(at, "Awaiting review").value == str(n)
     assert int(metric(at, "New / unmatched failures").value) == 15 - n
     table = at.dataframe[0].value
+    assert len(table) == 5
     assert set(table["error_type"]) == {"Even kind", "Odd kind <b>"}
     assert set(table["basis"]) >= {"same example"}
     nonce = at.session_state[state.REVIEW_NONCE] if state.REVIEW_NONCE in at.session_state else 0

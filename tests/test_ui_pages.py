@@ -143,3 +143,24 @@ def test_a_killed_stage_is_reported_as_interrupted(open_run):
     assert "stage 'cluster' was interrupted" in status
     at = visit(at, "overview")
     assert "erroranalysis cluster" in stage_warnings(at)[0]
+
+
+def test_the_apps_base_table_holds_each_text_column_in_one_chunk(tmp_path):
+    """Read from a Parquet file of several row groups, texts arrive in several chunks (taking 2,000 rows from them
+    copies them all); the app's table keeps the same values in one."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis_ui.eaui.data import _one_chunk
+
+    n = 5000
+    texts = [f"text {i}" * (i % 7) for i in range(n)]
+    pq.write_table(pa.table({"example_id": [f"e{i}" for i in range(n)], "text": texts, "x": list(range(n))}),
+                   tmp_path / "p.parquet", row_group_size=1000)
+    read = pd.read_parquet(tmp_path / "p.parquet")
+    assert read["text"].array.__arrow_array__().num_chunks == 5
+    one = _one_chunk(read.copy())
+    pd.testing.assert_frame_equal(one, read)
+    assert one["text"].array.__arrow_array__().num_chunks == 1
+    assert one["example_id"].array.__arrow_array__().num_chunks == 1

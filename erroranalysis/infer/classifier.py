@@ -38,11 +38,11 @@ class Classifier:
 
 
 def resolve_device(name: str = "auto") -> str:
+    check_param("device", name, name in ("auto", "cpu", "cuda", "mps") or name.startswith("cuda:"),
+                "one of auto, cpu, cuda, cuda:N, mps")
     import_model_libraries()  # the first use of torch when a checkpoint is loaded
     import torch
 
-    check_param("device", name, name in ("auto", "cpu", "cuda", "mps") or name.startswith("cuda:"),
-                "one of auto, cpu, cuda, cuda:N, mps")
     if name == "auto":
         if torch.cuda.is_available():
             return "cuda"

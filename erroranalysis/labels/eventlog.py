@@ -242,10 +242,10 @@ def changed_rows(groups: list[dict], run: str) -> dict:
     frames: dict[str, list] = {}
     for g in groups:
         cols = TABLES[g["table"]][1]
-        had, before = _side(g["before"], g["n"], cols)
+        _, before = _side(g["before"], g["n"], cols)
         has, after = _side(g["after"], g["n"], cols)
         frame = pd.DataFrame(after)
-        for k in TABLES[g["table"]][0]:  # a deleted row's key is in its before state
+        for k in TABLES[g["table"]][0]:  # as key_of: the after state's key, a deleted row's from its before state
             frame[k] = np.where(has, after[k], before[k])
         frame["present"] = has
         frames.setdefault(g["table"], []).append(frame[frame["run"] == run])

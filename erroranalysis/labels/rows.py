@@ -86,7 +86,7 @@ def _kind(ch: dict) -> tuple[str, str]:
     return ch["table"], "delete" if ch["after"] is None else "insert" if ch["before"] is None else "update"
 
 
-def _params(ch: dict, verb: str) -> list:
+def _params(ch: dict, verb: str) -> tuple:
     row = key_of(ch) if verb == "delete" else ch["after"]
     if ch["table"] == "error_types" and verb != "delete":
         row = {**row, "name_key": fold_name(row["name"])}
@@ -96,8 +96,9 @@ def _params(ch: dict, verb: str) -> list:
 @functools.cache
 def _getter(table: str, verb: str):
     """A row's parameters of `_sql(table, verb)` as a tuple (one C call per row: bulk writes pass 100,000s)."""
-    get = operator.itemgetter(*_param_columns(table, verb))
-    return get if len(_param_columns(table, verb)) > 1 else lambda row: (get(row),)
+    columns = _param_columns(table, verb)
+    get = operator.itemgetter(*columns)
+    return get if len(columns) > 1 else lambda row: (get(row),)
 
 
 @functools.cache

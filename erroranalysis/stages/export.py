@@ -116,8 +116,8 @@ def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, 
     them: what the app does after a labeling change instead of reading every label of the run again. None when the
     table must be rebuilt: events were archived (ids not contiguous), a backup was restored up to now (it replaces
     every row and records none), an error type changed up to now (names and severities of many rows; error types
-    are read as they are now), an assignment names a type deleted since, or more than `max_rows` rows changed. The events
-    are read column by column and the changed rows set column by column: no Python object per row."""
+    are read as they are now), an assignment names a type deleted since, or more than `max_rows` rows changed.
+    The events are read column by column and the changed rows set column by column: no dict per row."""
     import numpy as np
     import pandas as pd
 
@@ -147,12 +147,15 @@ def patch_labels(table, store: LabelStore, key: str, since: int, until: int, *, 
         types = {t.id: t for t in store.error_types()}
         if any(int(t) not in types for t in np.unique(type_ids[live])):
             return None  # a type deleted since `until` (another writer, just now): the rebuild reads what is there
-        names = {i: (t.name, t.severity) for i, t in types.items()}
-        text = lambda col: np.where(live, a[col].to_numpy(dtype=object), "")  # noqa: E731
+        of_type = pd.Series(type_ids)
+
+        def text(col: str):
+            return np.where(live, a[col].to_numpy(dtype=object), "")
+
         _set(df, ids, a["example_id"], {
             "error_type_id": type_ids,
-            "error_type": np.array([names[i][0] if i >= 0 else "" for i in type_ids], dtype=object),
-            "severity": np.array([names[i][1] if i >= 0 else "" for i in type_ids], dtype=object),
+            "error_type": of_type.map({i: t.name for i, t in types.items()}).fillna("").to_numpy(dtype=object),
+            "severity": of_type.map({i: t.severity for i, t in types.items()}).fillna("").to_numpy(dtype=object),
             "source": text("source"), "status": text("status"), "updated": text("updated"),
             "updated_by": text("updated_by"),
             "labeled_cluster_id": pd.array(np.where(live, a["cluster_id"].to_numpy(dtype=object), None),

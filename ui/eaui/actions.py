@@ -77,6 +77,14 @@ def assign_ids(run_key: str, ids: list[str], clusters: dict[str, int], summary: 
     _run(act)
 
 
+def assign_rows(run_key: str, table, at, summary: str | None = None) -> None:
+    """assign_ids for the rows of `table` at positions `at` (with their clusters), read when clicked: a page passes
+    the positions of every matching row without building 200,000 ids on each rerun."""
+    rows = table.iloc[at]
+    ids = rows["example_id"].tolist()
+    assign_ids(run_key, ids, dict(zip(ids, rows["cluster_id"].astype(int).tolist())), summary)
+
+
 def unassign_selected(run_key: str) -> None:
     def act() -> str:
         ids = _selected_ids()
@@ -201,7 +209,7 @@ def review_selected(run_key: str, accept: bool) -> None:
 
 
 def review_ids(run_key: str, ids: list[str], accept: bool) -> None:
-    """Accept or reject every suggestion shown."""
+    """Accept or reject every suggestion listed (all of the pending type picked, not only the rows shown)."""
     from erroranalysis.stages import review
 
     def act() -> str:

@@ -24,17 +24,17 @@ def matches(rows, query: str):
             | rows["example_id"].astype(str).str.contains(query, case=False, regex=False)).to_numpy(bool)
 
 
-def top_rows(table, picked: np.ndarray, query: str | None, *, by: str = "confidence", limit: int = MAX_ROWS):
+def top_rows(table, picked: np.ndarray, query: str | None, *, by: str = "confidence", limit: int | None = None):
     """The rows of `table` where the mask `picked` holds and `query` matches, highest `by` first (missing last), at
-    most `limit`, and how many matched. Only the rows shown are copied: filtering a 1M-row table whole (texts
-    included) takes longer than a click may."""
+    most `limit`; and the positions of every row that matched (what an action on "all matching" acts on). Only the
+    rows shown are copied: filtering a 1M-row table whole (texts included) takes longer than a click may."""
     at = np.flatnonzero(picked)
     query = (query or "").strip()
     if query:
         at = at[matches(table[["text", "example_id"]].iloc[at], query)]
     score = table[by].to_numpy(dtype=float, na_value=np.nan)[at]
-    order = np.argsort(np.where(np.isnan(score), np.inf, -score), kind="stable")[:limit]
-    return table.iloc[at[order]], len(at)
+    order = np.argsort(np.where(np.isnan(score), np.inf, -score), kind="stable")[:MAX_ROWS if limit is None else limit]
+    return table.iloc[at[order]], at
 
 
 def flag(values) -> np.ndarray:
@@ -72,9 +72,11 @@ COLUMN_CONFIG = {
 
 
 def examples_table(rows, *, key: str | None = None, selectable: bool = False, height: int | str = "auto",
-                   hide: tuple[str, ...] = (), text_width: int = 440):
-    """Show rows (a slice of the example table); with selectable=True return the selection event (multi-row)."""
+                   hide: tuple[str, ...] = (), text_width: int = 440, total: int | None = None):
+    """Show rows (a slice of the example table); with selectable=True return the selection event (multi-row).
+    `total`: how many rows matched when `rows` is already cut to the first of them (tables.top_rows)."""
     shown = rows.head(MAX_ROWS)
+    total = len(rows) if total is None else total
     frame = display_frame(shown)
     order = [c for c in ["example_id", "text", "label", "pred", "confidence", "loss", "error_type", "flags",
                          "cluster_name", "note"] if c not in hide]
@@ -82,8 +84,8 @@ def examples_table(rows, *, key: str | None = None, selectable: bool = False, he
     config["text"] = st.column_config.TextColumn("Text", width=text_width)
     kwargs = dict(hide_index=True, column_order=order, column_config=config, height=height, key=key,
                   row_height=35)
-    if len(rows) > MAX_ROWS:
-        st.caption(f"Showing the first {MAX_ROWS:,} of {len(rows):,} rows; search to narrow them.")
+    if total > len(shown):
+        st.caption(f"Showing the first {len(shown):,} of {total:,} rows; search to narrow them.")
     if selectable:
         return st.dataframe(frame, on_select="rerun", selection_mode="multi-row", **kwargs)
     st.dataframe(frame, **kwargs)

@@ -181,14 +181,16 @@ with examples_col:
 
     query = st.text_input("Search", key=state.LABEL_SEARCH, placeholder="filter by words in the text or example id",
                           on_change=state.reset_label_selection, label_visibility="collapsed")
-    shown, _ = tables.top_rows(table, pick, query)
+    shown, matching = tables.top_rows(table, pick, query)
     st.session_state[state.LABEL_ROWS] = list(zip(shown["example_id"].tolist(),
                                                   shown["cluster_id"].astype(int).tolist()))
     event = tables.examples_table(shown, key=state.label_table_key(), selectable=True, height=400, text_width=330,
-                                  hide=("loss", "cluster_name") if source == "Cluster" else ("loss",))
+                                  hide=("loss", "cluster_name") if source == "Cluster" else ("loss",),
+                                  total=len(matching))
     selected_rows = list(event.selection.rows) if event is not None else []
     selected = [shown.iloc[i]["example_id"] for i in selected_rows if i < len(shown)]
     st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown"
+               + (f" ({len(matching):,} match, most confident first)" if len(matching) > len(shown) else "")
                + (f" ({int(pick.sum()):,} before search)" if query else ""))
 
     type_ids = [t.id for t in types]
@@ -202,20 +204,17 @@ with examples_col:
             act.button(f"Assign {len(selected):,} selected", on_click=actions.assign_selected, args=(run_key,),
                        disabled=not selected or not types, type="primary", icon=":material/sell:")
             if whole_cluster is not None and not query:
-                members = table.loc[pick, ["example_id", "cluster_id"]]  # pick: the cluster or family
+                members = np.flatnonzero(pick)  # pick: the cluster or family
                 what = f"cluster #{whole_cluster[0]}" if len(whole_cluster) == 1 else \
                     f"clusters {', '.join(f'#{c}' for c in whole_cluster)}"
                 act.button(f"Assign whole {'cluster' if len(whole_cluster) == 1 else 'family'} ({len(members):,})",
-                           on_click=actions.assign_ids,
-                           args=(run_key, members["example_id"].tolist(),
-                                 dict(zip(members["example_id"], members["cluster_id"].astype(int))),
-                                 f"assigned {what} ({len(members)} examples) to {{type}}"),
+                           on_click=actions.assign_rows,
+                           args=(run_key, table, members, f"assigned {what} ({len(members)} examples) to {{type}}"),
                            disabled=not types, icon=":material/select_all:")
-            elif len(shown):
-                act.button(f"Assign all {len(shown):,} shown", on_click=actions.assign_ids,
-                           args=(run_key, shown["example_id"].tolist(),
-                                 dict(zip(shown["example_id"], shown["cluster_id"].astype(int)))),
-                           disabled=not types, icon=":material/select_all:")
+            elif len(matching):
+                act.button(f"Assign all {len(matching):,} matching", on_click=actions.assign_rows,
+                           args=(run_key, table, matching), disabled=not types, icon=":material/select_all:",
+                           help="Every example that matches, not only the rows shown.")
             flags = st.container(horizontal=True, gap="small")
             flags.button("Move out of error type", on_click=actions.unassign_selected, args=(run_key,),
                          disabled=not selected, icon=":material/call_split:",

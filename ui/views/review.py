@@ -167,17 +167,18 @@ else:
                                                                  help="Cosine distance to the type (lower = closer)"),
                        "nearest_id": st.column_config.TextColumn("Nearest labeled", width="small")})
     selected = [shown["example_id"].iat[i] for i in event.selection.rows if i < len(shown)]
-    st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown, closest first.")
+    st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown, closest first"
+               + (f" (of {len(rows):,}; the buttons for all act on every one)" if len(rows) > len(shown) else "."))
     if store.can_write:
         bar = st.container(horizontal=True, gap="small")
         bar.button(f"Accept {len(selected):,} selected", on_click=actions.review_selected, args=(run_key, True),
                    disabled=not selected, type="primary", icon=":material/check:")
         bar.button(f"Reject {len(selected):,} selected", on_click=actions.review_selected, args=(run_key, False),
                    disabled=not selected, icon=":material/close:")
-        ids = shown["example_id"].tolist()
-        bar.button(f"Accept all {len(ids):,} shown", on_click=actions.review_ids, args=(run_key, ids, True),
+        ids = rows["example_id"].tolist()  # every pending suggestion of the type picked, not only those shown
+        bar.button(f"Accept all {len(ids):,}", on_click=actions.review_ids, args=(run_key, ids, True),
                    icon=":material/done_all:")
-        bar.button(f"Reject all {len(ids):,} shown", on_click=actions.review_ids, args=(run_key, ids, False),
+        bar.button(f"Reject all {len(ids):,}", on_click=actions.review_ids, args=(run_key, ids, False),
                    icon=":material/block:")
         last = store.last_undoable()
         bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
