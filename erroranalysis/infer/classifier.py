@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -130,10 +131,22 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
     where fp32 weights under bf16 autocast were slower than fp32 (every op casts its weights again)."""
     path = Path(path)
     files = check_checkpoint(path, trust_remote_code)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        sha = pool.submit(weights_sha256, files)  # on the other core while torch and transformers import
+        model, tokenizer, resolved, weights = _load(path, device, trust_remote_code, precision)
+    id2label = model.config.id2label
+    labels = [str(id2label[i]) for i in range(len(id2label))]
+    return Classifier(model=model, tokenizer=tokenizer, labels=labels, path=path, device=resolved,
+                      weights_sha256=sha.result(), precision=weights)
+
+
+def _load(path: Path, device: str, trust_remote_code: bool, precision: str):
+    """(model, tokenizer, device, precision of the weights) of a checked checkpoint folder."""
     resolved = resolve_device(device)
     import torch
 
-    dtype = torch.bfloat16 if resolve_precision(precision, resolved) == "bf16" else torch.float32
+    weights = "bf16" if resolve_precision(precision, resolved) == "bf16" else "fp32"
+    dtype = torch.bfloat16 if weights == "bf16" else torch.float32
 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -146,11 +159,7 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
             path, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"{path}: cannot load the checkpoint ({str(exc).splitlines()[0]}).") from None
-    model.eval().to(resolved)
-    id2label = model.config.id2label
-    labels = [str(id2label[i]) for i in range(len(id2label))]
-    return Classifier(model=model, tokenizer=tokenizer, labels=labels, path=path, device=resolved,
-                      weights_sha256=weights_sha256(files), precision="bf16" if dtype == torch.bfloat16 else "fp32")
+    return model.eval().to(resolved), tokenizer, resolved, weights
 
 
 def weights_sha256(files: list[Path]) -> str:
