@@ -18,7 +18,7 @@ import warnings
 # old module -> the modules its names now live in, searched in order
 MOVED = {
     "runs": ("rundir",),
-    "inference": ("infer.classifier",),
+    "inference": ("infer.classifier", "infer.predictions"),
     "generation": ("infer.generation", "infer.causal_lm"),
     "checkers": ("infer.output_checks", "infer.output_cells"),
     "clustering": ("cluster", "cluster._fit", "cluster._reduce", "cluster._neighbors"),

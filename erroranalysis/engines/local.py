@@ -11,7 +11,7 @@ def predict(inputs, predictor, labels: list[str], sink, *, chunk_size: int = 409
             progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Run `predictor` (a `ChunkPredictor`) over `inputs` (an `input_table`) chunk by chunk into `sink`; return the
     summed confusion counts [k, k]."""
-    from erroranalysis.infer.classifier import confusion, output_table
+    from erroranalysis.infer.predictions import confusion, output_table
 
     k = len(labels)
     counts = np.zeros((k, k), dtype=np.int64)

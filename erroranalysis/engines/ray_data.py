@@ -67,7 +67,7 @@ class ShardPredictor:
         self.sink = ShardSink(*[p and Path(p) for p in paths], hidden_dtype=hidden_dtype)
 
     def __call__(self, batch):
-        from erroranalysis.infer.classifier import confusion, output_table
+        from erroranalysis.infer.predictions import confusion, output_table
 
         rows = batch.column(ROW).to_numpy()
         order = np.argsort(rows, kind="stable")

@@ -159,7 +159,8 @@ def copy_training_log(checkpoint: Path, staging) -> None:
 def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndarray:
     """Run the checkpoint over the eval set with `engine`, streaming predictions.parquet, probs.npy and
     hidden_states.npy into the staging area (single files in-process, folders of shards on Ray)."""
-    from erroranalysis.infer.classifier import ChunkPredictor, input_table
+    from erroranalysis.infer.classifier import ChunkPredictor
+    from erroranalysis.infer.predictions import input_table
 
     inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns)
     p = job.params
