@@ -189,8 +189,7 @@ with examples_col:
                                   total=len(matching))
     selected_rows = list(event.selection.rows) if event is not None else []
     selected = [shown.iloc[i]["example_id"] for i in selected_rows if i < len(shown)]
-    st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown"
-               + (f" ({len(matching):,} match, most confident first)" if len(matching) > len(shown) else "")
+    st.caption(f"**{len(selected):,}** selected of {len(shown):,} shown, most confident first"
                + (f" ({int(pick.sum()):,} before search)" if query else ""))
 
     type_ids = [t.id for t in types]
