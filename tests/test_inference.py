@@ -281,3 +281,34 @@ print(json.dumps({"full": len(full), "enabled": gc.isenabled(), "frozen": frozen
         assert out["full"] == 0
         assert out["again"] == out["frozen"]
         assert (out["frozen"] > 100_000) if mode == "freeze" else out["frozen"] == 0
+
+
+@pytest.mark.parametrize("bad", [{"device": "gpu"}, {"precision": "fp16"}])
+def test_a_bad_device_or_precision_is_refused_before_the_weights_are_read(tiny_checkpoint, monkeypatch, bad):
+    from erroranalysis.infer import classifier
+
+    hashed = []
+    monkeypatch.setattr(classifier, "weights_sha256", lambda files: hashed.append(files) or "x")
+    with pytest.raises(ParameterError):
+        load_classifier(tiny_checkpoint, **bad)
+    assert hashed == []
+
+
+def test_the_command_freezes_the_model_libraries_a_library_user_does_not():
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from erroranalysis import libraries
+before = libraries.FREEZE
+from erroranalysis.cli.app import main
+sys.argv = ["erroranalysis", "--version"]
+try:
+    main()
+except SystemExit:
+    pass
+print(before, libraries.FREEZE)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out[-2:] == ["False", "True"]

@@ -41,7 +41,8 @@ def test_no_module_is_too_long_to_read():
 @pytest.mark.parametrize("old, name", [("erroranalysis.runs", "Run"), ("erroranalysis.cluster_stage", "cluster_run"),
                                        ("erroranalysis.pipeline", "run_checkpoint"),
                                        ("erroranalysis.taxonomy_apply", "apply_taxonomy"),
-                                       ("erroranalysis.checkers", "run_checks")])
+                                       ("erroranalysis.checkers", "run_checks"),
+                                       ("erroranalysis.inference", "output_table")])
 def test_old_import_paths_work_with_a_deprecation_warning(old, name):
     import importlib
 

@@ -80,9 +80,10 @@ def assign_ids(run_key: str, ids: list[str], clusters: dict[str, int], summary: 
 def assign_rows(run_key: str, table, at, summary: str | None = None) -> None:
     """assign_ids for the rows of `table` at positions `at` (with their clusters), read when clicked: a page passes
     the positions of every matching row without building 200,000 ids on each rerun."""
-    rows = table.iloc[at]
-    ids = rows["example_id"].tolist()
-    assign_ids(run_key, ids, dict(zip(ids, rows["cluster_id"].astype(int).tolist())), summary)
+    ids = table["example_id"].iloc[at].tolist()
+    clusters = table["cluster_id"].iloc[at].astype(int).tolist()
+    # unclustered examples (-1) get no cluster, as assign_selected records them
+    assign_ids(run_key, ids, {i: c for i, c in zip(ids, clusters) if c >= 0}, summary)
 
 
 def unassign_selected(run_key: str) -> None:

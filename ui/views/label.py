@@ -208,7 +208,7 @@ with examples_col:
                     f"clusters {', '.join(f'#{c}' for c in whole_cluster)}"
                 act.button(f"Assign whole {'cluster' if len(whole_cluster) == 1 else 'family'} ({len(members):,})",
                            on_click=actions.assign_rows,
-                           args=(run_key, table, members, f"assigned {what} ({len(members)} examples) to {{type}}"),
+                           args=(run_key, table, members, f"assigned {what} ({len(members):,} examples) to {{type}}"),
                            disabled=not types, icon=":material/select_all:")
             elif len(matching):
                 act.button(f"Assign all {len(matching):,} matching", on_click=actions.assign_rows,
