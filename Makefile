@@ -57,6 +57,7 @@ test-quick: venv
 bench: venv sample
 	$(PY) benchmarks/metrics.py
 	$(PY) benchmarks/inference.py --n 1000 --scale 1000,4000
+	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/clustering_quality.py --quick
 	$(PY) benchmarks/clustering_speed.py --sizes 1000 5000
 	$(PY) benchmarks/slices_speed.py

@@ -145,21 +145,32 @@ def measure_cluster_switch(repeat: int) -> dict[str, float]:
 def measure_label_action(repeat: int) -> dict:
     """Assigning a whole cluster on the Label page (write + rerender), each click a new cluster so that every one
     writes: the first of the session (the largest cluster), then `repeat` of the next largest and `repeat` of
-    median size; per group the median time, the median time spent in LabelStore.assign (the write) and the sizes."""
+    median size; per group the median time, the median time spent in LabelStore.assign (the write), in
+    stages.patch_labels (the shared table patched) and in garbage collection, and the sizes."""
+    import gc
     from unittest import mock
 
+    from erroranalysis import stages
     from erroranalysis.labels import LabelStore
     from erroranalysis_ui.eaui import state
 
-    writes = []
-    assign = LabelStore.assign
+    spent = {"write": 0.0, "patch": 0.0, "gc": 0.0}
+    began = [0.0]
 
-    def timed_assign(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return assign(self, *args, **kwargs)
-        finally:
-            writes.append(time.perf_counter() - start)
+    def collecting(phase, info):
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            spent["gc"] += time.perf_counter() - began[0]
+
+    def timer(part, fn):
+        def timed_fn(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[part] += time.perf_counter() - start
+        return timed_fn
 
     at = new_session()
     at.run()
@@ -167,19 +178,66 @@ def measure_label_action(repeat: int) -> dict:
     check(at)
     n = len(at.selectbox(key=state.LABEL_CLUSTER).options)
     picks = [0, *range(1, 1 + repeat), *range(n // 2, n // 2 + repeat)]  # options are largest first
-    times, sizes = [], []
-    with mock.patch.object(LabelStore, "assign", timed_assign):
+    clicks = []
+    gc.callbacks.append(collecting)
+    with mock.patch.object(LabelStore, "assign", timer("write", LabelStore.assign)), \
+            mock.patch.object(stages, "patch_labels", timer("patch", stages.patch_labels)):
         for i in picks:
             at.selectbox(key=state.LABEL_CLUSTER).select_index(i)
             at.run()
             btn = next(b for b in at.button if b.label.startswith("Assign whole cluster"))
-            sizes.append(int(btn.label.rsplit("(", 1)[1].rstrip(")").replace(",", "")))
+            size = int(btn.label.rsplit("(", 1)[1].rstrip(")").replace(",", ""))
             btn.click()
-            times.append(timed(at.run))
+            spent.update(write=0.0, patch=0.0, gc=0.0)
+            clicks.append({"time": timed(at.run), "size": size, **spent})
             check(at)
+    gc.callbacks.remove(collecting)
     groups = {"first": slice(0, 1), "large": slice(1, 1 + repeat), "median": slice(1 + repeat, None)}
-    return {name: {"time": statistics.median(times[g]), "write": statistics.median(writes[g]), "sizes": sizes[g]}
-            for name, g in groups.items()}
+    return {name: {**{k: statistics.median(c[k] for c in clicks[g]) for k in ("time", "write", "patch", "gc")},
+                   "sizes": [c["size"] for c in clicks[g]]} for name, g in groups.items()}
+
+
+def click_parts(run_dir: Path) -> list[str]:
+    """What the largest cluster's rows cost on the Label page, part by part, beside what the app did before: the
+    Arrow bytes its table sends at 20,000 rows and at tables.MAX_ROWS; taking those rows' texts from the columns as
+    read (a chunk per row group) and after data._one_chunk; the first lookup of its ids in a fresh 1M-row index,
+    cold and after data._example_ids' warm-up."""
+    import pandas as pd
+    from streamlit import dataframe_util
+
+    from erroranalysis import stages
+    from erroranalysis.rundir import Run
+    from erroranalysis_ui.eaui import data, tables
+
+    base = stages.base_table(Run.open(run_dir))
+    table = stages.attach_labels(base, *stages.label_tables(None, "bench"))
+    failed = ~table["correct"].to_numpy(bool)
+    largest = table.loc[failed, "cluster_id"].value_counts().index[0]
+    pick = failed & (table["cluster_id"] == largest).to_numpy(bool)
+
+    def size(rows) -> int:
+        return len(dataframe_util.convert_pandas_df_to_arrow_bytes(tables.display_frame(rows)))
+
+    wide, _ = tables.top_rows(table, pick, None, limit=20_000)
+    shown, at = tables.top_rows(table, pick, None)
+    lines = [f"the largest cluster ({len(at):,} failures): its table sends {size(wide) / 1e6:.2f} MB of Arrow at "
+             f"20,000 rows, {size(shown) / 1e6:.2f} MB at {tables.MAX_ROWS:,}"]
+    rows = shown.index.to_numpy()
+    chunks = base["text"].array.__arrow_array__().num_chunks
+    as_read = timed(lambda: base["text"].iloc[rows])
+    combine = timed(lambda: data._one_chunk(base))
+    one = timed(lambda: base["text"].iloc[rows])
+    lines.append(f"taking those {len(rows):,} texts: {as_read * 1e3:.1f} ms from {chunks} chunks, {one * 1e3:.1f} ms "
+                 f"from one ({as_read / max(one, 1e-9):.0f}x; combining the chunks once: {combine:.3f} s)")
+    ids = table["example_id"].iloc[at].tolist()
+    fresh = pd.Index(base["example_id"])
+    cold = timed(lambda: fresh.get_indexer(ids))
+    warm_index = pd.Index(base["example_id"])
+    warm_index.get_indexer(warm_index[:data.WARM_LOOKUP])
+    warm = timed(lambda: warm_index.get_indexer(ids))
+    lines.append(f"first lookup of its ids in a fresh index of {len(base):,}: {cold:.3f} s cold, {warm:.3f} s after "
+                 f"the warm-up at load")
+    return lines
 
 
 def script_compile(page: str) -> float:
@@ -212,6 +270,8 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=40, help="confusion pairs to plant failures on (the "
                         "fixture cycles through 8); the clustering finds its own number of clusters")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-freeze", action="store_true", help="the app without its garbage-collector freeze "
+                        "(eaui.memory), to see what the freeze saves")
     parser.add_argument("--workdir", type=Path, default=ROOT / "benchmarks" / "out" / "ui")
     args = parser.parse_args()
 
@@ -224,6 +284,10 @@ def main() -> None:
     st_logger.set_log_level("error")
     logging.disable(logging.WARNING)  # AppTest outside a server warns on every cache call, from loggers made later
 
+    if args.no_freeze:
+        from erroranalysis_ui.eaui import memory
+
+        memory.freeze_after_imports = lambda: None
     new_session().run()  # import Streamlit, Plotly and the app once, outside the timings
 
     from erroranalysis.rundir import Run, readers
@@ -244,10 +308,12 @@ def main() -> None:
     for name, what in (("first", "first of the session"), ("large", "the next largest clusters"),
                        ("median", "clusters of median size")):
         g = a[name]
-        print(f"  {what:<26} {g['time']:.2f} s, of which the store's write {g['write']:.2f} s (median; clusters "
-              f"of {', '.join(f'{k:,}' for k in g['sizes'])} examples)")
+        print(f"  {what:<26} {g['time']:.2f} s, of which the store's write {g['write']:.2f} s, the table's patch "
+              f"{g['patch']:.2f} s, garbage collection {g['gc']:.3f} s (median; clusters of "
+              f"{', '.join(f'{k:,}' for k in g['sizes'])} examples)")
     print(f"  (AppTest compiles the page scripts again on every run, a server once per process: app.py and "
           f"views/label.py take {script_compile('views/label.py'):.2f} s of each Label figure)")
+    print("\n".join(["what a large click's parts cost:", *(f"  {line}" for line in click_parts(run_dir))]))
     from erroranalysis_ui.eaui import data
 
     size, points = map_payload(run_dir)

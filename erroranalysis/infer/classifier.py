@@ -37,13 +37,9 @@ class Classifier:
     precision: str = "fp32"  # the dtype of the weights: "bf16" when loaded for --precision bf16
 
 
-def check_device(name: str) -> None:
+def resolve_device(name: str = "auto") -> str:
     check_param("device", name, name in ("auto", "cpu", "cuda", "mps") or name.startswith("cuda:"),
                 "one of auto, cpu, cuda, cuda:N, mps")
-
-
-def resolve_device(name: str = "auto") -> str:
-    check_device(name)
     import_model_libraries()  # the first use of torch when a checkpoint is loaded
     import torch
 
@@ -134,39 +130,11 @@ def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code
     where fp32 weights under bf16 autocast were slower than fp32 (every op casts its weights again)."""
     path = Path(path)
     files = check_checkpoint(path, trust_remote_code)
-    check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
-    check_device(device)
-    sha = _in_background(weights_sha256, files)  # on the other core while torch and transformers import
     model, tokenizer, resolved, weights = _load(path, device, trust_remote_code, precision)
     id2label = model.config.id2label
     labels = [str(id2label[i]) for i in range(len(id2label))]
     return Classifier(model=model, tokenizer=tokenizer, labels=labels, path=path, device=resolved,
-                      weights_sha256=sha(), precision=weights)
-
-
-def _in_background(fn, *args) -> Callable[[], Any]:
-    """Start fn(*args) on a daemon thread; return a function that waits for its result (or raises its error). A
-    daemon: when loading fails or is interrupted, the error surfaces at once and exit does not wait for it."""
-    import threading
-
-    out: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            out["value"] = fn(*args)
-        except BaseException as exc:  # raised in the caller's thread by result()
-            out["error"] = exc
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-
-    def result():
-        thread.join()
-        if "error" in out:
-            raise out["error"]
-        return out["value"]
-
-    return result
+                      weights_sha256=weights_sha256(files), precision=weights)
 
 
 def _load(path: Path, device: str, trust_remote_code: bool, precision: str):

@@ -177,7 +177,7 @@ def base_table(path: Path):
     return _base_table(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS))
 
 
-# Ids looked up when the example-id index is made. Measured at 1M rows: after a warm-up of 10,000 ids the first
+# Ids looked up when the example-id index is made. By hand at 1M rows: after a warm-up of 10,000 ids the first
 # lookup of 27,758 still took 0.094 s, after 30,000 ids 0.009 s.
 WARM_LOOKUP = 30_000
 
@@ -189,8 +189,8 @@ def _base_table(path: str, stamps):
 
 def _one_chunk(df):
     """`df` with each Arrow-backed column (texts, ids, labels) in one chunk. Read from Parquet they are one chunk per
-    row group, and taking the rows a table shows (2,000 of 1M texts, in 8 chunks) took 0.02 to 0.08 s every rerun,
-    from one chunk 0.6 ms; combining costs 0.035 s per 1M texts, once per run."""
+    row group, and taking the rows a table shows from them copies every chunk: `benchmarks/ui.py` prints 25 ms for
+    2,000 of 1M texts in 8 chunks, 0.7 ms from one; combining costs 0.036 s per 1M texts, once per run."""
     import pandas as pd
 
     for col in df.columns:
@@ -206,7 +206,8 @@ def _one_chunk(df):
 def _example_ids(path: str, stamps):
     """The base table's example ids as an index, kept with it for every labeling change (attach_labels,
     patch_labels). One lookup of many ids is made here, as the page first loads: at 1M rows pandas' first such
-    lookup takes 0.15 s and every later one 0.01 s (measured: 27,758 ids), so the first click no longer pays it."""
+    lookup takes 0.19 s and a later one 0.014 s (`benchmarks/ui.py`, 27,758 ids), so the first click no longer
+    pays it."""
     import pandas as pd
 
     index = pd.Index(_base_table(path, stamps)["example_id"])

@@ -6,8 +6,8 @@ import numpy as np
 import streamlit as st
 
 TEXT_LIMIT = 400
-# Rows a table sends to the browser, at most: more than anyone scrolls, and each rerun sends them all again (measured
-# on the 1M-example benchmark run: 20,000 rows of the Label page were 6.4 MB of Arrow a click, 2,000 rows 0.65 MB).
+# Rows a table sends to the browser, at most: more than anyone scrolls, and each rerun sends them all again
+# (`benchmarks/ui.py` at 1M examples: the largest cluster's table is 6.39 MB of Arrow at 20,000 rows, 0.65 MB at 2,000).
 # The caption says when a table is cut.
 MAX_ROWS = 2_000
 
