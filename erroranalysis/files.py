@@ -3,6 +3,9 @@
 Every write goes to a temporary file in the target's folder and is moved into place with `os.replace`, so a reader
 sees the old file or the new one, never a mix; a write that fails or is interrupted leaves the old file and no
 temporary behind. A file system that fills up is reported as one line naming the file (`DiskFullError`).
+
+Durable, as SQLite is: the temporary file is fsynced before the rename and its folder after it, so once a write
+returns, a power loss leaves the new file (never a name pointing at data that never reached the disk).
 """
 
 from __future__ import annotations
@@ -35,11 +38,49 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     try:
         with disk_errors(path):
             write(Path(tmp))
+            sync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    sync_dir(path.parent)
     return path
+
+
+def sync_file(path: str | Path) -> None:
+    """fsync one file: its content is on disk when this returns."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dir(path: str | Path) -> None:
+    """fsync a folder: the names created, renamed or removed in it are on disk when this returns."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - platforms that cannot open a folder (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - file systems that refuse fsync on a folder
+        pass
+    finally:
+        os.close(fd)
+
+
+def sync_tree(path: str | Path) -> None:
+    """fsync a file, or a folder of files with every file and folder under it (a stage's staging area)."""
+    path = Path(path)
+    if not path.is_dir():
+        sync_file(path)
+        return
+    for root, folders, names in os.walk(path):
+        for name in names:
+            if not os.path.islink(os.path.join(root, name)):
+                sync_file(os.path.join(root, name))
+        sync_dir(root)
 
 
 class disk_errors:

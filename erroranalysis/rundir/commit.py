@@ -12,6 +12,12 @@ A process killed during step 2 leaves a `committing` record that the next writer
 (`recover`): the moves are idempotent, so the run ends with the whole new set. Readers never use an artifact whose
 stage is not `done`, so they see the old set or the new one. An artifact may be a folder of shards (Ray workers
 write one file each); it moves as one entry.
+
+A plan read back from a manifest is untrusted (anyone who can edit the run can write one): `check_plan` holds it to
+what this module writes (a staging folder of `.staging`, the stage's own artifacts) and to the confinement rule
+(`confine.entry`) before anything moves. Durability follows SQLite's order: every staged file and its folder are
+fsynced before the manifest records `committing` (the commit point), and the run's folder after the moves, before
+the manifest records `done`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import shutil
 from pathlib import Path
 
 from erroranalysis import files
+from erroranalysis.errors import RunError
+from erroranalysis.rundir import confine
 from erroranalysis.rundir.artifacts import STAGE_ARTIFACTS, STAGING
 
 
@@ -31,7 +39,7 @@ class Staging:
 
     def __init__(self, run_path: Path, stage: str):
         self.stage = stage
-        self.dir = Path(run_path) / STAGING / f"{stage}-{secrets.token_hex(4)}"
+        self.dir = confine.entry(run_path, f"{STAGING}/{stage}-{secrets.token_hex(4)}", "staging folder")
         self.dir.mkdir(parents=True)
         self.facts: dict = {}
 
@@ -59,6 +67,7 @@ class Staging:
     def plan(self) -> dict:
         """The commit record: what moves where, what goes, and each new file's digest."""
         written = self.written()
+        files.sync_tree(self.dir)  # on disk before the manifest names them (the commit point)
         return {"staging": self.dir.name, "write": written,
                 "remove": [n for n in STAGE_ARTIFACTS[self.stage] if n not in written],
                 "digests": {n: files.digest(self.dir / n) for n in written}}
@@ -67,8 +76,46 @@ class Staging:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def check_plan(run_path: Path, stage: str, plan) -> Path:
+    """The staging folder of `plan` (stage `stage`'s commit record, as read from the manifest) once the plan is one
+    this module could have written and every entry it names passes the confinement rule; else RunError (an
+    OutsideError for a path that leads out), before anything is changed."""
+    where = f"{Path(run_path) / 'manifest.json'}: stage {stage!r}'s commit record"
+    owned = STAGE_ARTIFACTS.get(stage)
+    if owned is None or not isinstance(plan, dict):
+        raise RunError(f"{where} is not one erroranalysis writes (unknown stage or no plan); nothing was changed: "
+                       "restore the manifest from a copy you trust or re-create the run.")
+    names = {key: plan.get(key) for key in ("write", "remove")}
+    staging = plan.get("staging")
+    for key, value in names.items():
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise RunError(f"{where}: {key!r} is not a list of file names; nothing was changed: restore the manifest "
+                           "from a copy you trust or re-create the run.")
+        stray = [n for n in value if n not in owned]
+        if stray:
+            confine.entries(run_path, stray, f"{key} entry")  # a path that leads out is named as such
+            raise RunError(f"{where}: {key!r} names {stray[0]!r}, which stage {stage!r} does not write (it writes "
+                           f"{', '.join(owned)}); nothing was changed: restore the manifest from a copy you trust or "
+                           "re-create the run.")
+    digests = plan.get("digests")
+    done = plan.get("done")
+    if (not isinstance(digests, dict) or set(digests) != set(names["write"])
+            or not all(isinstance(d, dict) for d in digests.values()) or not isinstance(done, dict)
+            or "finished" not in done):
+        raise RunError(f"{where} lacks the digests or the outcome of its files; nothing was changed: restore the "
+                       "manifest from a copy you trust or re-create the run.")
+    folder = confine.entry(confine.entry(run_path, STAGING, "staging folder"), staging, "staging folder")
+    if "/" in staging:
+        raise RunError(f"{where}: staging folder {staging!r} is not one folder of {STAGING}; nothing was changed: "
+                       "restore the manifest from a copy you trust or re-create the run.")
+    confine.entries(run_path, names["write"] + names["remove"], "artifact")
+    confine.entries(folder, names["write"], "staged file")
+    return folder
+
+
 def apply(run_path: Path, plan: dict) -> None:
-    """Step 2 of the commit: move staged files into place, remove the stale ones. Safe to repeat."""
+    """Step 2 of the commit: move staged files into place, remove the stale ones. Safe to repeat. The plan has
+    passed `check_plan`."""
     staging = Path(run_path) / STAGING / plan["staging"]
     for name in plan["write"]:
         source, target = staging / name, Path(run_path) / name
@@ -87,6 +134,7 @@ def apply(run_path: Path, plan: dict) -> None:
             shutil.rmtree(target, ignore_errors=True)
         else:
             target.unlink(missing_ok=True)
+    files.sync_dir(run_path)  # the moves are on disk before the manifest records the stage done
 
 
 def finish(run_path: Path, plan: dict) -> None:
@@ -96,8 +144,9 @@ def finish(run_path: Path, plan: dict) -> None:
 
 def sweep(run_path: Path, stage: str, keep: set[str] = frozenset()) -> None:
     """Remove staging folders a stage left behind when it was interrupted before its commit."""
-    root = Path(run_path) / STAGING
+    root = confine.entry(run_path, STAGING, "staging folder")
     if root.is_dir():
-        for folder in root.glob(f"{stage}-*"):
-            if folder.name not in keep:
-                shutil.rmtree(folder, ignore_errors=True)
+        folders = [f for f in root.glob(f"{stage}-*") if f.name not in keep]
+        confine.entries(root, [f.name for f in folders], "staging folder")
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -64,3 +64,41 @@ def check_tree(file: Path, allowed_roots) -> None:
     if file.is_dir():
         for entry in file.rglob("*"):
             check_allowed(entry, allowed_roots)
+
+
+# -- the writers' rule ------------------------------------------------------------------------------------------
+
+
+def entry(folder: str | Path, name, what: str = "entry") -> Path:
+    """The path of `name`, an entry taken from a run directory (an artifact or staging folder of a commit plan, a
+    step folder of an experiment, `.staging`, `.lock`), inside `folder`: the one rule every writer applies.
+
+    `name` must be a relative path of plain components (no absolute path, no `..`, no `.`, no NUL, no backslash),
+    and no component on the way, the last included, may be a symlink; else OutsideError naming the folder and the
+    entry, raised before anything is changed. The folder itself is the user's (it may be a symlink); what lies
+    below it is the run's, and the run is untrusted input."""
+    folder = Path(folder)
+    if not isinstance(name, str) or not name:
+        _refuse(folder, what, name, "is not a file name")
+    parts = name.split("/")
+    if name.startswith("/") or os.path.isabs(name):
+        _refuse(folder, what, name, "is an absolute path")
+    if any(p in ("", ".", "..") for p in parts) or "\\" in name or "\0" in name:
+        _refuse(folder, what, name, "leads out of it (`..`, `.`, an empty part, a backslash or a NUL)")
+    here = folder
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            _refuse(folder, what, name, f"goes through a symlink ({here.relative_to(folder).as_posix()})")
+    return here
+
+
+def entries(folder: str | Path, names, what: str = "entry") -> list[Path]:
+    """`entry` for each of `names`, all checked before any is used."""
+    return [entry(folder, name, what) for name in names]
+
+
+def _refuse(folder: Path, what: str, name, reason: str) -> None:
+    raise OutsideError(f"{folder}: {what} {name!r} {reason}, and a writer touches nothing outside the run; nothing "
+                       "was changed: remove that entry (or restore the run from a copy you trust) and run the command "
+                       "again.")

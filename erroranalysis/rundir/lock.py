@@ -12,6 +12,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -38,7 +39,11 @@ class RunLock:
         if key in _HELD:
             _HELD[key][1] += 1
             return self
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = open_lock(self.path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise RunError(f"{self.path / LOCK}: cannot be opened as the run's lock ({exc.strerror}); remove it "
+                           "and run the command again.") from None
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
             try:
@@ -76,9 +81,9 @@ def writer_alive(run_path: str | Path) -> bool:
     if held_here(run_path):
         return True
     try:
-        fd = os.open(Path(run_path) / LOCK, os.O_RDONLY)
+        fd = open_lock(run_path, os.O_RDONLY)
     except OSError:
-        return False  # no lock file: no writer ever held it here (a copied or read-only run)
+        return False  # no lock file (no writer ever held it here: a copied or read-only run), or not a lock
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
@@ -88,6 +93,17 @@ def writer_alive(run_path: str | Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def open_lock(run_path: str | Path, flags: int) -> int:
+    """A descriptor of the run's `.lock`, opened without blocking and without following a symlink, and only when
+    it is a regular file: a FIFO there would block every reader's open until killed, a symlink would lock (or
+    create) a file outside the run. OSError otherwise."""
+    fd = os.open(Path(run_path) / LOCK, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(Path(run_path) / LOCK))
+    return fd
 
 
 def forget_after_fork() -> None:

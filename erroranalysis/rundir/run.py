@@ -23,8 +23,8 @@ from typing import Any
 
 from erroranalysis import __version__, files
 from erroranalysis.errors import RunError
-from erroranalysis.rundir import commit, swap
-from erroranalysis.rundir.artifacts import COMMANDS, INPUTS, MANIFEST, SOURCE_STAGES
+from erroranalysis.rundir import commit, confine, swap
+from erroranalysis.rundir.artifacts import COMMANDS, INPUTS, MANIFEST, SOURCE_STAGES, STAGE_ARTIFACTS, STAGING
 from erroranalysis.rundir.lock import RunLock, host, writer_alive
 
 SCHEMA_VERSION = 2
@@ -191,6 +191,7 @@ class Run:
         An exception marks it failed (KeyboardInterrupt and SIGTERM: interrupted) and leaves the previous
         artifacts as they were."""
         with self.lock():
+            self.check_writable(name)
             self.recover()
             commit.sweep(self.path, name)
             start = time.perf_counter()
@@ -215,6 +216,7 @@ class Run:
             self._commit(name, {**plan, "done": done})
 
     def _commit(self, name: str, plan: dict) -> None:
+        commit.check_plan(self.path, name, plan)
         self._set(name, {"status": "committing", "commit": plan})
         commit.apply(self.path, plan)
         data = self.manifest
@@ -227,11 +229,28 @@ class Run:
         self._write(data)
         commit.finish(self.path, plan)
 
+    def check_writable(self, stage: str | None = None) -> None:
+        """Refuse (OutsideError, RunError), before anything is changed, a run a writer must not touch: a manifest,
+        staging folder or artifact of `stage` that is a symlink, or a commit left half done whose plan leads out of
+        the run or names files its stage does not write (the confinement rule, `confine.entry`;
+        `commit.check_plan`)."""
+        confine.entries(self.path, [MANIFEST, STAGING, *STAGE_ARTIFACTS.get(stage, ())], "entry")
+        for name, plan in self._pending():
+            commit.check_plan(self.path, name, plan)
+
+    def _pending(self) -> list[tuple[str, dict]]:
+        stages = self.manifest.get("stages", {})
+        if not isinstance(stages, dict):
+            raise RunError(f"{self.path / MANIFEST}: 'stages' is not an object; re-create the run.")
+        return [(name, entry["commit"]) for name, entry in stages.items()
+                if isinstance(entry, dict) and entry.get("status") == "committing" and "commit" in entry]
+
     def recover(self) -> None:
-        """Roll forward a commit a killed process left half done (call with the lock held)."""
-        for name, entry in self.manifest.get("stages", {}).items():
-            if entry.get("status") == "committing" and "commit" in entry:
-                self._commit(name, entry["commit"])
+        """Roll forward the commits a killed process left half done (call with the lock held). Every plan is
+        checked before any is applied, so a crafted manifest changes nothing."""
+        self.check_writable()
+        for name, plan in self._pending():
+            self._commit(name, plan)
 
     def _set(self, name: str, fields: dict, replace: bool = False) -> None:
         data = self.manifest

@@ -17,7 +17,7 @@ import numpy as np
 from erroranalysis import __version__, files, rundir
 from erroranalysis import timeline as tl
 from erroranalysis.errors import DataError, RunError, UserError
-from erroranalysis.rundir import readers
+from erroranalysis.rundir import confine, readers
 from erroranalysis.validation import check_int, check_number
 
 FORMAT = "erroranalysis.timeline"
@@ -283,6 +283,11 @@ def prune_steps(path: str | Path, *, keep_last: int = 1) -> list[dict]:
     check_int("keep_last", keep_last, 0)
     runs = step_runs(path)
     old = runs[:len(runs) - keep_last] if keep_last else runs
+    # the step folders are the experiment's entries: each must be a folder of it, not a symlink to a run elsewhere,
+    # and each run one a writer may touch; all of them are checked before any is pruned
+    confine.entries(experiment_folder(path), [run.path.name for _, run in old], "step folder")
+    for _, run in old:
+        run.check_writable("prune")
     done = []
     for _, run in old:
         result = prune_run(run)
