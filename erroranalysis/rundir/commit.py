@@ -76,6 +76,9 @@ class Staging:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+FIX = "; nothing was changed: restore the manifest from a copy you trust or re-create the run."
+
+
 def check_plan(run_path: Path, stage: str, plan) -> Path:
     """The staging folder of `plan` (stage `stage`'s commit record, as read from the manifest) once the plan is one
     this module could have written and every entry it names passes the confinement rule; else RunError (an
@@ -83,33 +86,29 @@ def check_plan(run_path: Path, stage: str, plan) -> Path:
     where = f"{Path(run_path) / 'manifest.json'}: stage {stage!r}'s commit record"
     owned = STAGE_ARTIFACTS.get(stage)
     if owned is None or not isinstance(plan, dict):
-        raise RunError(f"{where} is not one erroranalysis writes (unknown stage or no plan); nothing was changed: "
-                       "restore the manifest from a copy you trust or re-create the run.")
+        raise RunError(f"{where} is not one erroranalysis writes (unknown stage or no plan){FIX}")
     names = {key: plan.get(key) for key in ("write", "remove")}
-    staging = plan.get("staging")
     for key, value in names.items():
         if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
-            raise RunError(f"{where}: {key!r} is not a list of file names; nothing was changed: restore the manifest "
-                           "from a copy you trust or re-create the run.")
+            raise RunError(f"{where}: {key!r} is not a list of file names{FIX}")
+    # first where each entry leads (a path out of the run is named as such), then whether the stage writes it
+    staging = plan.get("staging")
+    folder = confine.entry(confine.entry(run_path, STAGING, "staging folder"), staging, "staging folder")
+    for key, value in names.items():
+        confine.entries(run_path, value, f"{key} entry")
+    confine.entries(folder, names["write"], "staged file")
+    if "/" in staging:
+        raise RunError(f"{where}: staging folder {staging!r} is not one folder of {STAGING}{FIX}")
+    for key, value in names.items():
         stray = [n for n in value if n not in owned]
         if stray:
-            confine.entries(run_path, stray, f"{key} entry")  # a path that leads out is named as such
             raise RunError(f"{where}: {key!r} names {stray[0]!r}, which stage {stage!r} does not write (it writes "
-                           f"{', '.join(owned)}); nothing was changed: restore the manifest from a copy you trust or "
-                           "re-create the run.")
-    digests = plan.get("digests")
-    done = plan.get("done")
+                           f"{', '.join(owned)}){FIX}")
+    digests, done = plan.get("digests"), plan.get("done")
     if (not isinstance(digests, dict) or set(digests) != set(names["write"])
             or not all(isinstance(d, dict) for d in digests.values()) or not isinstance(done, dict)
             or "finished" not in done):
-        raise RunError(f"{where} lacks the digests or the outcome of its files; nothing was changed: restore the "
-                       "manifest from a copy you trust or re-create the run.")
-    folder = confine.entry(confine.entry(run_path, STAGING, "staging folder"), staging, "staging folder")
-    if "/" in staging:
-        raise RunError(f"{where}: staging folder {staging!r} is not one folder of {STAGING}; nothing was changed: "
-                       "restore the manifest from a copy you trust or re-create the run.")
-    confine.entries(run_path, names["write"] + names["remove"], "artifact")
-    confine.entries(folder, names["write"], "staged file")
+        raise RunError(f"{where} lacks the digests or the outcome of its files{FIX}")
     return folder
 
 
