@@ -31,7 +31,8 @@ def test_default_paths(tmp_path):
     db = tmp_path / "labels.sqlite"
     assert run_key(tmp_path / "sample", db) == "sample"
     assert run_key(tmp_path / "team" / "sample", db) == "team/sample"
-    assert run_key(tmp_path.parent / "elsewhere" / "sample", db) == "sample"
+    with pytest.raises(ValueError, match="outside the labels database's folder.*pass the Run"):
+        run_key(tmp_path.parent / "elsewhere" / "sample", db)  # a run elsewhere is keyed by its manifest's id
 
 
 def test_create_update_and_list_error_types(store):

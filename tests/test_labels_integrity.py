@@ -213,7 +213,7 @@ def test_a_v1_database_with_clashing_names_is_left_as_it_was_until_the_user_choo
     assert v1.read_bytes() == before and not backup.find_backups(v1)
     result = CliRunner().invoke(app, ["labels", "migrate", "--labels-db", str(v1), "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert "schema 1 -> 2" in result.output
+    assert f"schema 1 -> {SCHEMA_VERSION}" in result.output
     assert "'Zoë' (id 1, 3 examples) and 'ZOË' (id 2, 2 examples) are one name now" in result.output
     result = CliRunner().invoke(app, ["labels", "migrate", "--labels-db", str(v1)])
     assert result.exit_code == 2 and "nothing was changed" in result.output
@@ -224,7 +224,7 @@ def test_migrating_v1_merges_on_request_after_a_backup_and_keeps_every_label(v1)
     result = CliRunner().invoke(app, ["labels", "migrate", "--labels-db", str(v1), "--merge-clashes"])
     assert result.exit_code == 0, result.output
     (copy,) = backup.find_backups(v1)
-    assert copy.name.startswith("labels-before-schema-2-") and f"the copy made before is {copy}" in result.output
+    assert copy.name.startswith(f"labels-before-schema-{SCHEMA_VERSION}-") and f"the copy made before is {copy}" in result.output
     old = sqlite3.connect(copy)
     assert old.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"
     assert old.execute("SELECT COUNT(*) FROM error_types").fetchone()[0] == 3

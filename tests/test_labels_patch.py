@@ -34,7 +34,7 @@ def failures(run) -> list[str]:
 
 def patched_equals_rebuilt(run, store, change) -> pd.DataFrame:
     """Apply `change(store, key)`; the table patched from before it must equal the table rebuilt after it."""
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     before, since = stages.example_table(run, store), store.version()
     change(store, key)
     patched = stages.patch_labels(before, store, key, since, store.version())
@@ -69,7 +69,7 @@ def test_assign_reassign_unassign_flags_notes_and_undo_patch_to_the_rebuilt_tabl
 
 def test_a_patch_on_a_patch_stays_the_rebuilt_table(run, store):
     ids = failures(run)
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     table, version = stages.example_table(run, store), store.version()
     for i in range(4):  # the app's rhythm: one change, one patch
         store.assign(key, ids[i * 10:(i + 2) * 10], ["Sarcasm", "Vocabulary overlap"][i % 2])
@@ -79,7 +79,7 @@ def test_a_patch_on_a_patch_stays_the_rebuilt_table(run, store):
 
 
 def test_no_change_to_this_run_returns_the_same_table(run, store):
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     table, since = stages.example_table(run, store), store.version()
     store.assign("other/run", ["x1", "x2"], "Sarcasm")
     assert stages.patch_labels(table, store, key, since, store.version()) is table
@@ -87,7 +87,7 @@ def test_no_change_to_this_run_returns_the_same_table(run, store):
 
 def test_an_error_type_change_or_an_archive_asks_for_a_rebuild(run, store, tmp_path):
     ids = failures(run)
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     store.assign(key, ids[:20], "Sarcasm")
     table, since = stages.example_table(run, store), store.version()
     store.update_error_type("Sarcasm", name="Irony")  # the name of 20 rows changes
@@ -102,7 +102,7 @@ def test_an_error_type_change_or_an_archive_asks_for_a_rebuild(run, store, tmp_p
 
 def test_too_many_changed_rows_ask_for_a_rebuild(run, store):
     ids = failures(run)
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     table, since = stages.example_table(run, store), store.version()
     store.assign(key, ids[:50], "Sarcasm")
     assert stages.patch_labels(table, store, key, since, store.version(), max_rows=49) is None
@@ -130,7 +130,7 @@ def test_a_restored_backup_or_a_type_changed_after_the_window_asks_for_a_rebuild
     from erroranalysis.labels import backup
 
     ids = failures(run)
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     copy = store.backup(tmp_path / "copy.sqlite")  # no assignments yet
     store.assign(key, ids[:10], "Sarcasm")
     table, since = stages.example_table(run, store), store.version()
@@ -151,7 +151,7 @@ def test_a_copy_restored_after_the_window_asks_for_a_rebuild(run, store, tmp_pat
     from erroranalysis.labels import backup
 
     ids = failures(run)
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     mate = LabelStore(store.backup(tmp_path / "teammate.sqlite"), user="bob")
     for ex in ids[20:25]:
         mate.assign(key, [ex], "Vocabulary overlap")
@@ -169,7 +169,7 @@ def test_a_run_key_is_compared_as_the_store_keeps_it(tmp_path):
     run = Run.open(root / "news ")
     store = LabelStore(tmp_path / "labels.sqlite", user="alice")
     store.create_error_type("Sarcasm")
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     table, since = stages.example_table(run, store), store.version()
     store.assign(key, failures(run)[:5], "Sarcasm")
     patched = stages.patch_labels(table, store, key, since, store.version())

@@ -62,8 +62,8 @@ def test_app_first_then_cli_land_in_one_database(nested, tmp_path):
     store = LabelStore(app_db, user="alice", writer="app")
     store.create_error_type("Sarcasm")
     ids = _failures(run, 4)
-    store.assign(store.run_key(run.path), ids, "Sarcasm")
-    assert store.run_key(run.path) == "exp/step-500"
+    store.assign(store.run_key(run), ids, "Sarcasm")
+    assert store.run_key(run) == "exp/step-500"
     out = tmp_path / "t.json"
     result = CliRunner().invoke(app, ["export", str(run.path), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -78,11 +78,11 @@ def test_cli_first_then_app_land_in_one_database(nested):
     assert cli_db == run.path.parent / DEFAULT_DB_NAME
     store = LabelStore(cli_db, user="bob")
     store.create_error_type("Negation")
-    store.assign(store.run_key(run.path), _failures(run, 3), "Negation")
+    store.assign(store.run_key(run), _failures(run, 3), "Negation")
     cfg = config.parse([str(runs)], env={})
     assert cfg.labels_db_of(run.path) == cli_db.resolve()
     app_store = LabelStore(cfg.labels_db_of(run.path))
-    assert app_store.counts(app_store.run_key(run.path)) == {"Negation": 3}
+    assert app_store.counts(app_store.run_key(run)) == {"Negation": 3}
     assert cfg.labels_db_of(runs / "top") == runs.resolve() / DEFAULT_DB_NAME  # a run outside it: the default
 
 

@@ -30,7 +30,7 @@ def labeled(workspace, tmp_path):
     """The run and a store (in a fresh db) with two error types, assignments, flags and a note."""
     run = Run.open(workspace / "news")
     store = LabelStore(tmp_path / "labels.sqlite", user="alice")
-    key = store.run_key(run.path)
+    key = store.run_key(run)
     table = stages.example_table(run, store)
     failures = table[~table["correct"]]
     c0 = failures[failures["cluster_id"] == 0]["example_id"].tolist()

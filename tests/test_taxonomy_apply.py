@@ -77,17 +77,19 @@ def test_suggestions_are_pending_until_reviewed(world):
     other = world["tmp"] / "other" / "labels.sqlite"
     result = stages.apply_taxonomy(world["taxonomy"], world["b"], labels_db=other, user="bob")
     store = LabelStore(other, user="carol")
-    a = store.assignments("b")
+    key = result.run_key  # a database kept apart: the run is keyed by its name and id ('b@...')
+    assert key.startswith("b@") and key == store.run_key(rundir.Run.open(world["b"]))
+    a = store.assignments(key)
     assert len(a) == result.n_suggested and set(a["source"]) == {"suggested"} and set(a["status"]) == {"pending"}
-    assert sum(store.counts("b").values()) == 0
+    assert sum(store.counts(key).values()) == 0
     clustered = a.set_index("example_id")["cluster_id"]
     assert clustered.notna().all()  # the cluster each example is in now is kept beside the suggestion
     ids = a["example_id"].tolist()
-    assert stages.review(store, "b", ids[:3], accept=True).changed == 3
-    assert stages.review(store, "b", ids[3:5], accept=False).changed == 2
-    assert sum(store.counts("b").values()) == 3
+    assert stages.review(store, key, ids[:3], accept=True).changed == 3
+    assert stages.review(store, key, ids[3:5], accept=False).changed == 2
+    assert sum(store.counts(key).values()) == 3
     with pytest.raises(UserError, match="awaiting review"):
-        stages.review(store, "b", ids[:3], accept=True)
+        stages.review(store, key, ids[:3], accept=True)
     assert store.events(limit=1)[0].user == "carol"
 
 

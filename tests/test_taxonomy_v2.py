@@ -30,8 +30,8 @@ def doc(tmp_path):
     store.create_error_type("Topic confusion", "the text is about two topics")
     store.create_error_type("Vocabulary overlap", "another class's words", "high", parent="Topic confusion")
     store.create_error_type("Named entities", parent="Topic confusion")
-    store.assign(store.run_key(run.path), fails[:8], "Vocabulary overlap")
-    store.assign(store.run_key(run.path), fails[8:12], "Named entities")
+    store.assign(store.run_key(run), fails[:8], "Vocabulary overlap")
+    store.assign(store.run_key(run), fails[8:12], "Named entities")
     return stages.build_taxonomy(Run.open(run.path), store)
 
 

@@ -215,7 +215,7 @@ def test_apply_taxonomy_as_a_viewer_writes_nothing(workspace, tmp_path):
     etype = store.create_error_type("Sport read as business")
     run = Run.open(workspace / "news")
     table = stages.example_table(run, store)
-    store.assign(store.run_key(run.path), table[~table["correct"]]["example_id"].head(5).tolist(), etype.id)
+    store.assign(store.run_key(run), table[~table["correct"]]["example_id"].head(5).tolist(), etype.id)
     doc = stages.build_taxonomy(run, store)
     before = (run.path / MANIFEST).read_bytes()
     viewer = LabelStore(tmp_path / "labels.sqlite", viewers=["carol"]).with_user("carol")

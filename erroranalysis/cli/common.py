@@ -26,8 +26,10 @@ def debug_enabled() -> bool:
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one line to stderr and exit."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print one line to stderr (control and format characters made visible) and exit."""
+    from erroranalysis.terminal import visible
+
+    print(f"error: {visible(message)}", file=sys.stderr)
     raise typer.Exit(code)
 
 
@@ -80,10 +82,16 @@ def terminated(signum, frame) -> None:
 
 def console():
     """The terminal output of every command: user strings reach it escaped (rich.markup.escape) or with
-    markup=False; a closed pipe (`| head`) ends the command quietly with exit 0."""
+    markup=False; every string it renders, table cells included, has its control and format characters made
+    visible (erroranalysis.terminal); a closed pipe (`| head`) ends the command quietly with exit 0."""
     from rich.console import Console
 
+    from erroranalysis.terminal import visible
+
     class _Console(Console):
+        def render_str(self, text: str, **kwargs):
+            return super().render_str(visible(text), **kwargs)
+
         def on_broken_pipe(self) -> None:
             self.quiet = True
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -49,10 +49,11 @@ def where(
                     ] = None,
 ) -> None:
     from erroranalysis.labels import labels_db_for, run_key
+    from erroranalysis.rundir import Run
 
     db = labels_db_for(run, root)
     state = "exists" if db.is_file() else "not made yet"
-    _print(f"{db} ({state}); the run's labels are stored under {run_key(run, db)!r}")
+    _print(f"{db} ({state}); the run's labels are stored under {run_key(Run.open(run), db)!r}")
 
 
 @group.command("backup", help="Copy the labels database (SQLite's online backup: safe while the app writes).")

@@ -1,6 +1,7 @@
 """What a label's fields may hold, and the one rule for comparing error-type names.
 
-Names are compared by `fold_name`: whitespace collapsed, NFC-normalised, `str.casefold`ed. SQLite's NOCASE folds
+Names are compared by `fold_name`: NFKC-normalised, format and control characters removed, whitespace collapsed,
+`str.casefold`ed. SQLite's NOCASE folds
 ASCII only, so "Zoë" and "ZOË" were two names to it and one to everything else; the store keeps the folded form in
 `error_types.name_key` (unique) and every comparison of names (store, import, the app) goes through this function.
 """
@@ -29,8 +30,12 @@ def display_name(name: Any) -> str:
 
 
 def fold_name(name: Any) -> str:
-    """The key two names are compared by: equal keys mean the same error type."""
-    return unicodedata.normalize("NFC", display_name(name).casefold())
+    """The key two names are compared by: equal keys mean the same error type. Compatibility forms are one
+    (NFKC: "ﬁ" is "fi", a full-width "Ｚ" is "Z"), format and control characters (zero-width spaces and joiners,
+    bidi overrides, ESC, NUL) count for nothing, and case is folded."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", str("" if name is None else name))
+                   if unicodedata.category(c) not in ("Cf", "Cc") or c.isspace())
+    return unicodedata.normalize("NFKC", " ".join(text.split()).casefold())
 
 
 def clean_name(name: Any) -> str:

@@ -5,6 +5,7 @@ Versions:
 1. error types, assignments, flags, notes, the append-only event log (0.1).
 2. `error_types.name_key` (the Unicode-folded name, unique: "Zoë" and "ZOË" are one name), `error_types.parent_id`
    (an optional parent type), `events.writer` (app, cli, suggestion, callback), compact event payloads.
+3. `name_key` folds by NFKC with format characters removed ("Zoe" and "Zoe" + a zero-width space are one name).
 
 A new database is made as version 1 and migrated like any other, so there is one definition of each version. It is
 built in a temporary file beside its final name and linked into place when complete: a `labels.sqlite` that exists
@@ -24,7 +25,7 @@ from erroranalysis.labels.connection import Database, damaged, in_transaction
 from erroranalysis.labels.eventlog import now
 from erroranalysis.labels.fields import fold_name
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 _V1 = """
@@ -103,6 +104,19 @@ def _to_v2(con: sqlite3.Connection, path: Path, resolve: Resolver | None) -> Non
     _add_column(con, "error_types", "name_key", "TEXT")
     _add_column(con, "error_types", "parent_id", "INTEGER REFERENCES error_types(id)")
     _add_column(con, "events", "writer", "TEXT")
+    _refold(con, path, resolve)
+    con.execute("CREATE INDEX IF NOT EXISTS error_types_parent ON error_types (parent_id)")
+
+
+def _to_v3(con: sqlite3.Connection, path: Path, resolve: Resolver | None) -> None:
+    """Names are compared by NFKC with format characters (zero-width, bidi) removed: keys made again."""
+    con.execute("DROP INDEX IF EXISTS error_types_name_key")
+    _refold(con, path, resolve)
+
+
+def _refold(con: sqlite3.Connection, path: Path, resolve: Resolver | None) -> None:
+    """Every error type's name_key made by this version's fold_name; names that become one are refused with the
+    command that resolves them, or resolved by `resolve`."""
     for row in con.execute("SELECT id, name FROM error_types").fetchall():
         con.execute("UPDATE error_types SET name_key = ? WHERE id = ?", (fold_name(row["name"]), row["id"]))
     groups = name_clashes(con)
@@ -113,15 +127,15 @@ def _to_v2(con: sqlite3.Connection, path: Path, resolve: Resolver | None) -> Non
             more = f" (and {len(groups) - 1} more groups)" if len(groups) > 1 else ""
             raise NameClashError(
                 f"{path}: error types {shown}{more} are one name under this version's rule (names are compared "
-                "with Unicode case folding); the database is left as it was: see the plan with "
+                "with Unicode compatibility and case folding, format characters removed); the database is left as "
+                "it was: see the plan with "
                 f"'erroranalysis labels migrate --labels-db {path} --dry-run', then choose --merge-clashes or "
                 "--rename-clashes.")
         resolve(con, groups)
     con.execute("CREATE UNIQUE INDEX IF NOT EXISTS error_types_name_key ON error_types (name_key)")
-    con.execute("CREATE INDEX IF NOT EXISTS error_types_parent ON error_types (parent_id)")
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection, Path, Resolver | None], None]] = {1: _to_v2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection, Path, Resolver | None], None]] = {1: _to_v2, 2: _to_v3}
 
 
 def _add_column(con: sqlite3.Connection, table: str, column: str, decl: str) -> None:

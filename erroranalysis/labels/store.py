@@ -50,14 +50,14 @@ from erroranalysis.labels.fields import (
 from erroranalysis.labels.history import HistoryOps
 from erroranalysis.labels.roles import Access, ReadOnlyError, check_writer, default_user
 from erroranalysis.labels.rows import Target
+from erroranalysis.labels.runkeys import RunKeyOps
 from erroranalysis.labels.types import TypeOps
-from erroranalysis.labels.workspace import run_key
 from erroranalysis.validation import check_param
 
 CLASH_CHOICES = ("merge", "rename")
 
 
-class LabelStore(TypeOps, HistoryOps):
+class LabelStore(TypeOps, HistoryOps, RunKeyOps):
     """The workspace labels database. Opening checks the file (quick_check, which reads it whole) and migrates an
     older schema; keep the store (or its `with_user` copies, which are not checked again) rather than opening it per
     call. Every call opens its own short connection, so one store can be shared by threads (Streamlit sessions) and
@@ -393,7 +393,3 @@ class LabelStore(TypeOps, HistoryOps):
     def integrity_check(self) -> str:
         return str(self._db.read("PRAGMA integrity_check")[0][0])
 
-    def run_key(self, run_path: str | Path) -> str:
-        """The name a run's labels are stored under: its path relative to the database's folder when it lies
-        inside it (`sample`, `team/sample`), else the run folder's name."""
-        return run_key(run_path, self.path)

@@ -11,7 +11,8 @@
 So a nested run (`runs/exp/step-500`) lands in one database whichever creates it first: the app creates
 `runs/labels.sqlite` and the CLI then finds it two levels up; the CLI creates `runs/exp/labels.sqlite` and the app
 then finds it above the run before its own default. Inside a database, a run's labels are keyed by the run's path
-relative to the database's folder (`run_key`), so both name the run the same way.
+relative to the database's folder, or, for a run outside it, by its name and the id in its manifest (`run_key`), so
+both name the run the same way.
 """
 
 from __future__ import annotations
@@ -56,13 +57,36 @@ def db_from_cwd(hint: str = "--labels-db PATH") -> Path:
     return workspace_db(runs)
 
 
-def run_key(run_path: str | Path, db_path: str | Path) -> str:
-    """The name a run's labels are stored under: its path relative to the database's folder when it lies inside
-    it (`sample`, `team/sample`), else the run folder's name."""
-    run = Path(run_path).resolve()
+def run_key(run, db_path: str | Path) -> str:
+    """The name a run's labels are stored under, unique within the database at `db_path`:
+
+    - a run inside the database's folder: its path relative to that folder (`sample`, `exp/step-500`), so labels
+      follow the runs folder when it moves as a whole;
+    - a run elsewhere (a database kept apart with --labels-db): `<folder name>@<12 hex digits of its run id>`, the
+      id written into its manifest when it was created (kept by --overwrite), so two runs of one name never share
+      labels and a run keeps them when it moves; a run made before ids (no `run_id`) by its absolute path.
+
+    `run` is a Run (anything with `.path` and `.id`), or a path when the run lies inside the database's folder."""
+    path = Path(getattr(run, "path", run)).resolve()
     base = Path(db_path).resolve().parent
     try:
-        rel = run.relative_to(base)
+        rel = path.relative_to(base)
     except ValueError:
-        return run.name
-    return rel.as_posix() if rel.parts else run.name
+        rel = None
+    if rel is not None:
+        return rel.as_posix() if rel.parts else path.name
+    if not hasattr(run, "id"):
+        raise ValueError(f"{path}: lies outside the labels database's folder ({base}), where a run is keyed by the "
+                         "id in its manifest; pass the Run (erroranalysis.rundir.Run.open(path)), not its path.")
+    return f"{path.name}@{run.id[:12]}" if run.id else path.as_posix()
+
+
+def legacy_key(run, db_path: str | Path) -> str | None:
+    """The key erroranalysis 0.2 and earlier gave a run outside the database's folder (its folder name, shared by
+    every run of that name), or None when the run lies inside it (its key has not changed)."""
+    path = Path(getattr(run, "path", run)).resolve()
+    try:
+        path.relative_to(Path(db_path).resolve().parent)
+    except ValueError:
+        return path.name
+    return None

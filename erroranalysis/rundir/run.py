@@ -12,10 +12,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +31,7 @@ from erroranalysis.rundir.lock import RunLock, host, writer_alive
 
 SCHEMA_VERSION = 2
 LIVE = ("running", "committing")
+RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 # The command line of this process, recorded in the manifest of a run it creates (so "resume" can repeat it).
 COMMAND: list[str] | None = None
@@ -102,6 +105,13 @@ class Run:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def id(self) -> str | None:
+        """The id written into the manifest when the run was created (32 hex digits; kept by --overwrite), or None
+        for a run made before ids: what keys the labels of a run kept outside its labels database's folder."""
+        value = self.manifest.get("run_id")
+        return value if isinstance(value, str) and RUN_ID.fullmatch(value) else None
 
     @property
     def labels(self) -> list[str]:
@@ -305,6 +315,8 @@ def create_run(path: str | Path, *, overwrite: bool = False, **manifest: Any) ->
     existing = check_out(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
     swap.remove_stale_builds(final, writer_alive)
+    if existing:  # the replacement is the same run: its labels stay its own
+        manifest.setdefault("run_id", _kept_id(final))
     if not existing:
         final.mkdir(exist_ok=True)
         run = Run(final)
@@ -342,9 +354,18 @@ def check_out(path: Path, overwrite: bool) -> bool:
     return existing
 
 
+def _kept_id(path: Path) -> str:
+    """The id of the run an overwrite replaces (a new one when it has none, or its manifest is unreadable)."""
+    try:
+        return Run(path).id or uuid.uuid4().hex
+    except RunError:
+        return uuid.uuid4().hex
+
+
 def _new_manifest(fields: dict) -> dict:
     base = {
         "schema_version": SCHEMA_VERSION,
+        "run_id": uuid.uuid4().hex,
         "tool": {"name": "erroranalysis", "version": __version__},
         "created": now_iso(),
         "command": shlex.join(COMMAND) if COMMAND else None,

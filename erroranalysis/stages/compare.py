@@ -38,7 +38,7 @@ def read_run(path: str | Path, store=None) -> RunView:
     frame = readers.read_predictions(run, columns=["confidence"])
     out = frame[["example_id", "label", "pred", "correct", "text"]].copy()
     out["confidence"] = frame["confidence"].astype(np.float64) if "confidence" in frame.columns else np.nan
-    key = store.run_key(run.path) if store is not None else run.name
+    key = store.run_key(run) if store is not None else run.name
     view = RunView(name=key, path=run.path, manifest=run.manifest, frame=out, labels=run.labels, key=key)
     assign = readers.read_assignments(run, optional=True)
     if assign is not None:

@@ -211,7 +211,7 @@ def _spread(values, at):
 
 def example_table(run: Run, store: LabelStore | None = None):
     """base_table(run) with the run's labels from `store` attached (see attach_labels)."""
-    key = store.run_key(run.path) if store is not None else run.name
+    key = store.run_key(run) if store is not None else run.name
     return attach_labels(base_table(run), *label_tables(store, key))
 
 
@@ -295,7 +295,7 @@ def build_taxonomy(run: Run, store: LabelStore | None = None, *, exemplars: int 
         "tool": {"name": "erroranalysis", "version": __version__},
         "run": {
             "name": run.name,
-            "key": store.run_key(run.path) if store is not None else run.name,
+            "key": store.run_key(run) if store is not None else run.name,
             "task": manifest.get("task", "classification"),
             "labels": [str(x) for x in manifest.get("labels", [])],
             "model": model.get("path"),

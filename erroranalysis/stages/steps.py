@@ -129,7 +129,7 @@ def apply_latest_taxonomy(run: Run, taxonomy: str | Path | None = "auto"):
     step = tl.step_of(run.name)
     earlier = [other for s, other in step_runs(run.path.parent) if step is not None and s < step]
     for other in reversed(earlier):
-        a = store.assignments(store.run_key(other.path), include_rejected=False)
+        a = store.assignments(store.run_key(other), include_rejected=False)
         if len(a) and (a["status"] == "accepted").any():
             doc = build_taxonomy(other, store)
             return apply_taxonomy(doc, run.path, store=store, name=f"taxonomy of {other.name}")

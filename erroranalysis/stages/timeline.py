@@ -135,7 +135,7 @@ def _labels(run: rundir.Run, store, failing: frozenset) -> dict[str, str]:
     """example id -> its error type (accepted labels and pending suggestions) among the run's failures."""
     if store is None:
         return {}
-    a = store.assignments(store.run_key(run.path), include_rejected=False)
+    a = store.assignments(store.run_key(run), include_rejected=False)
     if not len(a):
         return {}
     a = a[a["example_id"].astype(str).isin(failing)]

@@ -102,7 +102,7 @@ def labeled_counts(keys) -> dict[str, int]:
     out: dict[str, int] = {}
     for key in keys:
         store = _store_at(cfg.labels_db_of(cfg.runs_root / key))
-        out[key] = data.labeled_per_run(store).get(store.run_key(cfg.runs_root / key), 0)
+        out[key] = data.labeled_per_run(store).get(data.run_key(store, cfg.runs_root / key), 0)
     return out
 
 

@@ -9,6 +9,7 @@ Readers raise erroranalysis.errors.UserError (RunError) for a missing or damaged
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import streamlit as st
@@ -243,7 +244,13 @@ def _empty_store(viewers: tuple[str, ...]) -> LabelStore:
 
 
 def run_key(db: LabelStore, path: Path) -> str:
-    return db.run_key(path)
+    """The run's key in the labels database (the store's rule: a run outside the database's folder is keyed by the
+    id in its manifest, read here within the app's folders; one whose manifest cannot be read is keyed by its path)."""
+    try:
+        run = _open(path)
+    except UserError:
+        run = SimpleNamespace(path=Path(path), id=None)
+    return db.run_key(run)
 
 
 def label_tables(db: LabelStore, key: str):
@@ -258,7 +265,7 @@ def _label_tables(db_path: str, key: str, version: int, _db: LabelStore):
 
 def examples(path: Path, db: LabelStore):
     """The run's example table with labels attached (stages.attach_labels). Shared, read-only."""
-    key = db.run_key(path)
+    key = run_key(db, path)
     version = db.version()
     return _examples(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path), key, version, db)
 
@@ -325,7 +332,7 @@ def _labeled_per_run(db_path: str, version: int, _db: LabelStore) -> dict[str, i
 def export_text(fmt: str, path: Path, db: LabelStore) -> str:
     """An export of the run, cached on its stamps and the labels version (so the download is instant)."""
     return _export_text(fmt, str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path),
-                        db.run_key(path), db.version(), db)
+                        run_key(db, path), db.version(), db)
 
 
 @st.cache_data(show_spinner="Preparing the export…", max_entries=12)
@@ -336,7 +343,7 @@ def _export_text(fmt: str, path: str, stamps, db_path: str, key: str, version: i
 
 def taxonomy_doc(path: Path, db: LabelStore) -> dict:
     return _taxonomy_doc(str(path), file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS), str(db.path),
-                         db.run_key(path), db.version(), db)
+                         run_key(db, path), db.version(), db)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -353,7 +360,7 @@ def cluster_summary(path: Path, db: LabelStore):
     """One row per cluster, by impact (failures in it, largest first): cluster_id, name, size, share (of failures),
     top_confusion, labeled (share of its examples with an error type), main_type, keywords, summary (one sentence),
     parent_id (-1 for a cluster without a parent) and parent (its parent's name)."""
-    key = db.run_key(path)
+    key = run_key(db, path)
     stamps = file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
     return _cluster_summary(str(path), stamps, str(db.path), key, db.version(), db)
 
@@ -520,7 +527,7 @@ def _slice_rows(path: str, stamps, slice_stamps):
 def slice_summary(path: Path, db: LabelStore):
     """One row per slice, best first: slices.parquet's columns plus labeled (share of its failures with an error
     type), main_type (the commonest of them) and main_cluster (the cluster most of its failures are in)."""
-    key = db.run_key(path)
+    key = run_key(db, path)
     stamps = file_stamps(path, PREDICTIONS, ASSIGNMENTS, CLUSTERS)
     return _slice_summary(str(path), stamps, _slice_stamps(path), str(db.path), key, db.version(), db)
 

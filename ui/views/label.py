@@ -14,7 +14,7 @@ from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 store = ui.labels()
-run_key = store.run_key(current.path)
+run_key = data.run_key(store, current.path)
 can_write = store.can_write  # the store refuses writes itself (--read-only, --viewers); here they are hidden
 ui.header("Label", current, f"labeling as **{ui.md(store.user)}** · every change is saved at once" if can_write
           else f"**{ui.md(store.user)}** · read only")

@@ -16,7 +16,7 @@ from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 store = ui.labels()
-run_key = store.run_key(current.path)
+run_key = data.run_key(store, current.path)
 ui.header("Review suggestions", current, "error types carried over from a labeled taxonomy: accept or reject them")
 
 with ui.guard("Suggestions need predictions.parquet; re-run the inference stage."):
@@ -60,7 +60,7 @@ def _suggest_panel() -> None:
             for key in data.discover(cfg.workspace):
                 if key == current.key:
                     continue
-                n = labeled.get(store.run_key(cfg.runs_root / key), 0)
+                n = labeled.get(data.run_key(store, cfg.runs_root / key), 0)
                 if n:
                     choices.append((key, n))
             if not choices:

@@ -14,7 +14,7 @@ from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
 store = ui.labels()
-run_key = store.run_key(current.path)
+run_key = data.run_key(store, current.path)
 ui.header("Slices", current, "interpretable groups of examples whose error rate stands out")
 
 with ui.guard("Re-run `erroranalysis slices RUN`; the other pages and runs still work."):
