@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import make_workspace
+from ui_fixtures import label_key, make_workspace
 
 from erroranalysis import stages
 from erroranalysis.labels import LabelStore, taxonomy
@@ -271,7 +271,7 @@ def select_rows(at: AppTest, rows: list[int]) -> AppTest:
     return at.run()
 
 
-def test_create_type_and_assign_a_whole_cluster(start, db):
+def test_create_type_and_assign_a_whole_cluster(start, db, workspace):
     at = goto(start(), "label")
     create_type(at, "Vocabulary overlap", "Another class's words dominate", "high")
     assert "Created error type “Vocabulary overlap”" in texts(at)
@@ -281,7 +281,7 @@ def test_create_type_and_assign_a_whole_cluster(start, db):
     cid = at.session_state[state.LABEL_CLUSTER]
     shown = at.dataframe[0].value
     button(at, "Assign whole cluster").click().run()
-    assigned = store.assignments("news-a")
+    assigned = store.assignments(label_key(workspace / "news-a"))
     assert len(assigned) == len(shown) and set(assigned["error_type"]) == {"Vocabulary overlap"}
     assert set(assigned["cluster_id"]) == {cid}
     assert set(assigned["updated_by"]) == {"tester"}
@@ -301,13 +301,13 @@ def test_assign_all_matching_takes_every_row_not_only_those_shown(start, db, wor
     assert len(at.dataframe[0].value) == 10
     assert f"Showing the first 10 of {len(failed):,} rows" in texts(at)
     button(at, f"Assign all {len(failed):,} matching").click().run()
-    assigned = LabelStore(db, create=False).assignments("news-a").set_index("example_id")
+    assigned = LabelStore(db, create=False).assignments(label_key(workspace / "news-a")).set_index("example_id")
     assert sorted(assigned.index) == sorted(failed["example_id"]) and set(assigned["error_type"]) == {"A"}
     got = assigned.loc[failed["example_id"], "cluster_id"]
     assert [None if pd.isna(c) else int(c) for c in got] == [c if c >= 0 else None for c in failed["cluster_id"]]
 
 
-def test_assign_selected_flags_notes_split_and_undo(start, db):
+def test_assign_selected_flags_notes_split_and_undo(start, db, workspace):
     at = goto(start(), "label")
     create_type(at, "A")
     create_type(at, "B")
@@ -317,19 +317,20 @@ def test_assign_selected_flags_notes_split_and_undo(start, db):
     select_rows(at, [0, 1, 2])
     at.selectbox(key=state.LABEL_TARGET).set_value(store.error_type("A").id)
     button(at, "Assign 3 selected").click().run()
-    assert sorted(store.assignments("news-a")["example_id"]) == sorted(ids[:3])
+    assert sorted(store.assignments(label_key(workspace / "news-a"))["example_id"]) == sorted(ids[:3])
 
     select_rows(at, [3])
     button(at, "Label is wrong").click().run()
     select_rows(at, [4])
     button(at, "Not an error").click().run()
-    flags = store.flags("news-a").set_index("example_id")["flag"].to_dict()
+    flags = store.flags(label_key(workspace / "news-a")).set_index("example_id")["flag"].to_dict()
     assert flags == {ids[3]: "label_wrong", ids[4]: "not_error"}
 
     select_rows(at, [5])
     at.text_area(key=state.LABEL_NOTE).set_value("the gold label looks right; the text is ambiguous")
     button(at, "Save note").click().run()
-    assert store.notes("news-a").set_index("example_id").loc[ids[5], "text"].startswith("the gold label")
+    notes = store.notes(label_key(workspace / "news-a")).set_index("example_id")
+    assert notes.loc[ids[5], "text"].startswith("the gold label")
 
     # Split: from error type A, move one example out.
     at.segmented_control(key=state.LABEL_SOURCE).set_value("Error type").run()
@@ -337,18 +338,19 @@ def test_assign_selected_flags_notes_split_and_undo(start, db):
     in_a = list(at.dataframe[0].value["example_id"])
     select_rows(at, [0])
     button(at, "Move out of error type").click().run()
-    assert sorted(store.assignments("news-a")["example_id"]) == sorted(set(ids[:3]) - {in_a[0]})
+    key = label_key(workspace / "news-a")
+    assert sorted(store.assignments(key)["example_id"]) == sorted(set(ids[:3]) - {in_a[0]})
 
     # Undo walks back: the split, then the note.
     button(at, "Undo").click().run()
-    assert sorted(store.assignments("news-a")["example_id"]) == sorted(ids[:3])
+    assert sorted(store.assignments(label_key(workspace / "news-a"))["example_id"]) == sorted(ids[:3])
     button(at, "Undo").click().run()
-    assert store.notes("news-a").empty
+    assert store.notes(label_key(workspace / "news-a")).empty
     history = [e.summary for e in store.events(limit=None)]
     assert any(s.startswith("undid: moved 1 examples") for s in history)
 
 
-def test_merge_clusters_into_one_error_type(start, db):
+def test_merge_clusters_into_one_error_type(start, db, workspace):
     at = goto(start(), "label")
     create_type(at, "Merged")
     store = LabelStore(db, create=False)
@@ -359,17 +361,17 @@ def test_merge_clusters_into_one_error_type(start, db):
     button(at, "Merge clusters").click().run()
     table = stages.example_table(Run.open(Path(at.session_state[state.CONFIG].runs_root) / "news-a"), store)
     members = table[table["cluster_id"].isin(picked)]
-    assigned = store.assignments("news-a")
+    assigned = store.assignments(label_key(workspace / "news-a"))
     assert sorted(assigned["example_id"]) == sorted(members["example_id"])
     assert "merged clusters" in store.events()[0].summary
 
 
-def test_edit_merge_and_delete_error_types(start, db):
+def test_edit_merge_and_delete_error_types(start, db, workspace):
     at = goto(start(), "label")
     create_type(at, "First")
     create_type(at, "Second")
     store = LabelStore(db, create=False)
-    store.assign("news-a", ["ex000001"], "Second")
+    store.assign(label_key(workspace / "news-a"), ["ex000001"], "Second")
     at.run()
     at.selectbox(key=state.EDIT_TYPE).set_value(store.error_type("First").id).run()
     at.text_input(key=state.EDIT_NAME).set_value("Renamed")
@@ -379,9 +381,9 @@ def test_edit_merge_and_delete_error_types(start, db):
     at.multiselect(key=state.MERGE_TYPES).set_value([store.error_type("Second").id]).run()
     button(at, "Merge into it").click().run()
     assert [t.name for t in store.error_types()] == ["Renamed"]
-    assert store.assignments("news-a")["error_type"].tolist() == ["Renamed"]
+    assert store.assignments(label_key(workspace / "news-a"))["error_type"].tolist() == ["Renamed"]
     button(at, "Delete this error type").click().run()
-    assert store.error_types() == [] and store.assignments("news-a").empty
+    assert store.error_types() == [] and store.assignments(label_key(workspace / "news-a")).empty
     button(at, "Undo").click().run()
     assert [t.name for t in store.error_types()] == ["Renamed"]
 
@@ -415,7 +417,7 @@ def test_user_text_is_escaped(start, db):
     assert not at.get("html")  # nothing rendered as raw HTML
 
 
-def test_two_sessions_label_the_same_workspace(start, db):
+def test_two_sessions_label_the_same_workspace(start, db, workspace):
     alice = goto(start(user="alice"), "label")
     bob = goto(start(user="bob"), "label")
     create_type(alice, "From alice")
@@ -427,17 +429,17 @@ def test_two_sessions_label_the_same_workspace(start, db):
     bob.selectbox(key=state.LABEL_CLUSTER).set_value(cids[1]).run()
     button(alice, "Assign whole cluster").click().run()
     button(bob, "Assign whole cluster").click().run()
-    assigned = store.assignments("news-a")
+    assigned = store.assignments(label_key(workspace / "news-a"))
     assert set(assigned["updated_by"]) == {"alice", "bob"}
     assert set(assigned["cluster_id"]) == {cids[0], cids[1]}
     button(bob, "Undo").click().run()  # bob's undo leaves alice's work alone
-    assert set(store.assignments("news-a")["updated_by"]) == {"alice"}
+    assert set(store.assignments(label_key(workspace / "news-a"))["updated_by"]) == {"alice"}
 
 
 # -- taxonomy -----------------------------------------------------------------------------------------------------
 
 
-def test_taxonomy_page_counts_and_downloads(start, db):
+def test_taxonomy_page_counts_and_downloads(start, db, workspace):
     at = goto(start(), "taxonomy")
     assert "No error types yet" in at.info[0].value
     assert [b.label for b in at.get("download_button")] == ["JSON", "CSV", "Markdown report"]
@@ -445,7 +447,7 @@ def test_taxonomy_page_counts_and_downloads(start, db):
     store.create_error_type("Sarcasm", "Irony read literally", "high")
     table = stages.example_table(Run.open(Path(at.session_state[state.CONFIG].runs_root) / "news-a"), store)
     ids = list(table[table["cluster_id"] == 0]["example_id"])
-    store.assign("news-a", ids, "Sarcasm")
+    store.assign(label_key(workspace / "news-a"), ids, "Sarcasm")
     at.run()
     assert at.metric[0].value == "1"
     types = at.dataframe[0].value

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from fake_runs import commit
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import _VOCAB, analyze_frame
+from ui_fixtures import _VOCAB, analyze_frame, label_key
 
 from erroranalysis import rundir
 from erroranalysis.labels import LabelStore
@@ -146,7 +146,7 @@ def test_compare_runs_over_another_eval_set_is_one_message(start):
 # -- Review -------------------------------------------------------------------------------------------------------
 
 
-def test_review_suggests_from_another_run_then_accepts_and_rejects(start, monkeypatch):
+def test_review_suggests_from_another_run_then_accepts_and_rejects(start, monkeypatch, workspace):
     from erroranalysis_ui.eaui import tables
 
     monkeypatch.setattr(tables, "MAX_ROWS", 5)  # the table shows 5: "Reject all" must still take every one
@@ -158,7 +158,7 @@ def test_review_suggests_from_another_run_then_accepts_and_rejects(start, monkey
     assert not at.exception, [e.value for e in at.exception]
     assert "Suggested an error type for" in texts(at)
     store = LabelStore(start.db)
-    pending = store.assignments("cand")
+    pending = store.assignments(label_key(workspace / "cand"))
     n = len(pending)
     assert 10 <= n <= 15 and set(pending["status"]) == {"pending"}  # most of cand's 15 failures are near a type
     assert metric(at, "Awaiting review").value == str(n)
@@ -172,11 +172,11 @@ def test_review_suggests_from_another_run_then_accepts_and_rejects(start, monkey
     at.run()
     next(b for b in at.button if b.label == "Accept 2 selected").click().run()
     assert not at.exception
-    a = store.assignments("cand")
+    a = store.assignments(label_key(workspace / "cand"))
     assert (a["status"] == "accepted").sum() == 2
     assert metric(at, "Accepted").value == "2" and metric(at, "Awaiting review").value == str(n - 2)
     next(b for b in at.button if b.label.startswith("Reject all")).click().run()
-    assert (store.assignments("cand")["status"] == "rejected").sum() == n - 2
+    assert (store.assignments(label_key(workspace / "cand"))["status"] == "rejected").sum() == n - 2
     assert "No suggestions await review" in texts(at)
 
 

@@ -70,7 +70,7 @@ def test_labeling_a_family_labels_every_cluster_in_it(app, families):
     button = next(b for b in at.button if b.label.startswith("Assign whole family"))
     button.click().run()
     assert not at.exception
-    assigned = store.assignments(store.run_key(families / "news"))
+    assigned = store.assignments(store.run_key(Run.open(families / "news")))
     members = readers.read_assignments(Run.open(families / "news"))
     wanted = set(members.loc[members["cluster_id"].isin(family["cluster_id"]), "example_id"])
     assert set(assigned["example_id"]) == wanted and len(wanted) == int(family["size"].sum()) + \

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import make_run
+from ui_fixtures import label_key, make_run
 
 from erroranalysis import stages
 from erroranalysis.labels import LabelStore
@@ -133,7 +133,7 @@ def test_one_click_makes_a_slice_an_error_type(start, workspace, db):
     types = store.error_types()
     assert [t.name for t in types] == [actions.slice_type_name(first["description"])]
     assert str(first["description"]) in types[0].definition
-    assigned = store.assignments("news-a")
+    assigned = store.assignments(label_key(workspace / "news-a"))
     assert sorted(assigned["example_id"]) == sorted(failing["example_id"])
     assert set(assigned["source"]) == {"human"} and set(assigned["status"]) == {"accepted"}
     assert set(assigned["updated_by"]) == {"tester"}
@@ -166,7 +166,7 @@ def test_failures_labeled_before_keep_their_type_unless_asked(start, workspace, 
     at = start()
     button(at, "Make an error type from this slice").click().run()
     name = actions.slice_type_name(first["description"])
-    got = store.assignments("news-a").set_index("example_id")["error_type"]
+    got = store.assignments(label_key(workspace / "news-a")).set_index("example_id")["error_type"]
     assert list(got[failing[:2]]) == ["Earlier", "Earlier"]
     assert failing[2] not in got.index
     assert set(got[failing[3:]]) == {name}
@@ -177,7 +177,7 @@ def test_failures_labeled_before_keep_their_type_unless_asked(start, workspace, 
     button(at, "Assign its failures to that error type").click().run()
     assert not at.error, [e.value for e in at.error]
     assert [t.name for t in store.error_types()] == ["Earlier", name]
-    got = store.assignments("news-a").set_index("example_id")["error_type"]
+    got = store.assignments(label_key(workspace / "news-a")).set_index("example_id")["error_type"]
     assert set(got[failing]) == {name}
 
 

@@ -312,3 +312,12 @@ def make_workspace(root: str | Path, **kwargs) -> Path:
     broken.file(rundir.PREDICTIONS).write_bytes(b"not a parquet file")
     broken.file(rundir.METRICS).write_text("{ not json", encoding="utf-8")
     return root
+
+
+def label_key(run_dir: str | Path) -> str:
+    """The key the app's labels database ($ERRORANALYSIS_LABELS_DB, kept apart from the runs in these tests, so
+    `<name>@<run id>`) stores the run's labels under."""
+    from erroranalysis.labels import run_key
+    from erroranalysis.rundir import Run
+
+    return run_key(Run.open(run_dir), Path(os.environ["ERRORANALYSIS_LABELS_DB"]))

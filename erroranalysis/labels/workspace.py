@@ -81,6 +81,15 @@ def run_key(run, db_path: str | Path) -> str:
     return f"{path.name}@{run.id[:12]}" if run.id else path.as_posix()
 
 
+def shown_key(key: str) -> str:
+    """A run key as people read it: `sample` for `sample@1a2b3c4d5e6f` (the id only makes it unique), the folder
+    name of an absolute-path key, any other key as it is (`exp/step-500`)."""
+    name, _, suffix = key.rpartition("@")
+    if name and len(suffix) == 12 and all(c in "0123456789abcdef" for c in suffix):
+        return name
+    return Path(key).name if key.startswith("/") else key
+
+
 def legacy_key(run, db_path: str | Path) -> str | None:
     """The key erroranalysis 0.2 and earlier gave a run outside the database's folder (its folder name, shared by
     every run of that name), or None when the run lies inside it (its key has not changed)."""

@@ -28,6 +28,7 @@ from erroranalysis.compare import (
     series,
 )
 from erroranalysis.errors import UserError
+from erroranalysis.labels.workspace import shown_key
 from erroranalysis.rundir import readers
 from erroranalysis.validation import check_param, is_int
 
@@ -39,7 +40,7 @@ def read_run(path: str | Path, store=None) -> RunView:
     out = frame[["example_id", "label", "pred", "correct", "text"]].copy()
     out["confidence"] = frame["confidence"].astype(np.float64) if "confidence" in frame.columns else np.nan
     key = store.run_key(run) if store is not None else run.name
-    view = RunView(name=key, path=run.path, manifest=run.manifest, frame=out, labels=run.labels, key=key)
+    view = RunView(name=shown_key(key), path=run.path, manifest=run.manifest, frame=out, labels=run.labels, key=key)
     assign = readers.read_assignments(run, optional=True)
     if assign is not None:
         failing = set(out.loc[~out["correct"], "example_id"])
