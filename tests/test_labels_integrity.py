@@ -307,3 +307,31 @@ def test_processes_creating_one_new_database_at_once_share_it(tmp_path):
     store = LabelStore(path)
     assert sorted(t.name for t in store.error_types()) == [f"type of user{i}" for i in range(4)]
     assert sorted(p.name for p in path.parent.iterdir()) == ["labels.sqlite"]  # no half-made file left behind
+
+
+def test_restoring_a_schema_1_backup_under_open_stores_migrates_it_first(v1, tmp_path):
+    """The app keeps its stores open: after a restore of a 0.1 backup every page still reads (no 'no such column')."""
+    clean = tmp_path / "backup-v1.sqlite"
+    shutil.copy(v1, clean)
+    con = sqlite3.connect(clean)  # the same 0.1 file without its clashing pair, so it can be restored as it is
+    con.execute("DELETE FROM assignments WHERE error_type_id = 2")
+    con.execute("DELETE FROM error_types WHERE id = 2")
+    con.commit()
+    con.close()
+    live_db = tmp_path / "live" / "labels.sqlite"
+    live = LabelStore(live_db, user="alice", writer="app")
+    live.create_error_type("Today's type")
+    before = live_db.read_bytes()
+    with pytest.raises(UserError, match=r"not restored, the live database is as it was: .*'Zoë' and 'ZOË' are one "
+                                        r"name.*--merge-clashes"):
+        backup.restore(v1, live_db)
+    assert live_db.read_bytes() == before and [t.name for t in live.error_types()] == ["Today's type"]
+    assert backup.restore(clean, live_db) is not None
+    assert {t.name for t in live.error_types()} == {"Zoë", "Sarcasm"}  # the open store reads the new schema
+    assert all(t.parent_id is None for t in live.error_types())
+    assert live.counts("sample") == {"Zoë": 3, "Sarcasm": 3}
+    assert live.events(limit=1)[0].action == "restore" and live.events(limit=1)[0].writer == "cli"
+    live.create_error_type("Sub", parent="Zoë")  # and writes it
+    con = sqlite3.connect(live_db)
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    assert sqlite3.connect(clean).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"

@@ -5,9 +5,10 @@ writes (WAL readers never block the writer). It is written aside and moved into 
 beside the database as `<name>-backup-<UTC time>.sqlite` (`erroranalysis labels backup`) and
 `<name>-before-schema-<N>-<UTC time>.sqlite` (made before every schema migration).
 
-Restoring keeps the database it replaces (`<name>-replaced-<UTC time>.sqlite`) and writes the backup's content
-into the live file through the same API, so connections the app opens afterwards see the restored labels; a file too
-damaged for SQLite to open is moved aside with its -wal and -shm files instead.
+Restoring keeps the database it replaces (`<name>-replaced-<UTC time>.sqlite`), migrates a copy of the backup to this
+version's schema beside it (the backup itself is left as it is), and writes that into the live file through the same
+API, so connections the app has open see the restored labels at the schema they read; a file too damaged for SQLite
+to open is moved aside with its -wal and -shm files instead.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def backup(db: str | Path, dest: str | Path | None = None) -> Path:
 
 def restore(copy: str | Path, db: str | Path) -> Path | None:
     """Make the database at `db` hold what the backup `copy` holds; the path the replaced database was kept at
-    (None when there was none). The copy is checked first; an older schema is migrated when next opened."""
+    (None when there was none). The copy is checked first; an older schema is migrated before it replaces a live
+    database (refused, changing nothing, when its names clash under this version's rule)."""
     from erroranalysis.labels.schema import SCHEMA_VERSION
 
     copy, db = Path(copy), Path(db)
@@ -128,23 +130,60 @@ def restore(copy: str | Path, db: str | Path) -> Path | None:
         raise UserError(f"{copy}: made by a newer erroranalysis (labels schema {found}); upgrade to restore it.")
     if copy.resolve() == db.resolve():
         raise UserError(f"{copy}: is the database itself; pass a backup copy.")
-    last_event = _last_event_id(db) if db.exists() else 0
-    kept = _keep_current(db) if db.exists() else None
-    source = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
-    try:
-        if db.exists():
-            target = sqlite3.connect(db, timeout=30)
-            try:
-                source.backup(target)
-            finally:
-                target.close()
-        else:
-            db.parent.mkdir(parents=True, exist_ok=True)
+    if not db.exists():  # nobody has it open: the copy goes in as it is, migrated when first opened
+        db.parent.mkdir(parents=True, exist_ok=True)
+        source = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+        try:
             _copy(source, db)
+        finally:
+            source.close()
+        _log_restore(db, copy, 0)
+        return None
+    staged = _migrated(copy, db)  # the app may hold the live file open: it never sees an older schema in it
+    try:
+        last_event = _last_event_id(db)
+        kept = _keep_current(db)
+        source = sqlite3.connect(f"file:{staged}?mode=ro", uri=True)
+        target = sqlite3.connect(db, timeout=30)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+            source.close()
     finally:
-        source.close()
+        for leftover in (staged, Path(f"{staged}-wal"), Path(f"{staged}-shm")):
+            leftover.unlink(missing_ok=True)
     _log_restore(db, copy, last_event)
     return kept
+
+
+def _migrated(copy: Path, db: Path) -> Path:
+    """The backup's content at this version's schema, in a temporary file beside `db`: a schema-1 backup written
+    into a database the app has open would leave every open store reading columns that are not there. A backup
+    whose names clash under this version's rule is refused (nothing changed) with the command that resolves it."""
+    from erroranalysis.labels.schema import NameClashError, migrate
+
+    staged = db.with_name(f".{db.name}.restoring-{os.getpid()}")
+    staged.unlink(missing_ok=True)
+    source = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+    try:
+        _copy(source, staged)
+    finally:
+        source.close()
+    con = sqlite3.connect(staged, isolation_level=None)
+    con.row_factory = sqlite3.Row
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        migrate(con, copy, None)
+        con.execute("COMMIT")
+    except NameClashError as exc:
+        con.close()
+        staged.unlink(missing_ok=True)
+        reason = str(exc)[len(str(copy)) + 2:]  # the message names the copy first
+        raise UserError(f"{copy}: not restored, the live database is as it was: {reason}") from None
+    finally:
+        con.close()
+    return staged
 
 
 def _last_event_id(db: Path) -> int:
