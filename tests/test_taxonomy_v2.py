@@ -117,3 +117,27 @@ def test_a_name_over_the_limit_is_refused_naming_the_type(doc, tmp_path):
     assert "error_types/0/name: error type name 'type 000 xxx" in result.output
     assert "212 characters long; names have at most 80" in result.output and "known: none yet" not in result.output
     assert not (tmp_path / "w.sqlite").exists()
+
+
+def test_absurdly_deep_taxonomies_are_one_line_and_create_nothing(doc, tmp_path):
+    """A document nested 200,000 deep, and a 1,200-type parent chain listed children first: exit 2, one line, no
+    labels database left behind (they used to end in RecursionError, the second after creating one)."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"format": "erroranalysis.taxonomy", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    chain = copy.deepcopy(doc)
+    template = chain["error_types"][0]
+    chain["error_types"] = [{**template, "id": i + 1, "name": f"level {i}", "parent": f"level {i + 1}"
+                             if i < 1199 else None} for i in range(1200)]
+    chained = tmp_path / "chain.json"
+    chained.write_text(json.dumps(chain))
+    for path, said in ((deep, "nested deeper than 32 levels"), (chained, "lies more than 16 levels deep")):
+        db = tmp_path / f"{path.stem}.sqlite"
+        result = CliRunner().invoke(app, ["import-taxonomy", str(path), "--labels-db", str(db)])
+        assert result.exit_code == 2, result.output
+        assert said in result.output and len(result.output.strip().splitlines()) == 1, result.output
+        assert not db.exists()
+    shallow = copy.deepcopy(chain)
+    shallow["error_types"] = shallow["error_types"][-16:]  # 16 levels, children listed first: imported whole
+    store = LabelStore(tmp_path / "ok.sqlite")
+    import_taxonomy(load_taxonomy(shallow), store)
+    assert store.error_type("level 1184").parent_id == store.error_type("level 1185").id

@@ -94,18 +94,14 @@ def _parents_first(types: list[dict]) -> list[dict]:
     """The document's error types ordered so each parent comes before its sub-types (validated: no cycles)."""
     by_key = {fold_name(t["name"]): t for t in types}
     done: dict[str, dict] = {}
-
-    def visit(t: dict) -> None:
-        key = fold_name(t["name"])
-        if key in done:
-            return
-        parent = t.get("parent")
-        if parent and fold_name(parent) in by_key:
-            visit(by_key[fold_name(parent)])
-        done[key] = t
-
     for t in types:
-        visit(t)
+        chain = []  # t and its ancestors not placed yet, walked up without recursion
+        while t is not None and fold_name(t["name"]) not in done and t not in chain:
+            chain.append(t)
+            parent = t.get("parent")
+            t = by_key.get(fold_name(parent)) if parent else None
+        for item in reversed(chain):
+            done[fold_name(item["name"])] = item
     return list(done.values())
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis.errors import DataError
-from erroranalysis.labels.fields import FLAG_TITLES, FLAGS, MAX_NAME, SEVERITIES, display_name, fold_name
+from erroranalysis.labels.bounds import check_nesting, check_parents, parse
+from erroranalysis.labels.fields import FLAG_TITLES, FLAGS, MAX_NAME, SEVERITIES, display_name
 
 FORMAT = "erroranalysis.taxonomy"
 SCHEMA_VERSION = 2
@@ -237,9 +238,11 @@ def check_version(doc: Any, source: str) -> int:
 
 def validate(doc: dict, source: str = "taxonomy") -> None:
     """Raise DataError naming the first place `doc` breaks the schema of its version, a name over MAX_NAME (naming
-    the type), or a parent that is missing or makes a cycle."""
+    the type), a parent that is missing, makes a cycle or lies deeper than MAX_DEPTH, or nesting deeper than
+    MAX_NESTING (labels.bounds)."""
     import jsonschema
 
+    check_nesting(doc, source)
     version = check_version(doc, source)
     _check_name_lengths(doc, source)
     validator = jsonschema.Draft202012Validator(json_schema(version))
@@ -247,7 +250,7 @@ def validate(doc: dict, source: str = "taxonomy") -> None:
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise DataError(f"{source}: {where}: {error.message.splitlines()[0]}; export it again with this version.")
-    _check_parents(doc, source)
+    check_parents(doc, source)
 
 
 def _check_name_lengths(doc: dict, source: str) -> None:
@@ -262,23 +265,6 @@ def _check_name_lengths(doc: dict, source: str) -> None:
                                 "shorten it and import again.")
 
 
-def _check_parents(doc: dict, source: str) -> None:
-    """Each parent names another type of the document, and following parents never comes back to a type."""
-    types = {fold_name(t["name"]): t for t in doc["error_types"]}
-    for i, t in enumerate(doc["error_types"]):
-        seen, here = {fold_name(t["name"])}, t
-        while here.get("parent") is not None:
-            key = fold_name(here["parent"])
-            if key not in types:
-                raise DataError(f"{source}: error_types/{i}/parent: {here['parent']!r} (parent of "
-                                f"{here['name']!r}) is not one of the error types; export the taxonomy again.")
-            if key in seen:
-                raise DataError(f"{source}: error_types/{i}/parent: error type {t['name']!r} is its own ancestor "
-                                "(parents make a cycle); fix the parents and import again.")
-            seen.add(key)
-            here = types[key]
-
-
 def parent_of(error_type: dict) -> str | None:
     """An error type's parent name in a document of either version (version 1 has none)."""
     parent = error_type.get("parent")
@@ -289,11 +275,10 @@ def load(path: str | Path) -> dict:
     """Read and validate a taxonomy JSON export (schema version 1 or 2)."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: no such file; export one with 'erroranalysis export RUN --format json'.") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
+    doc = parse(text, str(path))
     validate(doc, str(path))
     return doc
 

@@ -4,13 +4,12 @@ database as source 'suggested', status 'pending'; matching is erroranalysis.taxo
 
 from __future__ import annotations
 
-import json
 
 import streamlit as st
 
 from erroranalysis import stages
 from erroranalysis.errors import UserError
-from erroranalysis.labels import matching
+from erroranalysis.labels import matching, taxonomy
 from erroranalysis_ui.eaui import actions, data, state, tables
 from erroranalysis_ui.eaui import components as ui
 
@@ -102,10 +101,7 @@ def _suggest_panel() -> None:
                         doc = stages.build_taxonomy(cfg.workspace.open_run(data.run_dir(cfg.workspace, origin)), store)
                     else:
                         name = origin.name
-                        try:
-                            doc = json.loads(origin.getvalue().decode("utf-8"))
-                        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                            raise UserError(f"{name}: not valid JSON ({exc}); upload a taxonomy JSON export.") from None
+                        doc = taxonomy.parse(origin.getvalue(), name)  # one line for bad JSON or absurd nesting
                         if not isinstance(doc, dict):
                             raise UserError(f"{name}: not an erroranalysis taxonomy; upload a taxonomy JSON export.")
                     result = stages.apply_taxonomy(doc, current.path, store=store, method=method,
