@@ -6,6 +6,7 @@ are 1-based lines of the file (a CSV's header is line 1); Parquet and datasets f
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from dataclasses import dataclass, field
@@ -148,9 +149,15 @@ def _decode(path: Path, encoding: str) -> str:
                         "pass the file's real encoding with --encoding (for example latin-1).") from None
 
 
+def json_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: split on "\n" alone (a "\r" before it dropped). str.splitlines also splits on
+    U+2028, U+0085 and other characters that JSON strings may hold raw, which would cut a valid record in two."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
 def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
     records, lines = [], []
-    for number, line in enumerate(_decode(path, encoding).splitlines(), start=1):
+    for number, line in enumerate(json_lines(_decode(path, encoding)), start=1):
         if not line.strip():
             continue
         try:
@@ -176,9 +183,45 @@ def _read_csv(path: Path, encoding: str) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: no header and no rows; the first line must name the columns.") from None
     except pd.errors.ParserError as exc:
-        raise DataError(f"{path}: not valid CSV ({str(exc).strip()}); check quoting on that line.") from None
-    frame["_line"] = np.arange(2, len(frame) + 2, dtype=np.int64)
+        raise DataError(_csv_problem(path, text, sep) or f"{path}: not valid CSV ({str(exc).strip()}); check "
+                        "quoting on that line.") from None
+    starts = _record_lines(text, sep)
+    frame["_line"] = np.asarray(starts[1:], dtype=np.int64) if len(starts) == len(frame) + 1 else \
+        np.arange(2, len(frame) + 2, dtype=np.int64)  # a dialect the csv module reads otherwise: rows counted
     return frame
+
+
+def _record_lines(text: str, sep: str) -> list[int]:
+    """The physical line each CSV record starts on (the header's first): a quoted cell may span lines, so record
+    numbers are not line numbers. Blank lines hold no record, as pandas skips them."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    starts, read = [], 0
+    try:
+        for row in reader:
+            if row:
+                starts.append(read + 1)
+            read = reader.line_num
+    except csv.Error:
+        return []
+    return starts
+
+
+def _csv_problem(path: Path, text: str, sep: str) -> str | None:
+    """The one line for a CSV pandas could not parse, naming the physical line of the first record whose number
+    of fields differs from the header's; None when the csv module finds none."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    header, read = None, 0
+    try:
+        for row in reader:
+            if row and header is None:
+                header = row
+            elif row and len(row) != len(header):
+                return (f"{where(path, read + 1)}: {len(row)} fields where the header has {len(header)}; check the "
+                        "quoting and separators of that record.")
+            read = reader.line_num
+    except csv.Error as exc:
+        return f"{where(path, reader.line_num)}: not valid CSV ({exc}); check the quoting on that line."
+    return None
 
 
 def _read_parquet(path: Path, encoding: str) -> pd.DataFrame:

@@ -149,3 +149,28 @@ def test_unknown_labels_list_a_few_and_the_known_ones(tmp_path):
 def test_reserved_metadata_names_are_prefixed(tmp_path):
     es = load_eval_set(write_jsonl(tmp_path / "e.jsonl", [{"text": "a", "label": "x", "loss": 3, "pred": "y"}]))
     assert es.metadata_columns == ["meta_loss", "meta_pred"]
+
+
+def test_csv_errors_name_the_physical_line_past_multi_line_cells(tmp_path):
+    path = tmp_path / "eval.csv"
+    path.write_text('id,text,label\na,"one\ntwo\nthree",x\nb,plain,y\n\nc,"multi\nline",\nd,ok,z\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"eval\.csv, line 7, column 'label': empty label"):
+        load_eval_set(path, id_column="id")
+    path.write_text('id,text,label\na,"x\ny",l\nb,c,d,e\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"eval\.csv, line 4: 4 fields where the header has 3"):
+        load_eval_set(path, id_column="id")
+    path.write_text('id,text,label\na,"x\ny",l\nb,c,d\n', encoding="utf-8")
+    assert load_eval_set(path, id_column="id").line_of(1) == 4
+
+
+def test_jsonl_strings_may_hold_line_and_paragraph_separators(tmp_path):
+    from erroranalysis.checklist.training_log import read_jsonl_log
+
+    path = tmp_path / "eval.jsonl"
+    texts = ["a\u2028b", "c\u0085d", "e\u2029f"]
+    path.write_text("".join('{"text": "%s", "label": "x"}\r\n' % t for t in texts), encoding="utf-8")
+    eval_set = load_eval_set(path)
+    assert eval_set.frame["text"].tolist() == texts and eval_set.line_of(2) == 3
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 2.0, "note": "x\u2028y"}\n{"step": 2, "loss": 1.0}\n', encoding="utf-8")
+    assert read_jsonl_log(log).signals["loss"].values.tolist() == [2.0, 1.0]

@@ -14,6 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
+from erroranalysis.data import json_lines
 from erroranalysis.errors import DataError, preview, where
 
 # Signal name -> field names, columns or TensorBoard tags that hold it (compared in lower case).
@@ -147,7 +148,7 @@ def read_jsonl_log(path: str | Path) -> TrainingLog:
     """A JSON Lines log: one object per line with `step` and any of the logged quantities."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = json_lines(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: unreadable ({exc}).") from None
     records = []
