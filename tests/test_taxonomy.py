@@ -215,3 +215,33 @@ def test_cli_export_of_a_damaged_run_is_one_line(tmp_path):
     assert "predictions.parquet: " in result.output and "damaged or replaced since" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "b.json").exists()
+
+
+def test_export_of_a_run_whose_cluster_stage_was_killed_says_what_it_lacks(tmp_path):
+    """A cluster stage left running by a killed process (no one holds the lock): the export still writes, and says
+    that the stage was interrupted and what the export therefore lacks, as `show` does."""
+    import pandas as pd
+    from fake_runs import inferred_run
+
+    from erroranalysis import files, rundir
+    from erroranalysis.cli.app import app
+
+    frame = pd.DataFrame({"example_id": [f"e{i}" for i in range(12)], "text": ["t"] * 12, "label": ["a", "b"] * 6,
+                          "pred": ["a"] * 12})
+    cases = {}
+    for name, with_old in (("never", False), ("older", True)):
+        run = inferred_run(tmp_path / name, frame, labels=["a", "b"])
+        if with_old:  # an earlier cluster run committed; the latest one was killed
+            commit(run, "cluster", assignments_parquet=frame[["example_id"]].assign(cluster_id=0),
+                   clusters_parquet=pd.DataFrame({"cluster_id": [0], "size": [6], "name": ["x"]}))
+        manifest = run.manifest
+        manifest["stages"]["cluster"] = {"status": "running", "pid": 999999, "host": "gone",
+                                         "started": "2026-01-01T00:00:00+00:00"}
+        files.write_json(run.file(rundir.MANIFEST), manifest)
+        out = tmp_path / f"{name}.json"
+        result = CliRunner().invoke(app, ["export", str(run.path), "--out", str(out)])
+        assert result.exit_code == 0 and out.is_file(), result.output
+        cases[name] = result.output
+    assert "cluster: stage 'cluster' was interrupted" in cases["never"]
+    assert "so the export has no clusters" in cases["never"] and "resume with: erroranalysis cluster" in cases["never"]
+    assert "its outputs shown are those of its last completed run" in cases["older"]

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from erroranalysis.cli.common import RunDir, handle_errors
+from erroranalysis.cli.common import RunDir, console, handle_errors
 
 FORMATS = ("json", "csv", "markdown")
 
@@ -37,4 +37,7 @@ def export(
     check_param("--format", format, fmt in FORMATS, "json, csv or markdown")
     target = out if out is not None else Path(run) / f"taxonomy{taxonomy.EXTENSIONS[fmt]}"
     path = stages.export_taxonomy(run, fmt, target, labels_db=labels_db)
-    typer.echo(f"wrote {path}")
+    out = console()
+    out.print(f"wrote {path}", markup=False, soft_wrap=True)
+    for note in stages.export_notes(run):  # a stage it reads was interrupted: say what the export lacks
+        out.print(note, style="yellow", markup=False, soft_wrap=True)

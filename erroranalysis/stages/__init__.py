@@ -18,6 +18,7 @@ from erroranalysis.stages.export import (
     base_table,
     build_taxonomy,
     example_table,
+    export_notes,
     export_taxonomy,
     label_tables,
     open_store,

@@ -344,6 +344,27 @@ def open_store(run_path: str | Path, labels_db: str | Path | None = None) -> Lab
     return LabelStore(path, create=False)
 
 
+# the stages whose files an export reads beside the predictions, and what it lacks when they are not done
+EXPORT_READS = {"cluster": "clusters (every example's cluster_id is -1, error types list no clusters)",
+                "cluster_names": "the newest cluster names"}
+
+
+def export_notes(run_path: str | Path) -> list[str]:
+    """What an export of the run lacks, or shows from an older commit, because a stage it reads is not done (the
+    stage interrupted, failed or running, with the command that resumes it, as `show` says); [] when nothing."""
+    run = Run.open(run_path)
+    manifest = run.manifest
+    notes = []
+    for stage, lacks in EXPORT_READS.items():
+        if stage not in manifest.get("stages", {}):
+            continue  # never run (e.g. --no-cluster): nothing is missing that was asked for
+        older = run.notice(stage)
+        reason = older or run.explain(stage, manifest)
+        if reason:
+            notes.append(f"{stage}: {reason}" if older else f"{stage}: {reason}; so the export has no {lacks}")
+    return notes
+
+
 def export_taxonomy(run_path: str | Path, fmt: str, out: str | Path, *, labels_db: str | Path | None = None) -> Path:
     """Write the run's taxonomy export to `out` atomically; return the path."""
     check_param("format", fmt, fmt in EXPORT_FORMATS, f"one of {', '.join(EXPORT_FORMATS)}")
