@@ -206,3 +206,22 @@ def test_undo_and_archive_are_not_part_of_a_batch(store):
         with store.batch() as b:
             b.archive(keep=1)
     assert store.flags().empty and store.events(limit=1)[0].action == "assign"
+
+
+def test_archive_refuses_another_workspaces_store_and_another_databases_archive(store, tmp_path):
+    other = LabelStore(tmp_path / "other" / "labels.sqlite", user="bob")
+    other.create_error_type("Theirs")
+    store.assign("run", ["1"], "A")
+    mine_before, theirs_before = len(store.events(limit=None)), other.events(limit=None)
+    result = CliRunner().invoke(app, ["labels", "archive", "--labels-db", str(store.path), "--keep", "1", "--to",
+                                      str(other.path)])
+    assert result.exit_code == 2, result.output
+    assert "is a labels database (another workspace's store), not an archive" in result.output
+    assert len(store.events(limit=None)) == mine_before and other.events(limit=None) == theirs_before
+    other.undo()  # their log still works
+    foreign = tmp_path / "their-archive.sqlite"
+    other.create_error_type("More")
+    other.archive(keep=1, to=foreign)
+    with pytest.raises(UserError, match="is the archive of .*other.*labels.sqlite, not of"):
+        store.archive(keep=1, to=foreign)
+    assert store.archive(keep=1).moved == mine_before - 1  # its own archive beside it is fine

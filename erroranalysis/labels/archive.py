@@ -61,6 +61,34 @@ def candidates(con: sqlite3.Connection, *, before: str | None, keep: int | None)
     return [i for i in ids if i not in linked]
 
 
+def check_target(path: Path, db: Path) -> None:
+    """Refuse, before anything is written, an archive target that is another workspace's labels database (its
+    events would land in that workspace's log, whose undo then fails) or an archive of another database (event ids
+    are per database); a new file, or this database's own archive, is fine."""
+    if not path.exists():
+        return
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"{path}: not a labels archive ({exc}); pass a new file with --to.") from None
+    if "schema_version" in meta or "error_types" in tables:
+        raise UserError(f"{path}: is a labels database (another workspace's store), not an archive; its log is not "
+                        "this one's: pass a new file with --to (nothing was moved).")
+    if not tables:
+        return  # an empty SQLite file: made into an archive
+    if meta.get("format") != ARCHIVE_FORMAT:
+        raise UserError(f"{path}: not a labels archive; pass a new file with --to (nothing was moved).")
+    made_for = meta.get("database")
+    if made_for and Path(made_for).resolve() != Path(db).resolve():
+        raise UserError(f"{path}: is the archive of {made_for}, not of {db}; pass a new file with --to (nothing was "
+                        "moved).")
+
+
 def _open_archive(path: Path, db: Path) -> sqlite3.Connection:
     con = sqlite3.connect(path, timeout=30, isolation_level=None)
     con.row_factory = sqlite3.Row
@@ -69,7 +97,7 @@ def _open_archive(path: Path, db: Path) -> sqlite3.Connection:
     fmt = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
     if fmt is None:
         con.execute("INSERT INTO meta (key, value) VALUES ('format', ?), ('database', ?)",
-                    (ARCHIVE_FORMAT, str(db)))
+                    (ARCHIVE_FORMAT, str(Path(db).resolve())))
     elif fmt[0] != ARCHIVE_FORMAT:
         con.close()
         raise UserError(f"{path}: not a labels archive; pass another --to.")

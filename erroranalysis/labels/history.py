@@ -105,6 +105,7 @@ class HistoryOps:
         target = Path(to) if to is not None else archive.default_archive_path(self.path)
         if target.resolve() == self.path.resolve():
             raise UserError(f"{target}: is the labels database itself; archive to another file.")
+        archive.check_target(target, self.path)
         ids = self._db.run(lambda con: archive.candidates(con, before=before, keep=keep))
         if not ids:
             return archive.ArchiveResult(target, 0, None, None, None)
