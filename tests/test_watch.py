@@ -217,3 +217,18 @@ def test_cli_watch_a_causal_lm_runs_the_generation_stage(tmp_path):
     assert run.task == "generation" and run.manifest["training"]["source"] == "watch"
     assert "output_checks" in run.metrics()
     assert json.loads(run.file("trainer_state.json").read_text())["global_step"] == 5
+
+
+def test_a_pickle_only_checkpoint_is_refused_at_once_not_waited_for(tiny_checkpoint, eval_file, tmp_path):
+    out = tmp_path / "out"
+    folder = out / "checkpoint-5"
+    folder.mkdir(parents=True)
+    shutil.copy(tiny_checkpoint / "config.json", folder)
+    (folder / "pytorch_model.bin").write_bytes(b"a pickle")  # never loaded: its name is what the watcher reads
+    trainer_state(folder, 5)
+    result = invoke("watch", out, "--data", eval_file, "--id-column", "id", "--once", "--wait", "30",
+                    "--out", tmp_path / "runs" / "exp")
+    assert result.exit_code == 2, result.output
+    assert "checkpoint-5: not analyzed: " in result.output and "only pickled weights" in result.output
+    assert "safe_serialization=True" in result.output and "waiting" not in result.output
+    assert not (tmp_path / "runs" / "exp" / "step-000005").exists()

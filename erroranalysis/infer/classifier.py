@@ -54,6 +54,10 @@ def resolve_device(name: str = "auto") -> str:
     return name
 
 
+class PickledWeightsError(ModelError):
+    """A checkpoint with pickled weights only (*.bin, *.pt): refused as it is, since loading it could run code."""
+
+
 def weight_files(path: Path) -> list[Path]:
     """The checkpoint's safetensors files; refuses pickled weights, which can run code when loaded."""
     index = path / "model.safetensors.index.json"
@@ -66,7 +70,7 @@ def weight_files(path: Path) -> list[Path]:
     if (path / "model.safetensors").is_file():
         return [path / "model.safetensors"]
     if any(path.glob("*.bin")) or any(path.glob("*.pt")):
-        raise ModelError(f"{path}: only pickled weights (*.bin/*.pt) found; save the checkpoint with "
+        raise PickledWeightsError(f"{path}: only pickled weights (*.bin/*.pt) found; save the checkpoint with "
                          "safe_serialization=True (model.save_pretrained writes model.safetensors).")
     raise ModelError(f"{path}: no model weights (model.safetensors) found; point --model at a saved checkpoint.")
 

@@ -7,7 +7,8 @@
 A checkpoint is analyzed only when it is complete (`checkpoint_ready`): its config.json parses, its safetensors
 files are whole (header and size), and either its trainer_state.json (the Trainer writes it last) parses and no
 file changed since the previous scan, or no file changed for `settle` seconds (a copy without a trainer state).
-`checkpoint-500` becomes the run `step-000500`, as the callback names it; a step whose run is complete is not
+A checkpoint with pickled weights only (`*.bin`, `*.pt`) is never analyzed (loading it could run code): it is said at
+once, with the fix, and not waited for. `checkpoint-500` becomes the run `step-000500`, as the callback names it; a step whose run is complete is not
 analyzed again, so a watcher can be restarted.
 """
 
@@ -44,8 +45,10 @@ def snapshot(folder: Path) -> Snapshot:
 
 def checkpoint_ready(folder: Path, previous: Snapshot | None, *, settle: float, now: float | None = None
                      ) -> tuple[bool, str, Snapshot]:
-    """(ready, why not, the folder's snapshot). `previous` is the snapshot of the last scan (None at the first)."""
-    from erroranalysis.infer.classifier import check_checkpoint
+    """(ready, why not, the folder's snapshot). `previous` is the snapshot of the last scan (None at the first).
+    A checkpoint that will not be analyzed however long one waits (pickled weights only) raises
+    PickledWeightsError at once."""
+    from erroranalysis.infer.classifier import PickledWeightsError, check_checkpoint
 
     now = time.time() if now is None else now
     current = snapshot(folder)
@@ -55,6 +58,8 @@ def checkpoint_ready(folder: Path, previous: Snapshot | None, *, settle: float, 
     try:
         json.loads((folder / "config.json").read_text(encoding="utf-8"))
         check_checkpoint(folder, trust_remote_code=True)  # only that the files are whole; remote code is refused later
+    except PickledWeightsError:
+        raise
     except (OSError, ValueError, ModelError) as exc:
         return False, f"incomplete ({str(exc).splitlines()[0]})", current
     newest = max((m for _, _, m in current), default=0) / 1e9
@@ -148,21 +153,30 @@ class Watcher:
         source_ok = training.get("source") == "callback" or training.get("checkpoint") == str(folder.resolve())
         return source_ok and all(run.explain(name, manifest) is None for name in manifest.get("stages", {}))
 
-    def scan(self) -> tuple[list[tuple[int, Path]], dict[str, str]]:
-        """(checkpoints ready to analyze, {checkpoint name: why it is not ready yet})."""
-        ready, pending = [], {}
+    def scan(self) -> tuple[list[tuple[int, Path]], dict[str, str], list[Outcome]]:
+        """(checkpoints ready to analyze, {checkpoint name: why it is not ready yet}, the checkpoints refused as
+        they are, such as pickle-only ones: not analyzed, said at once, not waited for)."""
+        from erroranalysis.infer.classifier import PickledWeightsError
+
+        ready, pending, refused = [], {}, []
         for step, folder in self.checkpoints():
             if self.analyzed(step, folder):
                 continue
-            ok, why, snap = checkpoint_ready(folder, self._seen.get(folder.name), settle=self.settle)
+            try:
+                ok, why, snap = checkpoint_ready(folder, self._seen.get(folder.name), settle=self.settle)
+            except PickledWeightsError as exc:
+                ok, why, snap = None, str(exc).splitlines()[0], snapshot(folder)
             self._seen[folder.name] = snap
             if self._failed.get(folder.name) == snap:
                 continue  # it failed as it is; try again once it changes
-            if ok:
+            if ok is None:
+                self._failed[folder.name] = snap
+                refused.append(Outcome(step, folder, error=why))
+            elif ok:
                 ready.append((step, folder))
             else:
                 pending[folder.name] = why
-        return ready, pending
+        return ready, pending, refused
 
     # -- analyzing --------------------------------------------------------------------------------------------
 
@@ -221,12 +235,14 @@ class Watcher:
 
     def step(self) -> tuple[list[Outcome], dict[str, str]]:
         """One scan: analyze what is ready, in step order; what is still pending."""
-        ready, pending = self.scan()
+        ready, pending, refused = self.scan()
         for name, why in pending.items():
             if self._told.get(name) != why:
                 self.say(f"{name}: waiting: {why}")
                 self._told[name] = why
-        return [self.analyze(step, folder) for step, folder in ready], pending
+        for outcome in refused:
+            self.say(f"{outcome.checkpoint.name}: not analyzed: {outcome.error}")
+        return refused + [self.analyze(step, folder) for step, folder in ready], pending
 
     def once(self, wait: float = 600.0) -> tuple[list[Outcome], dict[str, str]]:
         """Analyze every checkpoint present, waiting (up to `wait` seconds) for those still being written;
