@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +25,12 @@ from erroranalysis.engines import INSTALL, Engine, EngineError
 from erroranalysis.engines.sinks import ShardSink, shard_starts
 
 ROW = "_row"
+# Ray Data restarts a dead actor, and retries its tasks, for ever by default: a worker that keeps dying (out of
+# memory, a bad node) would leave the run retrying until killed. Each actor may restart this often, each task be
+# retried this often, and actors that die while loading the model fail the job after this many in a row.
+MAX_RESTARTS = 3
+MAX_TASK_RETRIES = 3
+MAX_INIT_DEATHS = 3
 
 
 def require_ray():
@@ -42,6 +50,7 @@ def connect(engine: Engine):
         return ray
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")  # progress is ours (erroranalysis.progress)
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data's INFO lines would bury ours
+    on_term = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=engine.address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, ignore_reinit_error=True)
@@ -49,10 +58,21 @@ def connect(engine: Engine):
         where = engine.address or "a local Ray"
         raise EngineError(f"--engine ray: cannot connect to {where} ({str(exc).splitlines()[0]}); start it with "
                           "'ray start --head' or pass --ray-address HOST:PORT.") from None
+    finally:
+        # ray.init installs a SIGTERM handler that exits with status 15 from wherever the driver is: the CLI's
+        # own (a stage marked interrupted, exit 143) comes back
+        if on_term is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_term)
     from ray.data import DataContext
 
-    DataContext.get_current().enable_progress_bars = False
+    context = DataContext.get_current()
+    context.enable_progress_bars = False
+    context.max_consecutive_actor_init_deaths = MAX_INIT_DEATHS
     return ray
+
+
+# what every map_batches of ours passes Ray: bounded restarts and retries (see MAX_RESTARTS)
+BOUNDED = {"max_restarts": MAX_RESTARTS, "max_task_retries": MAX_TASK_RETRIES}
 
 
 class ShardPredictor:
@@ -125,7 +145,7 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
                                                                  "paths": tuple(p and str(p) for p in paths),
                                                                  "hidden_dtype": hidden_dtype},
                           batch_size=chunk_size, batch_format="pyarrow", num_cpus=1, num_gpus=gpus or None,
-                          compute=ray.data.ActorPoolStrategy(size=actors))
+                          compute=ray.data.ActorPoolStrategy(size=actors), **BOUNDED)
     k = len(labels)
     counts = np.zeros((k, k), dtype=np.int64)
     covered: dict[int, int] = {}
@@ -138,7 +158,7 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
             if progress:
                 progress(int(row["rows"]))
     except ray.exceptions.RayError as exc:
-        raise EngineError(f"--engine ray: the inference job failed ({_first_line(exc)}); nothing was committed, "
+        raise EngineError(f"--engine ray: the inference job failed ({_reason(exc)}); nothing was committed, "
                           "run the command again.") from None
     check_coverage(covered, inputs.num_rows, paths)
     return counts, sorted(ran)
@@ -180,7 +200,7 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
     actors, gpus = _actors(ray, engine, embedder.device)
     embedded = ds.map_batches(type(embedder), fn_constructor_kwargs=embedder.constructor_kwargs(),
                               batch_size=chunk_size, batch_format="numpy", num_cpus=1, num_gpus=gpus or None,
-                              compute=ray.data.ActorPoolStrategy(size=actors))
+                              compute=ray.data.ActorPoolStrategy(size=actors), **BOUNDED)
     out, seen = None, np.zeros(len(texts), dtype=bool)
     try:
         for batch in embedded.iter_batches(batch_format="numpy", batch_size=None):
@@ -190,12 +210,23 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
             out[batch[ROW]] = vectors
             seen[batch[ROW]] = True
     except ray.exceptions.RayError as exc:
-        raise EngineError(f"--engine ray: the embedding job failed ({_first_line(exc)}); run the command "
+        raise EngineError(f"--engine ray: the embedding job failed ({_reason(exc)}); run the command "
                           "again.") from None
     if not seen.all():
         raise EngineError(f"--engine ray: {int((~seen).sum())} of {len(texts)} texts came back without a vector; "
                           "run the command again.")
     return out
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a Ray job failed, in words: a worker that kept dying says so (with the bounds), else Ray's first line."""
+    import ray
+
+    if isinstance(exc, (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError,
+                        ray.exceptions.WorkerCrashedError)):
+        return (f"a worker process kept dying: each may restart {MAX_RESTARTS} times and each batch be retried "
+                f"{MAX_TASK_RETRIES} times; look for out-of-memory kills on the nodes ({_first_line(exc)})")
+    return _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:
