@@ -38,8 +38,8 @@ def frame() -> pd.DataFrame:
     gold = np.array(LABELS, dtype=object)[np.arange(N) % 3]
     pred = gold.copy()
     pred[::4] = np.roll(gold, 1)[::4]  # 15 failures: clustered by confusion pair, no UMAP
-    return pd.DataFrame({"example_id": [f"e{i:02d}" for i in range(N)], "label": gold, "pred": pred,
-                         "text": [f"{g} words number {i} {'rain' if i % 4 == 0 else 'sun'}" for i, g in enumerate(gold)],
+    texts = [f"{g} words number {i} {'rain' if i % 4 == 0 else 'sun'}" for i, g in enumerate(gold)]
+    return pd.DataFrame({"example_id": [f"e{i:02d}" for i in range(N)], "label": gold, "pred": pred, "text": texts,
                          "source": np.where(np.arange(N) % 2, "web", "app")})
 
 

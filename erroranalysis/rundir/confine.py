@@ -1,4 +1,6 @@
-"""Which files a process may read: the allow-list every reader in `rundir.readers` applies before it opens a file.
+"""Where a run's paths may lead: the readers' allow-list and the writers' confinement rule.
+
+Readers (`rundir.readers`) apply an allow-list before they open a file:
 
     with readers.confined([runs_folder, *allowed_folders]):   # the app, around every page
         readers.read_predictions(run)       # OutsideError if the file (or the manifest) leads out of them
@@ -7,6 +9,12 @@ A path is allowed when its real path (symlinks followed, `..` collapsed) lies in
 when `confined` is entered. The answer depends on the path alone, not on whether anything exists there, so a refusal
 reveals nothing. Outside `confined` (the CLI, scripts) nothing is checked. The app's rule of which roots
 (`erroranalysis_ui.eaui.workspace`) is the only caller today.
+
+Writers apply one rule, always (`entry`): every path they take from a run directory (a commit record's staging
+folder and files, artifact names, `.staging`, `.lock`, `manifest.json`, an experiment's step folders) is a relative
+path of plain names inside it with no symlink on the way, else OutsideError naming the run and the entry, raised
+before anything is changed. A run directory is untrusted input: runs live in shared folders, and one edited
+manifest must not make a command delete or move a file anywhere else (docs/run-directory.md).
 """
 
 from __future__ import annotations

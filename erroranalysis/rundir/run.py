@@ -170,6 +170,10 @@ class Run:
             return (f"stage {name!r} is running (pid {entry.get('pid')} on {entry.get('host')}, since "
                     f"{entry.get('started')}); wait for it to finish")
         if status == "interrupted" and entry.get("recorded_status") == "committing":
+            try:
+                commit.check_plan(self.path, name, entry.get("commit"))
+            except RunError as exc:  # a crafted record: no command should be suggested that would act on it
+                return f"stage {name!r} has a commit record no writer will apply ({str(exc).split('; ')[0]})"
             return (f"stage {name!r} was stopped while saving its files (pid {entry.get('pid')} on "
                     f"{entry.get('host')}); any command that writes this run finishes saving them, e.g.: {command}")
         if status == "interrupted":
@@ -319,6 +323,7 @@ def create_run(path: str | Path, *, overwrite: bool = False, **manifest: Any) ->
         manifest.setdefault("run_id", _kept_id(final))
     if not existing:
         final.mkdir(exist_ok=True)
+        files.sync_dir(final.parent)
         run = Run(final)
         with run.lock():
             run._write(_new_manifest(manifest))
@@ -333,6 +338,7 @@ def create_run(path: str | Path, *, overwrite: bool = False, **manifest: Any) ->
                 run._write(_new_manifest(manifest))
                 yield run
                 swap.exchange(build, final)
+                files.sync_dir(final.parent)
         except BaseException:
             shutil.rmtree(build, ignore_errors=True)
             raise
