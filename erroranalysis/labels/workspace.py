@@ -90,12 +90,12 @@ def shown_key(key: str) -> str:
     return Path(key).name if key.startswith("/") else key
 
 
+def keyed_by_path(run, db_path: str | Path) -> bool:
+    """Whether the run lies inside the database's folder, so its key is its relative path (no manifest needed)."""
+    return Path(getattr(run, "path", run)).resolve().is_relative_to(Path(db_path).resolve().parent)
+
+
 def legacy_key(run, db_path: str | Path) -> str | None:
     """The key erroranalysis 0.2 and earlier gave a run outside the database's folder (its folder name, shared by
     every run of that name), or None when the run lies inside it (its key has not changed)."""
-    path = Path(getattr(run, "path", run)).resolve()
-    try:
-        path.relative_to(Path(db_path).resolve().parent)
-    except ValueError:
-        return path.name
-    return None
+    return None if keyed_by_path(run, db_path) else Path(getattr(run, "path", run)).resolve().name

@@ -17,6 +17,7 @@ import streamlit as st
 from erroranalysis import stages
 from erroranalysis.errors import RunError, UserError
 from erroranalysis.labels import LabelStore
+from erroranalysis.labels.workspace import keyed_by_path
 from erroranalysis.rundir import (
     ASSIGNMENTS,
     CHECKS,
@@ -246,6 +247,8 @@ def _empty_store(viewers: tuple[str, ...]) -> LabelStore:
 def run_key(db: LabelStore, path: Path) -> str:
     """The run's key in the labels database (the store's rule: a run outside the database's folder is keyed by the
     id in its manifest, read here within the app's folders; one whose manifest cannot be read is keyed by its path)."""
+    if keyed_by_path(path, db.path):  # inside the database's folder: no manifest to read
+        return db.run_key(path)
     try:
         run = _open(path)
     except UserError:
