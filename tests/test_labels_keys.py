@@ -96,3 +96,16 @@ def test_a_run_inside_the_databases_folder_keeps_its_path_key_and_its_old_rows(t
     assert len(store.assignments(store.run_key(run))) == 1
     result = CliRunner().invoke(app, ["labels", "where", str(run.path), "--root", str(tmp_path / "runs")])
     assert result.exit_code == 0 and "stored under 'exp/sample'" in result.output
+
+
+def test_an_overwrite_of_a_run_made_before_ids_keeps_its_path_key(team):
+    runs, db = team
+    run = runs["expA"]
+    manifest = json.loads(run.file(rundir.MANIFEST).read_text())
+    manifest.pop("run_id")
+    run.file(rundir.MANIFEST).write_text(json.dumps(manifest))
+    store = LabelStore(db, user="alice")
+    key = store.run_key(run)
+    assert key == str(run.path.resolve())
+    again = inferred_run(run.path, frame(), labels=LABELS)  # --overwrite
+    assert again.id is None and store.run_key(again) == key

@@ -360,10 +360,11 @@ def check_out(path: Path, overwrite: bool) -> bool:
     return existing
 
 
-def _kept_id(path: Path) -> str:
-    """The id of the run an overwrite replaces (a new one when it has none, or its manifest is unreadable)."""
+def _kept_id(path: Path) -> str | None:
+    """The id of the run an overwrite replaces: None for a run made before ids (its labels stay keyed by its path),
+    a new one when its manifest cannot be read."""
     try:
-        return Run(path).id or uuid.uuid4().hex
+        return Run(path).id
     except RunError:
         return uuid.uuid4().hex
 
