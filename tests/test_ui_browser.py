@@ -268,7 +268,7 @@ def test_slices_page_makes_the_slice_an_error_type(app, page, workspace):
     _shot(page, "7-slices")
 
     name = slice_type_name(first["description"])
-    assigned = store.assignments(DEMO)
+    assigned = store.assignments(store.run_key(run))  # kept apart from the runs: keyed by name and id
     mine = assigned[assigned["error_type"] == name]
     assert set(mine["example_id"]) == todo
     assert set(mine["updated_by"]) == {"e2e"} and set(mine["source"]) == {"human"}

@@ -71,8 +71,14 @@ def connect(engine: Engine):
     return ray
 
 
-# what every map_batches of ours passes Ray: bounded restarts and retries (see MAX_RESTARTS)
-BOUNDED = {"max_restarts": MAX_RESTARTS, "max_task_retries": MAX_TASK_RETRIES}
+def bounded_map(ds, fn, **kwargs):
+    """`ds.map_batches(fn, ...)` with the actors' restarts and tasks' retries bounded (MAX_RESTARTS). Ray 2.60 has
+    no named parameter for them yet: they go as actor options, which it warns will move by 2.64."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return ds.map_batches(fn, max_restarts=MAX_RESTARTS, max_task_retries=MAX_TASK_RETRIES, **kwargs)
 
 
 class ShardPredictor:
@@ -141,11 +147,11 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
                           "workers.")
     kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
     ds = ray.data.from_arrow(_blocks(inputs, chunk_size))
-    done = ds.map_batches(ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
-                                                                 "paths": tuple(p and str(p) for p in paths),
-                                                                 "hidden_dtype": hidden_dtype},
-                          batch_size=chunk_size, batch_format="pyarrow", num_cpus=1, num_gpus=gpus or None,
-                          compute=ray.data.ActorPoolStrategy(size=actors), **BOUNDED)
+    done = bounded_map(ds, ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
+                                                                  "paths": tuple(p and str(p) for p in paths),
+                                                                  "hidden_dtype": hidden_dtype},
+                       batch_size=chunk_size, batch_format="pyarrow", num_cpus=1, num_gpus=gpus or None,
+                       compute=ray.data.ActorPoolStrategy(size=actors))
     k = len(labels)
     counts = np.zeros((k, k), dtype=np.int64)
     covered: dict[int, int] = {}
@@ -198,9 +204,9 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
     table = pa.table({"text": pa.array(texts, pa.string())})
     ds = ray.data.from_arrow(_blocks(table, chunk_size))
     actors, gpus = _actors(ray, engine, embedder.device)
-    embedded = ds.map_batches(type(embedder), fn_constructor_kwargs=embedder.constructor_kwargs(),
-                              batch_size=chunk_size, batch_format="numpy", num_cpus=1, num_gpus=gpus or None,
-                              compute=ray.data.ActorPoolStrategy(size=actors), **BOUNDED)
+    embedded = bounded_map(ds, type(embedder), fn_constructor_kwargs=embedder.constructor_kwargs(),
+                           batch_size=chunk_size, batch_format="numpy", num_cpus=1, num_gpus=gpus or None,
+                           compute=ray.data.ActorPoolStrategy(size=actors))
     out, seen = None, np.zeros(len(texts), dtype=bool)
     try:
         for batch in embedded.iter_batches(batch_format="numpy", batch_size=None):
