@@ -35,10 +35,11 @@ class RunError(UserError):
 
 
 class ParameterError(UserError):
-    """A parameter value out of its allowed range. `param` names the parameter, so the CLI can name its flag."""
+    """A parameter value out of its allowed range. `param` names the parameter; `flag`, when the parameter is
+    declared (`erroranalysis.params`), the option that sets it, so the CLI names what the user typed."""
 
-    def __init__(self, param: str, value, expected: str):
-        self.param, self.value, self.expected = param, value, expected
+    def __init__(self, param: str, value, expected: str, flag: str | None = None):
+        self.param, self.value, self.expected, self.flag = param, value, expected, flag
         super().__init__(f"{param}={value!r} is invalid: expected {expected}.")
 
 

@@ -163,9 +163,9 @@ def register(app: typer.Typer) -> None:
         check_param("--engine", engine, engine == "local", "local (generation runs in-process)")
         bar, advance = progress_bar("generating")
         if task == "generation":
-            from erroranalysis.infer.generation import GenerationOptions
+            from erroranalysis.infer.generation import GenerationParams
 
-            gen_opts = GenerationOptions(
+            gen_opts = GenerationParams(
                 max_new_tokens=max_new_tokens, do_sample=sample, temperature=temperature, top_k=top_k, top_p=top_p,
                 seed=seed, stop=tuple(stop or ()), batch_size=16 if batch_size is None else batch_size, max_prompt_tokens=max_prompt_tokens,
                 chat_template=not no_chat_template, precision=precision or "auto", device=device,

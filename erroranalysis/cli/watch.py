@@ -68,7 +68,7 @@ def watch(
     """Analyze checkpoints as they land."""
     from erroranalysis import stages
     from erroranalysis.cli.run import _split
-    from erroranalysis.infer.generation import GenerationOptions
+    from erroranalysis.infer.generation import GenerationParams
     from erroranalysis.integrations.watch import Watcher
     from erroranalysis.validation import check_choice, check_number
 
@@ -80,7 +80,7 @@ def watch(
     generating = task == "generation"
     infer = stages.InferParams(batch_size=batch_size, max_length=max_length, device=device,
                                precision="fp32" if generating else precision or "fp32")
-    generation = GenerationOptions(max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size or 32, device=device,
+    generation = GenerationParams(max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size or 32, device=device,
                                    precision=(precision or "auto") if generating else "auto",
                                    output_checks=_split(output_checks) or None)
     console = common.console()

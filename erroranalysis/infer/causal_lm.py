@@ -19,10 +19,9 @@ from typing import Any, Callable
 
 from erroranalysis import files
 from erroranalysis.errors import ModelError
+from erroranalysis.infer.runtime import check_precision
 from erroranalysis.libraries import import_model_libraries
-from erroranalysis.validation import check_param
 
-PRECISIONS = ("auto", "fp32", "bf16")
 GGUF_MAGIC = b"GGUF"
 DEFAULT_CONTEXT = 2048
 
@@ -175,7 +174,7 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
     """Load a local causal LM from a safetensors folder or a `.gguf` file (converted once, then cached)."""
     from erroranalysis.infer.classifier import check_checkpoint, resolve_device, weights_sha256
 
-    check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
+    check_precision(precision)
     path = Path(path)
     if is_gguf(path):
         check_gguf(path)

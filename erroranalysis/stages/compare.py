@@ -28,8 +28,9 @@ from erroranalysis.compare import (
     series,
 )
 from erroranalysis.errors import UserError
+from erroranalysis.params import is_int
 from erroranalysis.rundir import readers
-from erroranalysis.validation import check_param, is_int
+from erroranalysis.validation import check_param
 
 
 def read_run(path: str | Path, store=None) -> RunView:

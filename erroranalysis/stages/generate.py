@@ -19,7 +19,7 @@ from erroranalysis import rundir
 from erroranalysis.data import DataOptions, EvalSet, load_eval_set, read_table
 from erroranalysis.errors import DataError, ParameterError, preview, where
 from erroranalysis.infer import output_cells, output_checks
-from erroranalysis.infer.generation import GenerationOptions
+from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.metrics.generation import low_loss_failures
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
@@ -38,7 +38,7 @@ INPUT_ROLES = ("schema", "regex", "tools", "checks")
 
 
 def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
-                   gen_opts: GenerationOptions = GenerationOptions(), after: AfterParams = AfterParams(),
+                   gen_opts: GenerationParams = GenerationParams(), after: AfterParams = AfterParams(),
                    overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
                    log: Callable[[str], None] | None = None, embedder=None) -> Run:
     """Generate with `model` over the prompt set `data`, check the outputs, write the run at `out`, then run
@@ -57,7 +57,7 @@ def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data
     return run
 
 
-def encode_eval_set(lm, prepared: dict, gen_opts: GenerationOptions) -> dict:
+def encode_eval_set(lm, prepared: dict, gen_opts: GenerationParams) -> dict:
     """The prompts rendered (chat template) and tokenized within the context budget, and the references."""
     from erroranalysis.infer.generation import encode_answers, encode_prompts, prompt_budget
 
@@ -68,16 +68,16 @@ def encode_eval_set(lm, prepared: dict, gen_opts: GenerationOptions) -> dict:
     return {"prompt_ids": prompt_ids, "truncated": truncated, "reference_ids": reference_ids, "budget": budget}
 
 
-def generation_manifest(lm, prepared: dict, gen_opts: GenerationOptions, encoded: dict, **extra) -> dict:
+def generation_manifest(lm, prepared: dict, gen_opts: GenerationParams, encoded: dict, **extra) -> dict:
     """The manifest fields of a generation run."""
     return {"task": "generation", "labels": prepared["labels"],
-            "model": {**lm.describe(), "batch_size": gen_opts.batch_size, "max_length": encoded["budget"]},
+            "model": {**lm.describe(), "batch_size": gen_opts.rows_per_batch, "max_length": encoded["budget"]},
             "data": prepared["data_entry"], "device": lm.device,
             "generation": {**gen_opts.describe(), "output_checks": prepared["checks"],
                            "allowed_labels": prepared["allowed"]}, **extra}
 
 
-def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationOptions, encoded: dict,
+def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationParams, encoded: dict,
                      progress: Callable[[int, int], None] | None = None, training_state: dict | None = None) -> None:
     """The infer stage of a generation run: generate, check the outputs, commit predictions.parquet (with the
     Trainer's state as trainer_state.json when the model is still in training)."""
@@ -105,7 +105,7 @@ def _generate(lm, prompt_ids, reference_ids, opts, progress):
     return generate(lm, prompt_ids, opts, reference_ids=reference_ids, progress=progress)
 
 
-def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: GenerationOptions) -> dict[str, Any]:
+def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: GenerationParams) -> dict[str, Any]:
     """Read and validate a prompt set: prompt or messages, reference, label, schema, regex, tools, checks."""
     path = Path(data)
     raw, _ = read_table(path, encoding=data_opts.encoding, split=data_opts.split)
@@ -202,7 +202,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
             "parsed": parsed, "lines": lines, "source": source}
 
 
-def _prompt_column(path: Path, columns: list[str], data_opts: DataOptions, gen_opts: GenerationOptions) -> str:
+def _prompt_column(path: Path, columns: list[str], data_opts: DataOptions, gen_opts: GenerationParams) -> str:
     if data_opts.text_column and data_opts.text_column != "text":
         if data_opts.text_column not in columns:
             raise DataError(f"{path}: no column {data_opts.text_column!r}; columns found: {preview(columns)}; "
@@ -223,7 +223,7 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def _render(lm, prepared: dict, opts: GenerationOptions) -> tuple[list[str], list[bool]]:
+def _render(lm, prepared: dict, opts: GenerationParams) -> tuple[list[str], list[bool]]:
     from erroranalysis.infer.generation import render_prompt
 
     texts, templated = [], []
@@ -303,7 +303,7 @@ def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.nda
     return table
 
 
-def check_parameters(gen_opts: GenerationOptions) -> None:
+def check_parameters(gen_opts: GenerationParams) -> None:
     """Validate options alone (the CLI may call it before anything is read)."""
     if gen_opts.output_checks:
         output_cells.check_names(gen_opts.output_checks)
