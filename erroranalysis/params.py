@@ -272,7 +272,7 @@ class Spec:
     `flag`: the option (default `--name-with-dashes`; a Flag rule gets `--x/--no-x` unless `flag` has a "/");
     `short`: a one-letter alias, used where the command has no other use for it; `none`: the default or value
     None is allowed and means `none` (said in the help); `none_flag`: a switch that sets None (`--keep-noise`);
-    `panel`: the help section; `cli=False`: library only (an object, a callback)."""
+    `panel`: the help section; `advanced`: shown in the section's "(advanced)" part; `cli=False`: library only."""
 
     default: Any
     rule: Rule
@@ -283,6 +283,7 @@ class Spec:
     none_flag: str | None = None
     none_help: str | None = None
     panel: str | None = None
+    advanced: bool = False
     cli: bool = True
 
     def check(self, name: str, value) -> Any:
@@ -291,8 +292,8 @@ class Spec:
             return None
         stored = self.rule.coerce(value)
         if not self.rule.ok(stored):
-            expected = self.rule.describe() + (f", or None ({self.none})" if self.none is not None else "")
-            raise ParameterError(name, self.rule.offender(stored), expected, flag=self.option(name))
+            shown = self.rule.offender(stored) if isinstance(stored, tuple) else value
+            raise ParameterError(name, shown, self.rule.describe(), flag=self.option(name), none=self.none)
         return stored
 
     def option(self, name: str) -> str:

@@ -103,7 +103,7 @@ def test_predictions_match_a_separate_run_of_the_saved_checkpoint(trained, step,
     result = CliRunner().invoke(app, ["run", "--model", str(root / "out" / f"checkpoint-{step}"), "--data",
                                       str(trained["data"]), "--id-column", "id", "--max-length", "32",
                                       "--batch-size", "16", "--out", str(tmp_path / "separate"), "--no-cluster",
-                                      "--no-checks", "--no-slices"])
+                                      "--no-data-checks", "--no-slices"])
     assert result.exit_code == 0, result.output
     separate, mine = Run.open(tmp_path / "separate"), Run.open(root / "runs" / "exp" / f"step-{step:06d}")
     assert stages.same_predictions(mine, separate)

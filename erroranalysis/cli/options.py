@@ -39,6 +39,7 @@ class Group:
     on: bool = True
     panel: str | None = None
     deprecated: dict[str, str] = field(default_factory=dict)  # old flag -> the field it sets, for one release
+    deprecated_off: str | None = None  # an old flag that switched the group off (`--no-checks`), for one release
 
 
 @dataclass
@@ -46,14 +47,14 @@ class _Option:
     key: str  # the keyword in the generated signature
     spec: Spec | None
     targets: list[tuple[str, str]]  # (group, field) this option sets
-    kind: str = "value"  # value | none (sets None when given) | switch (turns a group off) | deprecated
+    kind: str = "value"  # value | none (sets None when given) | switch (turns a group off) | off | deprecated
 
 
 def takes(*groups: Group):
     """Add the groups' options to the command and build the groups from them before it runs."""
 
     def decorate(command):
-        signature = inspect.signature(command)
+        signature = inspect.signature(command, eval_str=True)
         own = [p for p in signature.parameters.values() if p.name not in {g.name for g in groups}]
         taken = _flags_of(own)
         options, parameters = _options(groups, taken)
@@ -64,9 +65,8 @@ def takes(*groups: Group):
             return command(*args, **kwargs, **built)
 
         wrapper.__signature__ = signature.replace(parameters=_ordered(own + parameters))
-        wrapper.__wrapped__ = None  # typer must read the new signature, not the command's
-        del wrapper.__wrapped__
-        wrapper.flags = {target: _decls(o)[0] for o in options.values() for target in o.targets}
+        wrapper.__annotations__ = {p.name: p.annotation for p in wrapper.__signature__.parameters.values()}
+        wrapper.flags = {target: _decls(o)[0] for o in options.values() if o.kind == "value" for target in o.targets}
         return wrapper
 
     return decorate
@@ -86,6 +86,10 @@ def _options(groups, taken: set[str]) -> tuple[dict[str, _Option], list[inspect.
             key = f"{group.name}__switch"
             options[key] = _Option(key, None, [(group.name, "")], "switch")
             parameters.append(_parameter(key, bool, group.on, (group.switch,), group.switch_help, group.panel))
+        if group.deprecated_off:
+            key = f"{group.name}__off"
+            options[key] = _Option(key, None, [(group.name, group.switch.split("/")[-1])], "off")
+            parameters.append(_parameter(key, bool, False, (group.deprecated_off,), "", None, hidden=True))
         for name, spec in group.params.specs().items():
             if name in group.exclude or not spec.cli:
                 continue
@@ -126,7 +130,10 @@ def _value_parameter(key: str, name: str, spec: Spec, taken: set[str], panel: st
         default = None  # a tuple default is "not given" on the command line; the dataclass keeps its own
     kind = _cli_type(spec)
     kind = Optional[kind] if default is None and kind is not bool else kind
-    return _parameter(key, kind, default, decls, _help(spec), spec.panel or panel, metavar=spec.rule.metavar())
+    panel = spec.panel or panel
+    if spec.advanced:
+        panel = f"{panel or 'Options'} (advanced)"
+    return _parameter(key, kind, default, decls, _help(spec), panel, metavar=spec.rule.metavar())
 
 
 def _decls(option: _Option) -> tuple[str, ...]:
@@ -186,12 +193,16 @@ def _build(groups, options: dict[str, _Option], given: dict[str, Any]) -> dict[s
             if option.kind == "switch":
                 if not value:
                     off.add(group)
+            elif option.kind == "off":
+                if value:
+                    _warn(_decls_of_off(key, groups), name)
+                    off.add(group)
             elif option.kind == "none":
                 if value:
                     values[group][name] = None
             elif option.kind == "deprecated":
                 if value is not None:
-                    _warn_deprecated(key, option, name)
+                    _warn(_old_flag(key, groups), option.spec.option(name))
                     values[group][name] = _stored(option.spec, value)
             elif name not in values[group]:
                 values[group][name] = _stored(option.spec, value)
@@ -207,9 +218,18 @@ def _stored(spec: Spec, value):
     return value
 
 
-def _warn_deprecated(key: str, option: _Option, name: str) -> None:
+def _old_flag(key: str, groups) -> str:
+    group, name, _ = key.split("__")
+    found = next(g for g in groups if g.name == group)
+    return next(old for old, field_name in found.deprecated.items()
+                if key == f"{group}__{field_name}__{old.strip('-').replace('-', '_')}")
+
+
+def _decls_of_off(key: str, groups) -> str:
+    return next(g for g in groups if g.name == key.split("__")[0]).deprecated_off
+
+
+def _warn(old: str, new: str) -> None:
     import sys
 
-    old = "--" + key.split("__")[-1].replace("_", "-")
-    print(f"warning: {old} is deprecated; use {option.spec.option(name)} (it goes in the next release).",
-          file=sys.stderr)
+    print(f"warning: {old} is deprecated; use {new} (the old name goes in the next release).", file=sys.stderr)

@@ -36,9 +36,9 @@ class ClusteringParams(Params):
     error_aware: bool = param(True, Flag(), "Cluster failures in regions where the model fails more than usual "
                               "apart from failures scattered among correct examples.")
     local_k: int = param(15, Int(2, 200), "Neighbours of the local error rate that splits systematic from "
-                         "scattered failures.", panel="Advanced")
+                         "scattered failures.", advanced=True)
     alpha: float = param(0.2, Float(0, 1, low_open=True, high_open=True), "Significance of the local error-rate "
-                         "test.", flag="--tier-alpha", panel="Advanced")
+                         "test.", flag="--tier-alpha", advanced=True)
     pair_weight: float = param(0.0, PAIR_WEIGHT, "Let the (label, pred) confusion pair take part in clustering "
                                "with this weight (0 = off; 0.3 to 0.7 nudges clusters toward one confusion each).")
     assign_noise: float | None = param(
@@ -52,7 +52,7 @@ class ClusteringParams(Params):
         0.6, Float(-1, 1), "Clusters whose directions are at least this similar (cosine) get a shared parent error "
         "type.", none="no parents", none_flag="--no-parents", none_help="Do not group clusters under parents.")
     min_failures: int = param(20, Int(2), "Below this many failures, group by confusion pair instead of "
-                              "clustering.", panel="Advanced")
+                              "clustering.", advanced=True)
     max_fit: int = param(20_000, Int(100), "Above this many failures, fit on a seeded sample and assign the rest "
                          "to their nearest fitted neighbours.")
     seed: int = spec_field(SEED)

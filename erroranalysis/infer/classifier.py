@@ -20,7 +20,7 @@ from erroranalysis.errors import ModelError
 from erroranalysis.files import hash_files
 from erroranalysis.infer import runtime
 from erroranalysis.infer.runtime import check_device, check_precision
-from erroranalysis.libraries import import_model_libraries
+from erroranalysis.libraries import import_model_libraries, quiet_transformers
 
 
 @dataclass
@@ -144,14 +144,13 @@ def _load(path: Path, device: str, trust_remote_code: bool, precision: str):
     dtype = torch.bfloat16 if weights == "bf16" else torch.float32
 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True,
+                                                      trust_remote_code=trust_remote_code)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                path, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"{path}: cannot load the checkpoint ({str(exc).splitlines()[0]}).") from None
     return model.eval().to(resolved), tokenizer, resolved, weights

@@ -46,19 +46,19 @@ class CheckParams(Params):
                           "checkpoint's hidden states when the run has them, else MiniLM), hidden, minilm or none "
                           "(exact duplicates only, no domain classifier).", flag="--check-embedder")
     label_issue_neighbors: float = param(KNN_WEIGHT, Float(0, 1), "Weight of the neighbours' labels in the "
-                                         "label-issue score (0: the model's confidence alone).", panel="Advanced")
+                                         "label-issue score (0: the model's confidence alone).", advanced=True)
     label_issue_k: int = param(KNN_K, Int(1, 500), "Neighbours whose labels vote in the label-issue score.",
-                               panel="Advanced")
+                               advanced=True)
     near_threshold: float = param(0.95, Float(0, 1, low_open=True), "Cosine similarity at or above which two texts "
                                   "are near duplicates.")
     neighbors: int = param(10, Int(1), "Nearest neighbours kept per text in the duplicate search.",
                            flag="--duplicate-neighbors")
     block_size: int = param(4096, Int(1), "Rows per block of the exact neighbour search (memory).",
-                            flag="--check-block-size", panel="Advanced")
+                            flag="--check-block-size", advanced=True)
     label_issue_method: str = param("self_confidence", Choice(*METHODS), "cleanlab's label-quality score.",
-                                    panel="Advanced")
+                                    advanced=True)
     filter_by: str = param("prune_by_noise_rate", Choice(*FILTERS), "cleanlab's rule for flagging label issues.",
-                           panel="Advanced")
+                           advanced=True)
     shift: bool = param(True, Flag(), "With a training file: the distribution-shift report.")
     train_text_column: str | None = param(None, Text(), "Text column of the training file.",
                                           none="the eval set's")

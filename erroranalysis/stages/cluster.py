@@ -26,6 +26,7 @@ from erroranalysis.rundir import readers
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
 MISLABELED = 0.5  # ...and is "probably mislabeled" when this share of its failures are suspected label issues
+EMBEDDERS = ("minilm", "hidden")  # by name; or a .npy file of vectors (stages.embedders.resolve_embedder)
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,12 @@ class ClusterParams(NamingParams, ClusteringParams):
                                "embedding scattered over other clusters becomes a cluster of its own, named by the "
                                "slice.")
     cache: bool = param(True, Flag(), "Read and write the embedding cache.")
-    embed_batch_size: int = param(32, Int(1), "Texts per embedding batch.", panel="Advanced")
+    embed_batch_size: int = param(32, Int(1), "Texts per embedding batch.", advanced=True)
+
+    def validate(self) -> None:
+        named = self.embedder if isinstance(self.embedder, str) else None
+        if named is not None and named not in EMBEDDERS and not (named.endswith(".npy") or "/" in named):
+            self.fail("embedder", named, "'minilm', 'hidden' or a path to a .npy file")
 
     def model(self, clusterer=None, features: Sequence = ()):
         """The FailureClustering these parameters describe (unfitted)."""

@@ -21,6 +21,7 @@ from erroranalysis.errors import DataError, ParameterError, preview, where
 from erroranalysis.infer import output_cells, output_checks
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.metrics.generation import low_loss_failures
+from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 
@@ -39,10 +40,11 @@ INPUT_ROLES = ("schema", "regex", "tools", "checks")
 
 def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
                    gen_opts: GenerationParams = GenerationParams(), after: AfterParams = AfterParams(),
-                   overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
-                   log: Callable[[str], None] | None = None, embedder=None) -> Run:
+                   overwrite: bool = False, progress=None, log: Callable[[str], None] | None = None,
+                   embedder=None) -> Run:
     """Generate with `model` over the prompt set `data`, check the outputs, write the run at `out`, then run
-    metrics (with an "output_checks" section) and the stages `after` names over the failing examples."""
+    metrics (with an "output_checks" section) and the stages `after` names over the failing examples. `progress`:
+    an `erroranalysis.progress.Reporter`, or a function (rows done, total)."""
     from erroranalysis.infer.causal_lm import load_causal_lm
 
     check_parameters(gen_opts)
@@ -53,7 +55,7 @@ def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data
     with create_run(out, overwrite=overwrite, **generation_manifest(lm, prepared, gen_opts, encoded,
                                                                     seed=after.seed)) as run:
         generation_stage(run, lm, prepared, gen_opts, encoded, progress)
-        after_predictions(run, after, embedder=embedder)
+        after_predictions(run, after, embedder=embedder, progress=progress)
     return run
 
 
@@ -77,16 +79,15 @@ def generation_manifest(lm, prepared: dict, gen_opts: GenerationParams, encoded:
                            "allowed_labels": prepared["allowed"]}, **extra}
 
 
-def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationParams, encoded: dict,
-                     progress: Callable[[int, int], None] | None = None, training_state: dict | None = None) -> None:
+def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationParams, encoded: dict, progress=None,
+                     training_state: dict | None = None) -> None:
     """The infer stage of a generation run: generate, check the outputs, commit predictions.parquet (with the
     Trainer's state as trainer_state.json when the model is still in training)."""
     eval_set: EvalSet = prepared["eval_set"]
     params = {**gen_opts.describe(), "device": lm.device, "precision": lm.precision,
               "output_checks": prepared["checks"]}
-    with run.stage("infer", params) as staging:
-        n = len(eval_set)
-        advance = (lambda k: progress(k, n)) if progress else None
+    n = len(eval_set)
+    with run.stage("infer", params) as staging, as_reporter(progress).stage("generate", n) as advance:
         start = time.perf_counter()
         result = _generate(lm, encoded["prompt_ids"], encoded["reference_ids"], gen_opts, advance)
         seconds = max(time.perf_counter() - start, 1e-9)
