@@ -28,9 +28,6 @@ def apply_taxonomy(
     taxonomy: Annotated[Path, typer.Argument(
         help="A taxonomy JSON export ('erroranalysis export RUN --format json').")],
     run: common.RunDir,
-    embedder: Annotated[Optional[str], typer.Option(
-        "--embedder", "-e", help="minilm, hidden or FILE.npy; default: the embedder the run was clustered with "
-                                 "(minilm when it is not clustered).")] = None,
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="Labels database to store the suggestions in; default: the nearest labels.sqlite "
                             "above RUN, else <RUN's folder>/labels.sqlite (created; see docs/labels.md).")] = None,
@@ -58,11 +55,10 @@ def apply_taxonomy(
             store = LabelStore(db, create=False) if Path(db).exists() else None
             if store is not None:
                 importing.plan_import(doc, store, on_clash=on_clash.value)
-            result = stages.suggest(doc, opened.path, store=store, params=match, embedder=embedder)
+            result = stages.suggest(doc, opened.path, store=store, params=match)
             result.taxonomy = str(taxonomy)
         else:
-            result = stages.apply_taxonomy(taxonomy, opened.path, labels_db=db, params=match, embedder=embedder,
-                                           on_clash=on_clash.value)
+            result = stages.apply_taxonomy(taxonomy, opened.path, labels_db=db, params=match, on_clash=on_clash.value)
     if as_json:
         common.print_json(result.to_dict())
         return

@@ -66,7 +66,8 @@ def takes(*groups: Group):
 
         wrapper.__signature__ = signature.replace(parameters=_ordered(own + parameters))
         wrapper.__annotations__ = {p.name: p.annotation for p in wrapper.__signature__.parameters.values()}
-        wrapper.flags = {target: _decls(o)[0] for o in options.values() if o.kind == "value" for target in o.targets}
+        wrapper.flags = {target: o.spec.option(target[1]) for o in options.values() if o.kind == "value"
+                         for target in o.targets}
         return wrapper
 
     return decorate

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from erroranalysis.errors import DataError
-from erroranalysis.params import Choice, Flag, Float, Int, Params, param
+from erroranalysis.params import Choice, Flag, Float, Int, Params, Text, param
 from erroranalysis.validation import check_param
 
 METHODS = ("centroid", "knn")  # the first is the default (see docs/compare.md)
@@ -248,6 +248,9 @@ class MatchParams(Params):
     confusions: bool = param(True, Flag(), "A type whose labeled examples all share a gold label or prediction only "
                              "takes failures with that label or prediction (--ignore-confusions: any failure may "
                              "take any type).", flag="--confusions/--ignore-confusions")
+    embedder: str | None = param(None, Text(), "minilm, hidden or FILE.npy: the vectors failures are matched in.",
+                                 none="the embedder the run was clustered with (minilm when it is not clustered)",
+                                 short="-e")
 
 
 def agreement(suggestions, truth: dict[str, str | None]) -> dict:

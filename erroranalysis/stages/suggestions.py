@@ -212,7 +212,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, par
     refs = _check_references(doc, source)
     predictions = _failures(run)
     run_key = store.run_key(run.path) if store is not None else run.name
-    emb, embed_note = run_embedder(run, predictions, embedder)
+    emb, embed_note = run_embedder(run, predictions, embedder if embedder is not None else params.embedder)
     notes = [f"{embed_note}; the taxonomy's labeled texts are embedded with it too"]
     failures = predictions[~predictions["correct"]]  # index = row position, which hidden/file embedders use
 
