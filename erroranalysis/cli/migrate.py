@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 
         out = common.console()
         if as_json:
-            common.print_json([{"run": str(run), **migrate_run(run)} for run in runs])
+            common.print_json([migrate_run(run) for run in runs])
             return
         for run in runs:
             result = migrate_run(run)
