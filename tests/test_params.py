@@ -216,3 +216,10 @@ def test_old_flags_still_work_for_one_release_with_a_warning(tmp_path):
     assert built["generation"].output_checks == ("json",) and built["checks"] is None
     assert "--checks is deprecated; use --output-checks" in result.stderr
     assert "--no-checks is deprecated; use --no-data-checks" in result.stderr
+
+
+def test_help_texts_reach_the_terminal_as_written():
+    """A declaration's help is plain text: the brackets of `erroranalysis[ray]` are not taken for rich markup."""
+    result = CliRunner().invoke(cli_app.app, ["run", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "pip install 'erroranalysis[ray]'" in result.output
