@@ -235,7 +235,7 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm"):
             Path(str(db) + suffix).unlink(missing_ok=True)
         store = LabelStore(db, user="bench")
-        key = store.run_key(run_a)
+        key = store.run_key(rundir.Run.open(run_a))
         for t in types:
             store.create_error_type(t)
             store.assign(key, fa.loc[(typed["A"] == t).to_numpy(), "example_id"].tolist(), t)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from erroranalysis.cli.common import RunDir, console, handle_errors
+from erroranalysis.cli.common import Json, RunDir, console, handle_errors, print_json
 
 FORMATS = ("json", "csv", "markdown")
 
@@ -26,6 +26,7 @@ def export(
                                                 "<RUN>/taxonomy.<json|csv|md>.")] = None,
     labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database; default the "
                                                       "nearest labels.sqlite above RUN (docs/labels.md).")] = None,
+    as_json: Json = False,
 ) -> None:
     from erroranalysis import stages
     from erroranalysis.labels import taxonomy
@@ -37,7 +38,11 @@ def export(
     check_param("--format", format, fmt in FORMATS, "json, csv or markdown")
     target = out if out is not None else Path(run) / f"taxonomy{taxonomy.EXTENSIONS[fmt]}"
     path = stages.export_taxonomy(run, fmt, target, labels_db=labels_db)
+    notes = stages.export_notes(run)  # a stage it reads was interrupted: what the export lacks
+    if as_json:
+        print_json({"run": str(run), "format": fmt, "path": str(path), "notes": notes})
+        return
     out = console()
     out.print(f"wrote {path}", markup=False, soft_wrap=True)
-    for note in stages.export_notes(run):  # a stage it reads was interrupted: say what the export lacks
+    for note in notes:
         out.print(note, style="yellow", markup=False, soft_wrap=True)
