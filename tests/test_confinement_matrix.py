@@ -222,7 +222,7 @@ WRITERS = tuple(c for c in COMMANDS if c != "migrate")  # migrate leaves a curre
 
 def run_command(command: str, world: Path) -> tuple[int, str]:
     run = world / "ws" / "runs" / "exp" / STEP
-    args = {"metrics": ["metrics", run], "checks": ["checks", run, "--embedder", "none"],
+    args = {"metrics": ["metrics", run], "checks": ["data-checks", run, "--check-embedder", "none"],
             "slices": ["slices", run, "--no-merge"],
             "cluster": ["cluster", run, "--embedder", "hidden", "--reducer", "pca", "--layout", "none"],
             "apply-taxonomy": ["apply-taxonomy", world / "taxonomy.json", run, "--embedder", "hidden"],
