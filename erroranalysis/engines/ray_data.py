@@ -54,6 +54,10 @@ def connect(engine: Engine):
     try:
         ray.init(address=engine.address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, ignore_reinit_error=True)
+    except SystemExit as exc:  # SIGTERM while Ray starts: its handler exits 15; the caller's own decides instead
+        if exc.code == signal.SIGTERM and callable(on_term):
+            on_term(signal.SIGTERM, None)
+        raise
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = engine.address or "a local Ray"
         raise EngineError(f"--engine ray: cannot connect to {where} ({str(exc).splitlines()[0]}); start it with "
