@@ -26,13 +26,3 @@ from erroranalysis.labels.schema import SCHEMA_VERSION, NameClashError
 from erroranalysis.labels.store import LabelStore
 from erroranalysis.labels.types import KEEP, ErrorType
 from erroranalysis.labels.workspace import DEFAULT_DB_NAME, labels_db_for, run_key, workspace_db
-
-
-def __getattr__(name: str):
-    if name == "default_db_path":  # 0.1: one of four disagreeing defaults; labels_db_for is the rule now
-        import warnings
-
-        warnings.warn("erroranalysis.labels.default_db_path is deprecated: use labels_db_for(run_path, root) or "
-                      "workspace_db(root)", DeprecationWarning, stacklevel=2)
-        return workspace_db
-    raise AttributeError(f"module 'erroranalysis.labels' has no attribute {name!r}")

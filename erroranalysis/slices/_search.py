@@ -17,7 +17,7 @@ searches interpretable features for such groups, as SliceLine and Microsoft's Er
    one, or whose excess errors a higher-scored one explains, is pruned.
 3. `slice_groups`: example id -> strong slice, for the clustering stage to group a slice's failures together.
 
-Everything here is a pure function over arrays and DataFrames; `erroranalysis.slice_stage` reads and writes the
+Everything here is a pure function over arrays and DataFrames; `erroranalysis.stages.slices_run` reads and writes the
 run directory.
 """
 

@@ -1,11 +1,11 @@
 """The doctor: walk the debugging checklist in order and write one report of what was found and what to do next.
 
-1. Can it memorize a tiny dataset?          `overfit.overfit_check` on an in-memory copy of the checkpoint
-2. Is training loss healthy?                `training.diagnose` on the training log (trainer_state.json, ...)
+1. Can it memorize a tiny dataset?          `checklist.overfit.overfit_check` on an in-memory copy of the checkpoint
+2. Is training loss healthy?                `checklist.training.diagnose` on the training log (trainer_state.json, ...)
 3. Is validation loss healthy?              the same log's validation loss: overfitting onset, train/val gap
-4. Which classes fail?                      `pipeline.run_checkpoint` (inference + metrics) into a run directory
+4. Which classes fail?                      `stages.infer` and `stages.after` (inference + metrics) into a run directory
 5. Which examples fail?                     the highest-loss failures, truncation, error clusters and slices
-6. Is the label or the objective wrong?     `checks_stage.checks_run`: label issues, duplicates, leakage, shift
+6. Is the label or the objective wrong?     `stages.checks_run`: label issues, duplicates, leakage, shift
 
 Everything the user can get wrong (paths, columns, log format, an existing --out) is checked before the first
 step, so a bad call fails at once with one line. The report is `doctor.md` (and `doctor.json`, the same content

@@ -565,7 +565,7 @@ def _log_stamps(file: Path) -> tuple:
 
 
 def training_log(file: Path, kind: str):
-    """(log, findings, signals) of a training log: the erroranalysis.training.TrainingLog, its findings (most
+    """(log, findings, signals) of a training log: the erroranalysis.checklist.training_log.TrainingLog, its findings (most
     severe first) and a summary per signal (training.summarize), cached on the file's modification stamp."""
     return _training_log(str(file), kind, _log_stamps(file))
 

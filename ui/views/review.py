@@ -1,6 +1,6 @@
 """Review: suggest error types for this run's failures from a labeled taxonomy (another run of the workspace, or a
 taxonomy file), then accept the suggestions (they become labels) or reject them. Suggestions are stored in the labels
-database as source 'suggested', status 'pending'; matching is erroranalysis.taxonomy_apply's."""
+database as source 'suggested', status 'pending'; matching is erroranalysis.stages.apply_taxonomy's."""
 
 from __future__ import annotations
 
