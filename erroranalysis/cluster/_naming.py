@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from erroranalysis.cluster._keywords import NGRAMS, _common_words, class_tfidf, pick_keywords
+from erroranalysis.cluster._keywords import NGRAMS, class_tfidf, common_words, pick_keywords
 from erroranalysis.validation import check_param
 
 LIST_COLUMNS = ("keywords", "keyword_scores", "exemplar_ids", "top_confusions", "top_confusion_counts",
@@ -185,7 +185,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
     classes = np.concatenate([np.where(cluster_ids >= 0, cluster_ids, -1), np.full(len(correct_texts), -2)])
     terms, class_ids, scores, doc_counts = class_tfidf(texts, classes, ngram_range=NGRAMS)
     row_of = {int(c): i for i, c in enumerate(class_ids)}
-    common = _common_words(terms, doc_counts, len(texts))
+    common = common_words(terms, doc_counts, len(texts))
     contrast = doc_counts[row_of[-2]] / len(correct_texts) if -2 in row_of else None
     parent_names = _parent_names(failures, cluster_ids, texts, classes, parents, n_keywords, common, contrast)
 

@@ -53,7 +53,8 @@ def reference_examples(doc: dict):
     return pd.DataFrame(rows, columns=["example_id", "error_type", "label", "pred", "text"])
 
 
-def _check_references(doc: dict, source: str):
+def check_references(doc: dict, source: str):
+    """The taxonomy's labeled examples (reference_examples), refusing a taxonomy with none to match against."""
     refs = reference_examples(doc)
     if refs.empty:
         raise DataError(f"{source}: no labeled examples (assignments with an accepted error type) to match "
@@ -234,7 +235,7 @@ def allowed_types(failures, type_names: Sequence[str], constraints: dict[str, di
     return ok
 
 
-def _check_match_params(method: str, k: int, threshold: float | None) -> None:
+def check_match_params(method: str, k: int, threshold: float | None) -> None:
     """The matching parameters `suggest` and `apply_taxonomy` share, checked before anything is read or opened."""
     check_param("method", method, method in METHODS, "one of " + ", ".join(METHODS))
     check_param("k", k, isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 100, "an integer in [1, 100]")

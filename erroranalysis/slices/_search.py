@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.errors import DataError
-from erroranalysis.slices._candidate import EmbedFn, _Candidate
-from erroranalysis.slices._conjunctions import _conjunctions, _needs_merge
-from erroranalysis.slices._features import _KIND_ORDER, Features, default_min_support
-from erroranalysis.slices._merge import CONCEPT_THRESHOLD, _merge_words
-from erroranalysis.slices._prune import _describe, _prune
+from erroranalysis.slices._candidate import Candidate, EmbedFn
+from erroranalysis.slices._conjunctions import needs_merge, search_conjunctions
+from erroranalysis.slices._features import KIND_ORDER, Features, default_min_support
+from erroranalysis.slices._merge import CONCEPT_THRESHOLD, merge_words
+from erroranalysis.slices._prune import describe_conjunct, prune_slices
 from erroranalysis.slices._stats import CORRECTIONS, adjust_pvalues, binomial_pvalues, sliceline_score
 from erroranalysis.validation import check_param
 
@@ -186,16 +186,16 @@ def find_slices(
     failed = (~correct_arr).astype(np.int32)
     stats = _single_stats(X, failed, n, base, alpha, min_support)
     alone = level / max(len(stats.tested), 1)  # a word (or half a group) "stands out alone" at a single's level
-    pools = [(stats.p[stats.tested], [_Candidate([[int(i)]], int(stats.support[i]), int(stats.fails[i]),
+    pools = [(stats.p[stats.tested], [Candidate([[int(i)]], int(stats.support[i]), int(stats.fails[i]),
                                                  float(stats.score[i]), float(stats.p[i])) for i in stats.tested])]
     if max_order >= 2 and len(stats.tested) >= 2:
         groups = np.asarray(pd.factorize(pd.Series(features.groups, dtype=object))[0])
-        pools.extend(_conjunctions(X, failed, np.flatnonzero(~correct_arr), stats.tested, stats.support,
+        pools.extend(search_conjunctions(X, failed, np.flatnonzero(~correct_arr), stats.tested, stats.support,
                                    stats.fails, stats.score, stats.p, stats.error, groups, n, base, alpha,
                                    min_support, max_order, max_candidates))
     text = [i for i in stats.tested if features.kinds[i] == "text"]
     if merge and len(text) >= 2:
-        merged, merge_messages = _merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
+        merged, merge_messages = merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
                                               stats.p, stats.error, n, base, alpha, merge_threshold, merge_level,
                                               max_merge_words, embed_fn, alone_level=alone,
                                               concept_threshold=concept_threshold)
@@ -205,7 +205,7 @@ def find_slices(
     n_tested = sum(len(p) for p, _ in pools)
     candidates = _significant(pools, correction, level, base, min_score)
     candidates = _merged_or_words(candidates, X, failed, n, stats, base, merge_level, alone)
-    kept = _prune(candidates, X, failed, n, base, min_support, level, max_overlap, top_k)
+    kept = prune_slices(candidates, X, failed, n, base, min_support, level, max_overlap, top_k)
     if not kept:
         messages.append(f"no slice stands out: {n_tested} slices tested, none with an error rate significantly "
                         f"above the base rate {base:.3f} ({correction} correction, level {level}).")
@@ -250,7 +250,7 @@ def _single_stats(X, failed, n: int, base: float, alpha: float, min_support: int
     return _Singles(support, fails, sliceline_score(support, fails, n, base, alpha), p, error, tested)
 
 
-def _significant(pools, correction: str, level: float, base: float, min_score) -> list[_Candidate]:
+def _significant(pools, correction: str, level: float, base: float, min_score) -> list[Candidate]:
     """Candidates whose p-value, corrected over every test of every pool, is <= level, above the base rate."""
     adjusted = adjust_pvalues(np.concatenate([p for p, _ in pools]) if pools else np.zeros(0), correction)
     position, out = 0, []
@@ -267,14 +267,14 @@ def _significant(pools, correction: str, level: float, base: float, min_score) -
 
 
 def _merged_or_words(candidates, X, failed, n: int, stats: _Singles, base: float, merge_level: float,
-                     alone: float) -> list[_Candidate]:
+                     alone: float) -> list[Candidate]:
     """A significant merged group replaces its words' single slices when it scores at least as well as its best
-    word, or when its other words are rare synonyms (`_needs_merge`); otherwise it describes the failures worse
+    word, or when its other words are rare synonyms (`needs_merge`); otherwise it describes the failures worse
     than that word does and is dropped."""
     merged_words: set[int] = set()
     for cand in [c for c in candidates if c.kind == "merged"]:
         words = cand.conjuncts[0]
-        if cand.score >= max(stats.score[i] for i in words) or _needs_merge(words, X, failed, n, stats.score,
+        if cand.score >= max(stats.score[i] for i in words) or needs_merge(words, X, failed, n, stats.score,
                                                                            stats.p, base, merge_level, alone):
             merged_words.update(words)
         else:
@@ -287,9 +287,9 @@ def _tables(kept, features: Features, ids: np.ndarray, base: float):
     rows, member_ids, member_slice = [], [], []
     for rank, (cand, mask) in enumerate(kept):
         error_rate = cand.failures / cand.support
-        conjuncts = sorted(cand.conjuncts, key=lambda c: (_KIND_ORDER.get(features.kinds[c[0]], 9), c[0]))
+        conjuncts = sorted(cand.conjuncts, key=lambda c: (KIND_ORDER.get(features.kinds[c[0]], 9), c[0]))
         rows.append({
-            "slice_id": rank, "description": " and ".join(_describe(c, features) for c in conjuncts),
+            "slice_id": rank, "description": " and ".join(describe_conjunct(c, features) for c in conjuncts),
             "features": ["|".join(features.keys[i] for i in c) for c in conjuncts], "order": len(cand.conjuncts),
             "support": cand.support, "failures": cand.failures, "error_rate": error_rate,
             "lift": error_rate / base - 1.0, "score": cand.score, "p_value": cand.p_value, "p_raw": cand.p_raw,

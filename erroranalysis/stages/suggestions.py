@@ -43,10 +43,10 @@ from erroranalysis.labels.matching import (
     STATUS_REJECTED,
     STATUS_SUGGESTED,
     STATUS_UNMATCHED,
-    _check_match_params,
-    _check_references,
     allowed_types,
     auto_threshold,
+    check_match_params,
+    check_references,
     confusion_constraints,
     family_matches,
     match_vectors,
@@ -197,7 +197,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
     is not suggested again. With `confusions`, an error type whose labeled examples all share a gold label or a
     prediction only takes failures with that label or prediction (see `confusion_constraints`).
     """
-    _check_match_params(method, k, threshold)
+    check_match_params(method, k, threshold)
     import pandas as pd
 
     source = name or (str(taxonomy) if not isinstance(taxonomy, dict) else "taxonomy")
@@ -207,7 +207,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
     if task != run.task:
         raise DataError(f"{source}: a taxonomy of a {task} run cannot be applied to {run.path}, a {run.task} run; "
                         "apply it to a run of the same task.")
-    refs = _check_references(doc, source)
+    refs = check_references(doc, source)
     predictions = _failures(run)
     run_key = store.run_key(run.path) if store is not None else run.name
     emb, embed_note = run_embedder(run, predictions, embedder)
@@ -326,10 +326,10 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     from erroranalysis.labels import LabelStore, ReadOnlyError, labels_db_for
 
     check_param("on_clash", on_clash, on_clash in ON_CLASH, "one of " + ", ".join(ON_CLASH))
-    _check_match_params(method, k, threshold)
+    check_match_params(method, k, threshold)
     source = name or (str(taxonomy) if not isinstance(taxonomy, dict) else "taxonomy")
     doc = load_taxonomy(taxonomy, source)
-    _check_references(doc, source)
+    check_references(doc, source)
     run = rundir.Run.open(run_dir)
     if store is None:
         db = Path(labels_db) if labels_db is not None else labels_db_for(run.path)
