@@ -4,7 +4,8 @@ taxonomy and matching a new run's failures to its error types.
 Modules: store (LabelStore: its writes; types.py and history.py hold its error-type and history parts), fields
 (limits and the name folding rule), roles (read-only stores, viewers, writer kinds), workspace (which database a run
 uses), connection (SQLite connections, retries, error messages), schema (versions and migrations), eventlog
-(the append-only log and its compact payloads), backup, archive, taxonomy, importing, matching.
+(the append-only log and its compact payloads), backup, archive, taxonomy (the document's schema and renderings),
+document (the document made from a run's example table), importing, matching.
 """
 
 from __future__ import annotations
