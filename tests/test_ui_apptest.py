@@ -13,7 +13,7 @@ from ui_fixtures import make_workspace
 from erroranalysis import stages
 from erroranalysis.labels import LabelStore, taxonomy
 from erroranalysis.rundir import Run, readers
-from erroranalysis_ui.eaui import charts, data, state
+from erroranalysis_ui.eaui import charts, data, labeled, state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
 
@@ -352,7 +352,7 @@ def test_merge_clusters_into_one_error_type(start, db):
     at = goto(start(), "label")
     create_type(at, "Merged")
     store = LabelStore(db, create=False)
-    summary = data.cluster_summary(Path(at.session_state[state.CONFIG].runs_root) / "news-a",
+    summary = labeled.cluster_summary(Path(at.session_state[state.CONFIG].runs_root) / "news-a",
                                    store)
     picked = [int(c) for c in summary["cluster_id"].iloc[:2]]
     at.multiselect(key=state.MERGE_CLUSTERS).set_value(picked).run()
@@ -421,7 +421,7 @@ def test_two_sessions_label_the_same_workspace(start, db):
     create_type(alice, "From alice")
     bob.run()
     store = LabelStore(db, create=False)
-    cids = list(data.cluster_summary(Path(alice.session_state[state.CONFIG].runs_root) / "news-a", store)
+    cids = list(labeled.cluster_summary(Path(alice.session_state[state.CONFIG].runs_root) / "news-a", store)
                 ["cluster_id"])
     alice.selectbox(key=state.LABEL_CLUSTER).set_value(cids[0]).run()
     bob.selectbox(key=state.LABEL_CLUSTER).set_value(cids[1]).run()
@@ -451,7 +451,7 @@ def test_taxonomy_page_counts_and_downloads(start, db):
     types = at.dataframe[0].value
     assert types["name"].tolist() == ["Sarcasm"] and types["count"].tolist() == [len(ids)]
     assert len(at.dataframe[1].value) == len(ids)
-    text = data.export_text("json", Path(at.session_state[state.CONFIG].runs_root) / "news-a", store)
+    text = labeled.export_text("json", Path(at.session_state[state.CONFIG].runs_root) / "news-a", store)
     doc = json.loads(text)
     taxonomy.validate(doc)
     assert doc["error_types"][0]["count"] == len(ids)

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
 from erroranalysis.labels import LabelStore, ReadOnlyError
-from erroranalysis_ui.eaui import data, identity, state
+from erroranalysis_ui.eaui import identity, labeled, state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -166,7 +166,7 @@ def test_a_viewer_sees_the_labels_and_no_way_to_change_them(start, tmp_path):
     at.switch_page("views/taxonomy.py").run()
     assert [b.label for b in at.get("download_button")] == ["JSON", "CSV", "Markdown report"]  # reading is fine
     # and the store the app hands this session refuses writes itself
-    store = data.store(str(tmp_path / "labels.sqlite"), False, ("carol@example.com",)).with_user("carol@example.com")
+    store = labeled.store(str(tmp_path / "labels.sqlite"), False, ("carol@example.com",)).with_user("carol@example.com")
     with pytest.raises(ReadOnlyError, match="viewer"):
         store.assign("news", ["ex000001"], etype.id)
     assert len(writer.events()) == 1
@@ -181,7 +181,7 @@ def test_a_read_only_app_on_a_workspace_without_labels(start, tmp_path):
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception and not at.error, (page, [e.value for e in at.error])
     assert not (tmp_path / "labels.sqlite").exists()
-    store = data.store(str(tmp_path / "labels.sqlite"), True, ())
+    store = labeled.store(str(tmp_path / "labels.sqlite"), True, ())
     with pytest.raises(ReadOnlyError, match="read-only"):
         store.create_error_type("Anything")
     assert not (tmp_path / "labels.sqlite").exists()
@@ -193,7 +193,7 @@ def test_a_read_only_app_reads_the_labels_there(start, tmp_path):
     assert "Sport read as business" in " ".join(m.value for m in at.markdown)
     assert "Create error type" not in labels_of(at)
     with pytest.raises(ReadOnlyError):
-        data.store(str(tmp_path / "labels.sqlite"), True, ()).with_user("tester").create_error_type("x")
+        labeled.store(str(tmp_path / "labels.sqlite"), True, ()).with_user("tester").create_error_type("x")
 
 
 def test_a_single_local_user_still_types_a_name(start, tmp_path):

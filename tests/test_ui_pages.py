@@ -152,7 +152,7 @@ def test_the_apps_base_table_holds_each_text_column_in_one_chunk(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from erroranalysis_ui.eaui.data import _one_chunk
+    from erroranalysis_ui.eaui.labeled import one_chunk
 
     n = 5000
     texts = [f"text {i}" * (i % 7) for i in range(n)]
@@ -160,7 +160,7 @@ def test_the_apps_base_table_holds_each_text_column_in_one_chunk(tmp_path):
                    tmp_path / "p.parquet", row_group_size=1000)
     read = pd.read_parquet(tmp_path / "p.parquet")
     assert read["text"].array.__arrow_array__().num_chunks == 5
-    one = _one_chunk(read.copy())
+    one = one_chunk(read.copy())
     pd.testing.assert_frame_equal(one, read)
     assert one["text"].array.__arrow_array__().num_chunks == 1
     assert one["example_id"].array.__arrow_array__().num_chunks == 1

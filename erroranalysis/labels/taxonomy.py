@@ -240,12 +240,23 @@ def load(path: str | Path) -> dict:
     """Read and validate a taxonomy JSON export (schema version 1 or 2)."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: no such file; export one with 'erroranalysis export RUN --format json'.") from None
+    return loads(text, str(path))
+
+
+def loads(text: str | bytes, source: str) -> dict:
+    """Parse and validate a taxonomy JSON export given as text or UTF-8 bytes (an upload); `source` names it in
+    the one-line DataError."""
+    try:
+        doc = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except UnicodeDecodeError:
+        raise DataError(f"{source}: not UTF-8 text; pass a taxonomy JSON export "
+                        "('erroranalysis export RUN --format json').") from None
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
-    validate(doc, str(path))
+        raise DataError(f"{source}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
+    validate(doc, source)
     return doc
 
 

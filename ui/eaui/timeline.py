@@ -17,7 +17,7 @@ from erroranalysis import timeline as tl
 from erroranalysis.errors import RunError
 from erroranalysis.labels import LabelStore
 from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, EMBEDDINGS, MANIFEST, METRICS, TRAINER_STATE
-from erroranalysis_ui.eaui import charts, data
+from erroranalysis_ui.eaui import charts, data, labeled
 
 EXPERIMENT = "ea_tl_experiment"  # the experiment (folder of step runs) shown, relative to the runs folder
 STEP = "ea_tl_step"              # the step shown in detail
@@ -88,7 +88,7 @@ def type_examples(root: Path, experiment: str, t: dict, limit: int = 20) -> list
     """(the type's occurrence at a step, its failing examples there) for each step where it is present."""
     out = []
     for occurrence in t["steps"]:
-        base = data.base_table(data.run_dir(root, step_key(experiment, tl.step_name(occurrence["step"]))))
+        base = labeled.base_table(data.run_dir(root, step_key(experiment, tl.step_name(occurrence["step"]))))
         rows = base[(base["cluster_id"] == occurrence["cluster_id"]) & ~base["correct"].astype(bool)]
         out.append((occurrence, rows[["example_id", "label", "pred", "text"]].head(limit)))
     return out
