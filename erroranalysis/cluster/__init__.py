@@ -14,8 +14,6 @@ from erroranalysis.cluster._groups import group_scatter, relabel_by_size, take_o
 from erroranalysis.cluster._hierarchy import cluster_parents
 from erroranalysis.cluster._keywords import MAX_CHARS, TOKEN_PATTERN, class_tfidf, pick_keywords, same_stem, stem
 from erroranalysis.cluster._naming import (
-    COLUMNS,
-    LIST_COLUMNS,
     MAX_CORRECT_DOCS,
     cluster_name,
     cluster_summary,

@@ -14,8 +14,6 @@ from erroranalysis.slices._features import Features, count_terms, default_min_su
 from erroranalysis.slices._groups import group_titles, slice_groups
 from erroranalysis.slices._merge import default_word_embedder
 from erroranalysis.slices._search import (
-    MEMBER_COLUMNS,
-    SLICE_COLUMNS,
     SliceResult,
     check_search_params,
     empty_members,

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.errors import DataError
+from erroranalysis.schemas import SLICE_MEMBERS, SLICES
 from erroranalysis.slices._candidate import Candidate, EmbedFn
 from erroranalysis.slices._conjunctions import needs_merge, search_conjunctions
 from erroranalysis.slices._features import KIND_ORDER, Features, default_min_support
@@ -38,18 +39,12 @@ from erroranalysis.slices._prune import describe_conjunct, prune_slices
 from erroranalysis.slices._stats import CORRECTIONS, adjust_pvalues, binomial_pvalues, sliceline_score
 from erroranalysis.validation import check_param
 
-SLICE_COLUMNS = ["slice_id", "description", "features", "order", "support", "failures", "error_rate", "lift",
-                 "score", "p_value", "p_raw"]
-
-
-MEMBER_COLUMNS = ["example_id", "slice_id"]
-
 
 @dataclass
 class SliceResult:
     """What `find_slices` found.
 
-    slices: one row per slice, best first (`SLICE_COLUMNS`): slice_id (rank, 0 = best), description, features
+    slices: one row per slice, best first (`erroranalysis.schemas.SLICES`): slice_id (rank, 0 = best), description, features
     (list of conjunct keys; a merged word group is one conjunct `text:job|text:office`), order (number of
     conjuncts), support, failures, error_rate, lift (error_rate / base_error_rate - 1), score (SliceLine),
     p_value (one-sided binomial test against the base error rate, corrected for every slice tried), p_raw (the
@@ -74,17 +69,12 @@ class SliceResult:
 
 
 def empty_slices() -> pd.DataFrame:
-    return pd.DataFrame({
-        "slice_id": pd.Series(dtype="int64"), "description": pd.Series(dtype="object"),
-        "features": pd.Series(dtype="object"), "order": pd.Series(dtype="int64"),
-        "support": pd.Series(dtype="int64"), "failures": pd.Series(dtype="int64"),
-        "error_rate": pd.Series(dtype="float64"), "lift": pd.Series(dtype="float64"),
-        "score": pd.Series(dtype="float64"), "p_value": pd.Series(dtype="float64"),
-        "p_raw": pd.Series(dtype="float64")})
+    return pd.DataFrame({c: pd.Series(dtype=SLICES.dtypes[c]) for c in SLICES.columns})
 
 
 def empty_members(id_dtype="object") -> pd.DataFrame:
-    return pd.DataFrame({"example_id": pd.Series(dtype=id_dtype), "slice_id": pd.Series(dtype="int64")})
+    return pd.DataFrame({c: pd.Series(dtype=id_dtype if c == "example_id" else SLICE_MEMBERS.dtypes[c])
+                         for c in SLICE_MEMBERS.columns})
 
 
 def check_search_params(*, min_support=None, max_order=3, alpha=0.95, top_k=20, max_candidates=100,
@@ -297,7 +287,7 @@ def _tables(kept, features: Features, ids: np.ndarray, base: float):
         idx = np.flatnonzero(mask)
         member_ids.append(ids[idx])
         member_slice.append(np.full(len(idx), rank, dtype=np.int64))
-    slices = pd.DataFrame(rows, columns=SLICE_COLUMNS)
+    slices = pd.DataFrame(rows, columns=list(SLICES.columns))
     slices = slices.astype({"slice_id": "int64", "order": "int64", "support": "int64", "failures": "int64"})
     members = pd.DataFrame({"example_id": np.concatenate(member_ids), "slice_id": np.concatenate(member_slice)})
     return slices, members

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from erroranalysis import rundir
+from erroranalysis import rundir, schemas
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, readers
 from erroranalysis.stages.common import metadata_of
 from erroranalysis.validation import Params, check_choice, check_int
@@ -77,7 +77,7 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
             min_support=support, max_order=params.max_order, alpha=params.alpha, top_k=params.top_k,
             max_candidates=params.max_candidates, correction=params.correction, level=params.level,
             merge=params.merge, embed_fn=embed_fn)
-        staging.write_parquet(SLICE_MEMBERS, result.members.astype({"example_id": "object", "slice_id": "int64"}))
+        staging.write_parquet(SLICE_MEMBERS, result.members.astype(schemas.SLICE_MEMBERS.dtypes))
         staging.write_parquet(SLICES, result.slices)
         summary = result.summary()
         if absent:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from erroranalysis import rundir
+from erroranalysis import rundir, schemas
 from erroranalysis.errors import DataError, UserError, preview
 from erroranalysis.labels.importing import ON_CLASH, ImportResult, import_taxonomy, load_taxonomy, plan_import
 from erroranalysis.labels.matching import (
@@ -57,7 +57,6 @@ from erroranalysis.stages.embedders import run_embedder
 from erroranalysis.validation import check_param
 
 STAGE = "apply_taxonomy"
-SUGGESTION_COLUMNS = list(readers.SUGGESTION_COLUMNS)
 
 
 
@@ -161,7 +160,7 @@ class ApplyResult:
     per_type: dict[str, int]         # suggested failures per error type
     by_basis: dict[str, int]         # suggested failures by how they were matched
     imported: ImportResult | None
-    suggestions: Any = field(repr=False, default=None)  # DataFrame with SUGGESTION_COLUMNS
+    suggestions: Any = field(repr=False, default=None)  # DataFrame with the columns of schemas.SUGGESTIONS
     written: bool = False
 
     @property
@@ -298,7 +297,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
         elif would is not None:
             row.update(status=STATUS_SUGGESTED, error_type=would)
         rows.append(row)
-    table = pd.DataFrame(rows, columns=SUGGESTION_COLUMNS)
+    table = pd.DataFrame(rows, columns=list(schemas.SUGGESTIONS.columns))
     table["distance"] = table["distance"].astype(np.float32)
     table["vote"] = table["vote"].astype(np.float32)
     table["cluster_id"] = table["cluster_id"].astype(np.int64)
