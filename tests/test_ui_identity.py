@@ -8,9 +8,9 @@ the pages under each identity source, without a browser (AppTest seeds st.user f
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
+from app_session import app_env, go, open_app
 from streamlit.runtime.context import StreamlitHeaders
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
@@ -18,7 +18,6 @@ from ui_fixtures import make_run
 from erroranalysis.labels import LabelStore, ReadOnlyError
 from erroranalysis_ui.eaui import identity, labeled, state
 
-UI = Path(__file__).resolve().parent.parent / "ui"
 SECRET = "0123456789abcdef0123456789abcdef"
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
 OIDC = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "c" * 32, "client_id": "ea",
@@ -82,24 +81,15 @@ def workspace(tmp_path_factory):
 def start(workspace, tmp_path, monkeypatch):
     """start(page, oidc_user=..., **env) -> an AppTest on `page` of run news; oidc_user (a dict for st.user)
     configures the OIDC login; env sets ERRORANALYSIS_<NAME> variables."""
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
-    for name in ("OPEN", "USER", "TRUSTED_USER_HEADER", "PROXY_SECRET_FILE", "READ_ONLY", "VIEWERS"):
-        monkeypatch.delenv(f"ERRORANALYSIS_{name}", raising=False)
-
     def _start(page: str = "label", oidc_user: dict | None = None, **env) -> AppTest:
-        for name, value in env.items():
-            monkeypatch.setenv(f"ERRORANALYSIS_{name.upper()}", value)
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        if oidc_user is not None:
+        app_env(monkeypatch, workspace, tmp_path / "labels.sqlite", **{"user": None, **env})
+
+        def login(at: AppTest) -> None:
             at.secrets["auth"] = OIDC
             at.user = oidc_user
-        at.session_state[state.RUN] = "news"
-        at.run()
-        if page != "runs" and not at.error:
-            at.switch_page(f"views/{page}.py").run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+
+        at = open_app(run="news", setup=None if oidc_user is None else login)
+        return at if page == "runs" or at.error else go(at, page)
 
     return _start
 
