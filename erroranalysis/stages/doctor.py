@@ -117,7 +117,6 @@ def _training_log(model: Path, log):
     return found, f"found in the checkpoint folder: {found.path}"
 
 
-
 def _memorize_section(model, data, data_opts, infer_opts, *, n, steps, lr, control, max_length, seed) -> Section:
     from erroranalysis.checklist.overfit import overfit_check
     from erroranalysis.infer.classifier import load_classifier
