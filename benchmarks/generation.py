@@ -42,7 +42,7 @@ def main() -> None:
 
     from erroranalysis.infer.causal_lm import convert_gguf, load_causal_lm
     from erroranalysis.infer.generation import (
-        GenerationOptions,
+        GenerationParams,
         encode_answers,
         encode_prompts,
         generate,
@@ -75,7 +75,7 @@ def main() -> None:
     print(f"(conversion check/first conversion: {first:.2f} s)")
 
     rows = build(args.n, args.words)
-    opts = GenerationOptions(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size).validate()
+    opts = GenerationParams(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size).validate()
     texts, flags = zip(*[render_prompt(lm, r["prompt"]) for r in rows])
     ids, _, _ = encode_prompts(lm, list(texts), list(flags), prompt_budget(lm, opts))
     refs = encode_answers(lm, [r["reference"] for r in rows])
@@ -96,7 +96,7 @@ def main() -> None:
         return outs
 
     with torch.inference_mode():
-        generate(lm, ids[:2], GenerationOptions(max_new_tokens=2, batch_size=2))  # warm-up, both paths
+        generate(lm, ids[:2], GenerationParams(max_new_tokens=2, batch_size=2))  # warm-up, both paths
         loop_start = time.perf_counter()
         base = loop()
         base_s = time.perf_counter() - loop_start

@@ -16,11 +16,9 @@ import pandas as pd
 
 from erroranalysis import files
 from erroranalysis.errors import DataError, preview, where
+from erroranalysis.params import Int, Params, Text, param
 from erroranalysis.schemas import PREDICTIONS
 from erroranalysis.validation import check_int
-
-# Columns predictions.parquet always has; any other column of an eval set is metadata (renamed `meta_<name>` when
-# its name is one of these).
 
 # Texts are cut at this many characters when they are read (flagged `truncated`): every model reads far fewer,
 # and one 50 MB line would otherwise cost minutes and gigabytes in every stage that tokenizes or splits words.
@@ -31,15 +29,15 @@ FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv
 
 
 @dataclass(frozen=True)
-class DataOptions:
-    """How to read the eval set (the CLI's --text-column, --label-column, ... options)."""
+class DataOptions(Params):
+    """How to read the eval set: which columns hold what, the encoding, the split, the longest text kept."""
 
-    text_column: str = "text"
-    label_column: str = "label"
-    id_column: str | None = None
-    encoding: str = "utf-8"
-    split: str | None = None
-    max_chars: int = MAX_CHARS
+    text_column: str = param("text", Text(), "Column holding the input text.")
+    label_column: str = param("label", Text(), "Column holding the gold label.")
+    id_column: str | None = param(None, Text(), "Column of unique example ids.", none="the row number")
+    encoding: str = param("utf-8", Text(), "Text encoding of CSV/JSONL files.")
+    split: str | None = param(None, Text(), "Split of a saved DatasetDict.", none="the only split")
+    max_chars: int = param(MAX_CHARS, Int(1), "Texts longer than this are cut when read (and flagged truncated).")
 
 
 @dataclass

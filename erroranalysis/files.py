@@ -81,6 +81,32 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=json_default, allow_nan=False)
 
 
+def jsonable(obj: Any) -> Any:
+    """`obj` with numpy values as Python ones, paths as strings and NaN, infinities and pandas' missing values as
+    None: what `json.dumps(..., allow_nan=False)` writes as strict JSON (reports, `--json` output)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is not None and not isinstance(obj, (str, int, bool)):
+        import pandas as pd
+
+        try:
+            if pd.isna(obj):
+                return None
+        except (TypeError, ValueError):
+            pass
+    return obj
+
+
 def write_parquet(path: str | Path, df) -> Path:
     return atomic_write(path, lambda p: df.to_parquet(p, index=False))
 

@@ -33,3 +33,24 @@ def import_model_libraries() -> None:
     finally:
         if enabled:
             gc.enable()
+
+
+class quiet_transformers:
+    """transformers' warnings and "Loading weights" bars off while a model loads, and back as they were after:
+    a local checkpoint's load says nothing a user can act on, but the user's own transformers logging is theirs."""
+
+    def __enter__(self):
+        from transformers.utils import logging as hf_logging
+
+        self.level, self.bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity(self.level)
+        if self.bar:
+            hf_logging.enable_progress_bar()
+        return False

@@ -1,14 +1,17 @@
-"""Progress of long stages, for a person at a terminal and for logs (CI, `nohup`, a file).
+"""Progress of long stages, for a person at a terminal and for logs (CI, `nohup`, a file): the one progress system.
 
 `Reporter.stage(name, total)` is a context manager yielding `advance(n)`. In a terminal it draws a rich bar per
-stage (transient); anywhere else it writes one line when the stage starts, one every `interval` seconds (~10 s)
-with rows done, rate and time left, and one when it ends, from a timer thread, so a stage that reports rarely (or
-not at all: slices) still shows it is alive. `as_reporter` turns the older callbacks (`progress(done, total)`)
-into a Reporter, so library callers that pass a function keep working.
+stage (transient); anywhere else it logs one line when the stage starts, one every `interval` seconds (~10 s) with
+rows done, rate and time left, and one when it ends, from a timer thread, so a stage that reports rarely (or not at
+all: slices) still shows it is alive. The lines go through `logging` (logger `erroranalysis.progress`, set up for
+the command line by `configure_logging`), or to `stream` when one is given. `phases(name)` serves callbacks of the
+form `progress(phase, done, total)` (the cluster stage, the memorization check); `as_reporter` turns the older
+`progress(done, total)` functions into a Reporter, so library callers that pass a function keep working.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -16,6 +19,36 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, TextIO
 
 INTERVAL = 10.0
+LOGGER = "erroranalysis"
+LEVELS = ("debug", "info", "warning", "error")
+log = logging.getLogger(f"{LOGGER}.progress")
+
+
+def configure_logging(level: str = "warning", stream: TextIO | None = None) -> None:
+    """The command line's logging: progress lines and notes always (plain, on stderr), the library's other
+    messages from `level` up, as `level: message`."""
+    from erroranalysis.validation import check_choice
+
+    check_choice("--log-level", level, LEVELS)
+    root = logging.getLogger(LOGGER)
+    for handler in list(root.handlers):
+        if getattr(handler, "erroranalysis", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.erroranalysis = True
+    handler.setFormatter(_Format())
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper()))
+    root.propagate = False
+    log.setLevel(logging.INFO)  # progress lines show at any level but error
+    if level == "error":
+        log.setLevel(logging.ERROR)
+
+
+class _Format(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        return message if record.name == log.name else f"{record.levelname.lower()}: {message}"
 
 
 def duration(seconds: float) -> str:
@@ -63,23 +96,33 @@ class _Counter:
 
 
 class Reporter:
-    """Progress per stage: rich bars when `terminal`, else timed lines on `stream` (default: stderr)."""
+    """Progress per stage: rich bars when `terminal`, else timed lines (to `stream`, or logged)."""
 
     def __init__(self, stream: TextIO | None = None, *, terminal: bool | None = None, interval: float = INTERVAL,
                  clock: Callable[[], float] = time.monotonic):
-        self.stream = stream if stream is not None else sys.stderr
-        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self.stream = stream
+        shown = stream if stream is not None else sys.stderr
+        self.terminal = bool(getattr(shown, "isatty", lambda: False)()) if terminal is None else terminal
         self.interval = interval
         self.clock = clock
         self._write_lock = threading.Lock()
+        self._active: list[_Counter] = []
 
     def note(self, message: str) -> None:
-        """A line for the user (a warning, a choice made for them)."""
+        """A line for the user (a warning, a choice made for them), in a terminal too."""
         self._write(message)
 
     def _write(self, line: str) -> None:
         with self._write_lock:
-            print(line, file=self.stream, flush=True)
+            if self.stream is None:
+                log.info(line)
+            else:
+                print(line, file=self.stream, flush=True)
+
+    def report(self) -> None:
+        """A line for each stage running now (what the timer thread writes every `interval` seconds)."""
+        for counter in list(self._active):
+            self._write(counter.line())
 
     @contextmanager
     def stage(self, name: str, total: int | None = None) -> Iterator[Callable[..., None]]:
@@ -91,12 +134,14 @@ class Reporter:
         self._write(f"{name}: started" + (f", {total:,} rows" if total else ""))
         stop = threading.Event()
         timer = threading.Thread(target=self._tick, args=(counter, stop), daemon=True, name=f"progress-{name}")
+        self._active.append(counter)
         timer.start()
         try:
             yield counter.advance
         finally:
             stop.set()
             timer.join()
+            self._active.remove(counter)
         self._write(counter.line(final=True))
 
     def _tick(self, counter: _Counter, stop: threading.Event) -> None:
@@ -118,7 +163,7 @@ class Reporter:
 
         bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                        TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
-                       console=Console(file=self.stream))
+                       console=Console(file=self.stream if self.stream is not None else sys.stderr))
         task = bar.add_task(counter.name, total=counter.total)
 
         def advance(n: int = 1, total: int | None = None) -> None:
@@ -129,19 +174,25 @@ class Reporter:
             yield advance
 
     def phases(self, name: str) -> Callable[[str, int, int], None]:
-        """A `progress(phase, done, total)` callback (the cluster stage's) that reports each phase as a stage."""
+        """A `progress(phase, done, total)` callback that reports each phase as a stage `name/phase`; a phase ends
+        when it reaches its total or the next phase starts (call it with phase "" to end the last)."""
         state: dict = {}
 
         def progress(phase: str, done: int, total: int) -> None:
+            if phase == state.get("finished"):
+                return  # a phase that reached its total says so once
             if state.get("phase") != phase:
                 _close(state)
+                if not phase:
+                    return
                 state["phase"], state["done"] = phase, 0
                 state["context"] = self.stage(f"{name}/{phase}", total=total if total > 1 else None)
                 state["advance"] = state["context"].__enter__()
-            if done > state["done"]:
-                state["advance"](done - state["done"])
+            if total > 1 and done > state["done"]:  # a total of 1 is a phase without rows
+                state["advance"](done - state["done"], total)
                 state["done"] = done
             if total and done >= total:
+                state["finished"] = phase
                 _close(state)
 
         return progress
@@ -158,7 +209,7 @@ class _Null(Reporter):
     """Reports nothing (library calls without a reporter)."""
 
     def __init__(self):
-        super().__init__(stream=sys.stderr, terminal=False)
+        super().__init__(terminal=False)
 
     def note(self, message: str) -> None:
         pass
@@ -196,5 +247,5 @@ def as_reporter(progress) -> Reporter:
 
 
 def reporter(stream: TextIO | None = None) -> Reporter:
-    """The CLI's reporter: bars in a terminal, lines elsewhere."""
+    """The CLI's reporter: bars in a terminal, logged lines elsewhere."""
     return Reporter(stream)

@@ -42,14 +42,14 @@ def cli(*args) -> "object":
 def test_markup_in_labels_names_and_paths_is_printed_as_it_is(tmp_path):
     out = tmp_path / "runs" / "a[/x]"
     made = cli("analyze", "--predictions", hostile_predictions(tmp_path), "--out", out, "--id-column", "id",
-               "--no-checks")
+               "--no-data-checks")
     assert made.exit_code == 0, made.output
     assert "a[/x]" in made.output
-    for args in (["show", out], ["metrics", out], ["slices", out, "--no-merge"], ["checks", out, "--embedder", "none"],
+    for args in (["show", out], ["metrics", out], ["slices", out, "--no-merge"], ["data-checks", out, "--check-embedder", "none"],
                  ["cluster", out, "--names-only"], ["compare", out, out.with_name("b")]):
         if args[0] == "compare":
             cli("analyze", "--predictions", hostile_predictions(tmp_path), "--out", args[2], "--id-column", "id",
-                "--no-checks", "--no-cluster", "--no-slices")
+                "--no-data-checks", "--no-cluster", "--no-slices")
         result = cli(*args)
         assert result.exit_code == 0, (args, result.output)
         assert "Traceback" not in result.output
@@ -69,10 +69,10 @@ def corrupt_a_data_page(file: Path) -> None:
 def test_damaged_predictions_are_one_line_that_quotes_no_example_text(tmp_path):
     out = tmp_path / "run"
     assert cli("analyze", "--predictions", hostile_predictions(tmp_path), "--out", out, "--id-column", "id",
-               "--no-checks", "--no-cluster", "--no-slices").exit_code == 0
+               "--no-data-checks", "--no-cluster", "--no-slices").exit_code == 0
     corrupt_a_data_page(out / rundir.PREDICTIONS)
     for args in (["metrics", out], ["cluster", out, "--reducer", "pca", "--layout", "pca"],
-                 ["export", out, "--out", tmp_path / "t.json"], ["slices", out], ["checks", out]):
+                 ["export", out, "--out", tmp_path / "t.json"], ["slices", out], ["data-checks", out]):
         result = cli(*args)
         assert result.exit_code == 2, (args, result.output)
         lines = result.output.strip().splitlines()
@@ -96,7 +96,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_run_that_looks_complete(tmp_path)
     rows.to_csv(tmp_path / "preds.csv", index=False)
     out = tmp_path / "run"
     child = subprocess.run([*EA, "analyze", "--predictions", str(tmp_path / "preds.csv"), "--out", str(out),
-                            "--no-cluster", "--no-slices", "--no-checks"], capture_output=True, text=True,
+                            "--no-cluster", "--no-slices", "--no-data-checks"], capture_output=True, text=True,
                            preexec_fn=limited(200_000))
     assert child.returncode == 2, child.stderr
     assert "the file size limit was reached" in child.stderr and "Traceback" not in child.stderr
@@ -110,7 +110,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_run_that_looks_complete(tmp_path)
 def test_a_closed_pipe_is_not_an_error(tmp_path):
     out = tmp_path / "run"
     assert cli("analyze", "--predictions", hostile_predictions(tmp_path), "--out", out, "--id-column", "id",
-               "--no-checks", "--no-cluster", "--no-slices").exit_code == 0
+               "--no-data-checks", "--no-cluster", "--no-slices").exit_code == 0
     child = subprocess.Popen([*EA, "show", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     child.stdout.readline()
     child.stdout.close()
@@ -121,7 +121,7 @@ def test_the_run_records_the_character_limit(tmp_path):
     rows = pd.DataFrame({"text": ["x" * 500, "short"], "label": ["a", "b"], "pred": ["a", "b"]})
     rows.to_csv(tmp_path / "p.csv", index=False)
     out = tmp_path / "run"
-    result = cli("analyze", "--predictions", tmp_path / "p.csv", "--out", out, "--max-chars", "100", "--no-checks",
+    result = cli("analyze", "--predictions", tmp_path / "p.csv", "--out", out, "--max-chars", "100", "--no-data-checks",
                  "--no-cluster", "--no-slices")
     assert result.exit_code == 0, result.output
     run = Run.open(out)
@@ -139,7 +139,7 @@ def test_a_full_disk_during_streamed_inference_is_one_line(tiny_checkpoint, tmp_
     data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(400))
     out = tmp_path / "run"
     child = subprocess.run([*EA, "run", "--model", str(tiny_checkpoint), "--data", str(data), "--id-column", "id",
-                            "--out", str(out), "--max-length", "32", "--no-cluster", "--no-slices", "--no-checks"],
+                            "--out", str(out), "--max-length", "32", "--no-cluster", "--no-slices", "--no-data-checks"],
                            capture_output=True, text=True, preexec_fn=limited(20_000))
     assert child.returncode == 2, child.stderr[-2000:]
     assert "the file size limit was reached" in child.stderr and "Traceback" not in child.stderr

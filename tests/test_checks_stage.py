@@ -202,18 +202,18 @@ def test_label_issue_share():
 def test_cli(tmp_path):
     run, _, texts, true = make_run(tmp_path / "run", n=60, n_flips=4)
     train = write_train(tmp_path / "train.jsonl", texts[:3], true[:3])
-    result = CliRunner().invoke(app, ["checks", str(run.path), "--train", str(train), "--embedder", "none"])
+    result = CliRunner().invoke(app, ["data-checks", str(run.path), "--train", str(train), "--check-embedder", "none"])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "3 also in train" in output and "ERROR 3 eval examples (5.0%) also appear" in output
     assert run.has(CHECKS)
     bad = write_train(tmp_path / "bad.jsonl", texts[:3], true[:3], text_column="sentence")
-    result = CliRunner().invoke(app, ["checks", str(run.path), "--train", str(bad), "--embedder", "none"])
+    result = CliRunner().invoke(app, ["data-checks", str(run.path), "--train", str(bad), "--check-embedder", "none"])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'body'" in lines[0]
-    result = CliRunner().invoke(app, ["checks", str(run.path), "--embedder", "x"])
-    assert result.exit_code == 2 and "--embedder 'x' is invalid" in result.output
+    result = CliRunner().invoke(app, ["data-checks", str(run.path), "--check-embedder", "x"])
+    assert result.exit_code == 2 and "--check-embedder 'x' is invalid" in result.output
 
 
 def test_one_class_with_probabilities_skips_label_issues_and_reads_typed_flags(tmp_path):

@@ -7,10 +7,11 @@ import pytest
 from test_overfit import build_tiny_checkpoint, keyword_rows, write_jsonl
 from typer.testing import CliRunner
 
+from erroranalysis.checklist.overfit import OverfitParams
 from erroranalysis.cli.app import app
 from erroranalysis.data import DataOptions
 from erroranalysis.errors import DataError, RunError
-from erroranalysis.stages import InferParams
+from erroranalysis.stages import CheckParams, InferParams
 from erroranalysis.stages.doctor import REPORT_JSON, REPORT_MD
 from erroranalysis.stages.doctor import run_doctor as doctor
 
@@ -47,10 +48,13 @@ def setup(tmp_path_factory):
     return {"root": root, "model": model, "data": data, "train": train, "log": log}
 
 
-def run_doctor(setup, out, **kwargs):
-    options = dict(train=setup["train"], log=setup["log"], data_opts=DataOptions(id_column="id"),
-                   infer_opts=InferParams(batch_size=16, max_length=64, device="cpu"), n=16, steps=3, lr=1e-3,
-                   control=False, embedder=bow_embed)
+def run_doctor(setup, out, train="given", **kwargs):
+    """The doctor on the setup's files: the train file unless `train` says otherwise, a short memorization check,
+    the bag-of-words embedder for the checks."""
+    options = dict(log=setup["log"], data_opts=DataOptions(id_column="id"),
+                   infer_opts=InferParams(batch_size=16, max_length=64, device="cpu"),
+                   overfit=OverfitParams(n=16, steps=3, lr=1e-3, control=False),
+                   checks=CheckParams(train=setup["train"] if train == "given" else train), embed=bow_embed)
     options.update(kwargs)
     return doctor(setup["model"], setup["data"], out, **options)
 
@@ -86,7 +90,8 @@ def test_doctor_writes_the_whole_checklist(setup):
 
 def test_doctor_without_log_train_or_memorization(setup):
     out = setup["root"] / "bare"
-    result = run_doctor(setup, out, train=None, log=None, overfit=False, embedder="none")
+    result = run_doctor(setup, out, train=None, log=None, overfit=None, embed=None,
+                        checks=CheckParams(embedder="none"))
     statuses = {s.key: s.status for s in result.sections}
     assert statuses["memorize"] == statuses["training_loss"] == statuses["validation_loss"] == "skipped"
     text = (out / REPORT_MD).read_text()
@@ -112,7 +117,7 @@ def test_bad_input_fails_before_any_work(setup, tmp_path):
 def test_cli(setup, tmp_path):
     out = tmp_path / "cli"
     result = CliRunner().invoke(app, ["doctor", "--model", str(setup["model"]), "--data", str(setup["data"]),
-                                      "--out", str(out), "--no-overfit", "--embedder", "none", "--device", "cpu",
+                                      "--out", str(out), "--no-overfit", "--check-embedder", "none", "--device", "cpu",
                                       "--id-column", "id", "--log", str(setup["log"])])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())

@@ -199,12 +199,12 @@ def test_left_truncation_is_flagged(lm):
 
 
 def test_prompt_budget(lm):
-    from erroranalysis.infer.generation import GenerationOptions, prompt_budget
+    from erroranalysis.infer.generation import GenerationParams, prompt_budget
 
-    assert prompt_budget(lm, GenerationOptions(max_new_tokens=16)) == CONTEXT - 16
-    assert prompt_budget(lm, GenerationOptions(max_new_tokens=16, max_prompt_tokens=10)) == 10
+    assert prompt_budget(lm, GenerationParams(max_new_tokens=16)) == CONTEXT - 16
+    assert prompt_budget(lm, GenerationParams(max_new_tokens=16, max_prompt_tokens=10)) == 10
     with pytest.raises(DataError, match="leaves no room for a prompt"):
-        prompt_budget(lm, GenerationOptions(max_new_tokens=CONTEXT))
+        prompt_budget(lm, GenerationParams(max_new_tokens=CONTEXT))
 
 
 @pytest.mark.parametrize("field, value, expected", [
@@ -213,21 +213,23 @@ def test_prompt_budget(lm):
     ("stop", [""], "non-empty strings"), ("seed", -3, "an integer >= 0"), ("precision", "fp8", "one of auto"),
 ])
 def test_generation_options_validation(field, value, expected):
-    from erroranalysis.infer.generation import GenerationOptions
+    from erroranalysis.infer.generation import GenerationParams
 
     with pytest.raises(ParameterError) as info:
-        GenerationOptions(**{field: value}).validate()
-    assert str(info.value).startswith(f"{field}={value!r} is invalid: expected {expected}")
+        GenerationParams(**{field: value})
+    shown = value[0] if isinstance(value, list) else value  # a list is refused by the item that is wrong
+    assert str(info.value).startswith(f"{field}={shown!r} is invalid: expected {expected}")
+    assert info.value.flag == "--" + {"do_sample": "sample"}.get(field, field).replace("_", "-")
 
 
 # -- generation -------------------------------------------------------------------------------------------------
 
 
 def test_batched_greedy_matches_transformers_generate(lm):
-    from erroranalysis.infer.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationParams, generate
 
     ids, _, _ = _encode(lm)
-    result = generate(lm, ids, GenerationOptions(max_new_tokens=12, batch_size=3))
+    result = generate(lm, ids, GenerationParams(max_new_tokens=12, batch_size=3))
     assert result["output_ids"] == _hf_greedy(lm, ids, 12)
     for i, out in enumerate(result["output_ids"]):
         assert result["output"][i] == lm.tokenizer.decode(out, skip_special_tokens=True)
@@ -236,21 +238,21 @@ def test_batched_greedy_matches_transformers_generate(lm):
 
 
 def test_batch_size_does_not_change_greedy_outputs(lm):
-    from erroranalysis.infer.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationParams, generate
 
     ids, _, _ = _encode(lm)
-    one = generate(lm, ids, GenerationOptions(max_new_tokens=10, batch_size=1))
-    five = generate(lm, ids, GenerationOptions(max_new_tokens=10, batch_size=5))
+    one = generate(lm, ids, GenerationParams(max_new_tokens=10, batch_size=1))
+    five = generate(lm, ids, GenerationParams(max_new_tokens=10, batch_size=5))
     assert one["output_ids"] == five["output_ids"]
     np.testing.assert_allclose(one["output_loss"], five["output_loss"], rtol=1e-4, atol=1e-4)
 
 
 def test_losses_equal_plain_teacher_forcing(lm):
-    from erroranalysis.infer.generation import GenerationOptions, answer_losses, encode_answers, generate
+    from erroranalysis.infer.generation import GenerationParams, answer_losses, encode_answers, generate
 
     ids, _, _ = _encode(lm)
     refs = encode_answers(lm, ['{"label": "sport"}', "tech", "", "a much longer reference answer " * 3, None])
-    result = generate(lm, ids, GenerationOptions(max_new_tokens=8, batch_size=2), reference_ids=refs)
+    result = generate(lm, ids, GenerationParams(max_new_tokens=8, batch_size=2), reference_ids=refs)
     forced_ref = answer_losses(lm, ids, refs, batch_size=3)
     np.testing.assert_allclose(result["reference_loss"], forced_ref, rtol=1e-4, atol=1e-4, equal_nan=True)
     assert np.isnan(result["reference_loss"][[2, 4]]).all() and np.isfinite(result["reference_loss"][[0, 1, 3]]).all()
@@ -259,14 +261,14 @@ def test_losses_equal_plain_teacher_forcing(lm):
 
 
 def test_stop_strings_cut_the_output(lm):
-    from erroranalysis.infer.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationParams, generate
 
     ids, _, _ = _encode(lm, PROMPTS[:1])
-    free = generate(lm, ids, GenerationOptions(max_new_tokens=16))
+    free = generate(lm, ids, GenerationParams(max_new_tokens=16))
     text = free["output"][0]
     assert len(text) >= 6, "the tiny model should produce some text"
     stop = text[3:5]
-    stopped = generate(lm, ids, GenerationOptions(max_new_tokens=16, stop=(stop,)))
+    stopped = generate(lm, ids, GenerationParams(max_new_tokens=16, stop=(stop,)))
     assert stopped["output"][0] == text[:text.find(stop)]
     assert stopped["stop_reason"][0] == "stop"
     assert stopped["n_output_tokens"][0] < free["n_output_tokens"][0]
@@ -275,34 +277,34 @@ def test_stop_strings_cut_the_output(lm):
 def test_eos_ends_a_row(lm):
     from dataclasses import replace
 
-    from erroranalysis.infer.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationParams, generate
 
     ids, _, _ = _encode(lm)
-    first = generate(lm, ids, GenerationOptions(max_new_tokens=4))["output_ids"][0][0]
+    first = generate(lm, ids, GenerationParams(max_new_tokens=4))["output_ids"][0][0]
     eos_lm = replace(lm, eos_ids=(first,))
-    result = generate(eos_lm, ids, GenerationOptions(max_new_tokens=4))
+    result = generate(eos_lm, ids, GenerationParams(max_new_tokens=4))
     assert result["output"][0] == "" and result["stop_reason"][0] == "eos"
     assert np.isnan(result["output_loss"][0])
 
 
 def test_sampling_is_reproducible_with_a_seed(lm):
-    from erroranalysis.infer.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationParams, generate
 
     ids, _, _ = _encode(lm)
     opts = dict(max_new_tokens=10, do_sample=True, temperature=1.5, top_k=50, top_p=0.95, batch_size=2)
-    a = generate(lm, ids, GenerationOptions(seed=1, **opts))
-    b = generate(lm, ids, GenerationOptions(seed=1, **opts))
-    c = generate(lm, ids, GenerationOptions(seed=2, **opts))
+    a = generate(lm, ids, GenerationParams(seed=1, **opts))
+    b = generate(lm, ids, GenerationParams(seed=1, **opts))
+    c = generate(lm, ids, GenerationParams(seed=2, **opts))
     assert a["output_ids"] == b["output_ids"]
     assert a["output_ids"] != c["output_ids"]
 
 
 def test_progress_counts_every_prompt(lm):
-    from erroranalysis.infer.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationParams, generate
 
     ids, _, _ = _encode(lm)
     seen = []
-    generate(lm, ids, GenerationOptions(max_new_tokens=2, batch_size=2), progress=seen.append)
+    generate(lm, ids, GenerationParams(max_new_tokens=2, batch_size=2), progress=seen.append)
     assert seen == [2, 2, 1]
 
 
@@ -327,13 +329,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 def _run(model, data, out, **gen):
     from erroranalysis.data import DataOptions
-    from erroranalysis.infer.generation import GenerationOptions
+    from erroranalysis.infer.generation import GenerationParams
     from erroranalysis.stages import AfterParams
     from erroranalysis.stages.generate import run_generation
 
     has_id = '"id"' in Path(data).read_text().splitlines()[0]
     return run_generation(model, data, out, data_opts=DataOptions(id_column="id" if has_id else None),
-                          gen_opts=GenerationOptions(**{"max_new_tokens": 8, "batch_size": 4, **gen}),
+                          gen_opts=GenerationParams(**{"max_new_tokens": 8, "batch_size": 4, **gen}),
                           after=AfterParams(cluster=None))
 
 
@@ -511,7 +513,7 @@ def _smollm2() -> Path:
 @pytest.mark.slow
 def test_smollm2_gguf_converts_once_and_matches_generate(tmp_path, monkeypatch):
     from erroranalysis.infer.causal_lm import convert_gguf, load_causal_lm
-    from erroranalysis.infer.generation import GenerationOptions, generate
+    from erroranalysis.infer.generation import GenerationParams, generate
 
     gguf = _smollm2()
     monkeypatch.delenv("ERRORANALYSIS_CACHE_DIR")  # share the user's cache: the conversion takes ~20 s
@@ -526,6 +528,6 @@ def test_smollm2_gguf_converts_once_and_matches_generate(tmp_path, monkeypatch):
     assert not any("converting" in line for line in said), said
     assert (folder / "model.safetensors").stat().st_mtime_ns == weights.st_mtime_ns
     ids, _, _ = _encode(lm, ["What is the capital of France?", 'Reply with {"label": "sport"} as JSON.'], 500)
-    result = generate(lm, ids, GenerationOptions(max_new_tokens=12, batch_size=2))
+    result = generate(lm, ids, GenerationParams(max_new_tokens=12, batch_size=2))
     assert result["output_ids"] == _hf_greedy(lm, ids, 12)
     assert "Paris" in result["output"][0]

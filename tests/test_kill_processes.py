@@ -74,7 +74,7 @@ def eval_set(tmp_path):
 
 def run_args(checkpoint, data, out, *extra):
     return ["run", "--model", checkpoint, "--data", data, "--id-column", "id", "--out", out, "--batch-size", "4",
-            "--max-length", "32", "--no-cluster", "--no-checks", "--no-slices", *extra]
+            "--max-length", "32", "--no-cluster", "--no-data-checks", "--no-slices", *extra]
 
 
 def test_sigkill_during_inference_leaves_an_interrupted_run_that_says_how_to_resume(tiny_checkpoint, eval_set,

@@ -174,26 +174,16 @@ def private_uses(source: str, path: Path) -> list[str]:
     return found
 
 
-# Being fixed with issue 23's `run`/`watch` options (the lead's part of it); an entry that no longer occurs fails below,
-# so this empties as the code is fixed.
-PENDING = {("erroranalysis/cli/watch.py", "from erroranalysis.cli.run import _split")}
-
-
 def test_no_module_uses_another_modules_private_names():
     """A private name (`_x`) is private to its module, a private module (`cluster._fit`) to its package: what
     another module needs is public, or the concept is split where it splits."""
-    found, pending = {}, set()
+    found = {}
     for folder in PACKAGES.values():
         for path in sorted(folder.rglob("*.py")):
-            where = str(path.relative_to(ROOT))
-            for use in private_uses(path.read_text(encoding="utf-8"), path):
-                what = (where, use.split(": ", 1)[1])
-                if what in PENDING:
-                    pending.add(what)
-                else:
-                    found.setdefault(where, []).append(use)
+            uses = private_uses(path.read_text(encoding="utf-8"), path)
+            if uses:
+                found[str(path.relative_to(ROOT))] = uses
     assert not found, f"private names used across modules: {found}"
-    assert pending == PENDING, f"fixed: remove {sorted(PENDING - pending)} from PENDING"
 
 
 @pytest.mark.parametrize("source, where, expected", [

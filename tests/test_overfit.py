@@ -177,7 +177,7 @@ def test_cli(tiny, tmp_path):
     out = tmp_path / "overfit.json"
     result = CliRunner().invoke(app, ["overfit", "--model", str(tiny["model"]), "--data", str(tiny["data"]),
                                       "--n", "16", "--steps", "2", "--freeze", ".", "--no-control",
-                                      "--device", "cpu", "--json", str(out)])
+                                      "--device", "cpu", "--json-out", str(out)])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "did not memorize" in text and "no parameter is trainable" in text

@@ -3,33 +3,76 @@
 from __future__ import annotations
 
 import io
-import time
 
 from erroranalysis.progress import Reporter, as_reporter, duration
 
 
-def test_lines_every_interval_with_rows_rate_and_time_left():
-    out = io.StringIO()
-    reporter = Reporter(out, terminal=False, interval=0.05)
+class Clock:
+    """A clock the test moves by hand: rates and times left are exact, and nothing waits."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_line_says_rows_rate_and_time_left():
+    out, clock = io.StringIO(), Clock()
+    reporter = Reporter(out, terminal=False, interval=3600, clock=clock)
     with reporter.stage("infer", total=1000) as advance:
-        for _ in range(4):
-            advance(100)
-            time.sleep(0.08)
+        clock.now += 4
+        advance(400)
+        reporter.report()  # what the timer thread writes every interval
     lines = out.getvalue().splitlines()
-    assert lines[0] == "infer: started, 1,000 rows"
-    ticks = [line for line in lines[1:-1] if line.startswith("infer: ")]
-    assert len(ticks) >= 2  # a stage of ~0.3 s at a 0.05 s interval
-    assert any("/ 1,000 rows" in t and "rows/s" in t and "left" in t for t in ticks)
-    assert lines[-1].startswith("infer: done, 400 rows in ")
+    assert lines == ["infer: started, 1,000 rows",
+                     "infer: 400 / 1,000 rows (40%), 100 rows/s, about 6s left [4s]",
+                     "infer: done, 400 rows in 4s (100 rows/s)"]
 
 
-def test_a_stage_without_rows_still_shows_it_is_alive():
-    out = io.StringIO()
-    with Reporter(out, terminal=False, interval=0.05).stage("slices"):
-        time.sleep(0.15)
+def test_the_timer_writes_while_a_stage_runs_without_rows():
+    """The timer thread, for real: a stage that reports nothing (slices) still says it is alive."""
+    import threading
+
+    class Stream(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.ticked = threading.Event()
+
+        def write(self, text):
+            if "running" in text:
+                self.ticked.set()
+            return super().write(text)
+
+    out = Stream()
+    with Reporter(out, terminal=False, interval=0.01).stage("slices"):
+        assert out.ticked.wait(30), "no progress line from the timer"
     lines = out.getvalue().splitlines()
     assert lines[0] == "slices: started" and lines[-1].startswith("slices: done, in ")
     assert any(line.startswith("slices: running") for line in lines[1:-1])
+
+
+def test_lines_go_through_logging_when_no_stream_is_given():
+    """The command line's lines: logged (logger erroranalysis.progress), shown at any --log-level but error."""
+    import logging
+
+    from erroranalysis.progress import configure_logging
+
+    out = io.StringIO()
+    configure_logging("warning", stream=out)
+    try:
+        with Reporter(terminal=False, interval=3600).stage("metrics"):
+            logging.getLogger("erroranalysis.stages").info("not shown at warning")
+            logging.getLogger("erroranalysis.stages").warning("shown")
+        lines = out.getvalue().splitlines()
+        assert lines[0] == "metrics: started" and lines[1] == "warning: shown"
+        assert lines[2].startswith("metrics: done")
+        configure_logging("error", stream=out)
+        with Reporter(terminal=False, interval=3600).stage("quiet"):
+            pass
+        assert "quiet" not in out.getvalue()
+    finally:
+        configure_logging("warning")
 
 
 def test_no_bars_and_no_escape_codes_in_a_log():
@@ -45,13 +88,17 @@ def test_phases_report_each_phase_as_a_stage():
     out = io.StringIO()
     progress = Reporter(out, terminal=False, interval=60).phases("cluster")
     progress("embed", 0, 50)
+    progress("embed", 30, 50)
     progress("embed", 50, 50)
+    progress("embed", 50, 50)  # said again by the stage once it ends: one phase, one pair of lines
     progress("cluster", 0, 1)
     progress("cluster", 1, 1)
     lines = out.getvalue().splitlines()
+    assert len(lines) == 4
     assert lines[0] == "cluster/embed: started, 50 rows"
     assert lines[1].startswith("cluster/embed: done, 50 rows")
-    assert lines[2] == "cluster/cluster: started" and lines[3].startswith("cluster/cluster: done")
+    assert lines[2] == "cluster/cluster: started"
+    assert lines[3].startswith("cluster/cluster: done, in ")  # a phase without rows counts none
 
 
 def test_an_older_callback_hears_the_rows():

@@ -212,7 +212,7 @@ def cli():
 
 def test_cli_prints_and_writes(tmp_path, cli):
     run, _, _ = make_run(tmp_path / "run")
-    result = CliRunner().invoke(cli, ["slices", str(run.path), "--no-merge", "--max-order", "2", "--top", "5",
+    result = CliRunner().invoke(cli, ["slices", str(run.path), "--no-merge", "--max-order", "2", "--max-slices", "5",
                                       "--min-support", "12", "--alpha", "0.9"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert 'text contains "rain"' in result.output and 'source == "b"' in result.output
@@ -223,10 +223,10 @@ def test_cli_prints_and_writes(tmp_path, cli):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--max-order", "4"], "error: --max-order 4 is invalid: expected 1, 2 or 3."),
-    (["--alpha", "0"], "error: --alpha 0.0 is invalid"),
+    (["--max-order", "4"], "error: --max-order 4 is invalid: expected one of 1, 2, 3."),
+    (["--slice-alpha", "0"], "error: --slice-alpha 0.0 is invalid"),
     (["--min-support", "0"], "error: --min-support 0 is invalid"),
-    (["--top", "0"], "error: --top 0 is invalid"),
+    (["--max-slices", "0"], "error: --max-slices 0 is invalid"),
 ])
 def test_cli_bad_options_exit_2(tmp_path, cli, args, message):
     run, _, _ = make_run(tmp_path / "run")

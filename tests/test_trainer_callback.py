@@ -103,7 +103,7 @@ def test_predictions_match_a_separate_run_of_the_saved_checkpoint(trained, step,
     result = CliRunner().invoke(app, ["run", "--model", str(root / "out" / f"checkpoint-{step}"), "--data",
                                       str(trained["data"]), "--id-column", "id", "--max-length", "32",
                                       "--batch-size", "16", "--out", str(tmp_path / "separate"), "--no-cluster",
-                                      "--no-checks", "--no-slices"])
+                                      "--no-data-checks", "--no-slices"])
     assert result.exit_code == 0, result.output
     separate, mine = Run.open(tmp_path / "separate"), Run.open(root / "runs" / "exp" / f"step-{step:06d}")
     assert stages.same_predictions(mine, separate)
@@ -189,7 +189,7 @@ def test_a_causal_lm_runs_the_generation_stage_with_its_output_checks(tmp_path):
     from test_generation import build_tiny_causal_lm
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-    from erroranalysis.infer.generation import GenerationOptions
+    from erroranalysis.infer.generation import GenerationParams
     from erroranalysis.integrations import attach
 
     transformers.logging.set_verbosity_error()
@@ -207,7 +207,7 @@ def test_a_causal_lm_runs_the_generation_stage_with_its_output_checks(tmp_path):
     trainer = Trainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
                       data_collator=transformers.DataCollatorForLanguageModeling(tokenizer, mlm=False))
     callback = attach(trainer, prompts, out=tmp_path / "runs" / "lm", data=DataOptions(id_column="id"), every=2,
-                      generation=GenerationOptions(max_new_tokens=4), after=stages.AfterParams(
+                      generation=GenerationParams(max_new_tokens=4), after=stages.AfterParams(
                           checks=None, slices=None, cluster=None))
     trainer.train()
     assert callback.task == "generation" and [p.name for p in callback.runs] == ["step-000002", "step-000004"]

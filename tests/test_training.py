@@ -283,7 +283,7 @@ def test_missing_path_and_empty_folder(tmp_path):
 
 def test_cli_healthy_log_and_json(tmp_path):
     path = write_state(tmp_path, healthy_history())
-    result = CliRunner().invoke(app, ["training", str(path), "--json", str(tmp_path / "report.json")])
+    result = CliRunner().invoke(app, ["training", str(path), "--json-out", str(tmp_path / "report.json")])
     assert result.exit_code == 0, result.output
     assert "No problems found" in result.stdout
     assert json.loads((tmp_path / "report.json").read_text())["findings"] == []
@@ -312,8 +312,8 @@ def test_cli_missing_path_exits_2(tmp_path):
 
 def test_cli_json_to_a_folder_exits_2(tmp_path):
     path = write_state(tmp_path, healthy_history())
-    result = CliRunner().invoke(app, ["training", str(path), "--json", str(tmp_path)])
-    assert result.exit_code == 2 and "--json '" in result.stderr and "not a folder" in result.stderr
+    result = CliRunner().invoke(app, ["training", str(path), "--json-out", str(tmp_path)])
+    assert result.exit_code == 2 and "--json-out '" in result.stderr and "not a folder" in result.stderr
 
 
 # -- the sample checkpoint's real log ---------------------------------------------------------------------------

@@ -20,8 +20,8 @@ def workspace(tmp_path_factory, tiny_checkpoint):
     doctor.md into its run; unchecked: a run whose checks stage never ran."""
     root = tmp_path_factory.mktemp("ws")
     data = write_jsonl(tmp_path_factory.mktemp("data") / "eval.jsonl", eval_rows())
-    run_doctor(tiny_checkpoint, data, root / "checked", data_opts=DataOptions(id_column="id"), overfit=False,
-               embedder=FAKE)
+    run_doctor(tiny_checkpoint, data, root / "checked", data_opts=DataOptions(id_column="id"), overfit=None,
+               embed=FAKE)
     make_run(root / "unchecked", n=60, n_failures=10, seed=1, with_checks=False, with_clusters=False)
     return root
 

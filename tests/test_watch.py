@@ -143,7 +143,7 @@ def test_a_checkpoint_written_while_watching_is_analyzed_only_once_complete(tiny
 
     # identical to a separate `erroranalysis run` of the same checkpoint
     result = invoke("run", "--model", target, "--data", eval_file, "--id-column", "id", "--max-length", "32",
-                    "--out", tmp_path / "separate", "--no-cluster", "--no-checks", "--no-slices")
+                    "--out", tmp_path / "separate", "--no-cluster", "--no-data-checks", "--no-slices")
     assert result.exit_code == 0, result.output
     separate = Run.open(tmp_path / "separate")
     assert stages.same_predictions(run, separate)

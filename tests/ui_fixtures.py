@@ -205,7 +205,7 @@ def make_generation_run(path: str | Path, model_dir: str | Path, *, n: int = 24,
     """A generation run of the causal LM at `model_dir` (see `tiny_causal_lm`) over n JSON-answer prompts,
     then checks, slices and clusters as `erroranalysis run --task generation` runs them."""
     from erroranalysis.data import DataOptions
-    from erroranalysis.infer.generation import GenerationOptions
+    from erroranalysis.infer.generation import GenerationParams
     from erroranalysis.stages import AfterParams, MetricsParams, run_generation
 
     path = Path(path)
@@ -224,7 +224,7 @@ def make_generation_run(path: str | Path, model_dir: str | Path, *, n: int = 24,
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     run = run_generation(model_dir, source, path, data_opts=DataOptions(id_column="id"), overwrite=True,
-                         gen_opts=GenerationOptions(max_new_tokens=8, batch_size=8, device="cpu"),
+                         gen_opts=GenerationParams(max_new_tokens=8, batch_size=8, device="cpu"),
                          after=AfterParams(metrics=MetricsParams(seed=seed), checks=None, slices=None, cluster=None))
     finish_run(run.path, seed=seed)
     return run

@@ -32,7 +32,8 @@ from erroranalysis.checklist.overfit_diagnosis import (
     diagnose,
 )
 from erroranalysis.findings import Finding
-from erroranalysis.validation import check_param
+from erroranalysis.infer import runtime
+from erroranalysis.params import SEED, Flag, Float, Int, Params, Text, param, spec_field
 
 
 @dataclass
@@ -106,33 +107,52 @@ class OverfitResult:
         return _finite_json(out)
 
 
-def overfit_check(model, data, *, n: int = 100, steps: int | None = None, lr: float = 1e-4, batch_size: int = 16,
-                  max_length: int = 64, seed: int = 0, control: bool = True, freeze: str | None = None,
-                  device: str = "auto", text_column: str = "text", label_column: str = "label",
-                  encoding: str = "utf-8", split: str | None = None, trust_remote_code: bool = False,
-                  progress: Callable[[int, int], None] | None = None) -> OverfitResult:
+@dataclass(frozen=True)
+class OverfitParams(Params):
+    """The memorization check: how many examples, how long, how fast, and the control run."""
+
+    n: int = param(100, Int(2), "Examples to memorize (a seeded random sample).")
+    steps: int | None = param(None, Int(1), "Optimizer steps.", none="20 epochs over the n examples, at least 30")
+    lr: float = param(1e-4, Float(0, 10, low_open=True, high_open=True), "AdamW learning rate.")
+    batch_size: int = param(16, Int(1), "Examples per step.")
+    max_length: int = param(64, Int(2), "Tokens per example; longer texts are cut.")
+    freeze: str | None = param(None, Text(), "Regex of parameter names to freeze, to mirror a training setup that "
+                               "freezes them (e.g. '^bert\\.').", none="nothing frozen")
+    control: bool = param(True, Flag(), "A control run on permuted labels (the shuffled-labels check; twice the "
+                          "time).")
+    device: str = spec_field(runtime.DEVICE)
+    trust_remote_code: bool = spec_field(runtime.TRUST_REMOTE_CODE)
+    seed: int = spec_field(SEED)
+
+    def validate(self) -> None:
+        if self.freeze is not None:
+            try:
+                re.compile(self.freeze)
+            except re.error as exc:
+                self.fail("freeze", self.freeze, f"a regular expression ({exc})")
+
+
+def overfit_check(model, data, params: OverfitParams = OverfitParams(), *, data_opts=None,
+                  progress: Callable[[int, int], None] | None = None, **values) -> OverfitResult:
     """Fine-tune a copy of `model` (a checkpoint folder, or a loaded `inference.Classifier`) on `n` examples of
     `data` (an eval-set file) and report whether it memorizes them, with likely causes when it does not.
 
     `steps` defaults to 20 epochs over the n examples; `freeze` is a regex of parameter names to freeze, to
-    mirror a training setup that freezes them (e.g. "^bert\\." for a BERT encoder).
+    mirror a training setup that freezes them (e.g. "^bert\\." for a BERT encoder). `params` (keyword values
+    override it): see `OverfitParams`; `data_opts` (a DataOptions): the columns of `data`.
     """
-    from erroranalysis.data import load_eval_set, map_labels
+    from erroranalysis.data import DataOptions, map_labels, read_eval_set
     from erroranalysis.infer.classifier import Classifier, load_classifier
 
-    check_param("n", n, isinstance(n, int) and n >= 2, "an integer >= 2")
-    check_param("steps", steps, steps is None or (isinstance(steps, int) and steps >= 1), "an integer >= 1")
-    check_param("lr", lr, isinstance(lr, (int, float)) and 0 < lr < 10 and math.isfinite(lr), "a number in (0, 10)")
-    check_param("batch_size", batch_size, isinstance(batch_size, int) and batch_size >= 1, "an integer >= 1")
-    check_param("max_length", max_length, isinstance(max_length, int) and max_length >= 2, "an integer >= 2")
-    if freeze is not None:
-        try:
-            re.compile(freeze)
-        except re.error as exc:
-            check_param("freeze", freeze, False, f"a regular expression ({exc})")
-    eval_set = load_eval_set(data, text_column=text_column, label_column=label_column, encoding=encoding, split=split)
-    clf = model if isinstance(model, Classifier) else load_classifier(model, device=device,
-                                                                       trust_remote_code=trust_remote_code)
+    params = params.replace(**values) if values else params
+    n, steps, lr, batch_size, max_length, seed, control, freeze = (
+        params.n, params.steps, params.lr, params.batch_size, params.max_length, params.seed, params.control,
+        params.freeze)
+    data_opts = data_opts if data_opts is not None else DataOptions()
+    label_column = data_opts.label_column
+    eval_set = read_eval_set(data, data_opts)
+    clf = model if isinstance(model, Classifier) else load_classifier(model, device=params.device,
+                                                                       trust_remote_code=params.trust_remote_code)
     frame = eval_set.frame
     gold = map_labels(frame["label"].to_numpy(), clf.labels, source=str(eval_set.path),
                       lines=frame["_line"].to_numpy(), column=label_column)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from erroranalysis.cli import common
+from erroranalysis.cli import common, options
 from erroranalysis.cli.import_taxonomy import OnClash
-
-
-class Method(str, Enum):
-    centroid = "centroid"
-    knn = "knn"
+from erroranalysis.labels.matching import MatchParams
 
 
 def register(app: typer.Typer) -> None:
@@ -24,36 +19,26 @@ def register(app: typer.Typer) -> None:
         apply_taxonomy)
 
 
+MATCH = options.Group("match", MatchParams)
+
+
 @common.handle_errors
+@options.takes(MATCH)
 def apply_taxonomy(
     taxonomy: Annotated[Path, typer.Argument(
         help="A taxonomy JSON export ('erroranalysis export RUN --format json').")],
     run: common.RunDir,
-    threshold: Annotated[Optional[float], typer.Option(
-        "--threshold", "-t", help="Largest cosine distance to a type for a match; farther failures are new/unmatched. "
-                                  "Default: calibrated on the taxonomy's labeled examples.")] = None,
-    method: Annotated[Method, typer.Option(
-        "--method", help="centroid: nearest error-type centroid; knn: vote of the k nearest labeled "
-                         "examples.")] = Method.centroid,
-    k: Annotated[int, typer.Option("--k", help="Neighbours that vote (knn).")] = 5,
-    embedder: Annotated[Optional[str], typer.Option(
-        "--embedder", "-e", help="minilm, hidden or FILE.npy; default: the embedder the run was clustered with "
-                                 "(minilm when it is not clustered).")] = None,
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="Labels database to store the suggestions in; default: the nearest labels.sqlite "
                             "above RUN, else <RUN's folder>/labels.sqlite (created; see docs/labels.md).")] = None,
     on_clash: Annotated[OnClash, typer.Option(
         "--on-clash", help="An error type of the same name exists with another definition or severity: reuse it "
                            "as it is, update it to the taxonomy's, or fail.")] = OnClash.reuse,
-    ignore_confusions: Annotated[bool, typer.Option(
-        "--ignore-confusions", help="Let any failure take any type; by default a type whose labeled examples all "
-                                    "share a gold label or prediction only takes failures with that label or "
-                                    "prediction.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Match and report; store nothing.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_json: common.Json = False,
+    *, match,
 ) -> None:
     """Suggest error types for a run's failures from a labeled taxonomy."""
-    import json
 
     from erroranalysis import stages
     from erroranalysis.labels import LabelStore, importing, labels_db_for
@@ -70,15 +55,12 @@ def apply_taxonomy(
             store = LabelStore(db, create=False) if Path(db).exists() else None
             if store is not None:
                 importing.plan_import(doc, store, on_clash=on_clash.value)
-            result = stages.suggest(doc, opened.path, store=store, method=method.value, k=k, threshold=threshold,
-                                embedder=embedder, confusions=not ignore_confusions)
+            result = stages.suggest(doc, opened.path, store=store, params=match)
             result.taxonomy = str(taxonomy)
         else:
-            result = stages.apply_taxonomy(taxonomy, opened.path, labels_db=db, method=method.value, k=k,
-                                       threshold=threshold, embedder=embedder, on_clash=on_clash.value,
-                                       confusions=not ignore_confusions)
+            result = stages.apply_taxonomy(taxonomy, opened.path, labels_db=db, params=match, on_clash=on_clash.value)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        common.print_json(result.to_dict())
         return
     _print(out, result, dry_run)
 

@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Callable
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -18,7 +18,33 @@ import typer
 RunDir = Annotated[Path, typer.Argument(help="A run directory made by 'erroranalysis run' or 'analyze'.")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing run at --out.")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for every random step.")]
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout (progress and notes go to "
+                                                   "stderr).")]
+JsonOut = Annotated[Optional[Path], typer.Option("--json-out", help="Also write the result as JSON to this file.")]
+
+
+def print_json(obj) -> None:
+    """The one form of `--json` output: strict JSON (NaN as null) on stdout."""
+    import json
+
+    from erroranalysis.files import jsonable
+
+    typer.echo(json.dumps(jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False))
+
+
+def write_json_out(path: Path | None, obj) -> None:
+    """`--json-out FILE`: the result written atomically; a folder is refused before any work (`check_json_out`)."""
+    if path is not None:
+        from erroranalysis import files
+
+        files.write_json(path, obj)
+
+
+def check_json_out(path: Path | None) -> None:
+    from erroranalysis.validation import check_param
+
+    if path is not None:
+        check_param("--json-out", str(path), not path.is_dir(), "a file path, not a folder")
 
 
 def debug_enabled() -> bool:
@@ -36,7 +62,6 @@ def handle_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from erroranalysis.cli import flags
         from erroranalysis.errors import ErrorAnalysisError, ParameterError
 
         try:
@@ -56,7 +81,7 @@ def handle_errors(command: Callable) -> Callable:
         except ParameterError as exc:
             if debug_enabled():
                 raise
-            fail(flags.message(exc), exc.exit_code)
+            fail(parameter_message(exc), exc.exit_code)
         except ErrorAnalysisError as exc:
             if debug_enabled():
                 raise
@@ -68,6 +93,13 @@ def handle_errors(command: Callable) -> Callable:
                  "(re-run with --debug for the traceback)", 1)
 
     return wrapper
+
+
+def parameter_message(exc) -> str:
+    """A ParameterError's one line, naming the flag the user typed: the declaration's (`exc.flag`), or the one the
+    parameter's name spells by rule (`max_fit` -> `--max-fit`) for a value checked outside a declaration."""
+    flag = exc.flag or (exc.param if exc.param.startswith("-") else "--" + exc.param.replace("_", "-"))
+    return f"{flag} {exc.value!r} is invalid: expected {exc.expected}."
 
 
 class Terminated(KeyboardInterrupt):

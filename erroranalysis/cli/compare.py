@@ -10,7 +10,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from erroranalysis.cli import common
+from erroranalysis.cli import common, options
+from erroranalysis.compare.params import CompareParams
 
 REGRESSION_EXIT = 3  # 0 success, 1 internal error, 2 bad input (common.handle_errors); 3 a regression was found
 
@@ -22,6 +23,7 @@ def register(app: typer.Typer) -> None:
 
 
 @common.handle_errors
+@options.takes(options.Group("params", CompareParams))
 def compare(
     base: Annotated[Path, typer.Argument(help="The baseline run directory.")],
     candidates: Annotated[List[Path], typer.Argument(help="One or more candidate run directories (same eval set).")],
@@ -30,30 +32,22 @@ def compare(
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="Labels database for error types; default: the nearest labels.sqlite above BASE "
                             "(see docs/labels.md), when there is one.")] = None,
-    resamples: Annotated[int, typer.Option("--resamples", help="Paired bootstrap resamples.")] = 1000,
-    seed: common.Seed = 0,
-    min_overlap: Annotated[float, typer.Option(
-        "--min-overlap", help="Clusters match across runs when their shared still-failing members reach this "
-                              "Jaccard overlap.")] = 0.3,
     examples: Annotated[int, typer.Option("--examples", help="Fixed and broken examples to print.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
     fail_on_regression: Annotated[bool, typer.Option(
         "--fail-on-regression", help="Exit with code 3 when accuracy, macro F1 or a class's F1 is significantly lower "
                                      "(paired bootstrap interval below 0), or an error type or cluster gained "
                                      "significantly more newly failing examples than it lost (one-sided binomial).")] = False,
-    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of --fail-on-regression's binomial "
-                                                         "test.")] = 0.05,
+    *, params,
 ) -> None:
     """Compare runs: a baseline first, then candidates."""
     from erroranalysis import compare as cmp
     from erroranalysis import stages
-    from erroranalysis.validation import check_number
 
-    check_number("alpha", alpha, 0, 1, low_open=True, high_open=True)
-    report = stages.compare_runs(base, candidates, labels_db=labels_db, n_resamples=resamples, seed=seed,
-                              min_overlap=min_overlap)
+    alpha = params.alpha
+    report = stages.compare_runs(base, candidates, labels_db=labels_db, params=params)
     written = stages.write_report(report, out) if out is not None else []
-    found = [(c, cmp.regressions(c, alpha=float(alpha))) for c in report.doc["comparisons"]] if fail_on_regression \
+    found = [(c, cmp.regressions(c, alpha=alpha)) for c in report.doc["comparisons"]] if fail_on_regression \
         else []
     if as_json:
         typer.echo(cmp.to_json(report.doc), nl=False)
@@ -63,7 +57,7 @@ def compare(
         _print(console, report.doc, examples)
         for path in written:
             typer.echo(f"wrote {path}")
-        print_regressions(console, found, float(alpha))
+        print_regressions(console, found, alpha)
     gate(found)
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from erroranalysis.cli import common
+from erroranalysis.checklist.overfit import OverfitParams
+from erroranalysis.cli import common, options
+from erroranalysis.cli import stage_groups as groups
 
 MARK = {"problem": "[bold red]PROBLEM[/]", "warning": "[yellow]WARNING[/]", "ok": "[green]OK[/]",
         "skipped": "[dim]skipped[/]"}
@@ -19,49 +22,40 @@ def register(app: typer.Typer) -> None:
                                "report, doctor.md, in the run directory.")(doctor)
 
 
+OVERFIT = options.Group("overfit", OverfitParams, exclude=("batch_size", "max_length"), panel="Memorization check",
+                        switch="--overfit/--no-overfit", switch_help="Check that the model can memorize a few examples.")
+CHECKS = options.Group("checks", groups.CHECKS.params, panel="Data checks")
+CLUSTER = replace(groups.CLUSTER, on=False, switch_help="Also cluster the failures (slower).")
+
+
 @common.handle_errors
+@options.takes(groups.DATA, groups.INFER, OVERFIT, CHECKS, CLUSTER)
 def doctor(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors).")],
     data: Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write (default: "
                                                 "runs/<checkpoint name>-doctor).")] = None,
-    train: Annotated[Optional[Path], typer.Option("--train", help="Training file, for leakage and shift checks.")] = None,
     log: Annotated[Optional[Path], typer.Option("--log", help="Training log: trainer_state.json, TensorBoard "
                                                 "events or a CSV/JSONL log (default: found in the checkpoint).")] = None,
-    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the input text.")] = "text",
-    label_column: Annotated[str, typer.Option("--label-column", help="Column holding the gold label.")] = "label",
-    id_column: Annotated[Optional[str], typer.Option("--id-column", help="Column of unique example ids.")] = None,
-    encoding: Annotated[str, typer.Option("--encoding", help="Text encoding of CSV/JSONL files.")] = "utf-8",
-    split: Annotated[Optional[str], typer.Option("--split", help="Split of a saved DatasetDict.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Examples per forward pass (default on a CPU: batches of up to 2,048 tokens, 128 examples at most; on a GPU 32 examples).")] = None,
-    max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example at inference.")] = 256,
-    device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
-    n: Annotated[int, typer.Option("--n", help="Examples for the memorization check.")] = 100,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps of the memorization check.")] = None,
-    lr: Annotated[float, typer.Option("--lr", help="Learning rate of the memorization check.")] = 1e-4,
-    no_overfit: Annotated[bool, typer.Option("--no-overfit", help="Skip the memorization check.")] = False,
-    cluster: Annotated[bool, typer.Option("--cluster", help="Also cluster the failures (slower).")] = False,
-    embedder: Annotated[str, typer.Option("--embedder", help="minilm or none, for duplicate and shift checks.")] = "minilm",
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow code shipped with the checkpoint to run.")] = False,
-    seed: common.Seed = 0,
     overwrite: common.Overwrite = False,
+    as_json: common.Json = False,
+    *, data_options, infer, overfit, checks, cluster,
 ) -> None:
     """Walk the debugging checklist and write doctor.md."""
     from rich.markup import escape
 
-    from erroranalysis.data import DataOptions
-    from erroranalysis.stages import InferParams, run_doctor
+    from erroranalysis.progress import reporter
+    from erroranalysis.stages import run_doctor
 
     out = out if out is not None else Path("runs") / f"{Path(model).resolve().name}-doctor"
-    data_opts = DataOptions(text_column=text_column, label_column=label_column, id_column=id_column,
-                            encoding=encoding, split=split)
-    infer_opts = InferParams(batch_size=batch_size, max_length=max_length, device=device,
-                             trust_remote_code=trust_remote_code)
+    notes = reporter()
+    result = run_doctor(model, data, out, log=log, data_opts=data_options, infer_opts=infer, overfit=overfit,
+                        checks=checks, cluster=cluster, seed=checks.seed, overwrite=overwrite,
+                        progress=lambda m: notes.note(f"doctor: {m}"))
+    if as_json:
+        common.print_json(result.to_dict())
+        return
     console = common.console()
-    with console.status("doctor") as status:
-        result = run_doctor(model, data, out, train=train, log=log, data_opts=data_opts, infer_opts=infer_opts,
-                            n=n, steps=steps, lr=lr, overfit=not no_overfit, cluster=cluster, embedder=embedder,
-                            seed=seed, overwrite=overwrite, progress=lambda m: status.update(f"doctor: {m}"))
     for i, section in enumerate(result.sections, 1):
         console.print(f"{i}. {section.title:<40} {MARK[section.status]}  {escape(section.summary)}", soft_wrap=True)
     console.print("\n[bold]What to look at next[/bold]")

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from erroranalysis.cli.common import RunDir, handle_errors
+from erroranalysis.cli.common import Json, RunDir, handle_errors, print_json
 
 FORMATS = ("json", "csv", "markdown")
 
@@ -26,6 +26,7 @@ def export(
                                                 "<RUN>/taxonomy.<json|csv|md>.")] = None,
     labels_db: Annotated[Optional[Path], typer.Option("--labels-db", help="Labels database; default the "
                                                       "nearest labels.sqlite above RUN (docs/labels.md).")] = None,
+    as_json: Json = False,
 ) -> None:
     from erroranalysis import stages
     from erroranalysis.labels import taxonomy
@@ -37,4 +38,7 @@ def export(
     check_param("--format", format, fmt in FORMATS, "json, csv or markdown")
     target = out if out is not None else Path(run) / f"taxonomy{taxonomy.EXTENSIONS[fmt]}"
     path = stages.export_taxonomy(run, fmt, target, labels_db=labels_db)
+    if as_json:
+        print_json({"run": str(run), "format": fmt, "path": str(path)})
+        return
     typer.echo(f"wrote {path}")

@@ -34,6 +34,7 @@ def import_taxonomy(
         "--on-clash", help="An error type of the same name (case-insensitive) exists with another definition or "
                            "severity: reuse it as it is, update it to the taxonomy's, or fail.")] = OnClash.reuse,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would change; write nothing.")] = False,
+    as_json: common.Json = False,
 ) -> None:
     """Import a taxonomy's error types into a labels database."""
     from rich.markup import escape
@@ -51,16 +52,27 @@ def import_taxonomy(
     out = common.console()
     out.soft_wrap = True
     if dry_run:
+        if not labels_db.exists() and as_json:
+            common.print_json({"labels_db": str(labels_db), "plan": [
+                {"action": "create", "name": t["name"], "differences": []} for t in doc["error_types"]]})
+            return
         if not labels_db.exists():
             out.print(f"{escape(str(labels_db))} does not exist yet: all {len(doc['error_types'])} error types would "
                       "be created.")
             return
         plan = importing.plan_import(doc, LabelStore(labels_db, create=False), on_clash=on_clash.value)
+        if as_json:
+            common.print_json({"labels_db": str(labels_db), "plan": plan})
+            return
         for item in plan:
             diffs = ", ".join(f for f, _, _ in item["differences"])
             out.print(f"{item['action']:>7}  {escape(item['name'])}" + (f"  (differs: {diffs})" if diffs else ""))
         return
     result = importing.import_taxonomy(doc, LabelStore(labels_db), on_clash=on_clash.value)
+    if as_json:
+        common.print_json({"labels_db": str(labels_db), "created": result.created, "reused": result.reused,
+                           "updated": result.updated, "clashes": result.clashes})
+        return
     out.print(f"{escape(str(taxonomy))} → {escape(str(labels_db))}: {result.summary()}.")
     for name in result.created:
         out.print(f"  created  {escape(name)}")

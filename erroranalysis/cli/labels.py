@@ -3,6 +3,7 @@ archive old events, migrate an older schema, check integrity, read the event log
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -47,10 +48,14 @@ def where(
     run: common.RunDir,
     root: Annotated[Optional[Path], typer.Option("--root", help="The runs folder the app is started on, if any.")
                     ] = None,
+    as_json: common.Json = False,
 ) -> None:
     from erroranalysis.labels import labels_db_for, run_key
 
     db = labels_db_for(run, root)
+    if as_json:
+        common.print_json({"run": str(run), "labels_db": str(db), "exists": db.is_file(), "key": run_key(run, db)})
+        return
     state = "exists" if db.is_file() else "not made yet"
     _print(f"{db} ({state}); the run's labels are stored under {run_key(run, db)!r}")
 
@@ -131,6 +136,7 @@ def log(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Events to print.")] = 20,
     run: Annotated[Optional[str], typer.Option("--run", help="Only this run's events (its key).")] = None,
     user: Annotated[Optional[str], typer.Option("--user", help="Only this user's events.")] = None,
+    as_json: common.Json = False,
 ) -> None:
     from erroranalysis.labels.archive import read_archive
     from erroranalysis.validation import check_int
@@ -140,6 +146,9 @@ def log(
         events = read_archive(archive_file, run=run, user=user, limit=limit)
     else:
         events = _open(labels_db, read_only=True).events(run=run, user=user, limit=limit)
+    if as_json:
+        common.print_json([dataclasses.asdict(e) for e in events])
+        return
     for e in events:
         undone = f" (undone by {e.undone_by})" if e.undone_by else ""
         _print(f"{e.id:>6}  {e.ts[:19].replace('T', ' ')}  {e.user} ({e.writer or '?'})  {e.summary}{undone}")
@@ -149,7 +158,7 @@ def log(
 
 @group.command("check", help="Run SQLite's full integrity check on the labels database.")
 @common.handle_errors
-def check(labels_db: LabelsDb = None) -> None:
+def check(labels_db: LabelsDb = None, as_json: common.Json = False) -> None:
     from erroranalysis.labels.backup import restore_hint
     from erroranalysis.labels.connection import DamagedError
 
@@ -157,6 +166,9 @@ def check(labels_db: LabelsDb = None) -> None:
     result = _open(labels_db, read_only=True).integrity_check()
     if result != "ok":
         raise DamagedError(f"{db}: integrity_check: {result}; {restore_hint(db)}")
+    if as_json:
+        common.print_json({"labels_db": str(db), "integrity": result})
+        return
     _print(f"{db}: ok")
 
 

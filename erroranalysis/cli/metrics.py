@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from erroranalysis.cli import common
+from erroranalysis.cli import common, options
+from erroranalysis.cli import stage_groups as groups
 
 
 def register(app: typer.Typer) -> None:
     @app.command("metrics")
     @common.handle_errors
-    def metrics_command(
-        run_dir: common.RunDir,
-        seed: common.Seed = 0,
-        n_resamples: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for the 95% intervals.")] = 1000,
-    ) -> None:
+    @options.takes(groups.METRICS)
+    def metrics_command(run_dir: common.RunDir, as_json: common.Json = False, *, metrics) -> None:
         """Recompute metrics.json from predictions.parquet (and probs.npy) without re-running inference."""
         from erroranalysis import stages
         from erroranalysis.cli.show import print_summary
         from erroranalysis.rundir import Run
 
-        params = stages.MetricsParams(seed=seed, n_resamples=n_resamples)
         run = Run.open(run_dir)
-        print_summary(stages.compute_run_metrics(run, params), run)
+        result = stages.compute_run_metrics(run, metrics)
+        if as_json:
+            common.print_json({"run": str(run.path), **result})
+            return
+        print_summary(result, run)

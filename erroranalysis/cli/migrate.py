@@ -15,11 +15,15 @@ def register(app: typer.Typer) -> None:
     @common.handle_errors
     def migrate_command(
         runs: Annotated[list[Path], typer.Argument(help="Run directories to upgrade.")],
+        as_json: common.Json = False,
     ) -> None:
         """Upgrade runs to the current run-directory format (the changed files are kept as *.v1.bak)."""
         from erroranalysis.rundir.migrate import migrate_run
 
         out = common.console()
+        if as_json:
+            common.print_json([migrate_run(run) for run in runs])
+            return
         for run in runs:
             result = migrate_run(run)
             if result["changed"]:

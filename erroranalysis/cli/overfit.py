@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from erroranalysis.cli import common
+from erroranalysis.checklist.overfit import OverfitParams
+from erroranalysis.cli import common, options
+from erroranalysis.cli import stage_groups as groups
 
 STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -18,63 +20,35 @@ def register(app: typer.Typer) -> None:
                                 "not: frozen weights, learning rate, shuffled labels, truncation.")(overfit)
 
 
+OVERFIT = options.Group("overfit", OverfitParams)
+DATA = options.Group("data_options", groups.DATA.params, exclude=("id_column",), panel="Examples")
+
+
 @common.handle_errors
+@options.takes(OVERFIT, DATA)
 def overfit(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors).")],
     data: Annotated[Path, typer.Option("--data", "-d", help="Examples: .jsonl, .csv, .parquet or a save_to_disk folder.")],
-    n: Annotated[int, typer.Option("--n", help="Examples to memorize (a seeded random sample).")] = 100,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimizer steps (default: 20 epochs over the n examples).")] = None,
-    lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate.")] = 1e-4,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per step.")] = 16,
-    max_length: Annotated[int, typer.Option("--max-length", help="Tokens per example; longer texts are cut.")] = 64,
-    freeze: Annotated[Optional[str], typer.Option("--freeze", help="Regex of parameter names to freeze, to mirror a "
-                                                  "training setup that freezes them (e.g. '^bert\\.').")] = None,
-    no_control: Annotated[bool, typer.Option("--no-control", help="Skip the control run on permuted labels (halves "
-                                             "the time; loses the shuffled-labels check).")] = False,
-    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the input text.")] = "text",
-    label_column: Annotated[str, typer.Option("--label-column", help="Column holding the gold label.")] = "label",
-    encoding: Annotated[str, typer.Option("--encoding", help="Text encoding of CSV/JSONL files.")] = "utf-8",
-    split: Annotated[Optional[str], typer.Option("--split", help="Split of a saved DatasetDict.")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps.")] = "auto",
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow code shipped with the checkpoint to run.")] = False,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the result (curves included) as JSON here.")] = None,
-    seed: common.Seed = 0,
+    as_json: common.Json = False,
+    json_out: common.JsonOut = None,
+    *, overfit, data_options,
 ) -> None:
     """Can the model memorize a tiny dataset?"""
-    from erroranalysis import files
     from erroranalysis.checklist.overfit import overfit_check
-    from erroranalysis.validation import check_param
+    from erroranalysis.progress import reporter
 
-    if json_out is not None:
-        check_param("--json", str(json_out), not json_out.is_dir(), "a file path, not a folder")
-    bar, advance = _progress()
-    try:
-        result = overfit_check(model, data, n=n, steps=steps, lr=lr, batch_size=batch_size, max_length=max_length,
-                               seed=seed, control=not no_control, freeze=freeze, device=device,
-                               text_column=text_column, label_column=label_column, encoding=encoding, split=split,
-                               trust_remote_code=trust_remote_code, progress=advance)
-    finally:
-        if bar.live.is_started:
-            bar.stop()
-    if json_out is not None:
-        files.write_json(json_out, result.to_dict())
+    common.check_json_out(json_out)
+    phases = reporter().phases("overfit")
+    result = overfit_check(model, data, overfit, data_opts=data_options,
+                           progress=lambda done, total: phases("training", done, total))
+    phases("", 0, 0)
+    common.write_json_out(json_out, result.to_dict())
+    if as_json:
+        common.print_json(result.to_dict())
+        return
     print_result(result)
     if json_out is not None:
         typer.echo(f"wrote {json_out}")
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
-    task = bar.add_task("training", total=None)
-
-    def advance(done: int, total: int) -> None:
-        if not bar.live.is_started:  # started at the first step, so input errors print alone
-            bar.start()
-        bar.update(task, completed=done, total=total)
-
-    return bar, advance
 
 
 def print_result(result) -> None:

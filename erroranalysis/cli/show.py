@@ -78,9 +78,26 @@ def register(app: typer.Typer) -> None:
     def show_command(
         run_dir: common.RunDir,
         clusters: Annotated[int, typer.Option("--clusters", help="How many error clusters to list.")] = 10,
+        as_json: common.Json = False,
     ) -> None:
         """Print a run's overall metrics, per-class table, confusion matrix and top error clusters."""
         from erroranalysis.rundir import Run
 
         run = Run.open(run_dir)
+        if as_json:
+            common.print_json(as_document(run, clusters))
+            return
         print_summary(run.metrics(), run, clusters)
+
+
+def as_document(run, top_clusters: int) -> dict:
+    """What `show` prints, as data: the metrics, the top clusters, and each stage's state with why it is not done."""
+    from erroranalysis.rundir import readers
+
+    clusters = readers.read_clusters(run, optional=True)
+    top = [] if clusters is None else [
+        {"cluster_id": int(r.cluster_id), "size": int(r.size), "kind": str(r.kind), "name": str(r.name)}
+        for r in clusters.head(top_clusters).itertuples()]
+    stages = {name: {"status": s["status"], "problem": run.notice(name) or run.explain(name, run.manifest)}
+              for name, s in run.manifest.get("stages", {}).items()}
+    return {"run": str(run.path), "task": run.task, "metrics": run.metrics(), "clusters": top, "stages": stages}

@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
-
 import typer
 
-from erroranalysis.cli import common
+from erroranalysis.cli import common, options
+from erroranalysis.cli import stage_groups as groups
+
+# the stage's own command: no switch to turn it off; the flags renamed in 0.3 still work here for one release
+SLICES = options.Group("slices", groups.SLICES.params, deprecated={"--top": "top_k", "--alpha": "alpha"})
 
 
 def register(app: typer.Typer) -> None:
     @app.command("slices")
     @common.handle_errors
-    def slices_command(
-        run_dir: common.RunDir,
-        min_support: Annotated[Optional[int], typer.Option(
-            "--min-support",
-            help="Smallest slice, in examples (default: 10, or 0.1% of the examples if more).")] = None,
-        max_order: Annotated[int, typer.Option(
-            "--max-order", help="Features per slice: 1 single features, 2 or 3 add their conjunctions.")] = 3,
-        alpha: Annotated[float, typer.Option(
-            "--alpha", help="SliceLine's weight of error rate against slice size, in (0, 1].")] = 0.95,
-        top: Annotated[int, typer.Option("--top", help="Report at most this many slices.")] = 20,
-        no_merge: Annotated[bool, typer.Option(
-            "--no-merge", help="Do not merge near-synonymous word slices (skips the embedding model).")] = False,
-    ) -> None:
+    @options.takes(SLICES)
+    def slices_command(run_dir: common.RunDir, as_json: common.Json = False, *, slices) -> None:
         """Find error slices and write slices.parquet and slice_members.parquet into the run."""
         from erroranalysis import stages
 
-        params = stages.SliceParams(min_support=min_support, max_order=max_order, alpha=alpha, top_k=top,
-                                    merge=not no_merge)
-        summary = stages.slices_run(run_dir, params)
+        summary = stages.slices_run(run_dir, slices)
+        if as_json:
+            common.print_json(summary)
+            return
         print_slices(summary)
 
 

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from erroranalysis.cli import common
+from erroranalysis.cli import common, options
+from erroranalysis.timeline import TrackParams
 
 MAX_COLUMNS = 12  # step columns shown in the tables; longer runs show evenly spaced steps (all are in --json)
 
@@ -21,6 +22,7 @@ def register(app: typer.Typer) -> None:
 
 
 @common.handle_errors
+@options.takes(options.Group("tracking", TrackParams))
 def timeline(
     path: Annotated[Path, typer.Argument(help="The folder of step runs (runs/EXPERIMENT), or one of them.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the timeline as JSON.")] = False,
@@ -30,14 +32,10 @@ def timeline(
     keep_last: Annotated[int, typer.Option("--keep-last", help="With --prune: steps left whole.")] = 1,
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="Labels database (default: the experiment's, by the workspace rule).")] = None,
-    min_overlap: Annotated[float, typer.Option(
-        "--min-overlap", help="Clusters of consecutive steps match when their shared failures reach this "
-                              "Jaccard overlap.")] = 0.3,
-    min_similarity: Annotated[float, typer.Option(
-        "--min-similarity", help="...or their centroids this cosine similarity.")] = 0.9,
+    *, tracking,
 ) -> None:
     """The timeline of a training run."""
-    from erroranalysis import files, stages
+    from erroranalysis import stages
     from erroranalysis.validation import check_int
 
     console = common.console()
@@ -48,13 +46,13 @@ def timeline(
         if not as_json:
             console.print(f"pruned {len(pruned)} step run(s), {freed / 2**20:.1f} MiB freed "
                           f"(kept whole: the latest {keep_last})", markup=False)
-    doc = stages.build_timeline(path, labels_db=labels_db, min_overlap=min_overlap, min_similarity=min_similarity)
+    doc = stages.build_timeline(path, labels_db=labels_db, params=tracking)
     if out is not None:
         written = stages.write_timeline(doc, out)
         if not as_json:
             console.print(f"wrote {written}", markup=False)
     if as_json:
-        typer.echo(files.dumps(doc))
+        common.print_json(doc)
         return
     console.soft_wrap = True
     show(console, doc)

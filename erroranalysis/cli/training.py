@@ -1,12 +1,13 @@
-"""`erroranalysis training LOG_OR_CHECKPOINT [--json FILE]`: what went wrong in the training run."""
+"""`erroranalysis training LOG_OR_CHECKPOINT [--json | --json-out FILE]`: what went wrong in the training run."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from erroranalysis.cli import common
 from erroranalysis.cli.common import console, handle_errors
 
 STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -21,18 +22,18 @@ def register(app: typer.Typer) -> None:
 def training(
     log: Annotated[Path, typer.Argument(metavar="LOG_OR_CHECKPOINT", help="trainer_state.json, a checkpoint or "
                                         "output folder, TensorBoard events, or a CSV/JSONL log with step and loss.")],
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    as_json: common.Json = False,
+    json_out: common.JsonOut = None,
 ) -> None:
-    from erroranalysis import files
     from erroranalysis.checklist.training import training_report
     from erroranalysis.checklist.training_log import load_training_log
-    from erroranalysis.validation import check_param
 
-    if json_out is not None:
-        check_param("--json", str(json_out), not json_out.is_dir(), "a file path, not a folder")
+    common.check_json_out(json_out)
     report = training_report(load_training_log(log))
-    if json_out is not None:
-        files.write_json(json_out, report)
+    common.write_json_out(json_out, report)
+    if as_json:
+        common.print_json(report)
+        return
     _print(report)
     if json_out is not None:
         typer.echo(f"wrote {json_out}")

@@ -21,6 +21,7 @@ from erroranalysis.cluster._naming import (
     short_text,
 )
 from erroranalysis.cluster._neighbors import knn_cosine, local_error_rate
+from erroranalysis.cluster._params import ClusteringParams, NamingParams
 from erroranalysis.cluster._reduce import (
     REDUCERS,
     NoReducer,

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
+from erroranalysis.cluster._params import MIN_CLUSTER_SIZE, MIN_SAMPLES, PAIR_WEIGHT
 from erroranalysis.validation import check_param
 
 
@@ -18,11 +19,12 @@ class Clusterer(Protocol):
 class HDBSCANClusterer:
     """HDBSCAN (excess-of-mass selection); strengths are its membership probabilities."""
 
-    def __init__(self, min_cluster_size: int = 10, min_samples: int | None = None, selection: str = "eom"):
-        check_param("min_cluster_size", min_cluster_size, isinstance(min_cluster_size, int) and min_cluster_size >= 2,
-                    "an integer >= 2")
-        check_param("min_samples", min_samples, min_samples is None or (isinstance(min_samples, int) and min_samples >= 1),
-                    "an integer >= 1 or None")
+    def __init__(self, min_cluster_size: int, min_samples: int | None = None, selection: str = "eom"):
+        # the rules of ClusteringParams, for a clusterer built by hand
+        check_param("min_cluster_size", min_cluster_size, MIN_CLUSTER_SIZE.ok(min_cluster_size),
+                    MIN_CLUSTER_SIZE.describe())
+        check_param("min_samples", min_samples, min_samples is None or MIN_SAMPLES.ok(min_samples),
+                    MIN_SAMPLES.describe() + " or None")
         check_param("selection", selection, selection in ("eom", "leaf"), "'eom' or 'leaf'")
         self.min_cluster_size = min_cluster_size
         self.min_samples = min_samples
@@ -57,8 +59,7 @@ class ConfusionPairFeature:
     name = "confusion_pair"
 
     def __init__(self, weight: float = 0.5):
-        check_param("pair_weight", weight, isinstance(weight, (int, float)) and 0 <= weight <= 10 and math.isfinite(weight),
-                    "a number in [0, 10]")
+        check_param("pair_weight", weight, PAIR_WEIGHT.ok(weight), PAIR_WEIGHT.describe())
         self.weight = float(weight)
 
     def transform(self, frame) -> np.ndarray:

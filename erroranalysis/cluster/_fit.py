@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from erroranalysis.cluster._assigned import ALL, Assigned, place_the_rest
-from erroranalysis.cluster._blocks import FeatureBlock, HDBSCANClusterer
+from erroranalysis.cluster._blocks import ConfusionPairFeature, FeatureBlock, HDBSCANClusterer
 from erroranalysis.cluster._groups import relabel_by_size, take_out_groups
 from erroranalysis.cluster._hierarchy import cluster_parents
 from erroranalysis.cluster._neighbors import assign_noise_by_vote, local_error_rate
-from erroranalysis.cluster._reduce import REDUCERS, make_reducer
+from erroranalysis.cluster._params import ClusteringParams
+from erroranalysis.cluster._reduce import make_reducer
 from erroranalysis.errors import DataError
-from erroranalysis.validation import check_param, is_int
 
 SYSTEMATIC, SCATTERED, BY_PAIR, SINGLE, SLICE = "systematic", "scattered", "confusion_pair", "single", "slice"
 
@@ -117,83 +117,20 @@ def default_min_cluster_size(n: int) -> int:
 class FailureClustering:
     """Cluster failing examples. `__init__` stores parameters; `fit` does the work; results end in `_`.
 
-    Parameters
-    ----------
-    reducer : "umap" | "pca" | "none" | a Reducer
-    n_components : reduced dimensions (default 5 for UMAP, 10 for PCA)
-    n_neighbors : UMAP neighbourhood
-    min_cluster_size : None scales with the number of failures (`default_min_cluster_size`), per tier
-    min_samples : HDBSCAN's density smoothing; None = min_cluster_size
-    clusterer : a Clusterer; None builds `HDBSCANClusterer(min_cluster_size, min_samples)`
-    features : extra FeatureBlocks (e.g. `ConfusionPairFeature`)
-    error_aware : split systematic from scattered failures when correct examples are given
-    local_k, alpha : neighbours and significance of the local error-rate test
-    assign_noise : minimum share of an unclustered failure's nearest clustered neighbours in one cluster for it
-        to join that cluster; None never assigns
-    group_purity : with `groups`, a group's failures are taken out into their own cluster when they make up, on
-        average, less than this share of the clusters they fall in (0 never takes a group out)
-    parent_similarity : clusters whose mean directions are at least this alike (cosine, average linkage) share a
-        parent error type (`cluster_parents`); None gives no parents
-    min_failures : below this many failures, group by confusion pair instead of clustering
-    max_fit : above this many failures, fit on a seeded sample and assign the rest to their nearest neighbours
-    seed : every random step
+    `params` (a `ClusteringParams`, checked when built; keyword values override it) says how: see the help of each
+    field there. `clusterer` (anything with `fit(Y) -> (labels, strengths)`) replaces the HDBSCAN one built per
+    tier; `features` are extra FeatureBlocks (a `ConfusionPairFeature` is added when `pair_weight` > 0).
     """
 
-    def __init__(self, *, reducer="umap", n_components: int | None = None, n_neighbors: int = 15,
-                 min_cluster_size: int | None = None, min_samples: int | None = None, clusterer=None,
-                 features: Sequence[FeatureBlock] = (), error_aware: bool = True, local_k: int = 15,
-                 alpha: float = 0.2, assign_noise: float | None = 0.5, group_purity: float = 0.7,
-                 parent_similarity: float | None = 0.6, min_failures: int = 20, max_fit: int = 20_000,
-                 seed: int = 0):
-        self.reducer = reducer
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.min_cluster_size = min_cluster_size
-        self.min_samples = min_samples
+    def __init__(self, params: ClusteringParams | None = None, *, clusterer=None,
+                 features: Sequence[FeatureBlock] = (), **values):
+        # the parameters are checked once, when `params` is built; keyword values override them
+        params = params if params is not None else ClusteringParams()
+        self.params = params.replace(**values) if values else params
         self.clusterer = clusterer
-        self.features = features
-        self.error_aware = error_aware
-        self.local_k = local_k
-        self.alpha = alpha
-        self.assign_noise = assign_noise
-        self.group_purity = group_purity
-        self.parent_similarity = parent_similarity
-        self.min_failures = min_failures
-        self.max_fit = max_fit
-        self.seed = seed
-
-    def validate(self) -> None:
-        """Check every parameter; raises ParameterError with the one message format."""
-        if isinstance(self.reducer, str):
-            check_param("reducer", self.reducer, self.reducer in REDUCERS, "one of " + ", ".join(REDUCERS))
-        else:
-            check_param("reducer", self.reducer, hasattr(self.reducer, "fit_transform"),
-                        "'umap', 'pca', 'none' or an object with fit_transform")
-        check_param("n_components", self.n_components,
-                    self.n_components is None or (is_int(self.n_components) and 1 <= self.n_components <= 100),
-                    "an integer in [1, 100]")
-        check_param("n_neighbors", self.n_neighbors, is_int(self.n_neighbors) and 2 <= self.n_neighbors <= 200,
-                    "an integer in [2, 200]")
-        check_param("min_cluster_size", self.min_cluster_size,
-                    self.min_cluster_size is None or (is_int(self.min_cluster_size) and self.min_cluster_size >= 2),
-                    "an integer >= 2")
-        check_param("min_samples", self.min_samples,
-                    self.min_samples is None or (is_int(self.min_samples) and self.min_samples >= 1), "an integer >= 1")
-        check_param("local_k", self.local_k, is_int(self.local_k) and 2 <= self.local_k <= 200,
-                    "an integer in [2, 200]")
-        check_param("alpha", self.alpha, isinstance(self.alpha, (int, float)) and 0 < self.alpha < 1, "a number in (0, 1)")
-        check_param("assign_noise", self.assign_noise,
-                    self.assign_noise is None or (isinstance(self.assign_noise, (int, float)) and 0 <= self.assign_noise <= 1),
-                    "a number in [0, 1], or None to keep noise unassigned")
-        check_param("group_purity", self.group_purity, isinstance(self.group_purity, (int, float))
-                    and not isinstance(self.group_purity, bool) and 0 <= self.group_purity <= 1, "a number in [0, 1]")
-        check_param("parent_similarity", self.parent_similarity, self.parent_similarity is None or (
-            isinstance(self.parent_similarity, (int, float)) and not isinstance(self.parent_similarity, bool)
-            and -1 <= self.parent_similarity <= 1), "a number in [-1, 1], or None for no parents")
-        check_param("min_failures", self.min_failures, is_int(self.min_failures) and self.min_failures >= 2,
-                    "an integer >= 2")
-        check_param("max_fit", self.max_fit, is_int(self.max_fit) and self.max_fit >= 100, "an integer >= 100")
-        check_param("seed", self.seed, is_int(self.seed) and self.seed >= 0, "an integer >= 0")
+        self.features = list(features)
+        if self.params.pair_weight > 0:
+            self.features.append(ConfusionPairFeature(self.params.pair_weight))
 
     def fit(self, vectors: np.ndarray, failed: np.ndarray | None = None, frame=None,
             groups: np.ndarray | None = None) -> FailureClustering:
@@ -203,18 +140,17 @@ class FailureClustering:
         confusion-pair fallback and the feature blocks. `groups` (optional) gives each failure, in order, the
         group it belongs to (a slice id, lower ids preferred; -1 for none); see `take_out_groups`.
         """
-        self.validate()
         vectors, failed, groups = _checked_inputs(vectors, failed, frame, groups)
         X = vectors[failed]
         n = len(X)
-        mcs = self.min_cluster_size or default_min_cluster_size(n)
+        mcs = self.params.min_cluster_size or default_min_cluster_size(n)
         self.min_cluster_size_ = mcs
         params = {"min_cluster_size": mcs, "n_failures": n}
         self.result_ = self._trivial(X, frame, params)
         if self.result_ is not None:
             return self
-        rng = np.random.default_rng(self.seed)
-        fit_rows = np.arange(n) if n <= self.max_fit else np.sort(rng.choice(n, self.max_fit, replace=False))
+        rng = np.random.default_rng(self.params.seed)
+        fit_rows = np.arange(n) if n <= self.params.max_fit else np.sort(rng.choice(n, self.params.max_fit, replace=False))
         rate, systematic = self._local_tiers(vectors, failed, fit_rows, rng, params)
         Y, Z = self._coordinates(X, fit_rows, self._feature_matrix(frame, n))
         fitted = self._cluster_tiers(Z, None if systematic is None else systematic[fit_rows], mcs, params)
@@ -223,8 +159,8 @@ class FailureClustering:
         result = self._result(placed.labels, placed.strength, method="hdbscan", note=note, params=params,
                               tier=placed.tier, reassigned=placed.reassigned, rate=rate, coords=placed.coords,
                               cluster_tier=placed.cluster_tier, cluster_group=cluster_group)
-        if self.parent_similarity is not None:
-            result.cluster_parent = cluster_parents(X, result.labels, min_similarity=self.parent_similarity)
+        if self.params.parent_similarity is not None:
+            result.cluster_parent = cluster_parents(X, result.labels, min_similarity=self.params.parent_similarity)
             params["n_parents"] = len(set(result.cluster_parent.values()))
         self.result_ = result
         return self
@@ -235,7 +171,7 @@ class FailureClustering:
         if n == 0:
             return self._result(np.zeros(0, np.int64), None, method="empty", note="no failures to cluster",
                                 params=params)
-        if n < self.min_failures:
+        if n < self.params.min_failures:
             return self._by_pair(frame, n, params)
         if float(np.ptp(X, axis=0).max()) < 1e-6:
             return self._result(np.zeros(n, dtype=np.int64), np.ones(n, np.float32), method="single",
@@ -248,18 +184,18 @@ class FailureClustering:
         error awareness or correct examples."""
         n = int(failed.sum())
         rate = np.full(n, np.nan, dtype=np.float32)
-        if not (self.error_aware and (~failed).any()):
+        if not (self.params.error_aware and (~failed).any()):
             return rate, None
         systematic = np.zeros(n, dtype=bool)
         keep_ctx = np.flatnonzero(~failed)
-        if len(keep_ctx) > self.max_fit:
-            keep_ctx = np.sort(rng.choice(keep_ctx, self.max_fit, replace=False))
+        if len(keep_ctx) > self.params.max_fit:
+            keep_ctx = np.sort(rng.choice(keep_ctx, self.params.max_fit, replace=False))
         ref = np.concatenate([np.flatnonzero(failed)[fit_rows], keep_ctx])
         ref_failed = np.zeros(len(ref), dtype=bool)
         ref_failed[: len(fit_rows)] = True
-        r, s, base = local_error_rate(vectors[ref], ref_failed, k=self.local_k, alpha=self.alpha)
+        r, s, base = local_error_rate(vectors[ref], ref_failed, k=self.params.local_k, alpha=self.params.alpha)
         rate[fit_rows], systematic[fit_rows] = r, s
-        params.update(base_error_rate=round(base, 4), local_k=self.local_k, alpha=self.alpha)
+        params.update(base_error_rate=round(base, 4), local_k=self.params.local_k, alpha=self.params.alpha)
         return rate, systematic
 
     def _coordinates(self, X, fit_rows, extra):
@@ -283,8 +219,8 @@ class FailureClustering:
             if mask.sum() < 2:
                 continue
             lab, st = self._tier_clusterer(name, int(mask.sum()), mcs, params).fit(Z[mask])
-            if self.assign_noise is not None:
-                lab, st, out.reassigned[mask] = assign_noise_by_vote(Z[mask], lab, st, self.assign_noise)
+            if self.params.assign_noise is not None:
+                lab, st, out.reassigned[mask] = assign_noise_by_vote(Z[mask], lab, st, self.params.assign_noise)
             found = lab >= 0
             lab[found] += offset
             out.cluster_tier.update({int(c): name for c in np.unique(lab[found])})
@@ -295,26 +231,26 @@ class FailureClustering:
     def _tier_clusterer(self, name: str, size: int, mcs: int, params: dict):
         if self.clusterer is not None:
             return self.clusterer
-        if self.min_cluster_size is None and name != ALL:
+        if self.params.min_cluster_size is None and name != ALL:
             # each tier is its own clustering problem: the default size scales with the tier
             tier_mcs = default_min_cluster_size(size)
             params.setdefault("tier_min_cluster_size", {})[name] = tier_mcs
-            return HDBSCANClusterer(tier_mcs, self.min_samples)
-        return HDBSCANClusterer(mcs, self.min_samples)
+            return HDBSCANClusterer(tier_mcs, self.params.min_samples)
+        return HDBSCANClusterer(mcs, self.params.min_samples)
 
     def _take_out(self, placed: Assigned, groups, mcs: int, params: dict) -> dict[int, int]:
         """Strong slices the embedding scattered become clusters of their own (`take_out_groups`)."""
-        if groups is None or self.group_purity <= 0:
+        if groups is None or self.params.group_purity <= 0:
             return {}
         min_size = min([mcs, *params.get("tier_min_cluster_size", {}).values()])
         placed.labels, cluster_group = take_out_groups(placed.labels, groups, min_size=min_size,
-                                                       max_purity=self.group_purity)
+                                                       max_purity=self.params.group_purity)
         for c in cluster_group:
             rows = placed.labels == c
             placed.tier[rows], placed.strength[rows], placed.reassigned[rows] = SLICE, 1.0, False
             placed.cluster_tier[c] = SLICE
         placed.reassigned[placed.labels < 0] = False  # members of a dissolved remainder are unclustered again
-        params.update(group_purity=self.group_purity, groups_taken_out=len(cluster_group))
+        params.update(group_purity=self.params.group_purity, groups_taken_out=len(cluster_group))
         return cluster_group
 
     # -- helpers ------------------------------------------------------------------------------------------
@@ -333,20 +269,20 @@ class FailureClustering:
         return np.hstack(blocks)
 
     def _reducer(self):
-        if not isinstance(self.reducer, str):
-            return self.reducer
-        return make_reducer(self.reducer, n_components=self.n_components, n_neighbors=self.n_neighbors,
-                            seed=self.seed)
+        if not isinstance(self.params.reducer, str):
+            return self.params.reducer
+        return make_reducer(self.params.reducer, n_components=self.params.n_components, n_neighbors=self.params.n_neighbors,
+                            seed=self.params.seed)
 
     def _by_pair(self, frame, n: int, params: dict) -> ClusteringResult:
         if frame is None:
             labels = np.zeros(n, dtype=np.int64)
-            note = f"only {n} failures (< {self.min_failures}); too few to cluster, kept as one group"
+            note = f"only {n} failures (< {self.params.min_failures}); too few to cluster, kept as one group"
         else:
             pairs = (frame["label"].astype(str) + "\x1f" + frame["pred"].astype(str)).to_numpy()
             _, labels = np.unique(pairs, return_inverse=True)
             labels = labels.reshape(-1).astype(np.int64)
-            note = f"only {n} failures (< {self.min_failures}); too few to cluster by content, grouped by confusion pair"
+            note = f"only {n} failures (< {self.params.min_failures}); too few to cluster by content, grouped by confusion pair"
         return self._result(labels, np.ones(n, np.float32), method="confusion_pairs", note=note, params=params,
                             tier=np.full(n, BY_PAIR, dtype=object))
 

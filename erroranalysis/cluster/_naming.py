@@ -31,8 +31,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from erroranalysis.cluster._keywords import NGRAMS, class_tfidf, common_words, pick_keywords
+from erroranalysis.cluster._params import NamingParams
 from erroranalysis.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
-from erroranalysis.validation import check_param
 
 MAX_CORRECT_DOCS = 1000  # correct examples sampled as the contrast class
 
@@ -141,21 +141,21 @@ def _mean(frame, column: str) -> float:
 def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarray | None = None,
                       vectors: np.ndarray | None = None, correct_texts: Sequence[str] = (),
                       kinds: dict[int, str] | None = None, local_error_rate: np.ndarray | None = None,
-                      reassigned: np.ndarray | None = None, n_keywords: int = 8, n_exemplars: int = 5,
-                      seed: int = 0, titles: dict[int, str] | None = None, parents: dict[int, int] | None = None):
+                      reassigned: np.ndarray | None = None, naming: NamingParams = NamingParams(),
+                      titles: dict[int, str] | None = None, parents: dict[int, int] | None = None, **values):
     """One row per cluster (-1 excluded), ordered by size then id: the clusters.parquet table.
 
     `failures` has one row per failure with example_id, text, label, pred and, when present, confidence, loss,
     n_tokens, truncated; `cluster_ids`, `membership`, `vectors`, `local_error_rate`, `reassigned` align with it.
     `titles` name some clusters by their definition instead of their keywords (slice clusters). `parents` maps
     clusters to a parent id (`ClusteringResult.cluster_parent`); `parent_id` is null for a cluster without one, and
-    `parent_name` names the parent from all its clusters' failures.
+    `parent_name` names the parent from all its clusters' failures. `naming` (keyword values override it): how many
+    keywords and exemplars, and the seed of the sample of correct texts.
     """
     import pandas as pd
 
-    check_param("n_keywords", n_keywords, isinstance(n_keywords, int) and 1 <= n_keywords <= 50, "an integer in [1, 50]")
-    check_param("n_exemplars", n_exemplars, isinstance(n_exemplars, int) and 1 <= n_exemplars <= 50,
-                "an integer in [1, 50]")
+    naming = naming.replace(**values) if values else naming
+    n_keywords, n_exemplars, seed = naming.n_keywords, naming.n_exemplars, naming.seed
     cluster_ids = np.asarray(cluster_ids, dtype=np.int64)
     n = len(failures)
     failures = failures.reset_index(drop=True)

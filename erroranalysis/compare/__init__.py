@@ -30,6 +30,7 @@ from erroranalysis.compare.pairs import (
     labels_union,
     match_clusters,
 )
+from erroranalysis.compare.params import CompareParams
 from erroranalysis.compare.series import REPORT_FILES, Report, format_cell, series, series_frame, to_json
 from erroranalysis.compare.stats import (
     BOOTSTRAP_CELLS,
@@ -43,7 +44,7 @@ from erroranalysis.compare.stats import (
     worse_p,
 )
 
-__all__ = ["BOOTSTRAP_CELLS", "EXACT_BELOW", "FORMAT", "GATED_OVERALL", "GATE_ALPHA", "LEVEL", "MIN_OVERLAP",
+__all__ = ["BOOTSTRAP_CELLS", "CompareParams", "EXACT_BELOW", "FORMAT", "GATED_OVERALL", "GATE_ALPHA", "LEVEL", "MIN_OVERLAP",
            "OVERALL", "PER_CLASS", "REPORT_FILES", "SCHEMA_VERSION", "STATUSES", "TEXT_LIMIT", "Report", "RunView",
            "align", "compare_pair", "finite", "format_cell", "labels_union", "match_clusters", "mcnemar",
            "paired_bootstrap", "regressions", "series", "series_frame", "stats_from_confusion", "to_json", "worse_p"]

@@ -6,9 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from erroranalysis.compare.stats import finite
+from erroranalysis.files import jsonable
 
 REPORT_FILES = ("compare.json", "compare.md", "compare_examples.parquet")
 
@@ -96,27 +95,5 @@ def format_cell(row: dict, j: int) -> str:
     return text
 
 
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, (float, np.floating)):
-        return finite(obj)
-    if obj is not None and not isinstance(obj, (str, int, bool)):
-        try:
-            import pandas as pd
-
-            if pd.isna(obj):
-                return None
-        except (TypeError, ValueError):
-            pass
-    return obj
-
-
 def to_json(doc: dict) -> str:
-    return json.dumps(_clean(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(jsonable(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from erroranalysis.errors import UserError
-from erroranalysis.validation import check_choice, check_int, check_param
+from erroranalysis.params import Choice, Int, Params, Text, param
 
 ENGINES = ("local", "ray")
 INSTALL = "pip install 'erroranalysis-ml[ray]'  (or: pip install 'ray[data]')"
@@ -22,31 +22,28 @@ class EngineError(UserError):
 
 
 @dataclass(frozen=True)
-class Engine:
-    """`name` ("local" or "ray"); for Ray, `address` (None starts a local Ray, "auto" joins the cluster this
+class Engine(Params):
+    """Where the batch functions run. For Ray, `address` (None starts a local Ray, "auto" joins the cluster this
     machine belongs to, "HOST:PORT" a given one) and `concurrency` (actors; None: one per GPU when the cluster has
     GPUs and the device allows, else one per CPU)."""
 
-    name: str = "local"
-    address: str | None = None
-    concurrency: int | None = None
+    engine: str = param("local", Choice(*ENGINES), "Where inference and embedding run: local (this process) or ray "
+                      "(Ray Data; pip install 'erroranalysis-ml[ray]').", flag="--engine")
+    address: str | None = param(None, Text(), "With --engine ray: auto (the cluster this machine is in) or "
+                                "HOST:PORT.", flag="--ray-address", none="start a local Ray")
+    concurrency: int | None = param(None, Int(1), "With --engine ray: actors.", flag="--ray-actors",
+                                    none="one per GPU when the cluster has GPUs, else one per CPU")
 
-    def __post_init__(self):
-        check_choice("engine", self.name, ENGINES)
-        check_param("ray_address", self.address, self.address is None or (isinstance(self.address, str)
-                                                                           and self.address.strip() != ""),
-                    "auto or HOST:PORT")
-        if self.concurrency is not None:
-            check_int("concurrency", self.concurrency, 1)
-        if self.name == "local" and self.address is not None:
+    def validate(self) -> None:
+        if self.engine == "local" and self.address is not None:
             raise EngineError("--ray-address is only used with --engine ray; add --engine ray or drop it.")
 
     @property
     def distributed(self) -> bool:
-        return self.name == "ray"
+        return self.engine == "ray"
 
     def record(self) -> dict:
-        return {"engine": self.name, **({"ray_address": self.address} if self.address else {})}
+        return {"engine": self.engine, **({"ray_address": self.address} if self.address else {})}
 
 
 LOCAL = Engine()

@@ -19,10 +19,9 @@ from typing import Any, Callable
 
 from erroranalysis import files
 from erroranalysis.errors import ModelError
-from erroranalysis.libraries import import_model_libraries
-from erroranalysis.validation import check_param
+from erroranalysis.infer.runtime import check_precision
+from erroranalysis.libraries import import_model_libraries, quiet_transformers
 
-PRECISIONS = ("auto", "fp32", "bf16")
 GGUF_MAGIC = b"GGUF"
 DEFAULT_CONTEXT = 2048
 
@@ -122,11 +121,11 @@ def convert_gguf(file: str | Path, *, log: Callable[[str], None] | None = None) 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    _quiet_transformers()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
-        loaded = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
-                                                      dtype=torch.float32)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
+            loaded = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
+                                                          dtype=torch.float32)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # gguf and transformers raise many types for files they cannot map
@@ -163,19 +162,12 @@ def convert_gguf(file: str | Path, *, log: Callable[[str], None] | None = None) 
     return target
 
 
-def _quiet_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
 def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "auto",
                    trust_remote_code: bool = False, log: Callable[[str], None] | None = None) -> CausalLM:
     """Load a local causal LM from a safetensors folder or a `.gguf` file (converted once, then cached)."""
     from erroranalysis.infer.classifier import check_checkpoint, resolve_device, weights_sha256
 
-    check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
+    check_precision(precision)
     path = Path(path)
     if is_gguf(path):
         check_gguf(path)
@@ -196,12 +188,13 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _quiet_transformers()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code,
-            dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
+                                                      trust_remote_code=trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(
+                folder, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code,
+                dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"{folder}: cannot load it as a causal language model ({str(exc).splitlines()[0]}).") from None
     model.eval().to(resolved)

@@ -17,10 +17,9 @@ import numpy as np
 
 from erroranalysis.errors import ModelError
 from erroranalysis.files import hash_files
-from erroranalysis.libraries import import_model_libraries
-from erroranalysis.validation import check_param
-
-PRECISIONS = ("auto", "fp32", "bf16")
+from erroranalysis.infer import runtime
+from erroranalysis.infer.runtime import check_device, check_precision
+from erroranalysis.libraries import import_model_libraries, quiet_transformers
 
 
 @dataclass
@@ -37,8 +36,7 @@ class Classifier:
 
 
 def resolve_device(name: str = "auto") -> str:
-    check_param("device", name, name in ("auto", "cpu", "cuda", "mps") or name.startswith("cuda:"),
-                "one of auto, cpu, cuda, cuda:N, mps")
+    check_device(name)
     import_model_libraries()  # the first use of torch when a checkpoint is loaded
     import torch
 
@@ -138,14 +136,13 @@ def _load(path: Path, device: str, trust_remote_code: bool, precision: str):
     dtype = torch.bfloat16 if weights == "bf16" else torch.float32
 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True,
+                                                      trust_remote_code=trust_remote_code)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                path, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelError(f"{path}: cannot load the checkpoint ({str(exc).splitlines()[0]}).") from None
     return model.eval().to(resolved), tokenizer, resolved, weights
@@ -170,7 +167,7 @@ def tokenize(tokenizer, texts: list[str], max_length: int) -> tuple[list[list[in
 
 def resolve_precision(precision: str, device: str) -> str:
     """The precision that runs: "auto" is bf16 on CUDA, fp32 elsewhere; an explicit choice is kept."""
-    check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
+    check_precision(precision)
     if precision == "auto":
         return "bf16" if device.split(":")[0] == "cuda" else "fp32"
     return precision
@@ -258,10 +255,8 @@ def batching(device: str, batch_size: int | None, max_tokens: int | None, precis
     """(rows, tokens) per forward pass: what `--batch-size` and `--max-tokens` ask, or the default for the device
     and the precision that runs when neither is given; tokens 0 means no budget. A batch size alone is kept as it
     is (no token budget)."""
-    check_param("batch_size", batch_size, batch_size is None or (isinstance(batch_size, int) and batch_size >= 1),
-                "an integer >= 1")
-    check_param("max_tokens", max_tokens, max_tokens is None or (isinstance(max_tokens, int) and max_tokens >= 0),
-                "an integer >= 0 (0: no token budget)")
+    runtime.BATCH_SIZE.check("batch_size", batch_size)
+    runtime.MAX_TOKENS.check("max_tokens", max_tokens)
     on_cpu = device.split(":")[0] == "cpu"
     if batch_size is None and max_tokens is None:
         return (CPU_BATCH_ROWS, CPU_BATCH_TOKENS[resolve_precision(precision, device)]) if on_cpu \
@@ -296,8 +291,8 @@ class ChunkPredictor:
     def __init__(self, model: str | Path | None = None, *, batch_size: int | None = None, max_length: int = 256,
                  precision: str = "fp32", device: str = "auto", trust_remote_code: bool = False,
                  clf: Classifier | None = None, max_tokens: int | None = None):
-        check_param("max_length", max_length, isinstance(max_length, int) and max_length >= 2, "an integer >= 2")
-        check_param("precision", precision, precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}")
+        runtime.MAX_LENGTH.check("max_length", max_length)
+        check_precision(precision)
         self.clf = clf if clf is not None else load_classifier(model, device=device, precision=precision,
                                                                trust_remote_code=trust_remote_code)
         model_max = getattr(self.clf.model.config, "max_position_embeddings", None)

@@ -25,65 +25,60 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from erroranalysis.errors import DataError, ModelError
-from erroranalysis.infer.causal_lm import PRECISIONS, CausalLM
-from erroranalysis.validation import Params, check_choice, check_int, check_number, check_param, is_int
+from erroranalysis.infer import runtime
+from erroranalysis.infer.causal_lm import CausalLM
+from erroranalysis.infer.output_checks import CHECKERS
+from erroranalysis.params import SEED, Flag, Float, Int, Params, Strings, Text, param, spec_field
 
+GENERATION_BATCH = 16  # prompts per batch when --batch-size is not given
 LOSS_CHUNK = 128  # reference tokens teacher-forced per forward pass (bounds the logits held at once)
 
 
+GENERATION = "Generation (--task generation)"  # the help panel of these options on `run`, `watch`, `analyze`
+
+
 @dataclass(frozen=True)
-class GenerationOptions(Params):
-    """How to generate (the CLI's --max-new-tokens, --sample, --temperature, --stop, ... options)."""
+class GenerationParams(Params):
+    """How to generate, and what the generate stage checks in the outputs (generate() itself ignores those)."""
 
-    max_new_tokens: int = 64
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0  # 1.0: off
-    seed: int = 0
-    stop: tuple[str, ...] = ()
-    batch_size: int = 16
-    max_prompt_tokens: int | None = None  # None: the model's context minus max_new_tokens
-    chat_template: bool = True  # apply the tokenizer's chat template to `prompt` when it has one
-    precision: str = "auto"  # auto: bf16 on CUDA, fp32 elsewhere
-    device: str = "auto"
-    trust_remote_code: bool = False
-    # What the generate stage checks (generate() itself ignores these):
-    output_checks: tuple[str, ...] | None = None  # None: chosen from the eval set's columns (default_checks)
-    labels: tuple[str, ...] = ()  # allowed labels besides the gold ones in the eval set
-    regex: str | None = None  # a pattern for rows without a `regex` cell
-    reference_column: str = "reference"
-    messages_column: str = "messages"
+    max_new_tokens: int = param(64, Int(1), "Tokens to generate per prompt.", panel=GENERATION)
+    do_sample: bool = param(False, Flag(), "Sample (seeded) instead of greedy decoding.", flag="--sample",
+                            panel=GENERATION)
+    temperature: float = param(1.0, Float(0, low_open=True), "Sampling temperature.", panel=GENERATION)
+    top_k: int = param(0, Int(0), "Sample from the k most likely tokens (0: off).", panel=GENERATION)
+    top_p: float = param(1.0, Float(0, 1, low_open=True), "Nucleus sampling (1.0: off).", panel=GENERATION)
+    seed: int = spec_field(SEED)
+    stop: tuple[str, ...] = param((), Strings(repeat=True, blank=True), "Stop string (repeatable).",
+                                  panel=GENERATION)
+    batch_size: int | None = spec_field(runtime.BATCH_SIZE)
+    max_prompt_tokens: int | None = param(None, Int(1), "Longer prompts are cut from the left and flagged.",
+                                          none="the model's context minus --max-new-tokens", panel=GENERATION)
+    chat_template: bool = param(True, Flag(), "Apply the tokenizer's chat template to prompts when it has one.",
+                                panel=GENERATION)
+    precision: str = spec_field(runtime.PRECISION)
+    device: str = spec_field(runtime.DEVICE)
+    trust_remote_code: bool = spec_field(runtime.TRUST_REMOTE_CODE)
+    output_checks: tuple[str, ...] | None = param(
+        None, Strings(choices=tuple(CHECKERS)), "Comma-separated output checks.",
+        none="chosen from the eval set's columns", panel=GENERATION)
+    labels: tuple[str, ...] = param((), Strings(), "Comma-separated allowed labels beyond the gold ones.",
+                                    flag="--extra-labels", panel=GENERATION)
+    regex: str | None = param(None, Text(), "Pattern every output must match (rows without a regex cell).",
+                              none="no pattern", panel=GENERATION)
+    reference_column: str = param("reference", Text(), "Column of the reference answer.", panel=GENERATION)
+    messages_column: str = param("messages", Text(), "Column of chat messages.", panel=GENERATION)
 
-    def __post_init__(self) -> None:
-        for name in ("stop", "labels"):  # one string is one entry
-            value = getattr(self, name)
-            if isinstance(value, str) or value is None:
-                object.__setattr__(self, name, (value,) if value else ())
-        super().__post_init__()
-
-    def validate(self) -> None:
-        check_int("max_new_tokens", self.max_new_tokens, 1)
-        check_number("temperature", self.temperature, 0, low_open=True)
-        check_param("top_k", self.top_k, is_int(self.top_k) and self.top_k >= 0, "an integer >= 0 (0 turns it off)")
-        check_number("top_p", self.top_p, 0, 1, low_open=True)
-        check_int("seed", self.seed, 0)
-        check_int("batch_size", self.batch_size, 1)
-        check_param("max_prompt_tokens", self.max_prompt_tokens,
-                    self.max_prompt_tokens is None or (is_int(self.max_prompt_tokens) and self.max_prompt_tokens >= 1),
-                    "an integer >= 1, or None for the model's context minus max_new_tokens")
-        check_choice("precision", self.precision, PRECISIONS)
-        check_param("stop", self.stop, isinstance(self.stop, tuple) and all(isinstance(s, str) and s for s in self.stop),
-                    "non-empty strings")
-        check_param("labels", self.labels, isinstance(self.labels, tuple) and
-                    all(isinstance(s, str) and s.strip() for s in self.labels), "non-empty strings")
+    @property
+    def rows_per_batch(self) -> int:
+        """Prompts per batch: `batch_size`, or 16 (what None resolves to for generation)."""
+        return self.batch_size or GENERATION_BATCH
 
     def describe(self) -> dict:
         """The parameters that decide the outputs, for the manifest."""
         return {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
                 "temperature": self.temperature if self.do_sample else None,
                 "top_k": self.top_k if self.do_sample else None, "top_p": self.top_p if self.do_sample else None,
-                "seed": self.seed, "stop": list(self.stop), "batch_size": self.batch_size,
+                "seed": self.seed, "stop": list(self.stop), "batch_size": self.rows_per_batch,
                 "max_prompt_tokens": self.max_prompt_tokens, "chat_template": self.chat_template,
                 "regex": self.regex, "extra_labels": list(self.labels)}
 
@@ -164,7 +159,7 @@ def encode_answers(lm: CausalLM, answers: Sequence[str | None]) -> list[list[int
     return out
 
 
-def prompt_budget(lm: CausalLM, opts: GenerationOptions) -> int:
+def prompt_budget(lm: CausalLM, opts: GenerationParams) -> int:
     """Most prompt tokens kept: --max-prompt-tokens, within the context minus the room for new tokens."""
     room = lm.context_length - opts.max_new_tokens
     if room < 1:
@@ -173,7 +168,7 @@ def prompt_budget(lm: CausalLM, opts: GenerationOptions) -> int:
     return min(room, opts.max_prompt_tokens) if opts.max_prompt_tokens else room
 
 
-def generate(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: GenerationOptions, *,
+def generate(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: GenerationParams, *,
              reference_ids: Sequence[Sequence[int] | None] | None = None,
              progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Generate for every prompt, in input order: output text and ids, stop reason, output and reference losses.
@@ -194,8 +189,8 @@ def generate(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: Generation
                               "stop_reason": [""] * n, "output_loss": np.full(n, np.nan, np.float32),
                               "reference_loss": np.full(n, np.nan, np.float32),
                               "n_output_tokens": np.zeros(n, np.int32)}
-    for start in range(0, n, opts.batch_size):
-        rows = order[start:start + opts.batch_size]
+    for start in range(0, n, opts.rows_per_batch):
+        rows = order[start:start + opts.rows_per_batch]
         refs = None if reference_ids is None else [reference_ids[i] for i in rows]
         outs = generate_batch(lm, [prompt_ids[i] for i in rows], opts, reference_ids=refs, generator=generator)
         for i, out in zip(rows, outs):
@@ -210,7 +205,7 @@ def generate(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: Generation
     return result
 
 
-def generate_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: GenerationOptions, *,
+def generate_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: GenerationParams, *,
                    reference_ids: Sequence[Sequence[int] | None] | None = None, generator=None) -> list[dict]:
     """One batch: prefill, reference loss on a copy of the cache, then decoding. Returns one dict per prompt."""
     import torch
@@ -298,7 +293,7 @@ def _reference_loss(lm: CausalLM, cache, last_logits, mask, last_pos, reference_
     return loss
 
 
-def _decode(lm: CausalLM, cache, logits, mask, last_pos, opts: GenerationOptions, generator) -> list[dict]:
+def _decode(lm: CausalLM, cache, logits, mask, last_pos, opts: GenerationParams, generator) -> list[dict]:
     """Greedy or sampled decoding from a prefilled cache; rows leave the batch as they finish."""
     import torch
 
@@ -353,7 +348,7 @@ def _decode(lm: CausalLM, cache, logits, mask, last_pos, opts: GenerationOptions
     return results
 
 
-def _choose(logits, opts: GenerationOptions, generator):
+def _choose(logits, opts: GenerationParams, generator):
     """Sample one token per row: temperature, then top-k, then top-p (nucleus)."""
     import torch
 

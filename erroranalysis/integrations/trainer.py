@@ -27,8 +27,9 @@ from erroranalysis import stages
 from erroranalysis.data import DataOptions, read_eval_set
 from erroranalysis.errors import DataError
 from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
+from erroranalysis.params import is_int
 from erroranalysis.rundir import readers
-from erroranalysis.validation import check_choice, check_param, is_int
+from erroranalysis.validation import check_choice, check_param
 
 logger = logging.getLogger("erroranalysis")
 PREFIX = "eval_ea/"  # report_to integrations file "eval_*" keys under eval/: eval/ea/f1/<class>, eval/ea/type/T3
@@ -46,7 +47,7 @@ class ErrorAnalysisCallback(TrainerCallback):
     infer : InferParams (batch size, max length); hidden states are not kept unless `keep_hidden` (then float16)
     after : AfterParams: the stages after inference (default: metrics, slices, clusters; no data checks); the
         cluster stage's reducer is kept across steps (IncrementalReducer) and eval texts are embedded once
-    generation : GenerationOptions for a causal LM (its output checks come from the prompt set's columns)
+    generation : GenerationParams for a causal LM (its output checks come from the prompt set's columns)
     task : "auto" (a model that can generate is a causal LM), "classification" or "generation"
     taxonomy : "auto" applies the labeled taxonomy of the latest labeled step; a taxonomy file; None
     gate : compare each step with the previous one (`compare --fail-on-regression`'s rule) and log the count;
@@ -58,7 +59,7 @@ class ErrorAnalysisCallback(TrainerCallback):
                  generation=None, task: str = "auto", every: int | None = None, keep_hidden: bool = False,
                  taxonomy="auto", gate: bool = False, stop_on_regression: bool = False, alpha: float = 0.05,
                  tokenizer=None, log: bool = True, reuse: bool = True):
-        from erroranalysis.infer.generation import GenerationOptions
+        from erroranalysis.infer.generation import GenerationParams
 
         check_choice("task", task, TASKS)
         check_param("every", every, every is None or (is_int(every) and every >= 1), "an integer >= 1, or None "
@@ -67,7 +68,7 @@ class ErrorAnalysisCallback(TrainerCallback):
         self.out = None if out is None else Path(out)
         self.data = data
         self.infer = (infer or stages.InferParams()).replace(hidden="float16" if keep_hidden else "none")
-        self.generation = generation or GenerationOptions()
+        self.generation = generation or GenerationParams()
         self.task = task
         self.every = every
         self.taxonomy = taxonomy
@@ -76,7 +77,7 @@ class ErrorAnalysisCallback(TrainerCallback):
         self.log_values = log
         self.after = self._after(after or stages.AfterParams(checks=None), reuse)
         cluster = self.after.cluster
-        self.embedder = MemoryMiniLM(batch_size=cluster.batch_size, cache=cluster.cache) \
+        self.embedder = MemoryMiniLM(batch_size=cluster.embed_batch_size, cache=cluster.cache) \
             if reuse and cluster is not None and cluster.embedder == "minilm" else None
         self.trainer = None
         if not self.eval_path.exists():

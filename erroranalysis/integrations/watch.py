@@ -94,7 +94,7 @@ class Watcher:
                  generation=None, after=None, keep_hidden: bool = False, taxonomy="auto", settle: float = 10.0,
                  poll: float = 2.0, gate: bool = False, alpha: float = 0.05,
                  say: Callable[[str], None] = print, reuse: bool = True):
-        from erroranalysis.infer.generation import GenerationOptions
+        from erroranalysis.infer.generation import GenerationParams
         from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
 
         check_choice("task", task, ("classification", "generation"))
@@ -108,7 +108,7 @@ class Watcher:
         self.runs = Path(runs) if runs is not None else Path("runs") / self.output_dir.resolve().name
         self.data_opts, self.task = data_opts, task
         self.infer = (infer or stages.InferParams()).replace(hidden="float16" if keep_hidden else "none")
-        self.generation = generation or GenerationOptions()
+        self.generation = generation or GenerationParams()
         after = after or stages.AfterParams(checks=None)
         cluster = after.cluster
         if reuse and cluster is not None and isinstance(cluster.reducer, str):
@@ -116,7 +116,7 @@ class Watcher:
                 cluster.reducer, n_components=cluster.n_components, n_neighbors=cluster.n_neighbors,
                 seed=cluster.seed)))
         self.after = after
-        self.embedder = MemoryMiniLM(batch_size=cluster.batch_size, cache=cluster.cache) \
+        self.embedder = MemoryMiniLM(batch_size=cluster.embed_batch_size, cache=cluster.cache) \
             if reuse and cluster is not None and cluster.embedder == "minilm" else None
         self.taxonomy, self.settle, self.poll = taxonomy, settle, poll
         self.gate, self.alpha, self.say = gate, alpha, say

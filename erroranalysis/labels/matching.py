@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from erroranalysis.errors import DataError
+from erroranalysis.params import Choice, Flag, Float, Int, Params, Text, param
 from erroranalysis.validation import check_param
 
 METHODS = ("centroid", "knn")  # the first is the default (see docs/compare.md)
@@ -235,12 +236,22 @@ def allowed_types(failures, type_names: Sequence[str], constraints: dict[str, di
     return ok
 
 
-def check_match_params(method: str, k: int, threshold: float | None) -> None:
-    """The matching parameters `suggest` and `apply_taxonomy` share, checked before anything is read or opened."""
-    check_param("method", method, method in METHODS, "one of " + ", ".join(METHODS))
-    check_param("k", k, isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 100, "an integer in [1, 100]")
-    check_param("threshold", threshold, threshold is None or (isinstance(threshold, (int, float))
-                and not isinstance(threshold, bool) and 0 < threshold <= 2), "a cosine distance in (0, 2]")
+@dataclass(frozen=True)
+class MatchParams(Params):
+    """How a labeled taxonomy's error types are matched to another run's failures (`apply-taxonomy`)."""
+
+    method: str = param(METHODS[0], Choice(*METHODS), "centroid: nearest error-type centroid; knn: vote of the k "
+                        "nearest labeled examples.")
+    k: int = param(5, Int(1, 100), "Neighbours that vote (knn).")
+    threshold: float | None = param(None, Float(0, 2, low_open=True), "Largest cosine distance to a type for a "
+                                    "match; farther failures are new/unmatched.",
+                                    none="calibrated on the taxonomy's labeled examples", short="-t")
+    confusions: bool = param(True, Flag(), "A type whose labeled examples all share a gold label or prediction only "
+                             "takes failures with that label or prediction (--ignore-confusions: any failure may "
+                             "take any type).", flag="--confusions/--ignore-confusions")
+    embedder: str | None = param(None, Text(), "minilm, hidden or FILE.npy: the vectors failures are matched in.",
+                                 none="the embedder the run was clustered with (minilm when it is not clustered)",
+                                 short="-e")
 
 
 def agreement(suggestions, truth: dict[str, str | None]) -> dict:

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.errors import DataError, preview
-from erroranalysis.validation import check_param, is_int
+from erroranalysis.params import is_int
+from erroranalysis.validation import check_param
 
 CI_LEVEL = 0.95
 TOP_CONFUSIONS = 10

@@ -13,9 +13,9 @@ from erroranalysis.slices._candidate import EmbedFn
 from erroranalysis.slices._features import Features, count_terms, default_min_support, extract_features
 from erroranalysis.slices._groups import group_titles, slice_groups
 from erroranalysis.slices._merge import default_word_embedder
+from erroranalysis.slices._params import FeatureParams, SearchParams
 from erroranalysis.slices._search import (
     SliceResult,
-    check_search_params,
     empty_members,
     empty_slices,
     find_slices,

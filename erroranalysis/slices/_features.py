@@ -9,14 +9,16 @@ import itertools
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
 from erroranalysis.errors import DataError
-from erroranalysis.validation import check_param
+
+if TYPE_CHECKING:
+    from erroranalysis.slices._params import FeatureParams
 
 # Function words never start or end a phrase feature ("of the", "the rain": the word alone says it). Negations are
 # not among them: they are often what a model fails on ("not good"). Kept here rather than importing
@@ -81,12 +83,11 @@ def extract_features(
     *,
     labels: Sequence | None = None,
     truncated: Sequence[bool] | None = None,
-    min_support: int = 10,
-    ngram_max: int = 2,
-    n_buckets: int = 5,
-    max_categories: int = 10,
+    min_support: int | None = None,
+    params: FeatureParams | None = None,
     max_text_features: int | None = None,
     phrase_stop_words: bool = True,
+    **values,
 ) -> Features:
     """Build the binary feature matrix the slice search runs over.
 
@@ -96,19 +97,20 @@ def extract_features(
     values are categorical (one feature per value, plus missing), other numbers are bucketed by quantiles.
     labels: the true label of each example (classification), one feature per class. truncated: whether the input
     was cut. Columns that cannot give a useful feature (one value, every value unique) are skipped with a message
-    in `Features.messages`, never an error.
+    in `Features.messages`, never an error. `params` (a FeatureParams; keyword values override it): `ngram_max`,
+    `n_buckets`, `max_categories`. `min_support` None: `default_min_support(n)`, as the search resolves it.
     """
-    check_param("min_support", min_support, isinstance(min_support, (int, np.integer)) and min_support >= 1,
-                "an integer >= 1")
-    check_param("ngram_max", ngram_max, ngram_max in (1, 2, 3), "1, 2 or 3")
-    check_param("n_buckets", n_buckets, isinstance(n_buckets, (int, np.integer)) and 2 <= n_buckets <= 20,
-                "an integer between 2 and 20")
-    check_param("max_categories", max_categories, isinstance(max_categories, (int, np.integer))
-                and max_categories >= 1, "an integer >= 1")
+    from erroranalysis.slices._params import FeatureParams, SearchParams
+
+    params = params if params is not None else FeatureParams()
+    params = params.replace(**values) if values else params
+    ngram_max, n_buckets, max_categories = params.ngram_max, params.n_buckets, params.max_categories
+    SearchParams(min_support=min_support)  # the search's rule for a slice's smallest size
     lengths = [len(x) for x in (texts, metadata, labels, truncated) if x is not None]
     if not lengths:
         raise DataError("extract_features: give texts, metadata, labels or truncated; nothing to build features from.")
     n = lengths[0]
+    min_support = default_min_support(n) if min_support is None else int(min_support)
     if any(length != n for length in lengths):
         raise DataError(f"extract_features: inputs have different lengths ({lengths}); give one value per example.")
 

@@ -34,10 +34,10 @@ from erroranalysis.schemas import SLICE_MEMBERS, SLICES
 from erroranalysis.slices._candidate import Candidate, EmbedFn
 from erroranalysis.slices._conjunctions import needs_merge, search_conjunctions
 from erroranalysis.slices._features import KIND_ORDER, Features, default_min_support
-from erroranalysis.slices._merge import CONCEPT_THRESHOLD, merge_words
+from erroranalysis.slices._merge import merge_words
+from erroranalysis.slices._params import SearchParams
 from erroranalysis.slices._prune import describe_conjunct, prune_slices
-from erroranalysis.slices._stats import CORRECTIONS, adjust_pvalues, binomial_pvalues, sliceline_score
-from erroranalysis.validation import check_param
+from erroranalysis.slices._stats import adjust_pvalues, binomial_pvalues, sliceline_score
 
 
 @dataclass
@@ -77,54 +77,14 @@ def empty_members(id_dtype="object") -> pd.DataFrame:
                          for c in SLICE_MEMBERS.columns})
 
 
-def check_search_params(*, min_support=None, max_order=3, alpha=0.95, top_k=20, max_candidates=100,
-                        correction="holm", level=0.05, merge_threshold=0.4, merge_level=0.01,
-                        max_overlap=0.8, min_score=None, concept_threshold=CONCEPT_THRESHOLD) -> None:
-    """Raise a ParameterError for the first out-of-range search parameter (before any work is done)."""
-    def is_int(v):
-        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-    def is_num(v):
-        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-    check_param("min_support", min_support, min_support is None or (is_int(min_support) and min_support >= 1),
-                "an integer >= 1")
-    check_param("max_order", max_order, is_int(max_order) and max_order in (1, 2, 3), "1, 2 or 3")
-    check_param("alpha", alpha, is_num(alpha) and 0 < alpha <= 1, "a number in (0, 1]")
-    check_param("top_k", top_k, is_int(top_k) and top_k >= 1, "an integer >= 1")
-    check_param("max_candidates", max_candidates, is_int(max_candidates) and max_candidates >= 2, "an integer >= 2")
-    check_param("correction", correction, correction in CORRECTIONS, " or ".join(repr(c) for c in CORRECTIONS))
-    check_param("level", level, is_num(level) and 0 < level < 1, "a number in (0, 1)")
-    check_param("merge_threshold", merge_threshold, is_num(merge_threshold) and -1 <= merge_threshold <= 1,
-                "a number in [-1, 1]")
-    check_param("concept_threshold", concept_threshold,
-                is_num(concept_threshold) and -1 <= concept_threshold <= 1, "a number in [-1, 1]")
-    check_param("merge_level", merge_level, is_num(merge_level) and 0 < merge_level < 1, "a number in (0, 1)")
-    check_param("max_overlap", max_overlap, is_num(max_overlap) and 0 < max_overlap <= 1, "a number in (0, 1]")
-    check_param("min_score", min_score, min_score is None or (is_num(min_score) and np.isfinite(min_score)),
-                "a number or None")
-
-
 def find_slices(
     features: Features,
     correct: Sequence[bool],
     *,
     example_ids: Sequence | None = None,
-    min_support: int | None = None,
-    max_order: int = 3,
-    alpha: float = 0.95,
-    top_k: int = 20,
-    max_candidates: int = 100,
-    correction: str = "holm",
-    level: float = 0.05,
-    merge: bool = True,
     embed_fn: EmbedFn | None = None,
-    merge_threshold: float = 0.4,
-    concept_threshold: float = CONCEPT_THRESHOLD,
-    merge_level: float = 0.01,
-    max_merge_words: int = 200,
-    max_overlap: float = 0.8,
-    min_score: float | None = None,
+    params: SearchParams = SearchParams(),
+    **values,
 ) -> SliceResult:
     """Find the slices whose error rate stands out, best first.
 
@@ -149,12 +109,11 @@ def find_slices(
     pruned unless significantly more erroneous, and one whose failures other slices explain is pruned. Returns at
     most `top_k` slices.
     """
-    check_search_params(min_support=min_support, max_order=max_order, alpha=alpha, top_k=top_k,
-                        max_candidates=max_candidates, correction=correction, level=level,
-                        merge_threshold=merge_threshold, merge_level=merge_level, max_overlap=max_overlap,
-                        min_score=min_score, concept_threshold=concept_threshold)
+    search = params.replace(**values) if values else params  # checked when built (SearchParams)
+    max_order, alpha, top_k, max_candidates, correction, level, merge = (
+        search.max_order, search.alpha, search.top_k, search.max_candidates, search.correction, search.level, search.merge)
     n = features.n_examples
-    min_support = default_min_support(n) if min_support is None else int(min_support)
+    min_support = default_min_support(n) if search.min_support is None else int(search.min_support)
     correct_arr = _as_correct(correct, n)
     ids = np.arange(n) if example_ids is None else _as_ids(example_ids)
     if len(ids) != n:
@@ -186,16 +145,16 @@ def find_slices(
     text = [i for i in stats.tested if features.kinds[i] == "text"]
     if merge and len(text) >= 2:
         merged, merge_messages = merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
-                                              stats.p, stats.error, n, base, alpha, merge_threshold, merge_level,
-                                              max_merge_words, embed_fn, alone_level=alone,
-                                              concept_threshold=concept_threshold)
+                                              stats.p, stats.error, n, base, alpha, search.merge_threshold, search.merge_level,
+                                              search.max_merge_words, embed_fn, alone_level=alone,
+                                              concept_threshold=search.concept_threshold)
         messages.extend(merge_messages)
         if merged:
             pools.append((np.array([c.p_raw for c in merged]), merged))
     n_tested = sum(len(p) for p, _ in pools)
-    candidates = _significant(pools, correction, level, base, min_score)
-    candidates = _merged_or_words(candidates, X, failed, n, stats, base, merge_level, alone)
-    kept = prune_slices(candidates, X, failed, n, base, min_support, level, max_overlap, top_k)
+    candidates = _significant(pools, correction, level, base, search.min_score)
+    candidates = _merged_or_words(candidates, X, failed, n, stats, base, search.merge_level, alone)
+    kept = prune_slices(candidates, X, failed, n, base, min_support, level, search.max_overlap, top_k)
     if not kept:
         messages.append(f"no slice stands out: {n_tested} slices tested, none with an error rate significantly "
                         f"above the base rate {base:.3f} ({correction} correction, level {level}).")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from erroranalysis.params import Params
 from erroranalysis.rundir import Run
 from erroranalysis.stages.checks import CheckParams
 from erroranalysis.stages.cluster import ClusterParams
 from erroranalysis.stages.metrics import MetricsParams
 from erroranalysis.stages.slices import SliceParams
-from erroranalysis.validation import Params, check_param
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class AfterParams(Params):
         for name, kind in (("metrics", MetricsParams), ("checks", CheckParams), ("slices", SliceParams),
                            ("cluster", ClusterParams)):
             value = getattr(self, name)
-            check_param(name, value, isinstance(value, kind) or (value is None and name != "metrics"),
-                        f"a {kind.__name__}" + (" or None" if name != "metrics" else ""))
+            if not (isinstance(value, kind) or (value is None and name != "metrics")):
+                self.fail(name, value, f"a {kind.__name__}" + (" or None" if name != "metrics" else ""))
 
     @property
     def seed(self) -> int:
@@ -40,17 +40,6 @@ class AfterParams(Params):
                    checks=CheckParams.of(seed=seed, **(check_params or {})) if checks else None,
                    slices=SliceParams() if slices else None,
                    cluster=ClusterParams.of(seed=seed, **(cluster_params or {})) if cluster else None)
-
-
-def AfterOptions(cluster: bool = True, cluster_params: dict | None = None, slices: bool = True, checks: bool = True,
-                 checks_params: dict | None = None, seed: int = 0) -> AfterParams:
-    """The 0.1 spelling of `AfterParams.with_seed` (booleans and dicts); kept for one release."""
-    import warnings
-
-    warnings.warn("AfterOptions is deprecated; use AfterParams (or AfterParams.with_seed).", DeprecationWarning,
-                  stacklevel=2)
-    return AfterParams.with_seed(seed, checks=checks, slices=slices, cluster=cluster, check_params=checks_params,
-                                 cluster_params=cluster_params)
 
 
 def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=None, engine=None) -> None:

@@ -23,50 +23,48 @@ import pandas as pd
 
 from erroranalysis import rundir, schemas
 from erroranalysis.datachecks import report as checks_report
-from erroranalysis.datachecks.label_issues import KNN_K, KNN_WEIGHT
+from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
 from erroranalysis.embedding import CHECK_EMBEDDERS as EMBEDDERS
+from erroranalysis.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
-from erroranalysis.validation import Params, check_choice, check_int, check_number, check_param
 
 
 @dataclass(frozen=True)
 class CheckParams(Params):
-    """The data checks (`erroranalysis checks --help`). `embedder`: the vectors of near duplicates, leakage and
-    the shift classifier, by the rule `embedding.check_embedder`: "auto" (the run's hidden states when it has
-    them, else MiniLM), "hidden", "minilm" or "none" (exact duplicates only, no domain classifier); `train`: a
-    training file in any eval-set format, read with the eval set's column names unless `train_*_column` say
-    otherwise."""
+    """The data checks (`erroranalysis checks --help`): label issues, duplicates, and with a training file leakage
+    and shift. `embedder` picks the vectors of near duplicates, leakage and the shift classifier by the rule
+    `embedding.check_embedder`; the train file is read with the eval set's column names unless `train_*_column`
+    say otherwise."""
 
-    train: str | None = None
-    embedder: str = "auto"
-    label_issue_neighbors: float = KNN_WEIGHT  # the neighbours' labels' weight in the label-issue score (0: none)
-    label_issue_k: int = KNN_K
-    near_threshold: float = 0.95
-    neighbors: int = 10
-    block_size: int = 4096
-    label_issue_method: str = "self_confidence"
-    filter_by: str = "prune_by_noise_rate"
-    shift: bool = True
-    train_text_column: str | None = None
-    train_label_column: str | None = None
-    train_id_column: str | None = None
-    encoding: str = "utf-8"
-    split: str | None = None
-    seed: int = 0
-
-    def validate(self) -> None:
-        from erroranalysis.datachecks.label_issues import FILTERS, METHODS
-
-        check_choice("embedder", self.embedder, EMBEDDERS)
-        check_number("label_issue_neighbors", self.label_issue_neighbors, 0, 1)
-        check_int("label_issue_k", self.label_issue_k, 1, 500)
-        check_number("near_threshold", self.near_threshold, 0, 1, low_open=True)
-        check_int("neighbors", self.neighbors, 1)
-        check_int("block_size", self.block_size, 1)
-        check_choice("label_issue_method", self.label_issue_method, METHODS)
-        check_choice("filter_by", self.filter_by, FILTERS)
-        check_param("train", self.train, self.train is None or isinstance(self.train, (str, Path)), "a file path")
-        check_int("seed", self.seed, 0)
+    train: str | None = param(None, File(), "Training data (.jsonl, .csv, .parquet or a save_to_disk folder): adds "
+                              "train/eval leakage and distribution shift.", none="no leakage or shift checks")
+    embedder: str = param("auto", Choice(*EMBEDDERS), "Vectors of near duplicates, leakage and shift: auto (the "
+                          "checkpoint's hidden states when the run has them, else MiniLM), hidden, minilm or none "
+                          "(exact duplicates only, no domain classifier).", flag="--check-embedder")
+    label_issue_neighbors: float = param(KNN_WEIGHT, Float(0, 1), "Weight of the neighbours' labels in the "
+                                         "label-issue score (0: the model's confidence alone).", advanced=True)
+    label_issue_k: int = param(KNN_K, Int(1, 500), "Neighbours whose labels vote in the label-issue score.",
+                               advanced=True)
+    near_threshold: float = param(0.95, Float(0, 1, low_open=True), "Cosine similarity at or above which two texts "
+                                  "are near duplicates.")
+    neighbors: int = param(10, Int(1), "Nearest neighbours kept per text in the duplicate search.",
+                           flag="--duplicate-neighbors")
+    block_size: int = param(4096, Int(1), "Rows per block of the exact neighbour search (memory).",
+                            flag="--check-block-size", advanced=True)
+    label_issue_method: str = param("self_confidence", Choice(*METHODS), "cleanlab's label-quality score.",
+                                    advanced=True)
+    filter_by: str = param("prune_by_noise_rate", Choice(*FILTERS), "cleanlab's rule for flagging label issues.",
+                           advanced=True)
+    shift: bool = param(True, Flag(), "With a training file: the distribution-shift report.")
+    train_text_column: str | None = param(None, Text(), "Text column of the training file.",
+                                          none="the eval set's")
+    train_label_column: str | None = param(None, Text(), "Label column of the training file.",
+                                           none="the eval set's")
+    train_id_column: str | None = param(None, Text(), "Id column of the training file.", none="row number")
+    encoding: str = param("utf-8", Text(), "Text encoding of a CSV/JSONL training file.", flag="--train-encoding")
+    split: str | None = param(None, Text(), "Split of a saved DatasetDict training file.", flag="--train-split",
+                              none="the only split")
+    seed: int = spec_field(SEED)
 
 
 def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embed: Callable | None = None,

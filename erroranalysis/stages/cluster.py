@@ -17,67 +17,44 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from erroranalysis import rundir
+from erroranalysis.cluster import REDUCERS, ClusteringParams, NamingParams
 from erroranalysis.errors import DataError, RunError
+from erroranalysis.params import Choice, Flag, Int, Object, Text, param
 from erroranalysis.rundir import readers
-from erroranalysis.validation import Params, check_choice, check_int, check_number
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
 MISLABELED = 0.5  # ...and is "probably mislabeled" when this share of its failures are suspected label issues
+EMBEDDERS = ("minilm", "hidden")  # by name; or a .npy file of vectors (stages.embedders.resolve_embedder)
 
 
 @dataclass(frozen=True)
-class ClusterParams(Params):
-    """The cluster stage (`erroranalysis cluster --help`). `embedder`: "minilm" (packaged sentence model, cached by
-    text hash), "hidden" (the checkpoint's hidden states) or a path to a .npy file. `reducer` and `layout` (the
-    2-D display coordinates): umap, pca or none. `slice_groups`: a strong slice whose failures the embedding
-    scattered becomes a cluster of its own. The rest: see `cluster.FailureClustering`, `cluster.describe_clusters`."""
+class ClusterParams(NamingParams, ClusteringParams):
+    """The cluster stage (`erroranalysis cluster --help`): the clustering's and the naming's parameters
+    (`cluster.ClusteringParams`, `cluster.NamingParams`) and what only the stage needs: the embedder, the 2-D
+    layout, slice groups, the embedding cache."""
 
-    embedder: str = "minilm"
-    min_cluster_size: int | None = None
-    seed: int = 0
-    reducer: Any = "umap"
-    n_components: int | None = None
-    n_neighbors: int = 15
-    min_samples: int | None = None
-    error_aware: bool = True
-    pair_weight: float = 0.0
-    assign_noise: float | None = 0.5
-    layout: str = "umap"
-    max_fit: int = 20_000
-    min_failures: int = 20
-    slice_groups: bool = True
-    group_purity: float = 0.7
-    parent_similarity: float | None = 0.6
-    n_keywords: int = 8
-    n_exemplars: int = 5
-    cache: bool = True
-    batch_size: int = 32
+    embedder: Any = param("minilm", Text() | Object(("embed",), "an object with embed(frame) and key"),
+                          "minilm (packaged sentence model, cached), hidden (the checkpoint's own hidden states) or "
+                          "FILE.npy (one row per prediction, or rows named by FILE.json {\"example_ids\": [...]}).",
+                          short="-e")
+    layout: str = param("umap", Choice(*REDUCERS), "2-D map of all examples: umap, pca or none.")
+    slice_groups: bool = param(True, Flag(), "When the slices stage ran: a strong error slice whose failures the "
+                               "embedding scattered over other clusters becomes a cluster of its own, named by the "
+                               "slice.")
+    cache: bool = param(True, Flag(), "Read and write the embedding cache.")
+    embed_batch_size: int = param(32, Int(1), "Texts per embedding batch.", advanced=True)
 
     def validate(self) -> None:
-        from erroranalysis import cluster
-
-        check_number("pair_weight", self.pair_weight, 0, 10)
-        check_choice("layout", self.layout, cluster.REDUCERS)
-        check_int("batch_size", self.batch_size, 1)
-        check_int("n_keywords", self.n_keywords, 1, 50)
-        check_int("n_exemplars", self.n_exemplars, 1, 50)
-        check_choice("slice_groups", self.slice_groups, (True, False))
-        self.model().validate()
+        named = self.embedder if isinstance(self.embedder, str) else None
+        if named is not None and named not in EMBEDDERS and not (named.endswith(".npy") or "/" in named):
+            self.fail("embedder", named, "'minilm', 'hidden' or a path to a .npy file")
 
     def model(self, clusterer=None, features: Sequence = ()):
         """The FailureClustering these parameters describe (unfitted)."""
         from erroranalysis import cluster
 
-        blocks = list(features)
-        if self.pair_weight > 0:
-            blocks.append(cluster.ConfusionPairFeature(self.pair_weight))
-        return cluster.FailureClustering(
-            reducer=self.reducer, n_components=self.n_components, n_neighbors=self.n_neighbors,
-            min_cluster_size=self.min_cluster_size, min_samples=self.min_samples, clusterer=clusterer,
-            features=blocks, error_aware=self.error_aware, assign_noise=self.assign_noise,
-            group_purity=self.group_purity, parent_similarity=self.parent_similarity, min_failures=self.min_failures,
-            max_fit=self.max_fit, seed=self.seed)
+        return cluster.FailureClustering(self, clusterer=clusterer, features=features)
 
 
 @dataclass
@@ -140,7 +117,7 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     run = rundir.Run.open(run_dir)
     predictions = readers.read_predictions(run)
     emb = embedder if embedder is not None else resolve_embedder(params.embedder, run, predictions,
-                                                                 cache=params.cache, batch_size=params.batch_size)
+                                                                 cache=params.cache, batch_size=params.embed_batch_size)
     failed = ~predictions["correct"].to_numpy()
     fail_rows, correct_rows = np.flatnonzero(failed), np.flatnonzero(~failed)
     want_context = len(fail_rows) > 0 and (params.error_aware or params.layout != "none")
@@ -204,7 +181,7 @@ def _describe(run, inputs: _Inputs, failures, result, fail_vectors, slice_names:
     clusters = cluster.describe_clusters(
         failures, result.labels, membership=result.membership, vectors=fail_vectors, correct_texts=correct_texts,
         kinds=result.cluster_tier, local_error_rate=result.local_error_rate, reassigned=result.reassigned,
-        n_keywords=params.n_keywords, n_exemplars=params.n_exemplars, seed=params.seed,
+        naming=params.project(cluster.NamingParams),
         titles={c: slice_names[g] for c, g in result.cluster_group.items()}, parents=result.cluster_parent)
     clusters = _with_slice(clusters, result.cluster_group, slice_names)
     return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels)
@@ -325,11 +302,11 @@ def _assignments(predictions, fail_rows: np.ndarray, result, xy: np.ndarray):
     })
 
 
-def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, seed: int = 0) -> dict:
+def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overrides) -> dict:
     """Rewrite clusters.parquet (names, keywords, exemplars, diagnostics) from the stored clustering."""
     from erroranalysis import cluster
 
-    ClusterParams(n_keywords=n_keywords, n_exemplars=n_exemplars, seed=seed)  # the same checks as cluster_run
+    params = params.project(NamingParams).replace(**overrides) if overrides else params.project(NamingParams)
     run = rundir.Run.open(run_dir)
     predictions = readers.read_predictions(run)
     assignments = readers.read_assignments(run)
@@ -342,13 +319,12 @@ def name_run(run_dir: str | Path, *, n_keywords: int = 8, n_exemplars: int = 5, 
     part = assignments[fail]
     labels = part["cluster_id"].to_numpy(dtype=np.int64)
     cluster_group, slice_names, parents = _stored_slices(run)
-    with run.stage("cluster_names", {"n_keywords": n_keywords, "n_exemplars": n_exemplars}) as staging:
+    with run.stage("cluster_names", params.record()) as staging:
         clusters = cluster.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=_stored_vectors(run, failures),
             correct_texts=predictions.loc[predictions["correct"], "text"].tolist(), kinds=_stored_kinds(part, labels),
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
-            reassigned=part["reassigned"].to_numpy(dtype=bool), n_keywords=n_keywords, n_exemplars=n_exemplars,
-            seed=seed, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)
+            reassigned=part["reassigned"].to_numpy(dtype=bool), naming=params, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)
         clusters = _with_slice(clusters, cluster_group, slice_names)
         clusters = with_other_stages(run, clusters, failures["example_id"].to_numpy(), labels)
         staging.write_parquet(rundir.CLUSTERS, clusters)

@@ -16,10 +16,9 @@ from erroranalysis import __version__, compare_report, files, rundir
 from erroranalysis import compare as cmp
 from erroranalysis.compare import (
     FORMAT,
-    LEVEL,
-    MIN_OVERLAP,
     REPORT_FILES,
     SCHEMA_VERSION,
+    CompareParams,
     Report,
     RunView,
     compare_pair,
@@ -29,7 +28,6 @@ from erroranalysis.compare import (
 )
 from erroranalysis.errors import UserError
 from erroranalysis.rundir import readers
-from erroranalysis.validation import check_param, is_int
 
 
 def read_run(path: str | Path, store=None) -> RunView:
@@ -56,20 +54,18 @@ def read_run(path: str | Path, store=None) -> RunView:
 
 
 def compare_runs(base: str | Path, candidates: Sequence[str | Path], *, labels_db: str | Path | None = None,
-                 store=None, n_resamples: int = 1000, seed: int = 0, level: float = LEVEL,
-                 min_overlap: float = MIN_OVERLAP) -> Report:
+                 store=None, params: CompareParams = CompareParams(), **values) -> Report:
     """Compare each candidate run with the baseline run (same eval set, matched by example id).
 
     Error types come from the labels store: `labels_db`, or `store`, or the database base's labels live in
-    (erroranalysis.labels.labels_db_for) when it exists (without one the report has no error-type section)."""
+    (erroranalysis.labels.labels_db_for) when it exists (without one the report has no error-type section).
+    `params` (keyword values override it): see `compare.CompareParams`."""
     import pandas as pd
 
     from erroranalysis.stages.export import open_store
 
-    check_param("n_resamples", n_resamples, is_int(n_resamples) and 1 <= n_resamples <= 100_000,
-                "an integer in [1, 100000]")
-    check_param("min_overlap", min_overlap, isinstance(min_overlap, (int, float)) and not isinstance(min_overlap, bool)
-                and 0 < min_overlap <= 1, "a number in (0, 1]")
+    params = params.replace(**values) if values else params
+    n_resamples, seed, level, min_overlap = params.n_resamples, params.seed, params.level, params.min_overlap
     candidates = list(candidates)
     if not candidates:
         raise UserError("compare needs a candidate run besides the baseline: compare BASE CANDIDATE [CANDIDATE ...].")

@@ -20,28 +20,32 @@ from typing import Callable
 from erroranalysis import rundir
 from erroranalysis.checklist import doctor_report as report
 from erroranalysis.checklist.doctor_report import DoctorResult, Section, render_markdown
+from erroranalysis.checklist.overfit import OverfitParams
 from erroranalysis.rundir import readers
 
 REPORT_MD, REPORT_JSON = rundir.DOCTOR_MD, rundir.DOCTOR_JSON
 
 
-def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, train: str | Path | None = None,
-               log: str | Path | None = None, data_opts=None, infer_opts=None, n: int = 100, steps: int | None = None,
-               lr: float = 1e-4, overfit: bool = True, control: bool = True, overfit_max_length: int = 64,
-               cluster: bool = False, slices: bool = True, embedder="minilm", seed: int = 0, overwrite: bool = False,
+def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, log: str | Path | None = None,
+               data_opts=None, infer_opts=None, overfit=OverfitParams(), checks=None, cluster=None,
+               slices: bool = True, embed=None, seed: int = 0, overwrite: bool = False,
                progress: Callable[[str], None] | None = None) -> DoctorResult:
-    """Run the checklist for `model` on `data` and write doctor.md / doctor.json into the run directory `out`."""
+    """Run the checklist for `model` on `data` and write doctor.md / doctor.json into the run directory `out`.
+
+    `overfit` (OverfitParams, None skips the memorization check), `checks` (CheckParams: the training file, the
+    embedder), `cluster` (ClusterParams; None: no clustering); `embed` (texts -> vectors) replaces the checks'
+    embedder."""
     from erroranalysis.data import DataOptions, read_eval_set, read_train_set
     from erroranalysis.infer.classifier import read_config, weight_files
     from erroranalysis.stages.after import AfterParams
     from erroranalysis.stages.checks import CheckParams, checks_run
-    from erroranalysis.stages.cluster import ClusterParams
     from erroranalysis.stages.infer import InferParams, infer_stage, prepare
     from erroranalysis.stages.metrics import MetricsParams
 
     say = progress or (lambda message: None)
     data_opts = data_opts or DataOptions()
     infer_opts = infer_opts or InferParams()
+    check = (checks or CheckParams()).replace(seed=seed)
     out, model = Path(out), Path(model)
     # -- every input checked before any work ------------------------------------------------------------------
     rundir.check_out(out, overwrite)
@@ -49,16 +53,15 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, train: s
     weight_files(model)
     read_eval_set(data, data_opts)
     training_log, log_note = _training_log(model, log)
-    check = CheckParams(embedder=embedder if isinstance(embedder, str) else "minilm", seed=seed)
-    train_set = None if train is None else read_train_set(
-        train, text_column=data_opts.text_column, label_column=data_opts.label_column, encoding=data_opts.encoding)
+    train_set = None if check.train is None else read_train_set(
+        check.train, text_column=data_opts.text_column, label_column=data_opts.label_column,
+        encoding=data_opts.encoding)
 
     sections: list[Section] = []
     # 1. memorization
-    if overfit:
-        say(f"1/6 can it memorize {n} examples?")
-        sections.append(_memorize_section(model, data, data_opts, infer_opts, n=n, steps=steps, lr=lr,
-                                          control=control, max_length=overfit_max_length, seed=seed))
+    if overfit is not None:
+        say(f"1/6 can it memorize {overfit.n} examples?")
+        sections.append(_memorize_section(model, data, data_opts, infer_opts, overfit.replace(seed=seed)))
     else:
         sections.append(Section("memorize", "Can it memorize a tiny dataset?", "skipped",
                                 "skipped (--no-overfit)", body="Run `erroranalysis overfit --model ... --data ...`."))
@@ -69,7 +72,7 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, train: s
     say("4/6 inference and metrics")
     job = prepare(model, data, data_opts, infer_opts)
     after = AfterParams(metrics=MetricsParams(seed=seed), checks=None,  # step 6 runs the checks, with the train file
-                        cluster=ClusterParams(seed=seed) if cluster else None)
+                        cluster=cluster.replace(seed=seed) if cluster is not None else None)
     with rundir.create_run(out, overwrite=overwrite, **job.manifest(seed=seed)) as run:
         infer_stage(run, job)
         from erroranalysis.stages.after import after_predictions
@@ -82,13 +85,14 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, train: s
         sections.append(_examples_section(run, metrics, slices))
         # 6. labels and data
         say("6/6 labels and data checks")
-        checks_run(run.path, check, train_set=train_set, embed=None if isinstance(embedder, str) else embedder)
+        checks_run(run.path, check, train_set=train_set, embed=embed)
         texts = run.predictions(columns=["example_id", "text"]).set_index("example_id")["text"]
         sections.append(report.labels_section(readers.read_checks_report(run), texts, run.file(rundir.CHECKS)))
         result = _write_report(run, sections, model, Path(data), {
             "train": str(train_set.path) if train_set is not None else None,
-            "log": training_log.path if training_log is not None else None, "overfit": overfit, "n": n,
-            "steps": steps, "lr": lr, "cluster": cluster, "seed": seed})
+            "log": training_log.path if training_log is not None else None,
+            "overfit": overfit.record() if overfit is not None else None, "cluster": cluster is not None,
+            "seed": seed})
     result.run, result.report = run.path, run.file(REPORT_MD)
     return result
 
@@ -117,14 +121,12 @@ def _training_log(model: Path, log):
     return found, f"found in the checkpoint folder: {found.path}"
 
 
-def _memorize_section(model, data, data_opts, infer_opts, *, n, steps, lr, control, max_length, seed) -> Section:
+def _memorize_section(model, data, data_opts, infer_opts, params) -> Section:
     from erroranalysis.checklist.overfit import overfit_check
     from erroranalysis.infer.classifier import load_classifier
 
     clf = load_classifier(model, device=infer_opts.device, trust_remote_code=infer_opts.trust_remote_code)
-    result = overfit_check(clf, data, n=n, steps=steps, lr=lr, max_length=max_length, seed=seed, control=control,
-                           text_column=data_opts.text_column, label_column=data_opts.label_column,
-                           encoding=data_opts.encoding, split=data_opts.split)
+    result = overfit_check(clf, data, params, data_opts=data_opts)
     del clf
     return report.memorize_section(result)
 

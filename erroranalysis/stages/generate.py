@@ -19,8 +19,9 @@ from erroranalysis import rundir
 from erroranalysis.data import DataOptions, EvalSet, load_eval_set, read_table
 from erroranalysis.errors import DataError, ParameterError, preview, where
 from erroranalysis.infer import output_cells, output_checks
-from erroranalysis.infer.generation import GenerationOptions
+from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.metrics.generation import low_loss_failures
+from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 
@@ -38,11 +39,12 @@ INPUT_ROLES = ("schema", "regex", "tools", "checks")
 
 
 def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
-                   gen_opts: GenerationOptions = GenerationOptions(), after: AfterParams = AfterParams(),
-                   overwrite: bool = False, progress: Callable[[int, int], None] | None = None,
-                   log: Callable[[str], None] | None = None, embedder=None) -> Run:
+                   gen_opts: GenerationParams = GenerationParams(), after: AfterParams = AfterParams(),
+                   overwrite: bool = False, progress=None, log: Callable[[str], None] | None = None,
+                   embedder=None) -> Run:
     """Generate with `model` over the prompt set `data`, check the outputs, write the run at `out`, then run
-    metrics (with an "output_checks" section) and the stages `after` names over the failing examples."""
+    metrics (with an "output_checks" section) and the stages `after` names over the failing examples. `progress`:
+    an `erroranalysis.progress.Reporter`, or a function (rows done, total)."""
     from erroranalysis.infer.causal_lm import load_causal_lm
 
     check_parameters(gen_opts)
@@ -53,11 +55,11 @@ def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data
     with create_run(out, overwrite=overwrite, **generation_manifest(lm, prepared, gen_opts, encoded,
                                                                     seed=after.seed)) as run:
         generation_stage(run, lm, prepared, gen_opts, encoded, progress)
-        after_predictions(run, after, embedder=embedder)
+        after_predictions(run, after, embedder=embedder, progress=progress)
     return run
 
 
-def encode_eval_set(lm, prepared: dict, gen_opts: GenerationOptions) -> dict:
+def encode_eval_set(lm, prepared: dict, gen_opts: GenerationParams) -> dict:
     """The prompts rendered (chat template) and tokenized within the context budget, and the references."""
     from erroranalysis.infer.generation import encode_answers, encode_prompts, prompt_budget
 
@@ -68,25 +70,24 @@ def encode_eval_set(lm, prepared: dict, gen_opts: GenerationOptions) -> dict:
     return {"prompt_ids": prompt_ids, "truncated": truncated, "reference_ids": reference_ids, "budget": budget}
 
 
-def generation_manifest(lm, prepared: dict, gen_opts: GenerationOptions, encoded: dict, **extra) -> dict:
+def generation_manifest(lm, prepared: dict, gen_opts: GenerationParams, encoded: dict, **extra) -> dict:
     """The manifest fields of a generation run."""
     return {"task": "generation", "labels": prepared["labels"],
-            "model": {**lm.describe(), "batch_size": gen_opts.batch_size, "max_length": encoded["budget"]},
+            "model": {**lm.describe(), "batch_size": gen_opts.rows_per_batch, "max_length": encoded["budget"]},
             "data": prepared["data_entry"], "device": lm.device,
             "generation": {**gen_opts.describe(), "output_checks": prepared["checks"],
                            "allowed_labels": prepared["allowed"]}, **extra}
 
 
-def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationOptions, encoded: dict,
-                     progress: Callable[[int, int], None] | None = None, training_state: dict | None = None) -> None:
+def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationParams, encoded: dict, progress=None,
+                     training_state: dict | None = None) -> None:
     """The infer stage of a generation run: generate, check the outputs, commit predictions.parquet (with the
     Trainer's state as trainer_state.json when the model is still in training)."""
     eval_set: EvalSet = prepared["eval_set"]
     params = {**gen_opts.describe(), "device": lm.device, "precision": lm.precision,
               "output_checks": prepared["checks"]}
-    with run.stage("infer", params) as staging:
-        n = len(eval_set)
-        advance = (lambda k: progress(k, n)) if progress else None
+    n = len(eval_set)
+    with run.stage("infer", params) as staging, as_reporter(progress).stage("generate", n) as advance:
         start = time.perf_counter()
         result = _generate(lm, encoded["prompt_ids"], encoded["reference_ids"], gen_opts, advance)
         seconds = max(time.perf_counter() - start, 1e-9)
@@ -105,7 +106,7 @@ def _generate(lm, prompt_ids, reference_ids, opts, progress):
     return generate(lm, prompt_ids, opts, reference_ids=reference_ids, progress=progress)
 
 
-def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: GenerationOptions) -> dict[str, Any]:
+def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: GenerationParams) -> dict[str, Any]:
     """Read and validate a prompt set: prompt or messages, reference, label, schema, regex, tools, checks."""
     path = Path(data)
     raw, _ = read_table(path, encoding=data_opts.encoding, split=data_opts.split)
@@ -202,7 +203,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
             "parsed": parsed, "lines": lines, "source": source}
 
 
-def _prompt_column(path: Path, columns: list[str], data_opts: DataOptions, gen_opts: GenerationOptions) -> str:
+def _prompt_column(path: Path, columns: list[str], data_opts: DataOptions, gen_opts: GenerationParams) -> str:
     if data_opts.text_column and data_opts.text_column != "text":
         if data_opts.text_column not in columns:
             raise DataError(f"{path}: no column {data_opts.text_column!r}; columns found: {preview(columns)}; "
@@ -223,7 +224,7 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def _render(lm, prepared: dict, opts: GenerationOptions) -> tuple[list[str], list[bool]]:
+def _render(lm, prepared: dict, opts: GenerationParams) -> tuple[list[str], list[bool]]:
     from erroranalysis.infer.generation import render_prompt
 
     texts, templated = [], []
@@ -303,7 +304,7 @@ def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.nda
     return table
 
 
-def check_parameters(gen_opts: GenerationOptions) -> None:
+def check_parameters(gen_opts: GenerationParams) -> None:
     """Validate options alone (the CLI may call it before anything is read)."""
     if gen_opts.output_checks:
         output_cells.check_names(gen_opts.output_checks)

@@ -18,47 +18,31 @@ import numpy as np
 from erroranalysis import rundir
 from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
 from erroranalysis.engines import LOCAL, Engine
+from erroranalysis.infer import runtime
 from erroranalysis.infer.classifier import cpu_bf16_note
+from erroranalysis.params import Choice, Params, param, spec_field
 from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
-from erroranalysis.validation import Params, check_choice, check_int, check_param
 
-PRECISIONS = ("auto", "fp32", "bf16")
 CHUNK_ROWS = 4096  # rows per chunk: the unit of streaming in-process and of a Ray block
 HIDDEN = ("float32", "float16", "none")  # how hidden_states.npy is kept: per-step runs of a training run keep less
 
 
 @dataclass(frozen=True)
 class InferParams(Params):
-    """How the checkpoint runs: `--batch-size` and `--max-tokens` (None: the device's default, see
-    infer.classifier.batching), `--max-length`, `--precision` (auto: bf16 on CUDA, fp32 elsewhere), `--device`,
-    `--trust-remote-code`; `hidden`: hidden_states.npy kept as float32, float16 (half the disk) or not at all
-    ("none")."""
+    """How the checkpoint runs (the shared declarations of `erroranalysis.infer.runtime`); `hidden`: how
+    hidden_states.npy is kept."""
 
-    batch_size: int | None = None
-    max_tokens: int | None = None
-    max_length: int = 256
-    precision: str = "auto"
-    device: str = "auto"
-    trust_remote_code: bool = False
-    hidden: str = "float32"
-
-    def validate(self) -> None:
-        if self.batch_size is not None:
-            check_int("batch_size", self.batch_size, 1)
-        if self.max_tokens is not None:
-            check_int("max_tokens", self.max_tokens, 0)
-        check_int("max_length", self.max_length, 2)
-        check_choice("precision", self.precision, PRECISIONS)
-        check_choice("hidden", self.hidden, HIDDEN)
-        check_param("device", self.device, isinstance(self.device, str) and (
-            self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")),
-            "one of auto, cpu, cuda, cuda:N, mps")
-
-
-InferOptions = InferParams  # the name before 0.2
+    batch_size: int | None = spec_field(runtime.BATCH_SIZE)
+    max_tokens: int | None = spec_field(runtime.MAX_TOKENS)
+    max_length: int = spec_field(runtime.MAX_LENGTH)
+    precision: str = spec_field(runtime.PRECISION)
+    device: str = spec_field(runtime.DEVICE)
+    trust_remote_code: bool = spec_field(runtime.TRUST_REMOTE_CODE)
+    hidden: str = param("float32", Choice(*HIDDEN), "hidden_states.npy kept as float32, float16 (half the disk) or "
+                        "not at all (none; the checks and --embedder hidden then have no hidden states).")
 
 
 def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),

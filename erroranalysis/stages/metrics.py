@@ -7,21 +7,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from erroranalysis import rundir
+from erroranalysis.params import SEED, Int, Params, param, spec_field
 from erroranalysis.rundir import Run, readers
 from erroranalysis.stages.common import metadata_of
-from erroranalysis.validation import Params, check_int
 
 
 @dataclass(frozen=True)
 class MetricsParams(Params):
-    """`--seed` and `--bootstrap` (resamples for the 95% intervals; 0 turns them off)."""
+    """The metrics stage: the bootstrap behind every 95% interval."""
 
-    seed: int = 0
-    n_resamples: int = 1000
-
-    def validate(self) -> None:
-        check_int("seed", self.seed, 0)
-        check_int("n_resamples", self.n_resamples, 0, 100_000)
+    seed: int = spec_field(SEED)
+    n_resamples: int = param(1000, Int(0, 100_000), "Bootstrap resamples for the 95% intervals (0: none).",
+                             flag="--bootstrap")
 
 
 def compute_run_metrics(run: Run, params: MetricsParams = MetricsParams(), **overrides) -> dict:

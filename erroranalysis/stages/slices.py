@@ -14,36 +14,16 @@ from typing import Any
 
 from erroranalysis import rundir, schemas
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, readers
+from erroranalysis.slices import FeatureParams, SearchParams
 from erroranalysis.stages.common import metadata_of
-from erroranalysis.validation import Params, check_choice, check_int
 
 STAGE = "slices"
 
 
 @dataclass(frozen=True)
-class SliceParams(Params):
-    """The slice search: see `slices.extract_features` and `slices.find_slices` (`erroranalysis slices --help`)."""
-
-    min_support: int | None = None
-    max_order: int = 3
-    alpha: float = 0.95
-    top_k: int = 20
-    merge: bool = True
-    correction: str = "holm"
-    level: float = 0.05
-    ngram_max: int = 2
-    n_buckets: int = 5
-    max_candidates: int = 100
-
-    def validate(self) -> None:
-        from erroranalysis import slices as sl
-
-        sl.check_search_params(min_support=self.min_support, max_order=self.max_order, alpha=self.alpha,
-                               top_k=self.top_k, max_candidates=self.max_candidates, correction=self.correction,
-                               level=self.level)
-        check_choice("ngram_max", self.ngram_max, (1, 2, 3))
-        check_int("n_buckets", self.n_buckets, 2, 20)
-        check_choice("merge", self.merge, (True, False))
+class SliceParams(FeatureParams, SearchParams):
+    """The slice stage (`erroranalysis slices --help`): the search's and the features' parameters
+    (`slices.SearchParams`, `slices.FeatureParams`)."""
 
 
 def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embed_fn=None,
@@ -70,13 +50,11 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
             frame["text"].tolist(), frame[meta_cols] if meta_cols else None,
             labels=frame["label"].tolist() if run.task == "classification" else None,
             truncated=frame["truncated"].tolist() if "truncated" in frame.columns else None,
-            min_support=support, ngram_max=params.ngram_max, n_buckets=params.n_buckets)
+            min_support=support, params=params.project(sl.FeatureParams))
         feature_seconds = time.perf_counter() - start
         result = sl.find_slices(
             features, frame["correct"].to_numpy(), example_ids=frame["example_id"].to_numpy(dtype=object),
-            min_support=support, max_order=params.max_order, alpha=params.alpha, top_k=params.top_k,
-            max_candidates=params.max_candidates, correction=params.correction, level=params.level,
-            merge=params.merge, embed_fn=embed_fn)
+            params=params.project(sl.SearchParams).replace(min_support=support), embed_fn=embed_fn)
         staging.write_parquet(SLICE_MEMBERS, result.members.astype(schemas.SLICE_MEMBERS.dtypes))
         staging.write_parquet(SLICES, result.slices)
         summary = result.summary()

@@ -95,8 +95,9 @@ def analyze_generation_step(experiment: str | Path, lm, prepared: dict, gen_opts
                             epoch: float | None = None, checkpoint: str | Path | None = None,
                             training_state: dict | None = None, after: AfterParams = AfterParams(checks=None),
                             taxonomy: str | Path | None = "auto", embedder=None,
-                            progress: Callable[[int, int], None] | None = None) -> Run:
-    """The generation stage (outputs checked) on a prompt set, then the stages `after` names, for one step."""
+                            progress=None) -> Run:
+    """The generation stage (outputs checked) on a prompt set, then the stages `after` names, for one step
+    (`progress`: a Reporter or a function of rows done, total)."""
     from erroranalysis.stages.generate import encode_eval_set, generation_manifest, generation_stage
 
     experiment = Path(experiment)

@@ -43,9 +43,9 @@ from erroranalysis.labels.matching import (
     STATUS_REJECTED,
     STATUS_SUGGESTED,
     STATUS_UNMATCHED,
+    MatchParams,
     allowed_types,
     auto_threshold,
-    check_match_params,
     check_references,
     confusion_constraints,
     family_matches,
@@ -186,18 +186,20 @@ def _failures(run: rundir.Run):
     return readers.read_predictions(run)
 
 
-def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, method: str = "centroid", k: int = 5,
-            threshold: float | None = None, embedder=None, progress: Progress | None = None,
-            name: str | None = None, confusions: bool = True) -> ApplyResult:
+def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, params: MatchParams = MatchParams(),
+            embedder=None, progress: Progress | None = None, name: str | None = None, **values) -> ApplyResult:
     """Match the failures of `run_dir` to the taxonomy's error types; compute only (writes nothing).
 
     `store` (a LabelStore) is read for the run's existing labels and flags: examples with an accepted label keep
     it, flagged ones ('label is wrong', 'not an error') are left alone, and a type a person rejected for an example
     is not suggested again. With `confusions`, an error type whose labeled examples all share a gold label or a
-    prediction only takes failures with that label or prediction (see `confusion_constraints`).
+    prediction only takes failures with that label or prediction (see `confusion_constraints`). `params` (keyword
+    values override it): see `labels.MatchParams`.
     """
-    check_match_params(method, k, threshold)
     import pandas as pd
+
+    params = params.replace(**values) if values else params
+    method, k, threshold, confusions = params.method, params.k, params.threshold, params.confusions
 
     source = name or (str(taxonomy) if not isinstance(taxonomy, dict) else "taxonomy")
     doc = load_taxonomy(taxonomy, source)
@@ -209,7 +211,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
     refs = check_references(doc, source)
     predictions = _failures(run)
     run_key = store.run_key(run.path) if store is not None else run.name
-    emb, embed_note = run_embedder(run, predictions, embedder)
+    emb, embed_note = run_embedder(run, predictions, embedder if embedder is not None else params.embedder)
     notes = [f"{embed_note}; the taxonomy's labeled texts are embedded with it too"]
     failures = predictions[~predictions["correct"]]  # index = row position, which hidden/file embedders use
 
@@ -313,9 +315,9 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, met
 
 
 def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_db: str | Path | None = None,
-                   store=None, method: str = "centroid", k: int = 5, threshold: float | None = None, embedder=None,
-                   on_clash: str = "reuse", user: str | None = None, progress: Progress | None = None,
-                   name: str | None = None, confusions: bool = True) -> ApplyResult:
+                   store=None, params: MatchParams = MatchParams(), embedder=None, on_clash: str = "reuse",
+                   user: str | None = None, progress: Progress | None = None, name: str | None = None,
+                   **values) -> ApplyResult:
     """Suggest error types for the run's failures and store them: the taxonomy's error types are imported into the
     labels store (see import_taxonomy), each matched failure is assigned as `source='suggested'`,
     `status='pending'`, and every failure's match is written to `<run>/taxonomy_suggestions.parquet`; the manifest
@@ -325,7 +327,7 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     from erroranalysis.labels import LabelStore, ReadOnlyError, labels_db_for
 
     check_param("on_clash", on_clash, on_clash in ON_CLASH, "one of " + ", ".join(ON_CLASH))
-    check_match_params(method, k, threshold)
+    params = params.replace(**values) if values else params
     source = name or (str(taxonomy) if not isinstance(taxonomy, dict) else "taxonomy")
     doc = load_taxonomy(taxonomy, source)
     check_references(doc, source)
@@ -338,13 +340,13 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     if not store.can_write:  # refused before the run is touched (the stage would write it first)
         raise ReadOnlyError(store.read_only_reason)
     plan_import(doc, store, on_clash=on_clash)  # refuses a clash before anything is computed or written
-    result = suggest(doc, run.path, store=store, method=method, k=k, threshold=threshold, embedder=embedder,
-                     progress=progress, name=source, confusions=confusions)
+    result = suggest(doc, run.path, store=store, params=params, embedder=embedder, progress=progress, name=source)
     table = result.suggestions
-    params = {"taxonomy": result.taxonomy, "method": method, "k": k, "threshold": round(result.threshold, 6),
-              "threshold_given": threshold is not None, "confusions": confusions, "embedder": result.embedder,
-              "labels_db": str(store.path)}
-    with run.stage(STAGE, params) as staging:
+    record = {"taxonomy": result.taxonomy, "method": params.method, "k": params.k,
+              "threshold": round(result.threshold, 6),
+              "threshold_given": params.threshold is not None, "confusions": params.confusions,
+              "embedder": result.embedder, "labels_db": str(store.path)}
+    with run.stage(STAGE, record) as staging:
         with store.batch(action="apply_taxonomy", run=result.run_key, writer="suggestion") as b:
             result.imported = import_taxonomy(doc, b, on_clash=on_clash)
             key = result.run_key

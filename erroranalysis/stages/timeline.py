@@ -18,7 +18,7 @@ from erroranalysis import __version__, files, rundir
 from erroranalysis import timeline as tl
 from erroranalysis.errors import DataError, RunError, UserError
 from erroranalysis.rundir import readers
-from erroranalysis.validation import check_int, check_number
+from erroranalysis.validation import check_int
 
 FORMAT = "erroranalysis.timeline"
 SCHEMA_VERSION = 1
@@ -189,14 +189,14 @@ def training_signals(runs: list[tuple[int, rundir.Run]]) -> tuple[dict, list[dic
 
 
 def build_timeline(path: str | Path, *, labels_db: str | Path | None = None, store=None,
-                   min_overlap: float = tl.MIN_OVERLAP, min_similarity: float = tl.MIN_SIMILARITY) -> dict:
+                   params: tl.TrackParams = tl.TrackParams(), **values) -> dict:
     """The timeline of the experiment at `path` (a folder of step runs, or one of them): per step, the metrics and
     labeled error types; the error types matched across steps (erroranalysis.timeline.track) with their stories;
-    the training signals and findings of the latest training log; events in words."""
+    the training signals and findings of the latest training log; events in words. `params` (keyword values
+    override it): see `timeline.TrackParams`."""
     from erroranalysis.stages.export import open_store
 
-    check_number("min_overlap", min_overlap, 0, 1)
-    check_number("min_similarity", min_similarity, -1, 1)
+    params = params.replace(**values) if values else params
     runs = step_runs(path)
     folder = experiment_folder(path)
     if store is None:
@@ -212,7 +212,7 @@ def build_timeline(path: str | Path, *, labels_db: str | Path | None = None, sto
         states.append(state)
         rows.append(row)
     good = [r for r in rows if "problem" not in r]
-    types = tl.track(states, min_overlap=min_overlap, min_similarity=min_similarity)
+    types = tl.track(states, min_overlap=params.min_overlap, min_similarity=params.min_similarity)
     signals, findings, log_file, notes = training_signals(runs)
     events, stories = tl.describe(types, states, good, signals, findings)
     notes += [f"{r['run']}: left out ({r['problem']})" for r in rows if "problem" in r]
@@ -228,7 +228,7 @@ def build_timeline(path: str | Path, *, labels_db: str | Path | None = None, sto
         "experiment": str(folder), "task": manifest.get("task", "classification"),
         "labels": list(manifest.get("labels") or []),
         "labels_db": str(store.path) if store is not None else None,
-        "matching": {"min_overlap": min_overlap, "min_similarity": min_similarity},
+        "matching": params.record(),
         "steps": rows,
         "types": [{**t.to_dict(), "story": stories[t.type_id]} for t in types],
         "labeled": _labeled_series(good),

@@ -34,6 +34,7 @@ from erroranalysis.timeline.tracking import (
     STEP_DIGITS,
     ErrorType,
     StepState,
+    TrackParams,
     centroid,
     checkpoint_step,
     link,
@@ -44,5 +45,5 @@ from erroranalysis.timeline.tracking import (
 )
 
 __all__ = ["LABEL_SHARE", "MIN_OVERLAP", "MIN_SIMILARITY", "STEP_DIGITS", "ErrorType", "Event", "Landmark",
-           "StepState", "centroid", "checkpoint_step", "describe", "landmarks", "link", "majority_label", "step_name",
+           "StepState", "TrackParams", "centroid", "checkpoint_step", "describe", "landmarks", "link", "majority_label", "step_name",
            "step_of", "track"]

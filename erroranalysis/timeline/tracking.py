@@ -10,8 +10,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from erroranalysis.params import Float, Params, param
+
 MIN_OVERLAP = 0.3
 MIN_SIMILARITY = 0.9
+
+
+@dataclass(frozen=True)
+class TrackParams(Params):
+    """When two steps' clusters are one error type (`track`)."""
+
+    min_overlap: float = param(MIN_OVERLAP, Float(0, 1), "Clusters of consecutive steps match when their shared "
+                               "failures reach this Jaccard overlap.")
+    min_similarity: float = param(MIN_SIMILARITY, Float(-1, 1), "...or their centroids this cosine similarity.")
+
 LABEL_SHARE = 0.5  # a cluster carries a labeled error type when at least this share of its failures has it
 STEP_DIGITS = 6
 _STEP = re.compile(r"step-(\d+)")

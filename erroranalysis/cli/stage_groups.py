@@ -1,0 +1,28 @@
+"""The option groups commands share: a stage's parameters, offered alike by `run`, `analyze`, `watch` and the
+stage's own command (`erroranalysis cluster`, ...), all from the one declaration of each parameter."""
+
+from __future__ import annotations
+
+from erroranalysis import stages
+from erroranalysis.cli.options import Group
+from erroranalysis.data import DataOptions
+from erroranalysis.engines import Engine
+from erroranalysis.infer.generation import GENERATION, GenerationParams
+
+DATA = Group("data_options", DataOptions, panel="Eval set")
+INFER = Group("infer", stages.InferParams, panel="Inference")
+GENERATION_GROUP = Group("generation", GenerationParams, panel=GENERATION)
+ENGINE = Group("engine", Engine, panel="Engine")
+METRICS = Group("metrics", stages.MetricsParams, panel="Metrics")
+CHECKS = Group("checks", stages.CheckParams, switch="--data-checks/--no-data-checks", panel="Data checks",
+               switch_help="Run the data checks (label issues, duplicates, and with --train leakage and shift).")
+SLICES = Group("slices", stages.SliceParams, switch="--slices/--no-slices", panel="Error slices",
+               switch_help="Search for error slices over words, metadata and length.")
+CLUSTER = Group("cluster", stages.ClusterParams, switch="--cluster/--no-cluster", panel="Failure clusters",
+                switch_help="Cluster the failures into named error types.")
+AFTER = (METRICS, CHECKS, SLICES, CLUSTER)  # the stages that follow the predictions, in order
+
+
+def after(metrics, checks, slices, cluster) -> stages.AfterParams:
+    """The stages after the predictions as the options set them (a group switched off is None)."""
+    return stages.AfterParams(metrics=metrics, checks=checks, slices=slices, cluster=cluster)
