@@ -3,8 +3,9 @@
 This file is the router (st.navigation) and the frame around every page: who is using the app (eaui.identity: no
 page without an identity), the run picker, and the rule of which files may be read (eaui.workspace: every page
 runs confined to it).
-Pages under views/ only render; data comes from erroranalysis_ui.eaui.data, work from the erroranalysis library. (Not pages/:
-Streamlit would also serve a pages/ folder beside this file as standalone pages, bypassing this router.)
+Pages under views/ only render; data comes from erroranalysis_ui.eaui.data and .labeled, work from the erroranalysis
+library through eaui.actions. (Not pages/: Streamlit would also serve a pages/ folder beside this file as standalone
+pages, bypassing this router.)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ pages = {
     ],
     "Checklist": [
         st.Page("views/training.py", title="Training", icon=":material/monitor_heart:"),
-        st.Page("views/checks.py", title="Checks", icon=":material/fact_check:"),
+        st.Page("views/data_checks.py", title="Data checks", icon=":material/fact_check:"),
     ],
 }
 page = st.navigation(pages)

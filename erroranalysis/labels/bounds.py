@@ -27,7 +27,8 @@ def parse(text: str | bytes, source: str) -> Any:
         raise DataError(f"{source}: nested deeper than {MAX_NESTING} levels; a taxonomy export nests 7, so this is "
                         "not one: export it again with 'erroranalysis export RUN --format json'.") from None
     except UnicodeDecodeError:
-        raise DataError(f"{source}: not UTF-8 text; upload a taxonomy JSON export.") from None
+        raise DataError(f"{source}: not UTF-8 text; pass a taxonomy JSON export "
+                        "('erroranalysis export RUN --format json').") from None
     except json.JSONDecodeError as exc:
         raise DataError(f"{source}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
     check_nesting(doc, source)

@@ -1,4 +1,4 @@
-"""Checks: is the label or the data wrong? Findings of the checks stage (label issues, duplicates, train/eval
+"""Data checks: is the label or the data wrong? Findings of the checks stage (label issues, duplicates, train/eval
 leakage, shift), the examples whose gold label is most probably wrong, and the doctor's report when there is one."""
 
 from __future__ import annotations
@@ -7,17 +7,17 @@ import streamlit as st
 
 from erroranalysis.errors import UserError
 from erroranalysis_ui.eaui import components as ui
-from erroranalysis_ui.eaui import data, tables
+from erroranalysis_ui.eaui import data, labeled, tables
 
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 
 current = ui.current_run()
-ui.header("Checks", current, "is the label or the data wrong before the model is?")
+ui.header("Data checks", current, "is the label or the data wrong before the model is?")
 
-with ui.guard("Run `erroranalysis checks RUN` again."):
+with ui.guard("Run `erroranalysis data-checks RUN` again."):
     found = data.checks(current.path)
 if found is None:
-    st.info(f"The data checks have not run on this run: `erroranalysis checks {current.path}` "
+    st.info(f"The data checks have not run on this run: `erroranalysis data-checks {current.path}` "
             "(add `--train FILE` for train/eval leakage and shift).", icon=":material/fact_check:")
 else:
     report, table = found
@@ -36,7 +36,7 @@ else:
         st.caption(f"Not checked: {ui.md(issues.get('reason') or 'label-issue detection did not run')}.")
     else:
         with ui.guard():
-            examples = data.examples(current.path, ui.labels())
+            examples = labeled.examples(current.path, ui.labels())
         scored = table[["example_id", "label_issue_score", "suggested_label"]].astype({"example_id": str})
         scored = scored[tables.flag(table["label_issue"])]
         suspects = examples.merge(scored, on="example_id").sort_values("label_issue_score", ascending=False)
