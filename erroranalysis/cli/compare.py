@@ -32,6 +32,8 @@ def compare(
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="Labels database for error types; default: the nearest labels.sqlite above BASE "
                             "(see docs/labels.md), when there is one.")] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the comparison as one self-contained HTML file here.")] = None,
     examples: Annotated[int, typer.Option("--examples", help="Fixed and broken examples to print.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
     fail_on_regression: Annotated[bool, typer.Option(
@@ -47,6 +49,8 @@ def compare(
     alpha = params.alpha
     report = stages.compare_runs(base, candidates, labels_db=labels_db, params=params)
     written = stages.write_report(report, out) if out is not None else []
+    if html is not None:
+        written.append(stages.write_compare_html(report, html))
     found = [(c, cmp.regressions(c, alpha=alpha)) for c in report.doc["comparisons"]] if fail_on_regression \
         else []
     if as_json:
