@@ -10,7 +10,7 @@ import typer
 
 from erroranalysis.cli import common, options
 from erroranalysis.cli import stage_groups as groups
-from erroranalysis.cli.run import CHECKS, report
+from erroranalysis.cli.run import CHECKS, log_to, report
 
 TASKS = ("classification", "generation")
 
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
     @app.command("analyze")
     @common.handle_errors
     @options.takes(groups.DATA, groups.SOURCE, groups.OUTPUT_CHECKS, groups.ENGINE, groups.METRICS, CHECKS,
-                   groups.SLICES, groups.CLUSTER)
+                   groups.SLICES, groups.CLUSTER, groups.TRACKERS)
     def analyze_command(
         predictions: Annotated[Path, typer.Option(
             "--predictions", "-p", help="File with text, label, pred and optional prob_<label> columns; with --task "
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         pred_column: Annotated[str, typer.Option("--pred-column", help="Column holding the predicted label.")] = "pred",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, source, generation, engine, metrics, checks, slices, cluster,
+        *, data_options, source, generation, engine, metrics, checks, slices, cluster, trackers,
     ) -> None:
         """Analyze predictions made elsewhere: metrics, data checks, slices and failure clusters, in a run."""
         from erroranalysis import stages
@@ -38,6 +38,7 @@ def register(app: typer.Typer) -> None:
         from erroranalysis.validation import check_choice
 
         check_choice("--task", task, TASKS)
+        trackers.require()
         after = groups.after(metrics, checks, slices, cluster)
         if task == "generation":
             run = stages.analyze_generations(predictions, out, data_opts=data_options, gen_opts=generation,
@@ -47,3 +48,4 @@ def register(app: typer.Typer) -> None:
             run = stages.analyze_predictions(predictions, out, data_opts=data_options, pred_column=pred_column,
                                              after=after, overwrite=overwrite, progress=reporter(), engine=engine)
         report(run, as_json)
+        log_to(trackers, run.path)
