@@ -38,15 +38,17 @@ class SourceParams(Params):
                         "auto tells them apart by content.", flag="--source-format", panel=PANEL)
     output_column: str = param("output", Text(), "Column holding the model's output.", panel=PANEL)
     score_column: str | None = param(None, Text(), "Column of your own judge's score (a number, or true/false).",
-                                     none="'score', else 'pass', when the file has one", panel=PANEL)
+                                     none="'score', else 'pass', else the tool's own metric (lm-eval's first "
+                                          "metric, Inspect's first scorer)", panel=PANEL)
     pass_threshold: float = param(0.5, Float(), "A judge's score at or above this passes (the judge check).",
                                   panel=PANEL)
 
-    def judge_column(self, columns) -> str | None:
-        """The judge's column: the one named, else `score` or `pass` when present."""
+    def judge_column(self, columns, suggested: str | None = None) -> str | None:
+        """The judge's column: the one named, else `score` or `pass` when present, else the reader's `suggested`
+        (the tool's own metric)."""
         if self.score_column is not None:
             return self.score_column
-        return next((c for c in ("score", "pass") if c in columns), None)
+        return next((c for c in ("score", "pass") if c in columns), suggested)
 
 
 def detect(path: Path) -> str:

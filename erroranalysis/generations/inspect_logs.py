@@ -3,9 +3,9 @@
 One row per sample (and epoch): `example_id` (the sample id; `id:epoch` when the log has several epochs),
 `prompt` (a text input) or `messages` (a chat input, as role/content), `output` (the completion; a tool call as
 `{"tool_calls": [...]}`), `reference` (the target; a JSON list when there are several), `stop_reason`
-(Inspect's, as eos/length where they mean that), `n_output_tokens` (the usage's), `score` (the first scorer's
-value as a number: C 1, P 0.5, I and N 0, booleans and numbers as they are), `score_<scorer>` for each scorer,
-`scored_answer`, `task`, `model`, and the sample's scalar metadata.
+(Inspect's, as eos/length where they mean that), `n_output_tokens` (the usage's), `score_<scorer>` for each
+scorer (its value as a number: C 1, P 0.5, I and N 0, booleans and numbers as they are; the first scorer is the
+judge, `frame.attrs["judge"]`), `scored_answer`, `task`, `model`, and the sample's scalar metadata.
 """
 
 from __future__ import annotations
@@ -42,7 +42,11 @@ def read_log(path: Path) -> pd.DataFrame:
     epochs = len({s.epoch for s in samples}) > 1
     chat = any(not isinstance(s.input, str) for s in samples)
     rows = [_row(s, i, chat, epochs, log.eval.task, log.eval.model) for i, s in enumerate(samples, start=1)]
-    return pd.DataFrame.from_records(rows)
+    frame = pd.DataFrame.from_records(rows)
+    scorers = [c for c in frame.columns if c.startswith("score_")]
+    if scorers:
+        frame.attrs["judge"] = scorers[0]
+    return frame
 
 
 def _row(sample, number: int, chat: bool, epochs: bool, task: str, model: str) -> dict:
@@ -63,7 +67,6 @@ def _row(sample, number: int, chat: bool, epochs: bool, task: str, model: str) -
     for i, (name, score) in enumerate(scores.items()):
         value = grade(score.value)
         if i == 0:
-            row["score"] = value
             row["scored_answer"] = score.answer
         row[f"score_{name}"] = value
     row["task"], row["model"] = task, model

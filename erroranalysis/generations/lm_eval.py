@@ -4,9 +4,9 @@ Each line is one document of a `generate_until` task: `doc_id`, `doc` (the datas
 (the prompt: `{"gen_args_0": {"arg_0": prompt, "arg_1": {...}}}`, or `[[prompt, {...}]]` from older versions),
 `resps` (raw outputs), `filtered_resps` (after the task's filters), `filter`, `metrics` (the names) and one field
 per metric. The table has `example_id` (the doc id; `doc_id:filter` when a file holds several filters), `prompt`,
-`output` (the filtered response), `raw_output`, `reference` (the target), `task`, `filter`, each metric, `score`
-(the first metric: the harness' own judgement, which the judge check uses unless told otherwise), and the
-document's short scalar fields as `doc_<name>`.
+`output` (the filtered response), `raw_output`, `reference` (the target), `task`, `filter`, each metric, and the
+document's short scalar fields as `doc_<name>`. The first metric is the judge (`frame.attrs["judge"]`): the
+harness' own judgement, which the judge check uses unless `--score-column` names another.
 
 Loglikelihood tasks (multiple choice, perplexity) generate no text: their files are refused with what was found.
 """
@@ -45,6 +45,9 @@ def read_samples(path: Path, *, encoding: str = "utf-8") -> pd.DataFrame:
     if not rows:
         raise DataError(f"{path}: no samples; write them with lm_eval --log_samples --output_path DIR.")
     frame = pd.DataFrame.from_records(rows)
+    judges = frame.pop("_judge").dropna()
+    if len(judges):
+        frame.attrs["judge"] = str(judges.iloc[0])
     ids = frame["example_id"]
     if ids.duplicated().any():
         frame["example_id"] = ids + ":" + frame["filter"].astype(str)
@@ -70,7 +73,7 @@ def _row(record, path: Path, number: int, task: str | None) -> dict:
     metrics = [m for m in record.get("metrics") or [] if m in record]
     for name in metrics:
         row[name] = _number(record[name])
-    row["score"] = row[metrics[0]] if metrics else np.nan
+    row["_judge"] = metrics[0] if metrics else None
     for key, value in (record.get("doc") or {}).items():
         if isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= DOC_TEXT_LIMIT):
             row[f"doc_{key}"] = value

@@ -154,7 +154,7 @@ def check_judge(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | No
     threshold = row.get("pass_threshold", 0.5)
     if float(score) >= threshold:
         return True, ""
-    return False, f"judge: below the pass threshold (score {float(score):g} < {threshold:g})"
+    return False, f"judge: below the pass threshold ({row.get('judge', 'score')} {float(score):g} < {threshold:g})"
 
 
 NEEDS_PACKAGE = {"rouge_l": ("rouge_score", "rouge-score", "erroranalysis[llm]")}

@@ -201,7 +201,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
         for role in ("schema", "regex", "tools"):
             row[role] = parsed[role][i] if role in parsed else None
         if scores is not None:
-            row["score"], row["pass_threshold"] = scores[i], pass_threshold
+            row["score"], row["pass_threshold"], row["judge"] = scores[i], pass_threshold, given["score"]
         rows.append(row)
 
     metadata = [c for c in eval_set.metadata_columns]

@@ -59,7 +59,7 @@ def prepare_generations(data, data_opts: DataOptions, gen_opts: GenerationParams
     if source.output_column not in columns:
         raise DataError(f"{data}: no output column {source.output_column!r}; columns found: {preview(columns)}; "
                         "name it with --output-column.")
-    judge = source.judge_column(columns)
+    judge = source.judge_column(columns, frame.attrs.get("judge"))
     if judge is not None and judge not in columns:
         raise DataError(f"{data}: no score column {judge!r}; columns found: {preview(columns)}; fix --score-column.")
     given = {"output": source.output_column, **({"score": judge} if judge else {}),
