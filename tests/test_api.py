@@ -149,3 +149,14 @@ def test_show_starts_the_app_on_the_run(tmp_path):
         run.stop()
     with pytest.raises(OSError):  # stopped: nothing answers there any more
         urllib.request.urlopen(health, timeout=5)
+
+
+def test_the_docs_page_shows_the_docstrings():
+    from pathlib import Path
+
+    from erroranalysis.api import reference
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text(encoding="utf-8")
+    assert page == reference.current(page), "run: python -m erroranalysis.api.reference docs/python-api.md"
+    for name in ("analyze", "run", "open"):
+        assert f"### `ea.{name}(" in page

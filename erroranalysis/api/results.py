@@ -94,22 +94,27 @@ class Run:
 
     @property
     def path(self) -> Path:
+        """The run directory."""
         return self._run.path
 
     @property
     def name(self) -> str:
+        """The run directory's name."""
         return self._run.name
 
     @property
     def task(self) -> str:
+        """classification or generation."""
         return self._run.task
 
     @property
     def labels(self) -> list[str]:
+        """The classes, in the order of the confusion matrix and the probabilities."""
         return self._run.labels
 
     @property
     def manifest(self) -> dict:
+        """manifest.json: what was run, on what, how (docs/run-directory.md)."""
         return self._run.manifest
 
     @property
@@ -123,6 +128,7 @@ class Run:
 
     @property
     def metrics(self) -> Metrics:
+        """metrics.json as DataFrames (`Metrics`)."""
         return Metrics(readers.read_metrics(self._run))
 
     @property
@@ -208,6 +214,7 @@ class Run:
             self._app = None
 
     def _repr_html_(self) -> str:
+        """The notebook's HTML summary: headline metrics, per-class table, confusion matrix, top clusters."""
         return summary_html.run_summary(self.name, self.task, self.metrics.raw, self.clusters, self.stages)
 
     def __repr__(self) -> str:
@@ -232,6 +239,7 @@ class Comparison:
 
     @property
     def overall(self) -> pd.DataFrame:
+        """Per candidate and overall metric: baseline, candidate, delta, significance and the paired interval."""
         rows = [{"candidate": c["candidate"], "metric": name, **{k: m[k] for k in ("base", "candidate", "delta",
                                                                                     "significant")},
                  "ci_low": (m["ci"] or (None, None))[0], "ci_high": (m["ci"] or (None, None))[1]}
@@ -240,6 +248,7 @@ class Comparison:
 
     @property
     def per_class(self) -> pd.DataFrame:
+        """Per candidate and class: support and F1 before, after, its change and whether it is significant."""
         rows = [{"candidate": c["candidate"], "label": r["label"], "support": r["support"],
                  **{f"f1_{k}": r["f1"][k] for k in ("base", "candidate", "delta", "significant")}}
                 for c in self.doc["comparisons"] for r in c["per_class"]]
