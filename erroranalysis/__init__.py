@@ -8,11 +8,8 @@ The names below are the Python API (`erroranalysis.api`, docs/python-api.md); th
 `import erroranalysis` (and the command line) stays quick.
 """
 
+# The one place the version is written: pyproject.toml reads it from here (tool.setuptools.dynamic).
 __version__ = "0.2.0"
-
-from erroranalysis import _compat  # noqa: E402  (old import paths, for one release)
-
-_compat.install()
 
 # public name -> the module that holds it
 _API = {

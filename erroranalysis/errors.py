@@ -60,11 +60,3 @@ def preview(values, limit: int = 5) -> str:
     values = list(values)
     shown = ", ".join(repr(v) for v in values[:limit])
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
-
-
-def __getattr__(name: str):
-    if name == "check_param":  # moved in 0.2
-        from erroranalysis._compat import moved_attribute
-
-        return moved_attribute("errors", name, "validation")
-    raise AttributeError(f"module 'erroranalysis.errors' has no attribute {name!r}")

@@ -4,10 +4,8 @@ the process exits."""
 from __future__ import annotations
 
 import gc
-import importlib
 import sys
 
-MODEL_LIBRARIES = ("torch", "transformers.modeling_utils")
 # Whether the import also freezes what exists (gc.freeze): set by the `erroranalysis` command, whose process ends
 # with its command. Off for a library user (a notebook, a Ray worker, tests), whose other objects it would freeze too.
 FREEZE = False
@@ -23,13 +21,13 @@ def import_model_libraries() -> None:
     Frozen, later collections and the one at exit skip these objects. The price of freezing: the ~9,000 objects the
     imports leave unreachable (about 7 MB) stay until exit, since collecting them first would cost 0.2 s. Runs once
     per process; afterwards it is a dict lookup."""
-    if MODEL_LIBRARIES[-1] in sys.modules:
+    if "transformers.modeling_utils" in sys.modules:
         return
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for name in MODEL_LIBRARIES:
-            importlib.import_module(name)
+        import torch  # noqa: F401
+        import transformers.modeling_utils  # noqa: F401
         if FREEZE:
             gc.freeze()
     finally:

@@ -81,3 +81,25 @@ def sample_dir() -> Path:
     if not folder or not (Path(folder) / ".built").exists():
         pytest.skip("sample not built; run `make sample` and set ERRORANALYSIS_SAMPLE")
     return Path(folder)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip wheel` builds from the checkout's files (tracked and not ignored), copied first: an in-tree
+    build leaves build/ and *.egg-info behind, and a stale build/ could hold packages since removed."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, check=True,
+                           capture_output=True, text=True).stdout.split()
+    tmp = tmp_path_factory.mktemp("wheel")
+    for name in files:
+        if (root / name).is_file():
+            (tmp / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, tmp / "src" / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp / "dist"), str(tmp / "src")], check=True, capture_output=True)
+    (built,) = (tmp / "dist").glob("*.whl")
+    return built

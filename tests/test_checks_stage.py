@@ -9,11 +9,12 @@ import pytest
 from fake_runs import inferred_run
 from typer.testing import CliRunner
 
+from erroranalysis import schemas
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ParameterError, RunError
 from erroranalysis.rundir import CHECKS, CHECKS_JSON
 from erroranalysis.rundir.readers import read_checks, read_checks_report, read_predictions
-from erroranalysis.stages.checks import CHECK_COLUMNS, checks_run, label_issue_share
+from erroranalysis.stages.checks import checks_run, label_issue_share
 
 LABELS = ["business", "sport", "tech"]
 
@@ -68,7 +69,7 @@ def test_checks_without_train(tmp_path):
     run, flipped, _, _ = make_run(tmp_path / "run")
     summary = checks_run(run.path, embedder=bow_embed)
     table = read_checks(run)
-    assert list(table.columns) == CHECK_COLUMNS
+    assert list(table.columns) == list(schemas.CHECKS.columns)
     assert table["example_id"].tolist() == [f"ex{i}" for i in range(300)]
     top = set(table.sort_values("label_issue_score", ascending=False)["example_id"].head(21))
     assert len(top & {f"ex{i}" for i in flipped}) >= 17

@@ -155,7 +155,7 @@ def test_without_ray_the_engine_says_how_to_install_it(monkeypatch, tiny_checkpo
     source = ["--model", tiny_checkpoint, "--data", data] if command == "run" else ["--predictions", data]
     result = invoke(command, *source, "--out", tmp_path / "run", "--engine", "ray")
     assert_user_error(result, r"--engine ray needs Ray Data, which is not installed; install it with: "
-                              r"pip install 'erroranalysis\[ray\]'")
+                              r"pip install 'erroranalysis-ml\[ray\]'")
     assert not (tmp_path / "run").exists()  # nothing half-written
 
 

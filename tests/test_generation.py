@@ -512,8 +512,6 @@ def _smollm2() -> Path:
 
 @pytest.mark.slow
 def test_smollm2_gguf_converts_once_and_matches_generate(tmp_path, monkeypatch):
-    import time
-
     from erroranalysis.infer.causal_lm import convert_gguf, load_causal_lm
     from erroranalysis.infer.generation import GenerationParams, generate
 
@@ -522,10 +520,13 @@ def test_smollm2_gguf_converts_once_and_matches_generate(tmp_path, monkeypatch):
     folder = convert_gguf(gguf)
     assert (folder / "model.safetensors").is_file() and (folder / "source.json").is_file()
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
-    start = time.perf_counter()
-    lm = load_causal_lm(gguf)
+    weights = (folder / "model.safetensors").stat()
+    said: list[str] = []
+    lm = load_causal_lm(gguf, log=said.append)
     assert lm.folder == folder and lm.format == "gguf" and lm.has_chat_template
-    assert time.perf_counter() - start >= 0  # timing is reported by the benchmark, not asserted
+    # the cached conversion is loaded, not made again (benchmarks/generation.py prints how long each takes)
+    assert not any("converting" in line for line in said), said
+    assert (folder / "model.safetensors").stat().st_mtime_ns == weights.st_mtime_ns
     ids, _, _ = _encode(lm, ["What is the capital of France?", 'Reply with {"label": "sport"} as JSON.'], 500)
     result = generate(lm, ids, GenerationParams(max_new_tokens=12, batch_size=2))
     assert result["output_ids"] == _hf_greedy(lm, ids, 12)

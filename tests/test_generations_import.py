@@ -322,7 +322,7 @@ def test_rouge_l_without_rouge_score_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rouge_score" else real(name, *a))
     data = write_jsonl(tmp_path / "o.jsonl", [{"prompt": "a", "output": "b", "reference": "b"}])
     result = cli("analyze", "--task", "generation", "-p", data, "--out", tmp_path / "r", "--output-checks", "rouge_l")
-    assert result.exit_code == 2 and "pip install 'erroranalysis[llm]'" in result.output
+    assert result.exit_code == 2 and "pip install 'erroranalysis-ml[llm]'" in result.output
     assert not (tmp_path / "r").exists()
 
 

@@ -131,7 +131,13 @@ def test_truncated_weights(tiny_checkpoint, tmp_path):
     weights = folder / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ModelError, match="truncated weights file"):
+    with pytest.raises(ModelError, match="model.safetensors: truncated or damaged weights file"):
+        load_classifier(folder)
+    weights.write_bytes(data[:8] + b"\xff" * 64 + data[72:])  # the header's JSON overwritten, the length kept
+    with pytest.raises(ModelError, match="model.safetensors: truncated or damaged weights file"):
+        load_classifier(folder)
+    weights.write_bytes(data[:5])
+    with pytest.raises(ModelError, match="model.safetensors: truncated or damaged weights file"):
         load_classifier(folder)
 
 

@@ -37,7 +37,6 @@ from erroranalysis.stages import (
     run_checkpoint,
 )
 
-UI = Path(__file__).resolve().parent.parent / "ui"
 PAGES = ["runs", "overview", "confusion", "clusters", "slices", "label", "taxonomy", "checks"]
 
 
@@ -160,20 +159,14 @@ def _signature(snap: Path) -> tuple:
 
 @pytest.mark.slow
 def test_every_page_opens_on_every_distinct_state(matrix, tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    from erroranalysis_ui.eaui import state
+    from app_session import app_env, go, open_app
 
     _, snaps = matrix
     distinct = {}
     for snap in snaps:
         distinct.setdefault(_signature(snap), snap)
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(snaps[0].parent))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
+    app_env(monkeypatch, snaps[0].parent, tmp_path / "labels.sqlite", user=None)
     for snap in distinct.values():
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        at.session_state[state.RUN] = snap.name
-        at.run()
+        at = open_app(run=snap.name)
         for page in PAGES:
-            at.switch_page(f"views/{page}.py").run()
-            assert not at.exception, (snap.name, page, [e.value for e in at.exception])
+            go(at, page)

@@ -181,7 +181,7 @@ def test_the_shared_newest_table_never_goes_back_a_version():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ui"))
-    from erroranalysis_ui.eaui.data import _Newest
+    from erroranalysis_ui.eaui.labeled import _Newest
 
     newest = _Newest()
     newest.offer(5, "table at 5")

@@ -13,17 +13,17 @@ from ui_fixtures import make_run
 
 
 def test_the_map_ships_a_bounded_number_of_points_and_every_cluster(tmp_path, monkeypatch):
-    from erroranalysis_ui.eaui import data
+    from erroranalysis_ui.eaui import labeled
 
     run = make_run(tmp_path / "run", n=1500, n_failures=900, n_clusters=8, with_checks=False, with_slices=False)
-    full = data._cluster_map_base(str(run.path), ("full",), True)
+    full = labeled._cluster_map_base(str(run.path), ("full",), True)
     clusters = {trace["meta"] for trace in full["data"] if trace.get("name") != "correct"}
     assert sum(len(t["x"]) for t in full["data"] if t.get("name") != "correct") == 900  # under the bound: all
 
-    monkeypatch.setattr(data, "MAP_FAILURES", 300)
-    monkeypatch.setattr(data, "MAP_BACKGROUND", 100)
-    monkeypatch.setattr(data, "MAP_PER_CLUSTER", 10)
-    bounded = data._cluster_map_base(str(run.path), ("bounded",), True)
+    monkeypatch.setattr(labeled, "MAP_FAILURES", 300)
+    monkeypatch.setattr(labeled, "MAP_BACKGROUND", 100)
+    monkeypatch.setattr(labeled, "MAP_PER_CLUSTER", 10)
+    bounded = labeled._cluster_map_base(str(run.path), ("bounded",), True)
     failing = [trace for trace in bounded["data"] if trace.get("name") != "correct"]
     background = [trace for trace in bounded["data"] if trace.get("name") == "correct"]
     assert sum(len(trace["x"]) for trace in failing) <= 300

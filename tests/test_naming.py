@@ -3,7 +3,6 @@ import pandas as pd
 import pytest
 
 from erroranalysis.cluster import (
-    COLUMNS,
     class_tfidf,
     cluster_name,
     cluster_summary,
@@ -12,6 +11,7 @@ from erroranalysis.cluster import (
     short_text,
 )
 from erroranalysis.errors import ParameterError
+from erroranalysis.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
 
 
 def failures_frame():
@@ -114,7 +114,7 @@ def test_describe_clusters_table():
     out = describe_clusters(frame, ids, vectors=vectors, correct_texts=CORRECT, kinds={0: "systematic", 1: "scattered"},
                             local_error_rate=np.full(12, 0.5, np.float32), reassigned=np.array([True] + [False] * 11),
                             membership=np.ones(12))
-    assert list(out.columns) == COLUMNS
+    assert list(out.columns) == list(CLUSTER_NAMING_COLUMNS)
     assert out["cluster_id"].tolist() == [0, 1] and out["size"].tolist() == [6, 4]
     first, second = out.iloc[0], out.iloc[1]
     assert first["name"].startswith("business -> politics: ")
@@ -146,7 +146,9 @@ def test_describe_without_optional_columns():
 def test_describe_no_clusters():
     frame, _ = failures_frame()
     out = describe_clusters(frame, np.full(12, -1))
-    assert list(out.columns) == COLUMNS and len(out) == 0
+    assert list(out.columns) == list(CLUSTER_NAMING_COLUMNS) and len(out) == 0
+    assert {c: str(out[c].dtype) for c in CLUSTERS.dtypes if c in out} == {
+        c: str(pd.Series(dtype=d).dtype) for c, d in CLUSTERS.dtypes.items() if c in out}
     out = describe_clusters(frame.iloc[:0], np.zeros(0, np.int64))
     assert len(out) == 0
 

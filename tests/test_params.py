@@ -236,7 +236,7 @@ def test_old_flags_still_work_for_one_release_with_a_warning(tmp_path):
 
 
 def test_help_texts_reach_the_terminal_as_written():
-    """A declaration's help is plain text: the brackets of `erroranalysis[ray]` are not taken for rich markup."""
+    """A declaration's help is plain text: the brackets of `erroranalysis-ml[ray]` are not taken for rich markup."""
     result = CliRunner().invoke(cli_app.app, ["run", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "pip install 'erroranalysis[ray]'" in result.output
+    assert "pip install 'erroranalysis-ml[ray]'" in result.output

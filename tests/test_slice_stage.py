@@ -11,11 +11,10 @@ import typer
 from fake_runs import inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis import files, rundir
+from erroranalysis import files, rundir, schemas
 from erroranalysis.errors import ParameterError, RunError
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, create_run
 from erroranalysis.rundir.readers import read_slices
-from erroranalysis.slices import SLICE_COLUMNS
 from erroranalysis.stages.slices import slices_run
 
 LABELS = ["neg", "pos"]
@@ -55,7 +54,7 @@ def test_slices_run_writes_both_files_and_records_the_stage(tmp_path):
     run, has_rain, source = make_run(tmp_path / "run")
     summary = slices_run(run.path, merge=False)
     slices, members = read_slices(run)
-    assert list(slices.columns) == SLICE_COLUMNS
+    assert list(slices.columns) == list(schemas.SLICES.columns)
     assert set(slices["description"]) == {'source == "b"', 'text contains "rain"'}
     assert summary["n_slices"] == 2 and summary["n_examples"] == 600
     assert [s["description"] for s in summary["slices"]] == slices["description"].tolist()
@@ -92,7 +91,7 @@ def test_no_failures_writes_empty_files(tmp_path):
     run, _, _ = make_run(tmp_path / "run", fail_all=False)
     summary = slices_run(run.path, merge=False)
     slices, members = read_slices(run)
-    assert slices.empty and members.empty and list(slices.columns) == SLICE_COLUMNS
+    assert slices.empty and members.empty and list(slices.columns) == list(schemas.SLICES.columns)
     assert summary["n_slices"] == 0 and "no failures" in summary["messages"][-1]
     assert run.stage_status("slices") == "done"
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from erroranalysis import schemas
 from erroranalysis import slices as sl
 from erroranalysis.errors import DataError, ParameterError
 from erroranalysis.slices import _merge
@@ -359,7 +360,7 @@ def small_features(n=100, seed=11):
 def test_no_failures():
     result = sl.find_slices(small_features(), np.ones(100, dtype=bool))
     assert result.slices.empty and result.members.empty and result.n_failures == 0
-    assert list(result.slices.columns) == sl.SLICE_COLUMNS
+    assert list(result.slices.columns) == list(schemas.SLICES.columns)
     assert "no failures" in result.messages[-1]
 
 

@@ -12,7 +12,7 @@ from fake_runs import commit, inferred_run
 from test_compare import LABELS, write_run, wrong
 from typer.testing import CliRunner
 
-from erroranalysis import rundir, stages
+from erroranalysis import rundir, schemas, stages
 from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ParameterError, RunError, UserError
 from erroranalysis.labels import LabelStore, matching
@@ -98,7 +98,7 @@ def test_the_run_records_the_stage_and_the_suggestions_file(world):
     assert stage["status"] == "done" and stage["params"]["threshold"] == 0.4 and stage["params"]["threshold_given"]
     assert stage["n_suggested"] == result.n_suggested and stage["n_unmatched"] == result.n_unmatched
     table = rundir.readers.read_suggestions(run)
-    assert list(table.columns) == suggestions_stage.SUGGESTION_COLUMNS and len(table) == int(world["fail_b"].sum())
+    assert list(table.columns) == list(schemas.SUGGESTIONS.columns) and len(table) == int(world["fail_b"].sum())
     unmatched = table[table["status"] == "unmatched"]
     assert unmatched["error_type"].isna().all() and (unmatched["distance"] > 0.4).all()
     assert unmatched["closest_type"].notna().all()

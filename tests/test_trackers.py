@@ -135,7 +135,7 @@ def test_a_missing_tracker_is_one_line_with_the_install_command(tmp_path, monkey
     path = tmp_path / "p.csv"
     pd.DataFrame(eval_rows(10)).assign(pred="pos").to_csv(path, index=False)
     result = cli("analyze", "-p", path, "--out", tmp_path / "r", "--log-to", tracker, code=2)
-    assert result.output.strip() == f"error: --log-to {tracker} needs {title}: pip install 'erroranalysis[{tracker}]'."
+    assert result.output.strip() == f"error: --log-to {tracker} needs {title}: pip install 'erroranalysis-ml[{tracker}]'."
     assert not (tmp_path / "r").exists()
 
 

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from app_session import app_env, go, open_app, texts
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_workspace
 
 from erroranalysis import stages
 from erroranalysis.labels import LabelStore, taxonomy
 from erroranalysis.rundir import Run, readers
-from erroranalysis_ui.eaui import charts, data, state
+from erroranalysis_ui.eaui import charts, data, labeled, state
 
 UI = Path(__file__).resolve().parent.parent / "ui"
 
@@ -38,39 +39,17 @@ def db(tmp_path):
 @pytest.fixture()
 def start(workspace, db, monkeypatch):
     """start(run=..., user=...) -> an AppTest that has rendered the Runs page."""
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
-    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
-
     def _start(run: str | None = "news-a", user: str = "tester") -> AppTest:
-        monkeypatch.setenv("ERRORANALYSIS_USER", user)
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        if run is not None:
-            at.session_state[state.RUN] = run
-        at.run()
-        assert not at.exception, at.exception
-        return at
+        app_env(monkeypatch, workspace, db, user=user)
+        return open_app(run=run)
 
     return _start
-
-
-def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def button(at: AppTest, prefix: str):
     found = [b for b in list(at.button) + list(at.get("form_submit_button")) if b.label.startswith(prefix)]
     assert found, f"no button starting with {prefix!r}: {[b.label for b in at.button]}"
     return found[0]
-
-
-def texts(at: AppTest) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.value for e in at.error]
-    parts += [i.value for i in at.info] + [s.value for s in at.subheader] + [h.value for h in at.header]
-    parts += [t.value for t in at.toast]
-    return "\n".join(str(p) for p in parts)
 
 
 # -- every page ---------------------------------------------------------------------------------------------------
@@ -100,21 +79,21 @@ def test_picking_a_run_in_the_table_opens_it(start):
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_renders_a_good_run(start, page):
-    at = goto(start(), page)
+    at = go(start(), page)
     assert at.title[0].value == TITLES[page]
     assert not at.error, [e.value for e in at.error]
 
 
 @pytest.mark.parametrize("page", READS_PREDICTIONS)
 def test_a_broken_run_shows_a_message_not_a_traceback(start, page):
-    at = goto(start(run="broken"), page)
+    at = go(start(run="broken"), page)
     assert not at.exception
     assert at.error, f"{page}: no message for a broken run"
     assert "damaged or replaced since" in at.error[0].value and "broken" in at.error[0].value
 
 
 def test_other_runs_still_work_after_a_broken_one(start):
-    at = goto(start(run="broken"), "overview")
+    at = go(start(run="broken"), "overview")
     assert at.error
     at.session_state[state.RUN] = "news-a"
     at.run()
@@ -122,20 +101,19 @@ def test_other_runs_still_work_after_a_broken_one(start):
 
 
 def test_a_run_without_clusters(start):
-    at = goto(start(run="news-b"), "clusters")
+    at = go(start(run="news-b"), "clusters")
     assert "has no clusters yet" in at.info[0].value
-    at = goto(at, "label")
+    at = go(at, "label")
     assert at.session_state[state.LABEL_SOURCE] == "Unlabeled failures"
     assert not at.error
 
 
 def test_no_runs_folder_and_no_runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(tmp_path / "empty"))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
+    app_env(monkeypatch, tmp_path / "empty", tmp_path / "labels.sqlite")
     (tmp_path / "empty").mkdir()
-    at = AppTest.from_file(str(UI / "app.py"), default_timeout=60).run()
-    assert not at.exception and "No runs here yet" in at.info[0].value
-    at = goto(at, "overview")
+    at = open_app()
+    assert "No runs here yet" in at.info[0].value
+    at = go(at, "overview")
     assert "Pick a run" in at.info[0].value
 
 
@@ -143,7 +121,7 @@ def test_no_runs_folder_and_no_runs(tmp_path, monkeypatch):
 
 
 def test_overview_metrics_tables_and_slices(start, workspace):
-    at = goto(start(), "overview")
+    at = go(start(), "overview")
     labels = [m.label for m in at.metric]
     assert labels == ["Accuracy", "Macro F1", "Failures", "ECE", "Brier"]
     assert at.metric[0].value == "80.0%"
@@ -166,7 +144,7 @@ def test_overview_metrics_tables_and_slices(start, workspace):
 
 
 def test_confusion_cell_lists_its_examples(start, workspace):
-    at = goto(start(), "confusion")
+    at = go(start(), "confusion")
     metrics = Run.open(workspace / "news-a").metrics()
     labels, matrix = metrics["confusion"]["labels"], metrics["confusion"]["matrix"]
     pick = (labels[2], labels[1])
@@ -188,7 +166,7 @@ def test_confusion_click_selects_the_pair():
 
 
 def test_label_these_examples_goes_to_the_label_page(start):
-    at = goto(start(), "confusion")
+    at = go(start(), "confusion")
     pair = at.session_state[state.CM_PAIR]
     button(at, "Label these").click().run()
     assert at.session_state[state.LABEL_SOURCE] == "Confusion"
@@ -200,7 +178,7 @@ def test_label_these_examples_goes_to_the_label_page(start):
 
 
 def test_clusters_page_map_list_and_detail(start, workspace):
-    at = goto(start(), "clusters")
+    at = go(start(), "clusters")
     summary = at.dataframe[0].value
     assert list(summary["size"]) == sorted(summary["size"], reverse=True)
     first = int(summary["cluster_id"].iloc[0])
@@ -221,7 +199,7 @@ def test_a_slice_cluster_says_which_slice_defines_it(start, workspace):
     clusters = readers.read_clusters(Run.open(workspace / "news-a"))
     made = clusters[clusters["slice"].notna()]
     assert list(made["slice"]) == ['source == "forum"']
-    at = goto(start(), "clusters")
+    at = go(start(), "clusters")
     at.selectbox(key=state.CLUSTER).set_value(int(made["cluster_id"].iloc[0])).run()
     said = [c.value for c in at.caption if c.value.startswith("Defined by the error slice")]
     assert len(said) == 1 and "forum" in said[0]
@@ -231,7 +209,7 @@ def test_a_slice_cluster_says_which_slice_defines_it(start, workspace):
 
 
 def test_cluster_list_selection_opens_the_cluster(start):
-    at = goto(start(), "clusters")
+    at = go(start(), "clusters")
     summary = at.dataframe[0].value
     at.session_state[state.CLUSTER_LIST] = {"selection": {"rows": [2], "columns": [], "cells": []}}
     at.run()
@@ -272,7 +250,7 @@ def select_rows(at: AppTest, rows: list[int]) -> AppTest:
 
 
 def test_create_type_and_assign_a_whole_cluster(start, db):
-    at = goto(start(), "label")
+    at = go(start(), "label")
     create_type(at, "Vocabulary overlap", "Another class's words dominate", "high")
     assert "Created error type “Vocabulary overlap”" in texts(at)
     store = LabelStore(db, create=False)
@@ -295,7 +273,7 @@ def test_assign_all_matching_takes_every_row_not_only_those_shown(start, db, wor
     base = stages.base_table(Run.open(workspace / "news-a"))
     failed = base.loc[~base["correct"], ["example_id", "cluster_id"]]
     monkeypatch.setattr(tables, "MAX_ROWS", 10)
-    at = goto(start(), "label")
+    at = go(start(), "label")
     create_type(at, "A")
     at.segmented_control(key=state.LABEL_SOURCE).set_value("All failures").run()
     assert len(at.dataframe[0].value) == 10
@@ -308,7 +286,7 @@ def test_assign_all_matching_takes_every_row_not_only_those_shown(start, db, wor
 
 
 def test_assign_selected_flags_notes_split_and_undo(start, db):
-    at = goto(start(), "label")
+    at = go(start(), "label")
     create_type(at, "A")
     create_type(at, "B")
     store = LabelStore(db, create=False)
@@ -349,10 +327,10 @@ def test_assign_selected_flags_notes_split_and_undo(start, db):
 
 
 def test_merge_clusters_into_one_error_type(start, db):
-    at = goto(start(), "label")
+    at = go(start(), "label")
     create_type(at, "Merged")
     store = LabelStore(db, create=False)
-    summary = data.cluster_summary(Path(at.session_state[state.CONFIG].runs_root) / "news-a",
+    summary = labeled.cluster_summary(Path(at.session_state[state.CONFIG].runs_root) / "news-a",
                                    store)
     picked = [int(c) for c in summary["cluster_id"].iloc[:2]]
     at.multiselect(key=state.MERGE_CLUSTERS).set_value(picked).run()
@@ -365,7 +343,7 @@ def test_merge_clusters_into_one_error_type(start, db):
 
 
 def test_edit_merge_and_delete_error_types(start, db):
-    at = goto(start(), "label")
+    at = go(start(), "label")
     create_type(at, "First")
     create_type(at, "Second")
     store = LabelStore(db, create=False)
@@ -387,7 +365,7 @@ def test_edit_merge_and_delete_error_types(start, db):
 
 
 def test_refused_actions_are_messages(start):
-    at = goto(start(), "label")
+    at = go(start(), "label")
     create_type(at, "Dup")
     create_type(at, "dup")
     assert any("already exists" in e.value for e in at.error)
@@ -395,7 +373,7 @@ def test_refused_actions_are_messages(start):
 
 
 def test_map_selection_is_labeled_on_the_label_page(start, workspace):
-    at = goto(start(), "clusters")
+    at = go(start(), "clusters")
     table = stages.base_table(Run.open(workspace / "news-a"))
     picked = list(table[~table["correct"]]["example_id"].iloc[:4])
     at.session_state[state.MAP_SELECTION] = picked
@@ -406,7 +384,7 @@ def test_map_selection_is_labeled_on_the_label_page(start, workspace):
 
 
 def test_user_text_is_escaped(start, db):
-    at = goto(start(), "label")
+    at = go(start(), "label")
     evil = "**bold** <img src=x onerror=alert(1)> [link](http://evil.example) $x$"
     create_type(at, evil[:80], "<script>alert(1)</script>")
     rendered = texts(at)
@@ -416,12 +394,12 @@ def test_user_text_is_escaped(start, db):
 
 
 def test_two_sessions_label_the_same_workspace(start, db):
-    alice = goto(start(user="alice"), "label")
-    bob = goto(start(user="bob"), "label")
+    alice = go(start(user="alice"), "label")
+    bob = go(start(user="bob"), "label")
     create_type(alice, "From alice")
     bob.run()
     store = LabelStore(db, create=False)
-    cids = list(data.cluster_summary(Path(alice.session_state[state.CONFIG].runs_root) / "news-a", store)
+    cids = list(labeled.cluster_summary(Path(alice.session_state[state.CONFIG].runs_root) / "news-a", store)
                 ["cluster_id"])
     alice.selectbox(key=state.LABEL_CLUSTER).set_value(cids[0]).run()
     bob.selectbox(key=state.LABEL_CLUSTER).set_value(cids[1]).run()
@@ -438,7 +416,7 @@ def test_two_sessions_label_the_same_workspace(start, db):
 
 
 def test_taxonomy_page_counts_and_downloads(start, db):
-    at = goto(start(), "taxonomy")
+    at = go(start(), "taxonomy")
     assert "No error types yet" in at.info[0].value
     assert [b.label for b in at.get("download_button")] == ["JSON", "CSV", "Markdown report"]
     store = LabelStore(db, user="tester")
@@ -451,7 +429,7 @@ def test_taxonomy_page_counts_and_downloads(start, db):
     types = at.dataframe[0].value
     assert types["name"].tolist() == ["Sarcasm"] and types["count"].tolist() == [len(ids)]
     assert len(at.dataframe[1].value) == len(ids)
-    text = data.export_text("json", Path(at.session_state[state.CONFIG].runs_root) / "news-a", store)
+    text = labeled.export_text("json", Path(at.session_state[state.CONFIG].runs_root) / "news-a", store)
     doc = json.loads(text)
     taxonomy.validate(doc)
     assert doc["error_types"][0]["count"] == len(ids)
@@ -480,18 +458,14 @@ def test_runs_outside_the_folder_are_refused(workspace, tmp_path):
 
 
 def test_a_run_in_the_query_string_must_be_one_of_the_runs(start, workspace, db, monkeypatch):
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    at = AppTest.from_file(str(UI / "app.py"), default_timeout=60)
-    at.query_params["run"] = "../../etc"
-    at.run()
-    assert not at.exception and at.session_state[state.RUN] in data.discover(workspace)
+    app_env(monkeypatch, workspace, db)
+    at = open_app(setup=lambda at: at.query_params.__setitem__("run", "../../etc"))
+    assert at.session_state[state.RUN] in data.discover(workspace)
 
 
 def test_open_option_picks_the_first_run(workspace, db, monkeypatch):
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
-    monkeypatch.setenv("ERRORANALYSIS_OPEN", "news-b")
-    at = AppTest.from_file(str(UI / "app.py"), default_timeout=60).run()
+    app_env(monkeypatch, workspace, db, open="news-b")
+    at = open_app()
     assert at.session_state[state.RUN] == "news-b"
 
 
@@ -517,7 +491,7 @@ def test_a_damaged_labels_database_is_one_message_on_every_page(start, db):
     at = start()
     assert len(at.dataframe[0].value) == 3 and any(str(db) in e.value for e in at.error)
     for page in ("label", "taxonomy", "review", "slices", "clusters", "compare"):
-        at = goto(at, page)
+        at = go(at, page)
         assert len(at.error) == 1, (page, [e.value for e in at.error])
         message = at.error[0].value
         assert str(db) in message and "damaged" in message and "\n" not in message, page

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from app_session import app_env, open_app
 from conftest import eval_rows, write_jsonl
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import FAKE, make_run
@@ -13,10 +12,6 @@ from erroranalysis.data import DataOptions
 from erroranalysis.rundir import Run
 from erroranalysis.rundir.readers import read_checks_report
 from erroranalysis.stages import run_doctor
-from erroranalysis_ui.eaui import state
-
-UI = Path(__file__).resolve().parent.parent / "ui"
-
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +27,8 @@ def workspace(tmp_path_factory, tiny_checkpoint):
 
 
 def open_page(workspace, tmp_path, monkeypatch, run: str) -> AppTest:
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
-    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
-    at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-    at.session_state[state.RUN] = run
-    at.run()
-    return at.switch_page("views/checks.py").run()
+    app_env(monkeypatch, workspace, tmp_path / "labels.sqlite", user=None)
+    return open_app("checks", run)
 
 
 def test_findings_suspects_and_doctor_report(workspace, tmp_path, monkeypatch):

@@ -97,26 +97,16 @@ def test_app_config_from_arguments_and_environment(workspace, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_wheel_ships_the_app_and_it_runs_from_there(tmp_path, workspace):
-    """`pip install erroranalysis` (not editable) must give a working `erroranalysis ui`: the app is packaged as
+def test_a_wheel_ships_the_app_and_it_runs_from_there(tmp_path, workspace, wheel):
+    """`pip install erroranalysis-ml` (not editable) must give a working `erroranalysis ui`: the app is packaged as
     erroranalysis_ui, and app_path finds it there."""
     import os
-    import shutil
     import subprocess
     import zipfile
 
     root = Path(__file__).resolve().parent.parent
-    # build from a copy of the source files alone: an in-tree build/ folder could hold stale packages
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, check=True,
                            capture_output=True, text=True).stdout.split()
-    src = tmp_path / "src"
-    for name in files:
-        if (root / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True)
-    wheel = next((tmp_path / "dist").glob("erroranalysis-*.whl"))
     shipped = {n.split("/", 1)[1] for n in zipfile.ZipFile(wheel).namelist() if n.startswith("erroranalysis_ui/")}
     source = {name[len("ui/"):] for name in files if name.startswith("ui/") and name.endswith((".py", ".svg"))}
     assert source and source <= shipped
@@ -252,7 +242,7 @@ def test_oidc_in_secrets_toml_is_a_login(workspace, launched, tmp_path, monkeypa
         if installed:
             assert result.exit_code == 0 and "OIDC login" in result.output, result.output
         else:
-            assert result.exit_code == 2 and "pip install 'streamlit[auth]'" in result.output, result.output
+            assert result.exit_code == 2 and "pip install 'erroranalysis-ml[auth]'" in result.output, result.output
 
 
 def test_app_config_of_the_team_settings(workspace, tmp_path):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from app_session import app_env, open_app, texts
 from fake_runs import commit
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import _VOCAB, analyze_frame
@@ -15,7 +14,6 @@ from erroranalysis import rundir
 from erroranalysis.labels import LabelStore
 from erroranalysis_ui.eaui import state
 
-UI = Path(__file__).resolve().parent.parent / "ui"
 LABELS = ["business", "sport", "tech"]
 
 
@@ -60,29 +58,13 @@ def start(workspace, tmp_path, monkeypatch):
     ids = [f"ex{i:03d}" for i in range(30)]
     store.assign("base", ids[0::2], "Even kind")
     store.assign("base", ids[1::2], "Odd kind <b>")
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
-    monkeypatch.setenv("ERRORANALYSIS_USER", "tester")
-    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
+    app_env(monkeypatch, workspace, db)
 
     def _start(page: str, run: str = "base", **session) -> AppTest:
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        at.session_state[state.RUN] = run
-        for key, value in session.items():
-            at.session_state[getattr(state, key)] = value
-        at.run()
-        at.switch_page(f"views/{page}.py").run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+        return open_app(page, run, session=session)
 
     _start.db = db
     return _start
-
-
-def texts(at: AppTest) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.value for e in at.error]
-    parts += [i.value for i in at.info] + [s.value for s in at.subheader] + [t.value for t in at.toast]
-    return "\n".join(str(p) for p in parts)
 
 
 def metric(at: AppTest, label: str):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from app_session import app_env, open_app, texts
 from fake_runs import commit
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
@@ -27,7 +28,6 @@ from erroranalysis.rundir.readers import OutsideError
 from erroranalysis_ui.eaui import data, state
 from erroranalysis_ui.eaui.workspace import Workspace
 
-UI = Path(__file__).resolve().parent.parent / "ui"
 SECRET = "TOP-SECRET-7f3a"
 OUTSIDE_TEXT = "OUTSIDE-TEXT-91c2"
 
@@ -77,32 +77,12 @@ def set_model_path(run_dir: Path, value: str) -> None:
 @pytest.fixture()
 def start(ws, tmp_path, monkeypatch):
     root, _ = ws
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(root))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
-    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
-    monkeypatch.delenv("ERRORANALYSIS_ALLOW_PATHS", raising=False)
+    app_env(monkeypatch, root, tmp_path / "labels.sqlite", user=None)
 
     def _start(page: str, run: str = "news") -> AppTest:
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        at.session_state[state.RUN] = run
-        at.run()
-        at.switch_page(f"views/{page}.py").run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+        return open_app(page, run)
 
     return _start
-
-
-def shown(at: AppTest) -> str:
-    """Everything the page shows as text, tables included."""
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.value for e in at.error]
-    parts += [i.value for i in at.info] + [s.value for s in at.success] + [w.value for w in at.warning]
-    parts += [t.value for t in at.text]
-    for frame in at.dataframe:
-        parts.append(frame.value.to_csv() if hasattr(frame.value, "to_csv") else str(frame.value))
-    for exp in at.expander:
-        parts += [m.value for m in exp.markdown]
-    return "\n".join(str(p) for p in parts)
 
 
 # -- file symlinks inside a run -------------------------------------------------------------------------------
@@ -116,7 +96,7 @@ def test_doctor_md_linked_to_a_secret(ws, start):
         readers.read_doctor(Run.open(root / "news"))
 
     at = start("checks")
-    assert SECRET not in shown(at)
+    assert SECRET not in texts(at)
     assert any("outside the folders" in e.value for e in at.error), [e.value for e in at.error]
 
 
@@ -126,7 +106,7 @@ def test_predictions_linked_to_a_file_outside(ws, start):
     assert readers.read_predictions(Run.open(root / "news"))["text"].str.startswith(OUTSIDE_TEXT).all()
     for page in ("confusion", "clusters", "label", "slices", "overview", "checks", "taxonomy"):
         at = start(page)
-        assert OUTSIDE_TEXT not in shown(at), page
+        assert OUTSIDE_TEXT not in texts(at), page
         if page not in ("overview",):  # the overview reads metrics.json, not the texts
             assert any("outside the folders" in e.value for e in at.error), (page, [e.value for e in at.error])
 
@@ -187,7 +167,7 @@ def test_the_labels_database_linked_outside(ws, start, monkeypatch, tmp_path):
     (root / "labels.sqlite").symlink_to(outside / "labels.sqlite")
     monkeypatch.delenv("ERRORANALYSIS_LABELS_DB")
     at = start("label")
-    assert "Their secret type" not in shown(at)
+    assert "Their secret type" not in texts(at)
     assert any("outside the folders" in e.value for e in at.error)
 
 
@@ -273,7 +253,7 @@ def test_an_embeddings_source_outside_is_not_read(ws, tmp_path):
 def test_a_run_folder_replaced_by_a_symlink_while_the_app_runs(ws, start):
     root, outside = ws
     at = start("label")
-    assert not at.error and OUTSIDE_TEXT not in shown(at)
+    assert not at.error and OUTSIDE_TEXT not in texts(at)
     elsewhere = outside / "news"
     shutil.copytree(root / "news", elsewhere)
     frame = pd.read_parquet(outside / "predictions.parquet")
@@ -293,7 +273,7 @@ def test_a_run_folder_replaced_by_a_symlink_while_the_app_runs(ws, start):
     for page in ("label", "confusion", "checks", "training"):
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception
-        assert OUTSIDE_TEXT not in shown(at), page
+        assert OUTSIDE_TEXT not in texts(at), page
         assert at.session_state[state.RUN] is None and "Pick a run" in at.info[0].value, page
 
 

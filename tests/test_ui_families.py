@@ -6,15 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from app_session import app_env, go, open_app
 from ui_fixtures import embeddings_file, make_run
 
 from erroranalysis.labels import LabelStore
 from erroranalysis.rundir import Run, readers
 from erroranalysis.stages import cluster_run
 from erroranalysis_ui.eaui import state
-
-UI = Path(__file__).resolve().parent.parent / "ui"
 
 
 @pytest.fixture(scope="module")
@@ -30,19 +28,8 @@ def families(tmp_path_factory) -> Path:
 @pytest.fixture()
 def app(families, tmp_path, monkeypatch):
     db = tmp_path / "labels.sqlite"
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(families))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
-    monkeypatch.setenv("ERRORANALYSIS_USER", "tester")
-    at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-    at.session_state[state.RUN] = "news"
-    at.run()
-    return at, db
-
-
-def go(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    app_env(monkeypatch, families, db)
+    return open_app(run="news"), db
 
 
 def test_a_cluster_says_which_family_it_belongs_to(app, families):

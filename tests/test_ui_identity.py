@@ -8,17 +8,16 @@ the pages under each identity source, without a browser (AppTest seeds st.user f
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
+from app_session import app_env, go, open_app
 from streamlit.runtime.context import StreamlitHeaders
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
 from erroranalysis.labels import LabelStore, ReadOnlyError
-from erroranalysis_ui.eaui import data, identity, state
+from erroranalysis_ui.eaui import identity, labeled, state
 
-UI = Path(__file__).resolve().parent.parent / "ui"
 SECRET = "0123456789abcdef0123456789abcdef"
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
 OIDC = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "c" * 32, "client_id": "ea",
@@ -82,24 +81,15 @@ def workspace(tmp_path_factory):
 def start(workspace, tmp_path, monkeypatch):
     """start(page, oidc_user=..., **env) -> an AppTest on `page` of run news; oidc_user (a dict for st.user)
     configures the OIDC login; env sets ERRORANALYSIS_<NAME> variables."""
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
-    for name in ("OPEN", "USER", "TRUSTED_USER_HEADER", "PROXY_SECRET_FILE", "READ_ONLY", "VIEWERS"):
-        monkeypatch.delenv(f"ERRORANALYSIS_{name}", raising=False)
-
     def _start(page: str = "label", oidc_user: dict | None = None, **env) -> AppTest:
-        for name, value in env.items():
-            monkeypatch.setenv(f"ERRORANALYSIS_{name.upper()}", value)
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        if oidc_user is not None:
+        app_env(monkeypatch, workspace, tmp_path / "labels.sqlite", **{"user": None, **env})
+
+        def login(at: AppTest) -> None:
             at.secrets["auth"] = OIDC
             at.user = oidc_user
-        at.session_state[state.RUN] = "news"
-        at.run()
-        if page != "runs" and not at.error:
-            at.switch_page(f"views/{page}.py").run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+
+        at = open_app(run="news", setup=None if oidc_user is None else login)
+        return at if page == "runs" or at.error else go(at, page)
 
     return _start
 
@@ -166,7 +156,7 @@ def test_a_viewer_sees_the_labels_and_no_way_to_change_them(start, tmp_path):
     at.switch_page("views/taxonomy.py").run()
     assert [b.label for b in at.get("download_button")] == ["JSON", "CSV", "Markdown report"]  # reading is fine
     # and the store the app hands this session refuses writes itself
-    store = data.store(str(tmp_path / "labels.sqlite"), False, ("carol@example.com",)).with_user("carol@example.com")
+    store = labeled.store(str(tmp_path / "labels.sqlite"), False, ("carol@example.com",)).with_user("carol@example.com")
     with pytest.raises(ReadOnlyError, match="viewer"):
         store.assign("news", ["ex000001"], etype.id)
     assert len(writer.events()) == 1
@@ -181,7 +171,7 @@ def test_a_read_only_app_on_a_workspace_without_labels(start, tmp_path):
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception and not at.error, (page, [e.value for e in at.error])
     assert not (tmp_path / "labels.sqlite").exists()
-    store = data.store(str(tmp_path / "labels.sqlite"), True, ())
+    store = labeled.store(str(tmp_path / "labels.sqlite"), True, ())
     with pytest.raises(ReadOnlyError, match="read-only"):
         store.create_error_type("Anything")
     assert not (tmp_path / "labels.sqlite").exists()
@@ -193,7 +183,7 @@ def test_a_read_only_app_reads_the_labels_there(start, tmp_path):
     assert "Sport read as business" in " ".join(m.value for m in at.markdown)
     assert "Create error type" not in labels_of(at)
     with pytest.raises(ReadOnlyError):
-        data.store(str(tmp_path / "labels.sqlite"), True, ()).with_user("tester").create_error_type("x")
+        labeled.store(str(tmp_path / "labels.sqlite"), True, ()).with_user("tester").create_error_type("x")
 
 
 def test_a_single_local_user_still_types_a_name(start, tmp_path):

@@ -8,14 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from app_session import app_env, go, open_app, texts
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import KINDS, make_kinds, tiny_causal_lm
 
 from erroranalysis.rundir import Run
 from erroranalysis.rundir.readers import read_checks_report
-from erroranalysis_ui.eaui import state
 
-UI = Path(__file__).resolve().parent.parent / "ui"
 PAGES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
          "slices": "Slices", "compare": "Compare", "label": "Label", "taxonomy": "Taxonomy",
          "review": "Review suggestions", "training": "Training", "checks": "Checks"}
@@ -42,27 +41,12 @@ def kinds(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture()
 def open_run(kinds, tmp_path, monkeypatch):
     root = next(iter(kinds.values())).parent
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(root))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
-    monkeypatch.setenv("ERRORANALYSIS_USER", "tester")
-    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
+    app_env(monkeypatch, root, tmp_path / "labels.sqlite")
 
     def _open(kind: str) -> AppTest:
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        at.session_state[state.RUN] = kind
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+        return open_app(run=kind)
 
     return _open
-
-
-def shown(at: AppTest) -> str:
-    """Every text the page shows, messages included."""
-    parts = []
-    for kind in ("title", "subheader", "markdown", "caption", "error", "warning", "info", "success", "toast"):
-        parts += [str(e.value) for e in getattr(at, kind)]
-    return "\n".join(parts).replace("\\", "")
 
 
 def stage_warnings(at: AppTest) -> list[str]:
@@ -70,9 +54,8 @@ def stage_warnings(at: AppTest) -> list[str]:
 
 
 def visit(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, f"{page}: {[e.value for e in at.exception]}"
-    assert "Traceback" not in shown(at), page
+    go(at, page)
+    assert "Traceback" not in texts(at), page
     assert at.title and at.title[0].value == PAGES[page], page
     return at
 
@@ -83,7 +66,7 @@ def test_every_page_shows_every_kind_of_run(open_run, kind):
     for page in PAGES:
         visit(at, page)
         if (kind, page) in SAYS:
-            assert SAYS[kind, page] in shown(at), (kind, page)
+            assert SAYS[kind, page] in texts(at, plain=True), (kind, page)
         if kind != "interrupted":  # every stage is done: no page warns about one
             assert not stage_warnings(at), page
 
@@ -109,7 +92,7 @@ def test_checks_page_of_a_generation_run(open_run, kinds):
     report = read_checks_report(Run.open(kinds["generation"]))
     assert report["label_issues"]["available"] is False
     at = visit(open_run("generation"), "checks")
-    assert "Not checked: the run has no probabilities (probs.npy)." in shown(at)
+    assert "Not checked: the run has no probabilities (probs.npy)." in texts(at, plain=True)
     assert any("label_issues_skipped" in m.value.replace("\\", "") for m in at.markdown)
 
 
@@ -122,7 +105,7 @@ def test_checks_page_lists_the_flagged_label_issues(open_run, kinds):
     at = visit(open_run("classification"), "checks")
     listed = at.dataframe[-1].value
     assert set(listed["example_id"]) == flagged
-    assert f"{len(flagged):,} examples whose given label is probably wrong" in shown(at)
+    assert f"{len(flagged):,} examples whose given label is probably wrong" in texts(at, plain=True)
 
 
 def test_a_killed_stage_is_not_reported_as_ok(open_run, kinds):
@@ -152,7 +135,7 @@ def test_the_apps_base_table_holds_each_text_column_in_one_chunk(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from erroranalysis_ui.eaui.data import _one_chunk
+    from erroranalysis_ui.eaui.labeled import one_chunk
 
     n = 5000
     texts = [f"text {i}" * (i % 7) for i in range(n)]
@@ -160,7 +143,7 @@ def test_the_apps_base_table_holds_each_text_column_in_one_chunk(tmp_path):
                    tmp_path / "p.parquet", row_group_size=1000)
     read = pd.read_parquet(tmp_path / "p.parquet")
     assert read["text"].array.__arrow_array__().num_chunks == 5
-    one = _one_chunk(read.copy())
+    one = one_chunk(read.copy())
     pd.testing.assert_frame_equal(one, read)
     assert one["text"].array.__arrow_array__().num_chunks == 1
     assert one["example_id"].array.__arrow_array__().num_chunks == 1

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
+from app_session import app_env, open_app, texts
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
@@ -15,9 +14,6 @@ from erroranalysis.rundir import Run
 from erroranalysis.rundir.readers import read_slices
 from erroranalysis.stages import slices_run
 from erroranalysis_ui.eaui import actions, state
-
-UI = Path(__file__).resolve().parent.parent / "ui"
-
 
 
 def planted_failure(words):
@@ -45,26 +41,12 @@ def db(tmp_path):
 
 @pytest.fixture()
 def start(workspace, db, monkeypatch):
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(db))
-    monkeypatch.setenv("ERRORANALYSIS_USER", "tester")
-    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
+    app_env(monkeypatch, workspace, db)
 
     def _start(run: str = "news-a") -> AppTest:
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        at.session_state[state.RUN] = run
-        at.run()
-        at.switch_page("views/slices.py").run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+        return open_app("slices", run)
 
     return _start
-
-
-def texts(at: AppTest) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.value for e in at.error]
-    parts += [i.value for i in at.info] + [s.value for s in at.subheader] + [t.value for t in at.toast]
-    return "\n".join(str(p) for p in parts)
 
 
 def button(at: AppTest, prefix: str):
@@ -107,7 +89,7 @@ def test_a_run_where_no_slice_stands_out(start):
     assert not at.exception and not at.error
     assert at.metric[0].value == "0"
     assert "No slice stands out" in at.info[0].value
-    assert "no failures" in texts(at).replace("\\", "").lower()  # the stage's message
+    assert "no failures" in texts(at, plain=True).lower()  # the stage's message
 
 
 def test_a_failed_slices_stage_shows_its_error(start):

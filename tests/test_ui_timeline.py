@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from app_session import app_env, open_app, texts
 from streamlit.testing.v1 import AppTest
 from timeline_fixtures import eval_frame, planted_experiment, predictions_at
 
 from erroranalysis import stages
 from erroranalysis_ui.eaui import timeline as tdata
-
-UI = Path(__file__).resolve().parent.parent / "ui"
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +23,10 @@ def workspace(tmp_path_factory):
 
 @pytest.fixture()
 def start(workspace, monkeypatch, tmp_path):
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.delenv("ERRORANALYSIS_LABELS_DB", raising=False)
-    monkeypatch.setenv("ERRORANALYSIS_USER", "tester")
+    app_env(monkeypatch, workspace)
 
     def _start() -> AppTest:
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        at.run()
-        at.switch_page("views/timeline.py").run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+        return open_app("timeline")
 
     return _start
 
@@ -42,12 +35,6 @@ def changed(before: int, after: int, kind: str) -> int:
     frame = eval_frame()
     a, b = predictions_at(frame, before)["correct"], predictions_at(frame, after)["correct"]
     return int((~a & b).sum()) if kind == "fixed" else int((a & ~b).sum())
-
-
-def texts(at) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader]
-    parts += [i.value for i in at.info]
-    return "\n".join(str(p) for p in parts)
 
 
 def select(at, label: str):
@@ -90,11 +77,8 @@ def test_a_workspace_without_step_runs_says_how_to_make_them(tmp_path, monkeypat
     from ui_fixtures import make_run
 
     make_run(tmp_path / "plain", n=60, n_failures=12)
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(tmp_path))
-    at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("views/timeline.py").run()
-    assert not at.exception
+    app_env(monkeypatch, tmp_path)
+    at = open_app("timeline")
     assert "No training run here yet" in at.info[0].value and "erroranalysis watch" in at.info[0].value
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from app_session import app_env, open_app, texts
 from conftest import eval_rows, write_jsonl
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
@@ -18,9 +19,6 @@ from erroranalysis import files, rundir
 from erroranalysis.checklist.training import diagnose
 from erroranalysis.checklist.training_log import read_trainer_state
 from erroranalysis_ui.eaui import charts, state
-
-UI = Path(__file__).resolve().parent.parent / "ui"
-
 
 
 def history(nan_at: int | None = None) -> list[dict]:
@@ -86,25 +84,12 @@ def workspace(tmp_path_factory, tiny_checkpoint):
 
 @pytest.fixture()
 def start(workspace, tmp_path, monkeypatch):
-    monkeypatch.setenv("ERRORANALYSIS_RUNS", str(workspace))
-    monkeypatch.setenv("ERRORANALYSIS_LABELS_DB", str(tmp_path / "labels.sqlite"))
-    monkeypatch.delenv("ERRORANALYSIS_OPEN", raising=False)
+    app_env(monkeypatch, workspace, tmp_path / "labels.sqlite", user=None)
 
     def _start(run: str = "news-a") -> AppTest:
-        at = AppTest.from_file(str(UI / "app.py"), default_timeout=120)
-        at.session_state[state.RUN] = run
-        at.run()
-        at.switch_page("views/training.py").run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
+        return open_app("training", run)
 
     return _start
-
-
-def texts(at: AppTest) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.value for e in at.error]
-    parts += [i.value for i in at.info] + [s.value for s in at.success]
-    return "\n".join(str(p) for p in parts)
 
 
 def test_the_checkpoint_log_and_a_planted_nan(start, workspace):
@@ -166,7 +151,7 @@ def test_a_typed_log_path_under_the_runs_folder(start):
     at = start("news-b")
     at.text_input(key=state.TRAINING_LOG).set_value("logs/spiky").run()
     assert not at.error, [e.value for e in at.error]
-    assert "training loss is nan at step 700" in texts(at).replace("\\", "").lower()
+    assert "training loss is nan at step 700" in texts(at, plain=True).lower()
 
 
 def test_paths_outside_the_workspace_are_refused(start, workspace, tmp_path):
@@ -176,7 +161,7 @@ def test_paths_outside_the_workspace_are_refused(start, workspace, tmp_path):
         at.text_input(key=state.TRAINING_LOG).set_value(typed).run()
         assert not at.exception
         assert at.error and "outside" in at.error[0].value, typed
-        assert "nan at step 300" not in texts(at).replace("\\", "").lower()
+        assert "nan at step 300" not in texts(at, plain=True).lower()
     # A symlink inside the runs folder that leads out of it is refused too.
     link = workspace / "logs" / "sneaky"
     link.symlink_to(elsewhere.parent)

@@ -3,8 +3,9 @@
 This file is the router (st.navigation) and the frame around every page: who is using the app (eaui.identity: no
 page without an identity), the run picker, and the rule of which files may be read (eaui.workspace: every page
 runs confined to it).
-Pages under views/ only render; data comes from erroranalysis_ui.eaui.data, work from the erroranalysis library. (Not pages/:
-Streamlit would also serve a pages/ folder beside this file as standalone pages, bypassing this router.)
+Pages under views/ only render; data comes from erroranalysis_ui.eaui.data and .labeled, work from the erroranalysis
+library through eaui.actions. (Not pages/: Streamlit would also serve a pages/ folder beside this file as standalone
+pages, bypassing this router.)
 """
 
 from __future__ import annotations

@@ -64,11 +64,11 @@ def score(truth: np.ndarray, labels: np.ndarray, n_groups: int) -> dict:
 
 def repeated_stems(keywords) -> float:
     """Share of clusters whose first three keywords hold two words of one stem (`economy`, `economic`)."""
-    from erroranalysis.cluster._keywords import _same_stem, _stem
+    from erroranalysis.cluster import same_stem, stem
 
     def repeats(top) -> bool:
-        stems = [_stem(w) for k in top for w in str(k).split()]
-        return any(_same_stem(a, b) for i, a in enumerate(stems) for b in stems[i + 1:])
+        stems = [stem(w) for k in top for w in str(k).split()]
+        return any(same_stem(a, b) for i, a in enumerate(stems) for b in stems[i + 1:])
 
     keywords = list(keywords)
     return float(np.mean([repeats(list(k)[:3]) for k in keywords])) if keywords else 0.0

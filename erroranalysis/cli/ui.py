@@ -195,7 +195,7 @@ def _login(app: Path, header: str | None, secret_file: Path | None, user: str | 
     if oidc:
         if importlib.util.find_spec("authlib") is None:
             raise UserError("secrets.toml has an [auth] section, but Streamlit's OIDC login needs Authlib: "
-                            "pip install 'streamlit[auth]'.")
+                            "pip install 'erroranalysis-ml[auth]' (or 'streamlit[auth]').")
         return "OIDC login (secrets.toml [auth])"
     return None
 

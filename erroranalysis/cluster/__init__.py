@@ -12,10 +12,8 @@ from erroranalysis.cluster._blocks import Clusterer, ConfusionPairFeature, Featu
 from erroranalysis.cluster._fit import ClusteringResult, FailureClustering, cluster_failures, default_min_cluster_size
 from erroranalysis.cluster._groups import group_scatter, relabel_by_size, take_out_groups
 from erroranalysis.cluster._hierarchy import cluster_parents
-from erroranalysis.cluster._keywords import MAX_CHARS, TOKEN_PATTERN, class_tfidf, pick_keywords
+from erroranalysis.cluster._keywords import MAX_CHARS, TOKEN_PATTERN, class_tfidf, pick_keywords, same_stem, stem
 from erroranalysis.cluster._naming import (
-    COLUMNS,
-    LIST_COLUMNS,
     MAX_CORRECT_DOCS,
     cluster_name,
     cluster_summary,

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from erroranalysis.cluster._neighbors import _vote, knn_cosine
+from erroranalysis.cluster._neighbors import knn_cosine, majority_vote
 
 ALL = "all"
 
 
 @dataclass
-class _Assigned:
+class Assigned:
     """Per failure: cluster (-1 none), membership strength, tier, whether noise assignment moved it, and 2-D-ish
     coordinates; with each cluster's tier."""
 
@@ -25,16 +25,16 @@ class _Assigned:
     cluster_tier: dict = field(default_factory=dict)
 
     @classmethod
-    def empty(cls, n: int) -> _Assigned:
+    def empty(cls, n: int) -> Assigned:
         return cls(np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.float32), np.full(n, ALL, dtype=object),
                    np.zeros(n, dtype=bool))
 
 
-def _place_the_rest(X, fit_rows, fitted: _Assigned, Y, params: dict) -> tuple[_Assigned, str]:
+def place_the_rest(X, fit_rows, fitted: Assigned, Y, params: dict) -> tuple[Assigned, str]:
     """All failures: the fitted ones as clustered; above `max_fit`, the rest join their nearest fitted
     neighbours (cosine, original space), with a weaker membership."""
     n, m = len(X), len(fit_rows)
-    placed = _Assigned.empty(n)
+    placed = Assigned.empty(n)
     placed.cluster_tier = fitted.cluster_tier
     placed.labels[fit_rows], placed.strength[fit_rows] = fitted.labels, fitted.strength
     placed.tier[fit_rows], placed.reassigned[fit_rows] = fitted.tier, fitted.reassigned
@@ -44,7 +44,7 @@ def _place_the_rest(X, fit_rows, fitted: _Assigned, Y, params: dict) -> tuple[_A
         return placed, ""
     rest = np.setdiff1d(np.arange(n), fit_rows)
     near, dist = knn_cosine(X[rest], X[fit_rows], 10, return_distance=True)
-    lab, st = _vote(fitted.labels[near])
+    lab, st = majority_vote(fitted.labels[near])
     _, ref_dist = knn_cosine(X[fit_rows[: min(m, 5000)]], X[fit_rows], 11, return_distance=True)
     d90 = float(np.quantile(ref_dist[:, 1:].mean(axis=1), 0.9))
     st = st * np.minimum(1.0, d90 / np.maximum(dist.mean(axis=1), 1e-12))

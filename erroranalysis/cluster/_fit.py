@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from erroranalysis.cluster._assigned import ALL, _Assigned, _place_the_rest
+from erroranalysis.cluster._assigned import ALL, Assigned, place_the_rest
 from erroranalysis.cluster._blocks import ConfusionPairFeature, FeatureBlock, HDBSCANClusterer
 from erroranalysis.cluster._groups import relabel_by_size, take_out_groups
 from erroranalysis.cluster._hierarchy import cluster_parents
-from erroranalysis.cluster._neighbors import _assign_noise, local_error_rate
+from erroranalysis.cluster._neighbors import assign_noise_by_vote, local_error_rate
 from erroranalysis.cluster._params import ClusteringParams
 from erroranalysis.cluster._reduce import make_reducer
 from erroranalysis.errors import DataError
@@ -154,7 +154,7 @@ class FailureClustering:
         rate, systematic = self._local_tiers(vectors, failed, fit_rows, rng, params)
         Y, Z = self._coordinates(X, fit_rows, self._feature_matrix(frame, n))
         fitted = self._cluster_tiers(Z, None if systematic is None else systematic[fit_rows], mcs, params)
-        placed, note = _place_the_rest(X, fit_rows, fitted, Y, params)
+        placed, note = place_the_rest(X, fit_rows, fitted, Y, params)
         cluster_group = self._take_out(placed, groups, mcs, params)
         result = self._result(placed.labels, placed.strength, method="hdbscan", note=note, params=params,
                               tier=placed.tier, reassigned=placed.reassigned, rate=rate, coords=placed.coords,
@@ -205,10 +205,10 @@ class FailureClustering:
         Y = (Y - mu) / sd
         return Y, np.hstack([Y, extra[fit_rows]]).astype(np.float32)
 
-    def _cluster_tiers(self, Z, systematic, mcs: int, params: dict) -> _Assigned:
+    def _cluster_tiers(self, Z, systematic, mcs: int, params: dict) -> Assigned:
         """Cluster each tier (systematic, scattered; or all) apart, then assign noise within it."""
         m = len(Z)
-        out = _Assigned.empty(m)
+        out = Assigned.empty(m)
         tiers = [(ALL, np.ones(m, dtype=bool))]
         if systematic is not None:
             tiers = [(SYSTEMATIC, systematic), (SCATTERED, ~systematic)]
@@ -220,7 +220,7 @@ class FailureClustering:
                 continue
             lab, st = self._tier_clusterer(name, int(mask.sum()), mcs, params).fit(Z[mask])
             if self.params.assign_noise is not None:
-                lab, st, out.reassigned[mask] = _assign_noise(Z[mask], lab, st, self.params.assign_noise)
+                lab, st, out.reassigned[mask] = assign_noise_by_vote(Z[mask], lab, st, self.params.assign_noise)
             found = lab >= 0
             lab[found] += offset
             out.cluster_tier.update({int(c): name for c in np.unique(lab[found])})
@@ -238,7 +238,7 @@ class FailureClustering:
             return HDBSCANClusterer(tier_mcs, self.params.min_samples)
         return HDBSCANClusterer(mcs, self.params.min_samples)
 
-    def _take_out(self, placed: _Assigned, groups, mcs: int, params: dict) -> dict[int, int]:
+    def _take_out(self, placed: Assigned, groups, mcs: int, params: dict) -> dict[int, int]:
         """Strong slices the embedding scattered become clusters of their own (`take_out_groups`)."""
         if groups is None or self.params.group_purity <= 0:
             return {}

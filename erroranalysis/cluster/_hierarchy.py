@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from erroranalysis.cluster._neighbors import _unit
+from erroranalysis.cluster._neighbors import unit_rows
 
 
 def cluster_parents(vectors: np.ndarray, labels: np.ndarray, *, min_similarity: float = 0.6) -> dict[int, int]:
@@ -24,8 +24,8 @@ def cluster_parents(vectors: np.ndarray, labels: np.ndarray, *, min_similarity: 
     ids = np.unique(labels[labels >= 0])
     if len(ids) < 2:
         return {}
-    unit = _unit(vectors)
-    centres = _unit(np.stack([unit[labels == c].mean(axis=0) for c in ids]))
+    unit = unit_rows(vectors)
+    centres = unit_rows(np.stack([unit[labels == c].mean(axis=0) for c in ids]))
     from scipy.cluster.hierarchy import fcluster, linkage
 
     tree = linkage(centres.astype(np.float64), method="average", metric="cosine")

@@ -54,13 +54,13 @@ def class_tfidf(texts: Sequence[str], classes: np.ndarray, *, ngram_range=(1, 2)
     return terms, ids, tf * idf, df
 
 
-# suffixes stripped by `_stem`, longest first: enough to make inflections and derivations of one word meet
+# suffixes stripped by `stem`, longest first: enough to make inflections and derivations of one word meet
 _KEEP = frozenset({"news", "series"})
 _SUFFIXES = ("ations", "ation", "ments", "ment", "ists", "ings", "ical", "ies", "ist", "ics", "ing", "ers", "ed",
              "er", "ic", "es", "s", "y", "e")
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """A light stemmer for keyword redundancy, one suffix: `economy`, `economic`, `economist`, `economies` ->
     `econom`; `games`, `gaming`, `gamers` -> `gam`. Keeps at least 3 letters, never strips `s` after `s`, `u` or `i`
     (`business`, `virus`, `analysis`) nor `y` after a vowel (`play`)."""
@@ -78,12 +78,12 @@ def _stem(word: str) -> str:
 
 
 def _stems(term: str) -> frozenset:
-    return frozenset(_stem(w) for w in term.split())
+    return frozenset(stem(w) for w in term.split())
 
 
-def _same_stem(a: str, b: str) -> bool:
+def same_stem(a: str, b: str) -> bool:
     """One word's stem is the other's, or they share a prefix of at least 5 letters and 80% of the shorter
-    (`japan`, `japanese`); `women` and `woman` meet through `_stem`."""
+    (`japan`, `japanese`); `women` and `woman` meet through `stem`."""
     if a == b:
         return True
     k = 0
@@ -96,14 +96,14 @@ def _same_stem(a: str, b: str) -> bool:
 
 def _covers(a: frozenset, b: frozenset) -> bool:
     """Every stem of `a` has the same stem in `b`."""
-    return all(any(_same_stem(x, y) for y in b) for x in a)
+    return all(any(same_stem(x, y) for y in b) for x in a)
 
 
 def _overlap(a: frozenset, b: frozenset) -> float:
     """1 when one term's stems hold the other's (nothing new), else the Jaccard share of stems they have in common."""
     if _covers(a, b) or _covers(b, a):
         return 1.0
-    shared = sum(any(_same_stem(x, y) for y in b) for x in a)
+    shared = sum(any(same_stem(x, y) for y in b) for x in a)
     return shared / (len(a) + len(b) - shared)
 
 
@@ -165,7 +165,7 @@ def pick_keywords(terms: np.ndarray, scores: np.ndarray, doc_counts: np.ndarray,
     return [str(terms[j]) for j in chosen], [round(value[j], 5) for j in chosen]
 
 
-def _common_words(terms, doc_counts, n_docs: int, share: float = 0.5) -> frozenset:
+def common_words(terms, doc_counts, n_docs: int, share: float = 0.5) -> frozenset:
     """Words in more than `share` of all documents (`said` in news): no phrase is made of them."""
     if not len(terms):
         return frozenset()

@@ -30,19 +30,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from erroranalysis.cluster._keywords import NGRAMS, _common_words, class_tfidf, pick_keywords
+from erroranalysis.cluster._keywords import NGRAMS, class_tfidf, common_words, pick_keywords
 from erroranalysis.cluster._params import NamingParams
-
-LIST_COLUMNS = ("keywords", "keyword_scores", "exemplar_ids", "top_confusions", "top_confusion_counts",
-                "top_confusion_shares", "gold_labels", "gold_shares", "pred_labels", "pred_shares")
-
-
-# clusters.parquet, in this order (see docs/run-directory.md)
-COLUMNS = ["cluster_id", "size", "share_of_failures", "name", "kind", "keywords", "keyword_scores", "exemplar_ids",
-           "top_confusions", "top_confusion_counts", "top_confusion_shares", "gold_labels", "gold_shares",
-           "pred_labels", "pred_shares", "mean_confidence", "mean_loss", "mean_n_tokens", "truncated_share",
-           "mean_membership", "local_error_rate", "reassigned", "summary", "parent_id", "parent_name"]
-
+from erroranalysis.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
 
 MAX_CORRECT_DOCS = 1000  # correct examples sampled as the contrast class
 
@@ -172,9 +162,9 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
     membership = np.ones(n, np.float32) if membership is None else np.asarray(membership, dtype=np.float32)
     kinds, titles, parents = kinds or {}, titles or {}, parents or {}
     ids = sorted({int(c) for c in cluster_ids if c >= 0}, key=lambda c: (-int((cluster_ids == c).sum()), c))
-    columns = COLUMNS
+    columns = list(CLUSTER_NAMING_COLUMNS)
     if not ids:
-        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in columns})
+        return pd.DataFrame({c: pd.Series(dtype=CLUSTERS.dtypes.get(c, "float64")) for c in columns})
 
     # c-TF-IDF over clusters, unclustered failures (-1) and a sample of correct examples (-2)
     correct_texts = list(correct_texts)
@@ -185,7 +175,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
     classes = np.concatenate([np.where(cluster_ids >= 0, cluster_ids, -1), np.full(len(correct_texts), -2)])
     terms, class_ids, scores, doc_counts = class_tfidf(texts, classes, ngram_range=NGRAMS)
     row_of = {int(c): i for i, c in enumerate(class_ids)}
-    common = _common_words(terms, doc_counts, len(texts))
+    common = common_words(terms, doc_counts, len(texts))
     contrast = doc_counts[row_of[-2]] / len(correct_texts) if -2 in row_of else None
     parent_names = _parent_names(failures, cluster_ids, texts, classes, parents, n_keywords, common, contrast)
 
@@ -248,10 +238,8 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
             "parent_name": parent_names.get(parents.get(c)),
         })
     frame = pd.DataFrame(rows, columns=columns)
-    for c in ("cluster_id", "size", "reassigned"):
-        frame[c] = frame[c].astype("int32")
-    frame["parent_id"] = pd.array(frame["parent_id"].tolist(), dtype="Int32")
-    frame["parent_name"] = pd.array(frame["parent_name"].tolist(), dtype="string")
+    for c in ("cluster_id", "size", "reassigned", "parent_id", "parent_name"):
+        frame[c] = frame[c].astype(CLUSTERS.dtypes[c])
     return frame
 
 
@@ -278,18 +266,6 @@ def _parent_names(failures, cluster_ids, texts, classes, parents: dict[int, int]
         names[p] = cluster_name(keywords, _confusions(part["label"], part["pred"]), _shares(part["label"]),
                                 _shares(part["pred"]))
     return names
-
-
-def _dtype(column: str):
-    if column in ("cluster_id", "size", "reassigned"):
-        return "int32"
-    if column == "parent_id":
-        return "Int32"
-    if column == "parent_name":
-        return "string"
-    if column in LIST_COLUMNS or column in ("name", "kind", "summary"):
-        return "object"
-    return "float64"
 
 
 def short_text(text: str, limit: int = 160) -> str:

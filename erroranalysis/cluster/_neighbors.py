@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _unit(X: np.ndarray) -> np.ndarray:
+def unit_rows(X: np.ndarray) -> np.ndarray:
     X = np.asarray(X, dtype=np.float32)
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     return X / np.maximum(norms, 1e-12)
@@ -20,7 +20,7 @@ def knn_cosine(queries: np.ndarray, base: np.ndarray, k: int, *, exclude: np.nda
 
     `exclude[i]` is a row of `base` that query i must not return (itself); -1 for none.
     """
-    q, b = _unit(queries), _unit(base)
+    q, b = unit_rows(queries), unit_rows(base)
     k = min(k, len(b) - (0 if exclude is None else 1))
     out = np.zeros((len(q), max(k, 0)), dtype=np.int64)
     dist = np.zeros((len(q), max(k, 0)), dtype=np.float32)
@@ -92,7 +92,7 @@ def local_error_rate(vectors: np.ndarray, failed: np.ndarray, *, k: int = 15, sm
     return rate.astype(np.float32), p < alpha, base
 
 
-def _assign_noise(Z: np.ndarray, labels: np.ndarray, strength: np.ndarray, threshold: float, k: int = 10):
+def assign_noise_by_vote(Z: np.ndarray, labels: np.ndarray, strength: np.ndarray, threshold: float, k: int = 10):
     """Unclustered rows join the cluster most of their k nearest clustered rows belong to, when their
     membership (`_knn_vote`'s strength) reaches `threshold`; they get that membership, halved (a reassigned
     point is never as strong a member as a core point)."""
@@ -127,11 +127,11 @@ def _knn_vote(Y_ref: np.ndarray, ref_labels: np.ndarray, Y_query: np.ndarray, k:
     else:
         d90 = float(dist.mean())
     closeness = np.minimum(1.0, d90 / np.maximum(dist.mean(axis=1), 1e-12))
-    out, share = _vote(ref_labels[idx])
+    out, share = majority_vote(ref_labels[idx])
     return out, (share * closeness).astype(np.float32)
 
 
-def _vote(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def majority_vote(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row of labels: the most frequent (ties: smallest) and its share."""
     out = np.full(len(votes), -1, dtype=np.int64)
     share = np.zeros(len(votes), dtype=np.float32)

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from erroranalysis.cluster._neighbors import _unit, knn_cosine
+from erroranalysis.cluster._neighbors import knn_cosine, unit_rows
 from erroranalysis.validation import check_param
 
 REDUCERS = ("umap", "pca", "none")
@@ -113,7 +113,7 @@ class PCAReducer:
     def fit(self, X: np.ndarray) -> PCAReducer:
         from sklearn.decomposition import PCA
 
-        X = _unit(X)
+        X = unit_rows(X)
         k = max(1, min(self.n_components, X.shape[1], len(X)))
         self.model_ = PCA(n_components=k, random_state=self.seed).fit(X)
         return self
@@ -122,7 +122,7 @@ class PCAReducer:
         return self.fit(X).transform(X)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        Y = self.model_.transform(_unit(X)).astype(np.float32)
+        Y = self.model_.transform(unit_rows(X)).astype(np.float32)
         if Y.shape[1] < self.n_components:  # fewer points than components: pad, so shapes stay fixed
             Y = np.hstack([Y, np.zeros((len(Y), self.n_components - Y.shape[1]), dtype=np.float32)])
         return Y
@@ -132,10 +132,10 @@ class NoReducer:
     """The L2-normalized vectors themselves (euclidean on unit vectors = cosine)."""
 
     def fit_transform(self, X: np.ndarray) -> np.ndarray:
-        return _unit(X)
+        return unit_rows(X)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        return _unit(X)
+        return unit_rows(X)
 
 
 def make_reducer(name: str, *, n_components: int | None = None, n_neighbors: int = 15, seed: int = 0) -> Reducer:

@@ -6,10 +6,10 @@ correctness, exact binomial when the discordant count is small), `match_clusters
 by shared members); `gate.regressions` is the `--fail-on-regression` gate and `series` the ablation table. The
 thin layer on top (`erroranalysis.stages`) reads the run directories and the labels store and builds one report:
 
-    from erroranalysis import compare
-    report = compare.compare_runs("runs/base", ["runs/cand"])      # examples matched by example id
-    compare.write_report(report, "out/")                            # compare.json, compare.md, compare_examples.parquet
-    print(compare.to_markdown(report.doc))
+    from erroranalysis import compare_report, stages
+    report = stages.compare_runs("runs/base", ["runs/cand"])       # examples matched by example id
+    stages.write_report(report, "out/")                             # compare.json, compare.md, compare_examples.parquet
+    print(compare_report.to_markdown(report.doc))
 
 The JSON format (`format: erroranalysis.compare`, `schema_version: 1`) is documented in docs/compare.md.
 """
@@ -48,14 +48,3 @@ __all__ = ["BOOTSTRAP_CELLS", "CompareParams", "EXACT_BELOW", "FORMAT", "GATED_O
            "OVERALL", "PER_CLASS", "REPORT_FILES", "SCHEMA_VERSION", "STATUSES", "TEXT_LIMIT", "Report", "RunView",
            "align", "compare_pair", "finite", "format_cell", "labels_union", "match_clusters", "mcnemar",
            "paired_bootstrap", "regressions", "series", "series_frame", "stats_from_confusion", "to_json", "worse_p"]
-
-_MOVED = {"read_run": "stages.compare", "compare_runs": "stages.compare", "write_report": "compare_report",
-          "to_markdown": "compare_report", "headline": "compare_report"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:  # moved in 0.2
-        from erroranalysis._compat import moved_attribute
-
-        return moved_attribute("compare", name, _MOVED[name])
-    raise AttributeError(f"module 'erroranalysis.compare' has no attribute {name!r}")

@@ -12,7 +12,7 @@
   ROC AUC is ~0.5 when the sets look alike and near 1 when they are easy to tell apart. Its out-of-fold scores
   also name the eval examples least like training.
 
-Findings reuse `erroranalysis.training.Finding` (check, severity, steps=(), message, advice).
+Findings reuse `erroranalysis.findings.Finding` (check, severity, steps=(), message, advice).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Both engines run the same code on each chunk of rows: `erroranalysis.infer.classifier.ChunkPredictor` for
 inference, `erroranalysis.embedding.MiniLMEmbedder.__call__` for embedding. `local` feeds the chunks one after
 another; `ray` makes the eval set a Ray Dataset and runs them with `map_batches` over actors that each load the
-model once, writing shards (`sinks.ShardSink`). Ray is an optional extra: `pip install 'erroranalysis[ray]'`.
+model once, writing shards (`sinks.ShardSink`). Ray is an optional extra: `pip install 'erroranalysis-ml[ray]'`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from erroranalysis.errors import UserError
 from erroranalysis.params import Choice, Int, Params, Text, param
 
 ENGINES = ("local", "ray")
-INSTALL = "pip install 'erroranalysis[ray]'  (or: pip install 'ray[data]')"
+INSTALL = "pip install 'erroranalysis-ml[ray]'  (or: pip install 'ray[data]')"
 
 
 class EngineError(UserError):
@@ -28,7 +28,7 @@ class Engine(Params):
     GPUs and the device allows, else one per CPU)."""
 
     engine: str = param("local", Choice(*ENGINES), "Where inference and embedding run: local (this process) or ray "
-                      "(Ray Data; pip install 'erroranalysis[ray]').", flag="--engine")
+                      "(Ray Data; pip install 'erroranalysis-ml[ray]').", flag="--engine")
     address: str | None = param(None, Text(), "With --engine ray: auto (the cluster this machine is in) or "
                                 "HOST:PORT.", flag="--ray-address", none="start a local Ray")
     concurrency: int | None = param(None, Int(1), "With --engine ray: actors.", flag="--ray-actors",

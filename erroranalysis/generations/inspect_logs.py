@@ -28,7 +28,7 @@ def read_log(path: Path) -> pd.DataFrame:
     try:
         from inspect_ai.log import read_eval_log
     except ImportError:
-        raise UserError(f"{path}: reading an Inspect AI log needs inspect-ai: pip install 'erroranalysis[inspect]' "
+        raise UserError(f"{path}: reading an Inspect AI log needs inspect-ai: pip install 'erroranalysis-ml[inspect]' "
                         "(or pip install inspect-ai).") from None
     try:
         log = read_eval_log(str(path))

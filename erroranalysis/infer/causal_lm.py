@@ -41,7 +41,7 @@ class CausalLM:
     context_length: int
     eos_ids: tuple[int, ...] = ()
     pad_id: int = 0
-    _cache_kwarg: str = field(default="past_key_values", repr=False)
+    cache_kwarg: str = field(default="past_key_values", repr=False)  # the forward argument of the KV cache
 
     @property
     def has_chat_template(self) -> bool:
@@ -220,7 +220,7 @@ def wrap_causal_lm(model, tokenizer, *, path: str | Path, folder: str | Path | N
     return CausalLM(model=model, tokenizer=tokenizer, path=Path(path), folder=Path(folder or path), device=device,
                     precision=precision, weights_sha256=weights_sha256, format=fmt,
                     context_length=_context_length(model, tokenizer), eos_ids=eos, pad_id=int(pad),
-                    _cache_kwarg=_cache_kwarg(model))
+                    cache_kwarg=_cache_argument(model))
 
 
 def _eos_ids(model, tokenizer) -> tuple[int, ...]:
@@ -245,7 +245,7 @@ def _context_length(model, tokenizer) -> int:
     return int(value) if isinstance(value, int) and 0 < value < 10_000_000 else DEFAULT_CONTEXT
 
 
-def _cache_kwarg(model) -> str:
+def _cache_argument(model) -> str:
     """transformers 5.x calls the KV cache argument `cache`; 4.x called it `past_key_values`."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"

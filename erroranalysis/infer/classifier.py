@@ -9,7 +9,6 @@ not the eval set, and yields results in the eval set's order.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -70,24 +69,17 @@ def weight_files(path: Path) -> list[Path]:
 
 
 def check_safetensors(file: Path) -> None:
-    """Catch a truncated or damaged weights file from its header, before loading anything."""
-    size = file.stat().st_size
-    with open(file, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ModelError(f"{file}: truncated weights file ({size} bytes); copy the checkpoint again.")
-        (header_len,) = struct.unpack("<Q", head)
-        if header_len > size - 8:
-            raise ModelError(f"{file}: truncated weights file (header says {header_len} bytes, file has {size}); "
-                             "copy the checkpoint again.")
-        try:
-            header = json.loads(f.read(header_len))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ModelError(f"{file}: damaged weights file (unreadable header); copy the checkpoint again.") from None
-    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-    if 8 + header_len + end > size:
-        raise ModelError(f"{file}: truncated weights file ({size} of {8 + header_len + end} bytes); "
-                         "copy the checkpoint again.")
+    """Catch a truncated or damaged weights file before loading anything: safetensors reads the header and checks
+    that the file holds every tensor it lists (no tensor data is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="numpy"):
+            pass
+    except SafetensorError as exc:
+        reason = str(exc).split(": ", 1)[-1]
+        raise ModelError(f"{file}: truncated or damaged weights file ({reason}; {file.stat().st_size} bytes); "
+                         "copy the checkpoint again.") from None
 
 
 def read_config(path: Path) -> dict:

@@ -244,7 +244,7 @@ def _cache_of(out):
 
 
 def _forward_step(lm: CausalLM, cache, tokens, mask, positions, keep: int = 0):
-    kwargs = {lm._cache_kwarg: cache}
+    kwargs = {lm.cache_kwarg: cache}
     return lm.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
                     logits_to_keep=keep, **kwargs)
 

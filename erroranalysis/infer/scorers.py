@@ -157,7 +157,7 @@ def check_judge(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | No
     return False, f"judge: below the pass threshold ({row.get('judge', 'score')} {float(score):g} < {threshold:g})"
 
 
-NEEDS_PACKAGE = {"rouge_l": ("rouge_score", "rouge-score", "erroranalysis[llm]")}
+NEEDS_PACKAGE = {"rouge_l": ("rouge_score", "rouge-score", "erroranalysis-ml[llm]")}
 
 
 def require_packages(checks) -> None:

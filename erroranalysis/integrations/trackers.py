@@ -44,7 +44,7 @@ class TrackerParams(Params):
         for name in self.log_to:
             module, title = PACKAGES[name]
             if importlib.util.find_spec(module) is None:
-                raise UserError(f"--log-to {name} needs {title}: pip install 'erroranalysis[{name}]'.")
+                raise UserError(f"--log-to {name} needs {title}: pip install 'erroranalysis-ml[{name}]'.")
 
 
 class Tracker:

@@ -4,7 +4,8 @@ taxonomy and matching a new run's failures to its error types.
 Modules: store (LabelStore: its writes; types.py and history.py hold its error-type and history parts), fields
 (limits and the name folding rule), roles (read-only stores, viewers, writer kinds), workspace (which database a run
 uses), connection (SQLite connections, retries, error messages), schema (versions and migrations), eventlog
-(the append-only log and its compact payloads), backup, archive, taxonomy, importing, matching.
+(the append-only log and its compact payloads), backup, archive, taxonomy (the document's schema and renderings),
+document (the document made from a run's example table), importing, matching.
 """
 
 from __future__ import annotations
@@ -26,13 +27,3 @@ from erroranalysis.labels.schema import SCHEMA_VERSION, NameClashError
 from erroranalysis.labels.store import LabelStore
 from erroranalysis.labels.types import KEEP, ErrorType
 from erroranalysis.labels.workspace import DEFAULT_DB_NAME, labels_db_for, run_key, workspace_db
-
-
-def __getattr__(name: str):
-    if name == "default_db_path":  # 0.1: one of four disagreeing defaults; labels_db_for is the rule now
-        import warnings
-
-        warnings.warn("erroranalysis.labels.default_db_path is deprecated: use labels_db_for(run_path, root) or "
-                      "workspace_db(root)", DeprecationWarning, stacklevel=2)
-        return workspace_db
-    raise AttributeError(f"module 'erroranalysis.labels' has no attribute {name!r}")

@@ -54,7 +54,8 @@ def reference_examples(doc: dict):
     return pd.DataFrame(rows, columns=["example_id", "error_type", "label", "pred", "text"])
 
 
-def _check_references(doc: dict, source: str):
+def check_references(doc: dict, source: str):
+    """The taxonomy's labeled examples (reference_examples), refusing a taxonomy with none to match against."""
     refs = reference_examples(doc)
     if refs.empty:
         raise DataError(f"{source}: no labeled examples (assignments with an accepted error type) to match "

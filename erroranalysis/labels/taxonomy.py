@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -25,62 +24,14 @@ MIME = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdow
 
 # CSV cells that a spreadsheet would read as a formula start with one of these (OWASP "CSV injection").
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
-CLUSTER_COLUMNS = ("cluster_id", "size", "name")
-ASSIGNMENT_COLUMNS = ("example_id", "cluster_id")
 CSV_COLUMNS = ["example_id", "error_type", "severity", "source", "status", "label", "pred", "correct", "confidence",
                "loss", "cluster_id", "cluster_name", "label_wrong", "not_error", "note", "updated", "updated_by",
                "text"]
 
 
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    if isinstance(value, float) and math.isnan(value):
-        return []
-    if isinstance(value, str):
-        return [value]
-    try:
-        return [str(v) if not isinstance(v, (int, float)) else v for v in list(value)]
-    except TypeError:
-        return [value]
-
-
 def labeled_rows(table):
     """The rows an export lists: examples with an error type, a flag or a note."""
     return table[(table["error_type_id"] >= 0) | table["label_wrong"] | table["not_error"] | (table["note"] != "")]
-
-
-def _exemplars(rows, k: int):
-    if k == 0 or rows.empty:
-        return rows.head(0)
-    order = rows.assign(_m=rows["membership"].fillna(-1.0), _c=rows["confidence"].fillna(-1.0))
-    return order.sort_values(["_m", "_c", "example_id"], ascending=[False, False, True]).head(k)
-
-
-def _example(r, *, include_text: bool) -> dict:
-    item = {
-        "example_id": str(r["example_id"]),
-        "label": str(r["label"]),
-        "pred": str(r["pred"]),
-        "correct": bool(r["correct"]),
-        "confidence": _num(r.get("confidence")),
-        "loss": _num(r.get("loss")),
-    }
-    if include_text:
-        item["text"] = "" if r.get("text") is None else str(r["text"])
-    return item
-
-
-def _num(value) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) or math.isinf(value) else _round(value)
-
-
-def _round(value: float) -> float:
-    return round(float(value), 6)
 
 
 _NUM_OR_NULL = {"type": ["number", "null"]}
@@ -289,12 +240,23 @@ def load(path: str | Path) -> dict:
     """Read and validate a taxonomy JSON export (schema version 1 or 2)."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: no such file; export one with 'erroranalysis export RUN --format json'.") from None
+    return loads(text, str(path))
+
+
+def loads(text: str | bytes, source: str) -> dict:
+    """Parse and validate a taxonomy JSON export given as text or UTF-8 bytes (an upload); `source` names it in
+    the one-line DataError."""
+    try:
+        doc = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except UnicodeDecodeError:
+        raise DataError(f"{source}: not UTF-8 text; pass a taxonomy JSON export "
+                        "('erroranalysis export RUN --format json').") from None
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
-    validate(doc, str(path))
+        raise DataError(f"{source}, line {exc.lineno}: not valid JSON ({exc.msg}).") from None
+    validate(doc, source)
     return doc
 
 

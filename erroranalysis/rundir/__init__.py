@@ -31,6 +31,7 @@ from erroranalysis.rundir.artifacts import (
     SLICES,
     STAGE_ARTIFACTS,
     SUGGESTIONS,
+    TABLES,
     TRAINER_STATE,
 )
 from erroranalysis.rundir.run import SCHEMA_VERSION, Run, check_out, create_run, now_iso, package_versions

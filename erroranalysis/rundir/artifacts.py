@@ -27,7 +27,14 @@ DOCTOR_MD = "doctor.md"
 DOCTOR_JSON = "doctor.json"
 CENTROIDS = "cluster_centroids.parquet"  # what `timeline --prune` keeps of embeddings.npy: one vector per cluster
 
-from erroranalysis.data import CORE_COLUMNS  # noqa: E402,F401  (predictions.parquet's columns, defined by data)
+from erroranalysis import schemas  # noqa: E402
+
+CORE_COLUMNS = schemas.PREDICTIONS.columns  # predictions.parquet's own columns; the eval set's own follow
+
+# artifact -> its columns, declared once in erroranalysis.schemas; writes and reads are checked against them
+TABLES = {PREDICTIONS: schemas.PREDICTIONS, CLUSTERS: schemas.CLUSTERS, ASSIGNMENTS: schemas.ASSIGNMENTS,
+          SLICES: schemas.SLICES, SLICE_MEMBERS: schemas.SLICE_MEMBERS, CHECKS: schemas.CHECKS,
+          SUGGESTIONS: schemas.SUGGESTIONS, CENTROIDS: schemas.CENTROIDS}
 
 # stage -> the artifacts it owns. A stage's artifacts are committed together; one it owns but did not write this
 # time is removed at the commit, so no file outlives the stage run that made it.

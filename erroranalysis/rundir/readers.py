@@ -36,6 +36,7 @@ from erroranalysis.rundir.artifacts import (
     SOURCE_STAGES,
     STAGE_ARTIFACTS,
     SUGGESTIONS,
+    TABLES,
     TRAINER_STATE,
     owner,
 )
@@ -52,31 +53,6 @@ VERIFY_LIMIT = 256 << 20  # sha256 checked for artifacts up to this size (sizes 
 
 
 _VERIFIED: dict[tuple, str] = {}  # (realpath, mtime_ns, size) -> sha256, so the app does not re-hash on every rerun
-
-
-PREDICTION_COLUMNS = ("example_id", "text", "label", "pred", "correct")
-
-
-CLUSTER_COLUMNS = ("cluster_id", "size", "name")
-
-
-ASSIGNMENT_COLUMNS = ("example_id", "cluster_id")
-
-
-SLICE_COLUMNS = ("slice_id", "description")
-
-
-MEMBER_COLUMNS = ("example_id", "slice_id")
-
-
-CHECK_COLUMNS = ("example_id", "label_issue_score", "label_issue")
-
-
-SUGGESTION_COLUMNS = ("example_id", "label", "pred", "status", "error_type", "closest_type", "basis", "distance",
-                      "vote", "nearest_id", "cluster_id")
-
-
-LIST_COLUMNS = ("keywords", "top_confusions", "exemplar_ids")
 
 
 def artifact_path(run, name: str, required: bool = True, *, allowed_roots=None) -> Path | None:
@@ -185,12 +161,13 @@ def read_predictions(run, columns=None):
     the core columns present, ids unique, no missing `correct`. `columns` limits what is read (the checked
     columns are always read)."""
     file = artifact_path(run, PREDICTIONS)
-    wanted = None if columns is None else list(dict.fromkeys([*PREDICTION_COLUMNS, *columns]))
+    checked = TABLES[PREDICTIONS].required
+    wanted = None if columns is None else list(dict.fromkeys([*checked, *columns]))
     if wanted is not None:
         available = parquet_columns(file)
-        wanted = [c for c in wanted if c in available or c in PREDICTION_COLUMNS]
+        wanted = [c for c in wanted if c in available or c in checked]
     frame = parquet(file, wanted)
-    require_columns(file, frame, PREDICTION_COLUMNS)
+    require_columns(file, frame, checked)
     ids = frame["example_id"]
     if ids.isna().any():
         raise RunError(f"{file}, column 'example_id': {int(ids.isna().sum())} missing ids; every example needs one.")
@@ -212,7 +189,7 @@ def read_predictions(run, columns=None):
     frame["label"] = frame["label"].astype(str)
     frame["pred"] = frame["pred"].fillna("").astype(str)
     if columns is not None:
-        frame = frame[[c for c in dict.fromkeys([*columns, *PREDICTION_COLUMNS]) if c in frame.columns]]
+        frame = frame[[c for c in dict.fromkeys([*columns, *checked]) if c in frame.columns]]
     return frame
 
 
@@ -295,7 +272,7 @@ def read_checks(run):
     """checks.parquet: one row per example (predictions order) with label-issue, duplicate and leakage columns."""
     file = artifact_path(run, CHECKS)
     frame = parquet(file)
-    require_columns(file, frame, CHECK_COLUMNS)
+    require_columns(file, frame, TABLES[CHECKS].required)
     frame["example_id"] = frame["example_id"].astype(str)
     for column in ("label_issue", "duplicate_conflict", "in_train", "train_label_differs"):
         if column in frame.columns:  # all-missing flags come back from Parquet as objects
@@ -314,8 +291,8 @@ def read_slices(run):
     """(slices, members): slices.parquet and slice_members.parquet with string example ids."""
     slices_file, members_file = artifact_path(run, SLICES), artifact_path(run, SLICE_MEMBERS)
     slices, members = parquet(slices_file), parquet(members_file)
-    require_columns(slices_file, slices, SLICE_COLUMNS)
-    require_columns(members_file, members, MEMBER_COLUMNS)
+    require_columns(slices_file, slices, TABLES[SLICES].required)
+    require_columns(members_file, members, TABLES[SLICE_MEMBERS].required)
     members["example_id"] = members["example_id"].astype(str)
     return slices, members
 
@@ -340,8 +317,8 @@ def read_clusters(run):
     """clusters.parquet sorted by size (largest first), list columns as lists."""
     file = artifact_path(run, CLUSTERS)
     frame = parquet(file)
-    require_columns(file, frame, CLUSTER_COLUMNS)
-    for column in LIST_COLUMNS:
+    require_columns(file, frame, TABLES[CLUSTERS].required)
+    for column in TABLES[CLUSTERS].lists:
         values = frame[column] if column in frame.columns else [None] * len(frame)
         frame[column] = [_as_list(v) for v in values]
     frame["cluster_id"] = frame["cluster_id"].astype("int64")
@@ -364,7 +341,7 @@ def read_centroids(run):
     centroids [k, d] float32, the embedder key)."""
     file = artifact_path(run, CENTROIDS)
     frame = parquet(file)
-    require_columns(file, frame, ("cluster_id", "centroid", "embedder_key"))
+    require_columns(file, frame, TABLES[CENTROIDS].required)
     ids = frame["cluster_id"].to_numpy(dtype=np.int64)
     vectors = np.array([np.asarray(v, dtype=np.float32) for v in frame["centroid"]], dtype=np.float32)
     if len(ids) and vectors.ndim != 2:
@@ -378,7 +355,7 @@ def read_assignments(run):
     """assignments.parquet: one row per example (predictions order): cluster_id (-1 none), failure, membership, x, y."""
     file = artifact_path(run, ASSIGNMENTS)
     frame = parquet(file)
-    require_columns(file, frame, ASSIGNMENT_COLUMNS)
+    require_columns(file, frame, TABLES[ASSIGNMENTS].required)
     frame["example_id"] = frame["example_id"].astype(str)
     frame["cluster_id"] = frame["cluster_id"].astype("int64")
     return frame
@@ -389,7 +366,7 @@ def read_suggestions(run):
     """taxonomy_suggestions.parquet: apply-taxonomy's suggestion for each failure."""
     file = artifact_path(run, SUGGESTIONS)
     frame = parquet(file)
-    require_columns(file, frame, SUGGESTION_COLUMNS)
+    require_columns(file, frame, TABLES[SUGGESTIONS].required)
     frame["example_id"] = frame["example_id"].astype(str)
     return frame
 

@@ -15,8 +15,6 @@ from erroranalysis.slices._groups import group_titles, slice_groups
 from erroranalysis.slices._merge import default_word_embedder
 from erroranalysis.slices._params import FeatureParams, SearchParams
 from erroranalysis.slices._search import (
-    MEMBER_COLUMNS,
-    SLICE_COLUMNS,
     SliceResult,
     empty_members,
     empty_slices,

@@ -12,7 +12,7 @@ EmbedFn = Callable[[list[str]], np.ndarray]
 
 
 @dataclass
-class _Candidate:
+class Candidate:
     conjuncts: list[list[int]]  # feature indices; a conjunct with several indices is a merged word group (OR)
     support: int
     failures: int

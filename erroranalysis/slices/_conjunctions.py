@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from erroranalysis.slices._candidate import _Candidate
-from erroranalysis.slices._stats import _binomial_vs, binomial_pvalues, sliceline_score
+from erroranalysis.slices._candidate import Candidate
+from erroranalysis.slices._stats import binomial_pvalues, binomial_vs, sliceline_score
 
 
-def _conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err1, groups, n, base, alpha,
+def search_conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err1, groups, n, base, alpha,
                   min_support, max_order, max_candidates):
     """Pairs among the promising singles, then triples extending the best pairs, by sparse column products."""
     # Promising: more erroneous than the base rate, strongest evidence first (the p-value weighs error rate and
@@ -33,12 +33,12 @@ def _conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err
     err_c = err1[cand]
     # A conjunction must stand out from the base rate AND from each parent (intersection-union test: the largest
     # of the p-values), or `w7 and long` would be reported beside `w7` for chance differences inside `w7`.
-    p2 = np.maximum.reduce([binomial_pvalues(f2, s2, base), _binomial_vs(f2, s2, err_c[iu]),
-                            _binomial_vs(f2, s2, err_c[ju])])
+    p2 = np.maximum.reduce([binomial_pvalues(f2, s2, base), binomial_vs(f2, s2, err_c[iu]),
+                            binomial_vs(f2, s2, err_c[ju])])
     with np.errstate(divide="ignore", invalid="ignore"):
         e2 = f2 / s2
     improves2 = (e2 > np.maximum(err_c[iu], err_c[ju])) & (s2 < np.minimum(support[cand][iu], support[cand][ju]))
-    pairs = [(_Candidate([[int(cand[a])], [int(cand[b])]], int(s), int(f), float(sc), float(p), kind="pair")
+    pairs = [(Candidate([[int(cand[a])], [int(cand[b])]], int(s), int(f), float(sc), float(p), kind="pair")
               if ok else None)
              for a, b, s, f, sc, p, ok in zip(iu, ju, s2, f2, sc2, p2, improves2)]
     out = [(p2, pairs)]
@@ -73,19 +73,19 @@ def _conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err
         e3 = f3 / s3
         ep = lambda u, v: np.where(S2[u, v] > 0, F2[u, v] / np.maximum(S2[u, v], 1), 0.0)  # noqa: E731
     exy, exz, eyz = ep(x, y), ep(x, z), ep(y, z)
-    p3 = np.maximum.reduce([binomial_pvalues(f3, s3, base), _binomial_vs(f3, s3, exy), _binomial_vs(f3, s3, exz),
-                            _binomial_vs(f3, s3, eyz)])
+    p3 = np.maximum.reduce([binomial_pvalues(f3, s3, base), binomial_vs(f3, s3, exy), binomial_vs(f3, s3, exz),
+                            binomial_vs(f3, s3, eyz)])
     best_pair = np.maximum(np.maximum(exy, exz), eyz)
     smallest_pair = np.minimum(np.minimum(S2[x, y], S2[x, z]), S2[y, z])
     improves3 = (e3 > best_pair) & (s3 < smallest_pair)
-    triples = [(_Candidate([[int(cand[u])], [int(cand[v])], [int(cand[w])]], int(s), int(f), float(sc), float(p),
+    triples = [(Candidate([[int(cand[u])], [int(cand[v])], [int(cand[w])]], int(s), int(f), float(sc), float(p),
                            kind="triple") if good3 else None)
                for u, v, w, s, f, sc, p, good3 in zip(x, y, z, s3, f3, sc3, p3, improves3)]
     out.append((p3, triples))
     return out
 
 
-def _needs_merge(words, X, failed, n, score1, p1, base, merge_level, alone) -> bool:
+def needs_merge(words, X, failed, n, score1, p1, base, merge_level, alone) -> bool:
     """A group's words other than its best are too rare to stand out alone (raw p-value above `alone`, the level a
     single word is reported at) and yet, on the examples the best word does not hold, fail more than the base rate
     (p <= `merge_level`): rare synonyms that need the merge to be seen."""
@@ -106,7 +106,7 @@ def _column(X, i: int, n: int) -> np.ndarray:
     return mask
 
 
-def _mask(cand: _Candidate, X, n: int) -> np.ndarray:
+def candidate_mask(cand: Candidate, X, n: int) -> np.ndarray:
     mask = np.ones(n, dtype=bool)
     for conjunct in cand.conjuncts:
         part = np.zeros(n, dtype=bool)

@@ -35,7 +35,7 @@ whom whose why will with within without would yet you your yours yourself yourse
 
 
 _TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # CountVectorizer's default token_pattern
-_KIND_ORDER = {"text": 0, "label": 1, "metadata": 2, "length": 3, "truncated": 4}
+KIND_ORDER = {"text": 0, "label": 1, "metadata": 2, "length": 3, "truncated": 4}
 
 
 @dataclass

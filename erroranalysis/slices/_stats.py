@@ -30,7 +30,7 @@ def binomial_pvalues(failures, support, base_error: float) -> np.ndarray:
     return np.clip(np.nan_to_num(p, nan=1.0), 0.0, 1.0)
 
 
-def _binomial_vs(failures, support, rates) -> np.ndarray:
+def binomial_vs(failures, support, rates) -> np.ndarray:
     """One-sided binomial p-values against a rate per slice (a parent's error rate)."""
     from scipy.stats import binom
 

@@ -21,16 +21,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis import rundir
+from erroranalysis import rundir, schemas
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
+from erroranalysis.embedding import CHECK_EMBEDDERS as EMBEDDERS
 from erroranalysis.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
-
-CHECK_COLUMNS = ["example_id", "label_issue_score", "label_issue", "suggested_label", "duplicate_group",
-                 "duplicate_kind", "duplicate_conflict", "in_train", "train_id", "train_similarity",
-                 "train_label_differs"]
-from erroranalysis.embedding import CHECK_EMBEDDERS as EMBEDDERS  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -98,7 +94,7 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
         vectors.advance = advance
         table, report = _compute(run, preds, probs, train_set, vectors, params, record, say)
-        staging.write_parquet(CHECKS, table[CHECK_COLUMNS])
+        staging.write_parquet(CHECKS, table[list(schemas.CHECKS.columns)])
         staging.write_json(CHECKS_JSON, report)
         summary = checks_report.summary(report)
         staging.facts.update({k: v for k, v in summary.items() if k != "findings"})

@@ -17,8 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.cluster._params import ClusteringParams, NamingParams
-from erroranalysis.cluster._reduce import REDUCERS
+from erroranalysis.cluster import REDUCERS, ClusteringParams, NamingParams
 from erroranalysis.errors import DataError, RunError
 from erroranalysis.params import Choice, Flag, Int, Object, Text, param
 from erroranalysis.rundir import readers

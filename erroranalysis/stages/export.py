@@ -11,26 +11,13 @@ The JSON format is documented in docs/taxonomy.md.
 
 from __future__ import annotations
 
-import datetime as _dt
 from pathlib import Path
 
-from erroranalysis import __version__, files
+from erroranalysis import files
 from erroranalysis.errors import UserError
 from erroranalysis.labels import FLAGS, LabelStore, labels_db_for
-from erroranalysis.labels.taxonomy import (
-    EXPORT_FORMATS,
-    EXTENSIONS,
-    FORMAT,
-    SCHEMA_VERSION,
-    _example,
-    _exemplars,
-    _round,
-    labeled_rows,
-    to_csv,
-    to_json,
-    to_markdown,
-    validate,
-)
+from erroranalysis.labels.document import taxonomy_document
+from erroranalysis.labels.taxonomy import EXPORT_FORMATS, EXTENSIONS, to_csv, to_json, to_markdown, validate
 from erroranalysis.rundir import Run, readers
 from erroranalysis.validation import check_param
 
@@ -221,101 +208,15 @@ def build_taxonomy(run: Run, store: LabelStore | None = None, *, exemplars: int 
 
     `table` (an example_table) and `error_types` (store.error_types()) may be passed when already at hand.
     """
-    check_param("exemplars", exemplars, isinstance(exemplars, int) and exemplars >= 0, "an integer >= 0")
     if table is None:
         table = example_table(run, store)
     if error_types is None:
         error_types = store.error_types() if store is not None else []
     manifest = run.manifest
-    failures = ~table["correct"].astype(bool)
-    n_fail = int(failures.sum())
-    accepted = table["status"] == "accepted"
-    labeled_failures = int((failures & accepted & (table["error_type_id"] >= 0)).sum())
-
-    names = {et.id: et.name for et in error_types}
-    types = []
-    for et in error_types:
-        rows = table[table["error_type_id"] == et.id]
-        acc = rows[rows["status"] == "accepted"]
-        acc_fail = acc[~acc["correct"].astype(bool)]
-        by_label = acc["label"].value_counts()
-        by_pred = acc["pred"].value_counts()
-        conf = acc_fail.groupby(["label", "pred"]).size().sort_values(ascending=False)
-        clusters = acc[acc["cluster_id"] >= 0].groupby(["cluster_id", "cluster_name"]).size() \
-            .sort_values(ascending=False)
-        types.append({
-            "id": int(et.id),
-            "name": et.name,
-            "definition": et.definition,
-            "severity": et.severity,
-            "parent": names.get(et.parent_id),
-            "count": int(len(acc)),
-            "failures": int(len(acc_fail)),
-            "suggested": int((rows["status"] == "pending").sum()),
-            "share_of_failures": _round(len(acc_fail) / n_fail) if n_fail else 0.0,
-            "per_class": {
-                "by_label": {str(k): int(v) for k, v in by_label.items()},
-                "by_pred": {str(k): int(v) for k, v in by_pred.items()},
-                "confusions": [{"label": str(lab), "pred": str(pred), "count": int(c)}
-                               for (lab, pred), c in conf.items()],
-            },
-            "clusters": [{"cluster_id": int(cid), "name": str(name), "count": int(c)}
-                         for (cid, name), c in clusters.items()],
-            "exemplars": [_example(r, include_text=True) for _, r in _exemplars(acc, exemplars).iterrows()],
-            "created": et.created,
-            "created_by": et.created_by,
-        })
-    types.sort(key=lambda t: (-t["count"], t["name"].lower()))
-
-    listed = labeled_rows(table)
-    assignments = []
-    cols = ["example_id", "label", "pred", "correct", "confidence", "loss", "error_type", "error_type_id", "source",
-            "status", "cluster_id", "note", "updated", "updated_by", *FLAGS] + (["text"] if include_text else [])
-    for r in listed[cols].to_dict("records"):
-        item = _example(r, include_text=include_text)
-        item.update({
-            "error_type": r["error_type"] or None,
-            "error_type_id": int(r["error_type_id"]) if r["error_type_id"] >= 0 else None,
-            "source": r["source"] or None,
-            "status": r["status"] or None,
-            "cluster_id": int(r["cluster_id"]),
-            "flags": [f for f in FLAGS if bool(r[f])],
-            "note": r["note"] or None,
-            "updated": r["updated"] or None,
-            "updated_by": r["updated_by"] or None,
-        })
-        assignments.append(item)
-
-    model = manifest.get("model") or {}
-    data = manifest.get("data") or {}
-    return {
-        "format": FORMAT,
-        "schema_version": SCHEMA_VERSION,
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"name": "erroranalysis", "version": __version__},
-        "run": {
-            "name": run.name,
-            "key": store.run_key(run.path) if store is not None else run.name,
-            "task": manifest.get("task", "classification"),
-            "labels": [str(x) for x in manifest.get("labels", [])],
-            "model": model.get("path"),
-            "data": data.get("path"),
-            "n_examples": int(len(table)),
-            "n_failures": n_fail,
-            "accuracy": _round(1 - n_fail / len(table)) if len(table) else None,
-        },
-        "summary": {
-            "n_error_types": len(types),
-            "n_assigned": int((accepted & (table["error_type_id"] >= 0)).sum()),
-            "n_labeled_failures": labeled_failures,
-            "n_unlabeled_failures": n_fail - labeled_failures,
-            "share_of_failures_labeled": _round(labeled_failures / n_fail) if n_fail else 0.0,
-            "n_suggested": int((table["status"] == "pending").sum()),
-            "flags": {f: int(table[f].sum()) for f in FLAGS},
-        },
-        "error_types": types,
-        "assignments": assignments,
-    }
+    info = {"name": run.name, "key": store.run_key(run.path) if store is not None else run.name,
+            "task": manifest.get("task", "classification"), "labels": [str(x) for x in manifest.get("labels", [])],
+            "model": (manifest.get("model") or {}).get("path"), "data": (manifest.get("data") or {}).get("path")}
+    return taxonomy_document(table, error_types, info, exemplars=exemplars, include_text=include_text)
 
 
 def render(fmt: str, run: Run, store: LabelStore | None, *, table=None, error_types=None) -> str:

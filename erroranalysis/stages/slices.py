@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from erroranalysis import rundir
+from erroranalysis import rundir, schemas
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, readers
 from erroranalysis.slices import FeatureParams, SearchParams
 from erroranalysis.stages.common import metadata_of
@@ -55,7 +55,7 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
         result = sl.find_slices(
             features, frame["correct"].to_numpy(), example_ids=frame["example_id"].to_numpy(dtype=object),
             params=params.project(sl.SearchParams).replace(min_support=support), embed_fn=embed_fn)
-        staging.write_parquet(SLICE_MEMBERS, result.members.astype({"example_id": "object", "slice_id": "int64"}))
+        staging.write_parquet(SLICE_MEMBERS, result.members.astype(schemas.SLICE_MEMBERS.dtypes))
         staging.write_parquet(SLICES, result.slices)
         summary = result.summary()
         if absent:

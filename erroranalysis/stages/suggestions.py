@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from erroranalysis import rundir
+from erroranalysis import rundir, schemas
 from erroranalysis.errors import DataError, UserError, preview
 from erroranalysis.labels.importing import ON_CLASH, ImportResult, import_taxonomy, load_taxonomy, plan_import
 from erroranalysis.labels.matching import (
@@ -44,9 +44,9 @@ from erroranalysis.labels.matching import (
     STATUS_SUGGESTED,
     STATUS_UNMATCHED,
     MatchParams,
-    _check_references,
     allowed_types,
     auto_threshold,
+    check_references,
     confusion_constraints,
     family_matches,
     match_vectors,
@@ -57,7 +57,6 @@ from erroranalysis.stages.embedders import run_embedder
 from erroranalysis.validation import check_param
 
 STAGE = "apply_taxonomy"
-SUGGESTION_COLUMNS = list(readers.SUGGESTION_COLUMNS)
 
 
 
@@ -161,7 +160,7 @@ class ApplyResult:
     per_type: dict[str, int]         # suggested failures per error type
     by_basis: dict[str, int]         # suggested failures by how they were matched
     imported: ImportResult | None
-    suggestions: Any = field(repr=False, default=None)  # DataFrame with SUGGESTION_COLUMNS
+    suggestions: Any = field(repr=False, default=None)  # DataFrame with the columns of schemas.SUGGESTIONS
     written: bool = False
 
     @property
@@ -209,7 +208,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, par
     if task != run.task:
         raise DataError(f"{source}: a taxonomy of a {task} run cannot be applied to {run.path}, a {run.task} run; "
                         "apply it to a run of the same task.")
-    refs = _check_references(doc, source)
+    refs = check_references(doc, source)
     predictions = _failures(run)
     run_key = store.run_key(run.path) if store is not None else run.name
     emb, embed_note = run_embedder(run, predictions, embedder if embedder is not None else params.embedder)
@@ -300,7 +299,7 @@ def suggest(taxonomy: str | Path | dict, run_dir: str | Path, *, store=None, par
         elif would is not None:
             row.update(status=STATUS_SUGGESTED, error_type=would)
         rows.append(row)
-    table = pd.DataFrame(rows, columns=SUGGESTION_COLUMNS)
+    table = pd.DataFrame(rows, columns=list(schemas.SUGGESTIONS.columns))
     table["distance"] = table["distance"].astype(np.float32)
     table["vote"] = table["vote"].astype(np.float32)
     table["cluster_id"] = table["cluster_id"].astype(np.int64)
@@ -331,7 +330,7 @@ def apply_taxonomy(taxonomy: str | Path | dict, run_dir: str | Path, *, labels_d
     params = params.replace(**values) if values else params
     source = name or (str(taxonomy) if not isinstance(taxonomy, dict) else "taxonomy")
     doc = load_taxonomy(taxonomy, source)
-    _check_references(doc, source)
+    check_references(doc, source)
     run = rundir.Run.open(run_dir)
     if store is None:
         db = Path(labels_db) if labels_db is not None else labels_db_for(run.path)

@@ -221,6 +221,29 @@ def review_ids(run_key: str, ids: list[str], accept: bool) -> None:
     _run(act)
 
 
+def suggest_types(run_path, origin, *, method: str, threshold: float | None, confusions: bool) -> None:
+    """Apply a labeled taxonomy to the run (erroranalysis.stages.apply_taxonomy): `origin` is another run of the
+    workspace (its key), whose taxonomy is built from its labels, or an uploaded taxonomy JSON export."""
+    from erroranalysis import stages
+    from erroranalysis.labels import taxonomy
+
+    def act() -> str:
+        store, workspace = ui.open_labels(), ui.config().workspace
+        if isinstance(origin, str):
+            name = f"run {origin}"
+            doc = stages.build_taxonomy(workspace.open_run(workspace.run_dir(origin)), store)
+        else:
+            name = origin.name
+            doc = taxonomy.loads(origin.getvalue(), name)
+        result = stages.apply_taxonomy(doc, run_path, store=store, method=method, threshold=threshold, name=name,
+                                       confusions=confusions)
+        state.reset_review_selection()
+        return (f"Suggested an error type for {result.n_suggested:,} of {result.n_failures:,} failures; "
+                f"{result.n_unmatched:,} new/unmatched (distance > {result.threshold:.2f}).")
+
+    _run(act)
+
+
 # -- Slices page ---------------------------------------------------------------------------------------------------
 
 

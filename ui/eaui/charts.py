@@ -23,7 +23,8 @@ def cluster_color(cluster_id: int) -> str:
     return MUTED if cluster_id < 0 else PALETTE[cluster_id % len(PALETTE)]
 
 
-def _layout(**extra) -> dict:
+def figure_layout(**extra) -> dict:
+    """The app's Plotly layout (font, margins, transparent background, hover labels), with `extra` on top."""
     base = dict(
         font=dict(family=FONT, size=13, color="#0F172A"),
         margin=dict(l=10, r=10, t=30, b=10),
@@ -40,7 +41,8 @@ def snippet(text: str, limit: int = SNIPPET) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _html(text: str) -> str:
+def html_text(text: str) -> str:
+    """`text` escaped for Plotly's hover and legend text."""
     # Plotly renders hover text as (a subset of) HTML: user text must not become markup.
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -107,7 +109,7 @@ def confusion_figure(labels: Sequence[str], matrix, *, normalized: bool = False,
                                     font=dict(size=font_size, color="white" if dark else "#0F172A")))
     rotate = max(len(x) for x in labels) * k > 60 if labels else False
     height = max(380, min(820, 64 * k + 150))
-    fig.update_layout(**_layout(
+    fig.update_layout(**figure_layout(
         height=height, clickmode="event+select", dragmode=False, annotations=annotations,
         xaxis=dict(title=dict(text="Predicted", standoff=6), side="top", tickangle=-35 if rotate else 0,
                    showgrid=False, zeroline=False),
@@ -159,7 +161,7 @@ def reliability_figure(bins: list[dict]):
                              hoverinfo="skip"), row=1, col=1)
     fig.add_trace(go.Bar(x=mids, y=counts, width=widths, marker=dict(color=MUTED), name="examples",
                          hovertemplate="%{y:,} examples<extra></extra>"), row=2, col=1)
-    fig.update_layout(**_layout(height=380, showlegend=False, bargap=0))
+    fig.update_layout(**figure_layout(height=380, showlegend=False, bargap=0))
     fig.update_xaxes(range=[0, 1], gridcolor=GRID, zeroline=False)
     fig.update_yaxes(range=[0, 1.02], gridcolor=GRID, zeroline=False, title_text="accuracy", row=1, col=1)
     fig.update_yaxes(gridcolor=GRID, zeroline=False, title_text="n", row=2, col=1)
@@ -174,13 +176,13 @@ def slices_figure(rows, overall_error: float | None):
     rows = rows.sort_values("error_rate", ascending=True)
     colors = ["#F43F5E" if overall_error is not None and e > overall_error * 1.2 else "#A5B4FC"
               for e in rows["error_rate"]]
-    fig = go.Figure(go.Bar(y=[_html(s) for s in rows["slice"].astype(str)], x=rows["error_rate"], orientation="h",
+    fig = go.Figure(go.Bar(y=[html_text(s) for s in rows["slice"].astype(str)], x=rows["error_rate"], orientation="h",
                            marker=dict(color=colors), customdata=rows["n"],
                            hovertemplate="%{y}<br>error rate %{x:.1%} · n=%{customdata:,}<extra></extra>"))
     if overall_error is not None:
         fig.add_vline(x=overall_error, line=dict(color="#0F172A", dash="dot", width=1),
                       annotation_text=f"overall {overall_error:.1%}", annotation_position="top")
-    fig.update_layout(**_layout(height=max(180, 34 * len(rows) + 70), xaxis=dict(tickformat=".0%", gridcolor=GRID),
+    fig.update_layout(**figure_layout(height=max(180, 34 * len(rows) + 70), xaxis=dict(tickformat=".0%", gridcolor=GRID),
                                 yaxis=dict(automargin=True)))
     return fig
 
@@ -205,12 +207,12 @@ def map_traces(points, names: dict[int, str], *, background=None) -> dict:
     ids = points["example_id"].astype(str).to_numpy(dtype=object)
     # Hover text is built once, here, as one HTML-escaped string per point: Plotly validates a 1-D array of
     # strings ~20x faster than a 2-D customdata array, which matters at 10k+ points on every rerun.
-    name_of = {int(c): _html(names.get(int(c), f"cluster {c}") if c >= 0 else "unclustered")
+    name_of = {int(c): html_text(names.get(int(c), f"cluster {c}") if c >= 0 else "unclustered")
                for c in set(cids.tolist())}
     cluster_names = np.array([name_of[int(c)] for c in cids], dtype=object)
-    snippets = _html_series(points["text"].astype(str).str.replace(r"\s+", " ", regex=True).str.slice(0, SNIPPET))
-    hover = ("<b>" + cluster_names + "</b><br>" + _html_series(points["label"].astype(str)) + " → "
-             + _html_series(points["pred"].astype(str)) + " · <i>" + _html_series(points["example_id"].astype(str))
+    snippets = html_series(points["text"].astype(str).str.replace(r"\s+", " ", regex=True).str.slice(0, SNIPPET))
+    hover = ("<b>" + cluster_names + "</b><br>" + html_series(points["label"].astype(str)) + " → "
+             + html_series(points["pred"].astype(str)) + " · <i>" + html_series(points["example_id"].astype(str))
              + "</i><br>" + snippets)
     x, y = points["x"].to_numpy(), points["y"].to_numpy()
     for cid in sorted(set(cids.tolist()), key=lambda c: (c < 0, c)):
@@ -218,9 +220,9 @@ def map_traces(points, names: dict[int, str], *, background=None) -> dict:
         name = names.get(int(cid), f"cluster {cid}") if cid >= 0 else "unclustered"
         data.append({"type": "scattergl", "x": x[idx], "y": y[idx], "mode": "markers", "customdata": ids[idx],
                      "text": hover[idx], "hovertemplate": "%{text}<extra></extra>", "meta": int(cid),
-                     "name": _html(snippet(f"{cid}: {name}" if cid >= 0 else "unclustered", 40)),
+                     "name": html_text(snippet(f"{cid}: {name}" if cid >= 0 else "unclustered", 40)),
                      "marker": {"size": 6, "color": cluster_color(int(cid)), "opacity": 0.8}})
-    layout = _layout(
+    layout = figure_layout(
         height=540, dragmode="lasso", clickmode="event+select", hovermode="closest",
         legend=dict(orientation="h", itemsizing="constant", font=dict(size=11), x=0, y=-0.02, yanchor="top"),
         xaxis=dict(visible=False), yaxis=dict(visible=False, scaleanchor="x"),
@@ -263,7 +265,7 @@ def fast_figure(figure: dict):
         return go.Figure(figure)
 
 
-def _html_series(series) -> np.ndarray:
+def html_series(series) -> np.ndarray:
     return (series.str.replace("&", "&amp;", regex=False).str.replace("<", "&lt;", regex=False)
             .str.replace(">", "&gt;", regex=False).to_numpy(dtype=object))
 
@@ -290,12 +292,12 @@ def error_type_bars(types: list[dict]):
 
     types = sorted(types, key=lambda t: t["count"])
     fig = go.Figure(go.Bar(
-        y=[_html(snippet(t["name"], 40)) for t in types], x=[t["count"] for t in types], orientation="h",
+        y=[html_text(snippet(t["name"], 40)) for t in types], x=[t["count"] for t in types], orientation="h",
         marker=dict(color=[SEVERITY_COLORS.get(t["severity"], MUTED) for t in types]),
         customdata=[[t["severity"], t["share_of_failures"]] for t in types],
         hovertemplate="%{y}<br>%{x:,} examples · %{customdata[1]:.1%} of failures · %{customdata[0]}<extra></extra>",
     ))
-    fig.update_layout(**_layout(height=max(160, 36 * len(types) + 60), xaxis=dict(gridcolor=GRID, title="examples"),
+    fig.update_layout(**figure_layout(height=max(160, 36 * len(types) + 60), xaxis=dict(gridcolor=GRID, title="examples"),
                                 yaxis=dict(automargin=True)))
     return fig
 
@@ -371,12 +373,12 @@ def training_figure(signals: dict, findings: list[dict]):
                 ys.append(top if bad else float(value))
                 symbols.append("x" if bad else "circle-open")
                 rows.append(row_of[name])
-        text = _html(f"{finding.get('severity', '')}: {finding.get('message', '')}")
+        text = html_text(f"{finding.get('severity', '')}: {finding.get('message', '')}")
         for row in sorted(set(rows)):
             pick = [i for i, r in enumerate(rows) if r == row]
             fig.add_trace(go.Scatter(
                 x=[xs[i] for i in pick], y=[ys[i] for i in pick], mode="markers",
-                name=_html(snippet(finding.get("check", "finding").replace("_", " "), 30)),
+                name=html_text(snippet(finding.get("check", "finding").replace("_", " "), 30)),
                 legendgroup=finding.get("check"), showlegend=row == min(rows),
                 marker=dict(symbol=[symbols[i] for i in pick], size=13, color=color, line=dict(width=2.5, color=color)),
                 hovertemplate="step %{x:,}<br>" + text + "<extra></extra>"), row=row, col=1)
@@ -384,7 +386,7 @@ def training_figure(signals: dict, findings: list[dict]):
             fig.add_vline(x=steps[0], line=dict(color=color, dash="dot", width=1), row="all", col=1)
     height = max(300, 250 * len(panels) + 60)
     top = 80  # the legend sits above the first panel's title
-    fig.update_layout(**_layout(height=height, hovermode="closest",
+    fig.update_layout(**figure_layout(height=height, hovermode="closest",
                                 legend=dict(orientation="h", x=0, y=1 + 30 / (height - top - 10), yanchor="bottom",
                                             font=dict(size=11)),
                                 margin=dict(l=10, r=10, t=top, b=10)))

@@ -14,7 +14,7 @@ import streamlit as st
 
 from erroranalysis.errors import UserError
 from erroranalysis.labels import LabelStore
-from erroranalysis_ui.eaui import data, state
+from erroranalysis_ui.eaui import data, labeled, state
 from erroranalysis_ui.eaui.config import AppConfig
 
 # Static CSS only (no user text is ever interpolated here).
@@ -77,7 +77,7 @@ def user() -> str:
 def _store_at(db: Path) -> LabelStore:
     cfg = config()
     cfg.workspace.check(db)  # a labels.sqlite that is a symlink out is refused like any file
-    return data.store(str(db), cfg.read_only, tuple(sorted(cfg.viewers)))
+    return labeled.store(str(db), cfg.read_only, tuple(sorted(cfg.viewers)))
 
 
 def open_labels() -> LabelStore:
@@ -102,7 +102,7 @@ def labeled_counts(keys) -> dict[str, int]:
     out: dict[str, int] = {}
     for key in keys:
         store = _store_at(cfg.labels_db_of(cfg.runs_root / key))
-        out[key] = data.labeled_per_run(store).get(store.run_key(cfg.runs_root / key), 0)
+        out[key] = labeled.labeled_per_run(store).get(store.run_key(cfg.runs_root / key), 0)
     return out
 
 

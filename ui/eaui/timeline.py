@@ -17,7 +17,7 @@ from erroranalysis import timeline as tl
 from erroranalysis.errors import RunError
 from erroranalysis.labels import LabelStore
 from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, EMBEDDINGS, MANIFEST, METRICS, TRAINER_STATE
-from erroranalysis_ui.eaui import charts, data
+from erroranalysis_ui.eaui import charts, data, labeled
 
 EXPERIMENT = "ea_tl_experiment"  # the experiment (folder of step runs) shown, relative to the runs folder
 STEP = "ea_tl_step"              # the step shown in detail
@@ -88,7 +88,7 @@ def type_examples(root: Path, experiment: str, t: dict, limit: int = 20) -> list
     """(the type's occurrence at a step, its failing examples there) for each step where it is present."""
     out = []
     for occurrence in t["steps"]:
-        base = data.base_table(data.run_dir(root, step_key(experiment, tl.step_name(occurrence["step"]))))
+        base = labeled.base_table(data.run_dir(root, step_key(experiment, tl.step_name(occurrence["step"]))))
         rows = base[(base["cluster_id"] == occurrence["cluster_id"]) & ~base["correct"].astype(bool)]
         out.append((occurrence, rows[["example_id", "label", "pred", "text"]].head(limit)))
     return out
@@ -139,10 +139,10 @@ def figure(doc: dict, *, step: int | None = None, type_id: str | None = None):
     names = list(dict.fromkeys(k for r in rows for k in (r.get(per) or {})))
     for i, name in enumerate(names):
         ys = [(r.get(per) or {}).get(name) for r in rows]
-        fig.add_trace(go.Scatter(x=steps, y=ys, mode="lines+markers", name=charts._html(charts.snippet(name, 30)),
+        fig.add_trace(go.Scatter(x=steps, y=ys, mode="lines+markers", name=charts.html_text(charts.snippet(name, 30)),
                                  legendgroup="metrics", line=dict(color=charts.PALETTE[i % len(charts.PALETTE)]),
                                  customdata=[[s, ""] for s in steps],
-                                 hovertemplate=f"{charts._html(name)}<br>step %{{x:,}}: %{{y:.3f}}<extra></extra>"),
+                                 hovertemplate=f"{charts.html_text(name)}<br>step %{{x:,}}: %{{y:.3f}}<extra></extra>"),
                       row=row_of["metrics"], col=1)
     overall = [r.get("pass_rate") if generation else r.get("macro_f1") for r in rows]
     fig.add_trace(go.Scatter(x=steps, y=overall, mode="lines", name="pass rate" if generation else "macro F1",
@@ -155,11 +155,11 @@ def figure(doc: dict, *, step: int | None = None, type_id: str | None = None):
         ys = [sizes.get(r["step"], 0) if r.get("clustered") else None for r in rows]  # a gap: nothing clustered
         chosen = t["type_id"] == type_id
         fig.add_trace(go.Scatter(
-            x=steps, y=ys, mode="lines+markers", name=charts._html(f"{t['type_id']} {charts.snippet(t['name'], 28)}"),
+            x=steps, y=ys, mode="lines+markers", name=charts.html_text(f"{t['type_id']} {charts.snippet(t['name'], 28)}"),
             legendgroup="types", line=dict(color=charts.PALETTE[i % len(charts.PALETTE)], width=4 if chosen else 2),
             marker=dict(size=[10 if s in sizes else 5 for s in steps]),
             customdata=[[s, t["type_id"]] for s in steps],
-            hovertemplate=charts._html(f"{t['type_id']} {charts.snippet(t['name'], 60)}")
+            hovertemplate=charts.html_text(f"{t['type_id']} {charts.snippet(t['name'], 60)}")
             + "<br>step %{x:,}: %{y:,} failures<extra></extra>"), row=row_of["types"], col=1)
     marks = [e for e in doc["events"] if e["kind"] in _EVENT_SYMBOL and e["type_id"]]
     if marks:
@@ -169,7 +169,7 @@ def figure(doc: dict, *, step: int | None = None, type_id: str | None = None):
             mode="markers", name="events", legendgroup="types",
             marker=dict(symbol=[_EVENT_SYMBOL[e["kind"]] for e in marks], size=13, color="#0F172A"),
             customdata=[[e["step"], e["type_id"]] for e in marks],
-            text=[charts._html(charts.snippet(e["text"], 160)) for e in marks],
+            text=[charts.html_text(charts.snippet(e["text"], 160)) for e in marks],
             hovertemplate="%{text}<extra></extra>"), row=row_of["types"], col=1)
 
     for key, names, _ in _SIGNALS:
@@ -190,7 +190,7 @@ def figure(doc: dict, *, step: int | None = None, type_id: str | None = None):
     if step is not None:
         fig.add_vline(x=step, line=dict(color=charts.PRIMARY, width=2), row="all", col=1)
     height = 300 * 2 + 170 * (len(panels) - 2) + 110
-    fig.update_layout(**charts._layout(height=height, hovermode="closest", clickmode="event+select",
+    fig.update_layout(**charts.figure_layout(height=height, hovermode="closest", clickmode="event+select",
                                        dragmode=False, legend=dict(font=dict(size=11)),
                                        margin=dict(l=10, r=10, t=40, b=10)))
     fig.update_xaxes(gridcolor=charts.GRID, zeroline=False)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from erroranalysis.errors import UserError
 from erroranalysis_ui.eaui import components as ui
-from erroranalysis_ui.eaui import data, tables
+from erroranalysis_ui.eaui import data, labeled, tables
 
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 
@@ -36,7 +36,7 @@ else:
         st.caption(f"Not checked: {ui.md(issues.get('reason') or 'label-issue detection did not run')}.")
     else:
         with ui.guard():
-            examples = data.examples(current.path, ui.labels())
+            examples = labeled.examples(current.path, ui.labels())
         scored = table[["example_id", "label_issue_score", "suggested_label"]].astype({"example_id": str})
         scored = scored[tables.flag(table["label_issue"])]
         suspects = examples.merge(scored, on="example_id").sort_values("label_issue_score", ascending=False)

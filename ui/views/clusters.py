@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from erroranalysis_ui.eaui import charts, data, state, tables
+from erroranalysis import summaries
+from erroranalysis_ui.eaui import charts, data, labeled, state, tables
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -17,7 +18,7 @@ with ui.guard("Re-run `erroranalysis cluster RUN`; the other pages and runs stil
         st.info(f"This run has no clusters yet. Run `erroranalysis cluster {current.path}` to group its failures; "
                 "the Label page works meanwhile, by confusion pair.", icon=":material/bubble_chart:")
         st.stop()
-    table = data.examples(current.path, ui.labels())
+    table = labeled.examples(current.path, ui.labels())
 
 # masks over the whole table; rows copied only for the cluster shown (a 1M-row table filtered whole, texts
 # included, costs more than a rerun may)
@@ -25,7 +26,7 @@ failed = ~table["correct"].to_numpy(bool)
 cluster_of = table["cluster_id"].to_numpy()
 n_fail = int(failed.sum())
 n_clustered = int((failed & (cluster_of >= 0)).sum())
-summary = data.cluster_summary(current.path, ui.labels())
+summary = labeled.cluster_summary(current.path, ui.labels())
 if summary.empty:
     st.info("The clustering found no clusters among the failures.", icon=":material/bubble_chart:")
     st.stop()
@@ -38,8 +39,8 @@ c = st.columns(4)
 c[0].metric("Clusters", f"{len(summary):,}", border=True)
 c[1].metric("Failures clustered", ui.pct(n_clustered / n_fail if n_fail else 0, 0), border=True)
 c[2].metric("Unclustered failures", f"{n_fail - n_clustered:,}", border=True)
-labeled = int((failed & (table["error_type_id"].to_numpy() >= 0)).sum())
-c[3].metric("Failures labeled", ui.pct(labeled / n_fail if n_fail else 0, 0), border=True)
+n_labeled = int((failed & (table["error_type_id"].to_numpy() >= 0)).sum())
+c[3].metric("Failures labeled", ui.pct(n_labeled / n_fail if n_fail else 0, 0), border=True)
 
 
 st.subheader("Clusters by impact", anchor=False)
@@ -102,7 +103,7 @@ with detail_col:
     a, b = st.columns(2)
     with a.container(border=True, height="stretch"):
         st.markdown("**Confusions**")
-        pairs = rows[rows["label"] != rows["pred"]].groupby(["label", "pred"]).size().sort_values(ascending=False)
+        pairs = summaries.confusion_pairs(rows)
         for (t, p), n in pairs.head(4).items():
             st.markdown(f"{ui.md(t)} → {ui.md(p)} · **{n:,}**")
         if pairs.empty:
@@ -169,11 +170,11 @@ with map_col:
         st.caption("This clustering wrote no 2-D layout (x, y), so there is no map.")
     else:
         show_correct = st.toggle("Show correct examples", key=state.MAP_SHOW_CORRECT,
-                                 help=f"Draw the correct examples faintly behind the failures (up to {data.MAP_BACKGROUND:,}).")
-        fig = data.cluster_map_figure(current.path, ui.labels(), highlight=int(cid), show_correct=bool(show_correct))
+                                 help=f"Draw the correct examples faintly behind the failures (up to {labeled.MAP_BACKGROUND:,}).")
+        fig = labeled.cluster_map_figure(current.path, ui.labels(), highlight=int(cid), show_correct=bool(show_correct))
         placed = int((table["x"].notna() & ~table["correct"].astype(bool)).sum())
-        if placed > data.MAP_FAILURES:
-            st.caption(f"Showing a sample of {data.MAP_FAILURES:,} of {placed:,} failures, every cluster in it; "
+        if placed > labeled.MAP_FAILURES:
+            st.caption(f"Showing a sample of {labeled.MAP_FAILURES:,} of {placed:,} failures, every cluster in it; "
                        "the tables and the Label page use them all.")
         event = st.plotly_chart(fig, key=state.MAP_CHART, on_select="rerun",
                                 selection_mode=("points", "lasso", "box"),

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from erroranalysis.errors import UserError
-from erroranalysis_ui.eaui import charts, data, state, tables
+from erroranalysis_ui.eaui import charts, data, labeled, state, tables
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -62,7 +62,7 @@ with right:
     true, pred = pair
     st.subheader(f"{true} → {pred}", anchor=False)
     try:
-        table = data.examples(current.path, ui.labels())
+        table = labeled.examples(current.path, ui.labels())
     except UserError as exc:
         ui.problem(exc, "The matrix comes from metrics.json; listing examples needs predictions.parquet.")
         st.stop()

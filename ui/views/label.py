@@ -9,7 +9,7 @@ import streamlit as st
 
 from erroranalysis.errors import UserError
 from erroranalysis.labels import SEVERITIES
-from erroranalysis_ui.eaui import actions, charts, data, state, tables
+from erroranalysis_ui.eaui import actions, charts, data, labeled, state, tables
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -22,10 +22,10 @@ if not can_write:
     ui.read_only_note(store)
 
 with ui.guard("Labeling needs predictions.parquet; re-run the inference stage."):
-    table = data.examples(current.path, store)
-    types = data.error_types(store)
+    table = labeled.examples(current.path, store)
+    types = labeled.error_types(store)
     clusters = data.clusters(current.path)
-    summary = data.cluster_summary(current.path, store) if clusters is not None else None
+    summary = labeled.cluster_summary(current.path, store) if clusters is not None else None
 
 type_names = {t.id: t.name for t in types}
 # Masks over the whole table, and the few rows shown taken from it: at 1M examples a filtered copy of the table
@@ -145,7 +145,7 @@ with examples_col:
             pick = np.isin(cluster_of, whole_cluster)
             st.caption("Labeling the family labels every one of its clusters.")
     elif source == "Confusion":
-        pairs = table.loc[failed, ["label", "pred"]].groupby(["label", "pred"]).size().sort_values(ascending=False)
+        pairs = labeled.confusion_pairs(current.path)
         options = [state.pair_key(t, p) for t, p in pairs.index]
         if not options:
             st.caption("No failures in this run.")

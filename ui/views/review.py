@@ -1,17 +1,13 @@
 """Review: suggest error types for this run's failures from a labeled taxonomy (another run of the workspace, or a
 taxonomy file), then accept the suggestions (they become labels) or reject them. Suggestions are stored in the labels
-database as source 'suggested', status 'pending'; matching is erroranalysis.taxonomy_apply's."""
+database as source 'suggested', status 'pending'; matching is erroranalysis.stages.apply_taxonomy's."""
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
-from erroranalysis import stages
-from erroranalysis.errors import UserError
 from erroranalysis.labels import matching
-from erroranalysis_ui.eaui import actions, data, state, tables
+from erroranalysis_ui.eaui import actions, data, labeled, state, tables
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -20,7 +16,7 @@ run_key = store.run_key(current.path)
 ui.header("Review suggestions", current, "error types carried over from a labeled taxonomy: accept or reject them")
 
 with ui.guard("Suggestions need predictions.parquet; re-run the inference stage."):
-    table = data.examples(current.path, store)
+    table = labeled.examples(current.path, store)
     found = data.suggestions(current.path)
 
 suggested = table[table["source"] == "suggested"]
@@ -55,12 +51,12 @@ def _suggest_panel() -> None:
         cfg = ui.config()
         origin = None
         if source == state.REVIEW_SOURCES[0]:
-            labeled = data.labeled_per_run(store)
+            counts = labeled.labeled_per_run(store)
             choices = []
             for key in data.discover(cfg.workspace):
                 if key == current.key:
                     continue
-                n = labeled.get(store.run_key(cfg.runs_root / key), 0)
+                n = counts.get(store.run_key(cfg.runs_root / key), 0)
                 if n:
                     choices.append((key, n))
             if not choices:
@@ -96,28 +92,8 @@ def _suggest_panel() -> None:
                                      "as business\") only takes failures with that label or prediction.")
         if st.button("Suggest error types", type="primary", icon=":material/auto_fix_high:", disabled=origin is None):
             with st.spinner("Embedding the failures and matching them to the taxonomy…"):
-                try:
-                    if isinstance(origin, str):
-                        name = f"run {origin}"
-                        doc = stages.build_taxonomy(cfg.workspace.open_run(data.run_dir(cfg.workspace, origin)), store)
-                    else:
-                        name = origin.name
-                        try:
-                            doc = json.loads(origin.getvalue().decode("utf-8"))
-                        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                            raise UserError(f"{name}: not valid JSON ({exc}); upload a taxonomy JSON export.") from None
-                        if not isinstance(doc, dict):
-                            raise UserError(f"{name}: not an erroranalysis taxonomy; upload a taxonomy JSON export.")
-                    result = stages.apply_taxonomy(doc, current.path, store=store, method=method,
-                                               threshold=None if auto else float(threshold), name=name,
-                                               confusions=confusions)
-                except UserError as exc:
-                    state.flash("error", str(exc).splitlines()[0])
-                else:
-                    state.flash("success", f"Suggested an error type for {result.n_suggested:,} of {result.n_failures:,} "
-                                           f"failures; {result.n_unmatched:,} new/unmatched (distance > "
-                                           f"{result.threshold:.2f}).")
-            state.reset_review_selection()
+                actions.suggest_types(current.path, origin, method=method, threshold=None if auto else float(threshold),
+                                      confusions=confusions)
             st.rerun()
 
 

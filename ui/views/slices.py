@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from erroranalysis import summaries
 from erroranalysis.labels import fold_name
-from erroranalysis_ui.eaui import actions, charts, data, state, tables
+from erroranalysis_ui.eaui import actions, charts, data, labeled, state, tables
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -29,14 +30,14 @@ with ui.guard("Re-run `erroranalysis slices RUN`; the other pages and runs still
                 "run` and `analyze` compute them too).", icon=":material/filter_alt:")
         st.stop()
     slices, _ = found
-    table = data.examples(current.path, store)
-    summary = data.slice_summary(current.path, store)
+    table = labeled.examples(current.path, store)
+    summary = labeled.slice_summary(current.path, store)
 
 failed = ~table["correct"].to_numpy(bool)
 n_fail = int(failed.sum())
 base = stage.get("base_error_rate")
 base = float(base) if charts.finite(base) else (n_fail / len(table) if len(table) else 0.0)
-rows_of_slice, in_any_slice = data.slice_rows(current.path)
+rows_of_slice, in_any_slice = labeled.slice_rows(current.path)
 in_a_slice = int(failed[in_any_slice].sum())
 
 c = st.columns(4)
@@ -126,7 +127,7 @@ with detail:
     a, b = st.columns(2)
     with a.container(border=True, height="stretch"):
         st.markdown("**Confusions**")
-        pairs = fail_rows.groupby(["label", "pred"]).size().sort_values(ascending=False)
+        pairs = summaries.confusion_pairs(fail_rows)
         for (t, p), n in pairs.head(4).items():
             st.markdown(f"{ui.md(t)} → {ui.md(p)} · **{n:,}**")
         if pairs.empty:
@@ -145,7 +146,7 @@ with detail:
 with act_col:
     if store.can_write:
         name = actions.slice_type_name(info["description"])
-        existing = {fold_name(t.name): t for t in data.error_types(store)}
+        existing = {fold_name(t.name): t for t in labeled.error_types(store)}
         exists = existing.get(fold_name(name))
         fail_ids = fail_rows["example_id"].astype(str).tolist()
         clusters = {i: int(c) for i, c in zip(fail_rows["example_id"].astype(str), fail_rows["cluster_id"]) if c >= 0}

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from erroranalysis.labels import FLAG_TITLES, taxonomy
-from erroranalysis_ui.eaui import charts, data, state, tables
+from erroranalysis_ui.eaui import charts, labeled, state, tables
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -14,8 +14,8 @@ store = ui.labels()
 ui.header("Taxonomy", current, "the error types you labeled, ready to export")
 
 with ui.guard("The taxonomy needs predictions.parquet; re-run the inference stage."):
-    doc = data.taxonomy_doc(current.path, store)
-    table = data.examples(current.path, store)
+    doc = labeled.taxonomy_doc(current.path, store)
+    table = labeled.examples(current.path, store)
 
 summary, run = doc["summary"], doc["run"]
 c = st.columns(4)
@@ -31,7 +31,7 @@ row = st.container(horizontal=True, gap="small")
 stem = f"{current.key.replace('/', '_')}-taxonomy"
 for fmt, label, icon in (("json", "JSON", ":material/data_object:"), ("csv", "CSV", ":material/table:"),
                          ("markdown", "Markdown report", ":material/description:")):
-    export = current.config.workspace.bind(lambda fmt=fmt: data.export_text(fmt, current.path, store))
+    export = current.config.workspace.bind(lambda fmt=fmt: labeled.export_text(fmt, current.path, store))
     row.download_button(label, data=export,  # called when clicked, outside the page's run: confined by bind
                         file_name=stem + taxonomy.EXTENSIONS[fmt], mime=taxonomy.MIME[fmt], icon=icon,
                         key=state.DOWNLOAD + fmt, on_click="ignore", type="primary" if fmt == "json" else "secondary")

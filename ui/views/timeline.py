@@ -10,7 +10,7 @@ import streamlit as st
 
 from erroranalysis import compare_report
 from erroranalysis_ui.eaui import components as ui
-from erroranalysis_ui.eaui import data, state
+from erroranalysis_ui.eaui import data, labeled, state
 from erroranalysis_ui.eaui import timeline as tdata
 
 cfg = ui.config()
@@ -33,7 +33,7 @@ experiment = st.selectbox("Training run", keys, key=tdata.EXPERIMENT,
                           format_func=lambda k: "(runs folder)" if k == tdata.ROOT else k,
                           help="A folder of step runs under the workspace.")
 with ui.guard("Each step run must be readable; `erroranalysis timeline` names the one that is not."):
-    store = data.store(str(cfg.labels_db_of(tdata.first_run(cfg.runs_root, experiment))))
+    store = labeled.store(str(cfg.labels_db_of(tdata.first_run(cfg.runs_root, experiment))))
     doc = tdata.timeline(cfg.runs_root, experiment, store)
 
 rows = [r for r in doc["steps"] if "problem" not in r]

@@ -1,5 +1,5 @@
 """Training: is training loss healthy, is validation loss healthy? The training log of the run's checkpoint (or one
-typed in), the findings of erroranalysis.training (severity, steps, message, advice) and the curves with the
+typed in), the findings of erroranalysis.checklist.training (severity, steps, message, advice) and the curves with the
 findings marked on them."""
 
 from __future__ import annotations
