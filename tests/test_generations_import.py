@@ -316,10 +316,7 @@ def test_bad_generations_are_one_line_and_write_nothing(tmp_path, rows, flags, e
 
 
 def test_rouge_l_without_rouge_score_says_how_to_install(tmp_path, monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rouge_score" else real(name, *a))
+    monkeypatch.setitem(sys.modules, "rouge_score", None)  # what Python does for a package not installed
     data = write_jsonl(tmp_path / "o.jsonl", [{"prompt": "a", "output": "b", "reference": "b"}])
     result = cli("analyze", "--task", "generation", "-p", data, "--out", tmp_path / "r", "--output-checks", "rouge_l")
     assert result.exit_code == 2 and "pip install 'erroranalysis-ml[llm]'" in result.output
