@@ -182,8 +182,10 @@ def _decode(path: Path, encoding: str) -> str:
                         "pass the file's real encoding with --encoding (for example latin-1).") from None
 
 
-def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
-    records, lines = [], []
+def jsonl_records(path: Path, encoding: str = "utf-8") -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSONL file; a line that is not a JSON object is a
+    one-line DataError naming it (the readers of other tools' JSONL files use this too)."""
+    found = []
     for number, line in enumerate(_decode(path, encoding).splitlines(), start=1):
         if not line.strip():
             continue
@@ -195,8 +197,13 @@ def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
         if not isinstance(record, dict):
             raise DataError(f"{where(path, number)}: expected a JSON object per line, got "
                             f"{type(record).__name__}; write one {{...}} object per line.")
-        records.append(record)
-        lines.append(number)
+        found.append((number, record))
+    return found
+
+
+def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
+    found = jsonl_records(path, encoding)
+    records, lines = [r for _, r in found], [n for n, _ in found]
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
     frame["_line"] = np.asarray(lines, dtype=np.int64)
     return frame

@@ -13,25 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from erroranalysis.data import jsonl_records
 from erroranalysis.errors import DataError, where
 
 
 def read_chat(path: Path, *, encoding: str = "utf-8") -> pd.DataFrame:
     """The conversations as a table with `_line` (the file's line numbers)."""
-    try:
-        text = path.read_text(encoding=encoding)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not {encoding} text ({exc.reason}); pass --encoding.") from None
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where(path, number)}: not valid JSON ({exc.msg}); write one conversation per "
-                            "line.") from None
-        rows.append(_row(record, path, number))
+    rows = [_row(record, path, number) for number, record in jsonl_records(path, encoding)]
     if not rows:
         raise DataError(f"{path}: no conversations; write one {{\"messages\": [...]}} object per line.")
     return pd.DataFrame.from_records(rows)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from erroranalysis.data import jsonl_records
 from erroranalysis.errors import DataError, where
 
 DOC_TEXT_LIMIT = 64  # a document's string fields up to this length are kept as metadata (categories, not passages)
@@ -27,21 +28,8 @@ DOC_TEXT_LIMIT = 64  # a document's string fields up to this length are kept as 
 
 def read_samples(path: Path, *, encoding: str = "utf-8") -> pd.DataFrame:
     """The samples file as a table with `_line` (the file's line numbers)."""
-    rows = []
-    try:
-        text = path.read_text(encoding=encoding)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not {encoding} text ({exc.reason}); pass --encoding.") from None
     task = task_name(path)
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where(path, number)}: not valid JSON ({exc.msg}); an lm-eval samples file has one "
-                            "JSON object per line.") from None
-        rows.append(_row(record, path, number, task))
+    rows = [_row(record, path, number, task) for number, record in jsonl_records(path, encoding)]
     if not rows:
         raise DataError(f"{path}: no samples; write them with lm_eval --log_samples --output_path DIR.")
     frame = pd.DataFrame.from_records(rows)

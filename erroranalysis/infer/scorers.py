@@ -101,13 +101,16 @@ def check_contains(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool |
 
 @register("token_f1", needs=("reference",), description="SQuAD token F1 with the reference reaches --f1-threshold")
 def check_token_f1(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | None, str]:
-    best = _best(output, row, token_f1)
+    return _overlap("token_f1", "F1", _best(output, row, token_f1), _scoring(ctx).f1_threshold)
+
+
+def _overlap(name: str, measure: str, best: tuple[float, str] | None, threshold: float) -> tuple[bool | None, str]:
+    """An overlap scorer's verdict: pass at the threshold, else the score it reached."""
     if best is None:
         return None, ""
-    threshold = _scoring(ctx).f1_threshold
     if best[0] >= threshold:
         return True, ""
-    return False, f"token_f1: low overlap (F1 {best[0]:.2f} < {threshold:g})"
+    return False, f"{name}: low overlap ({measure} {best[0]:.2f} < {threshold:g})"
 
 
 def rouge_scorer(ctx: CheckContext):
@@ -124,12 +127,7 @@ def rouge_scorer(ctx: CheckContext):
 def check_rouge_l(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | None, str]:
     scorer = rouge_scorer(ctx)
     best = _best(output, row, lambda out, ref: scorer.score(ref, out)["rougeL"].fmeasure)
-    if best is None:
-        return None, ""
-    threshold = _scoring(ctx).rouge_threshold
-    if best[0] >= threshold:
-        return True, ""
-    return False, f"rouge_l: low overlap (ROUGE-L {best[0]:.2f} < {threshold:g})"
+    return _overlap("rouge_l", "ROUGE-L", best, _scoring(ctx).rouge_threshold)
 
 
 @register("numeric", needs=("reference",), description="the output's last number equals the reference's")
