@@ -335,3 +335,22 @@ def test_in_memory_generations_equal_the_same_file(tmp_path):
     columns = ["example_id", "correct", "failure_reason", "check_numeric", "topic"]
     pd.testing.assert_frame_equal(from_file.predictions[columns], in_memory.predictions[columns])
     assert in_memory.manifest["data"]["path"] == "DataFrame"
+
+
+def test_every_page_of_the_app_opens_an_imported_run(tmp_path, monkeypatch):
+    from app_session import app_env, go, open_app, texts
+    from test_ui_pages import PAGES
+
+    data = write_jsonl(tmp_path / "outputs.jsonl", planted_outputs(60))
+    made = cli("analyze", "--task", "generation", "-p", data, "--out", tmp_path / "runs" / "imported",
+               "--id-column", "id", "--output-checks", "numeric,judge", "--no-data-checks", "--reducer", "pca",
+               "--layout", "pca", "--no-merge")
+    assert made.exit_code == 0, made.output
+    app_env(monkeypatch, tmp_path / "runs", tmp_path / "labels.sqlite")
+    at = open_app(run="imported")
+    for page, title in PAGES.items():
+        go(at, page)
+        assert "Traceback" not in texts(at), page
+        assert at.title and at.title[0].value == title, page
+    go(at, "slices")
+    assert "algebra" in texts(at, plain=True)  # the planted failures' slice
