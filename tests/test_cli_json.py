@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from erroranalysis.cli.app import COMMANDS, app
 
-
 # Commands without --json, and why.
 WITHOUT_JSON = {"ui": "starts a server; it prints the address it serves",
                 "labels": "a group: its where, log and check print JSON; backup, restore, archive and migrate are "
@@ -73,7 +72,7 @@ def test_commands_over_a_run(world):
 
 def test_taxonomy_labels_and_comparison(world):
     from erroranalysis.labels import LabelStore, labels_db_for
-    from erroranalysis.rundir import readers, Run
+    from erroranalysis.rundir import Run, readers
 
     run, root = world["run"], world["root"]
     failures = readers.read_predictions(Run.open(run)).query("~correct")["example_id"].tolist()

@@ -21,9 +21,9 @@ UI = Path(__file__).resolve().parent.parent / "ui"
 
 TITLES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
           "slices": "Slices", "compare": "Compare", "label": "Label", "taxonomy": "Taxonomy",
-          "review": "Review suggestions", "training": "Training", "checks": "Checks"}
+          "review": "Review suggestions", "training": "Training", "data_checks": "Data checks"}
 PAGES = list(TITLES)
-READS_PREDICTIONS = ["overview", "confusion", "clusters", "slices", "label", "taxonomy", "review", "checks"]
+READS_PREDICTIONS = ["overview", "confusion", "clusters", "slices", "label", "taxonomy", "review", "data_checks"]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ SCREENSHOTS = Path(__file__).parent / "screenshots"
 # Sidebar link -> the page's heading.
 PAGES = {"Runs": "Runs", "Overview": "Overview", "Confusion matrix": "Confusion matrix", "Clusters": "Clusters",
          "Slices": "Slices", "Compare": "Compare", "Label": "Label", "Taxonomy": "Taxonomy",
-         "Review": "Review suggestions", "Training": "Training", "Checks": "Checks"}
+         "Review": "Review suggestions", "Training": "Training", "Data checks": "Data checks"}
 DEMO = "sample"
 KIND_RUNS = ("no-failures", "not-clustered", "one-class", "interrupted")
 RUNS = (DEMO, "sample-generation") + KIND_RUNS

@@ -95,7 +95,7 @@ def test_doctor_md_linked_to_a_secret(ws, start):
     with readers.confined([root]), pytest.raises(OutsideError):
         readers.read_doctor(Run.open(root / "news"))
 
-    at = start("checks")
+    at = start("data_checks")
     assert SECRET not in texts(at)
     assert any("outside the folders" in e.value for e in at.error), [e.value for e in at.error]
 
@@ -104,7 +104,7 @@ def test_predictions_linked_to_a_file_outside(ws, start):
     root, outside = ws
     tamper(root / "news", rundir.PREDICTIONS, outside / "predictions.parquet")
     assert readers.read_predictions(Run.open(root / "news"))["text"].str.startswith(OUTSIDE_TEXT).all()
-    for page in ("confusion", "clusters", "label", "slices", "overview", "checks", "taxonomy"):
+    for page in ("confusion", "clusters", "label", "slices", "overview", "data_checks", "taxonomy"):
         at = start(page)
         assert OUTSIDE_TEXT not in texts(at), page
         if page not in ("overview",):  # the overview reads metrics.json, not the texts
@@ -114,10 +114,10 @@ def test_predictions_linked_to_a_file_outside(ws, start):
 def test_a_refused_link_says_nothing_about_its_target(ws, start):
     root, outside = ws
     tamper(root / "news", rundir.DOCTOR_MD, outside / "secret.txt")
-    exists = [e.value for e in start("checks").error]
+    exists = [e.value for e in start("data_checks").error]
     (root / "news" / rundir.DOCTOR_MD).unlink()
     (root / "news" / rundir.DOCTOR_MD).symlink_to(outside / "no-such-file.txt")
-    assert [e.value for e in start("checks").error] == exists
+    assert [e.value for e in start("data_checks").error] == exists
 
 
 def test_a_shard_of_a_sharded_artifact_linked_outside(ws):
@@ -270,7 +270,7 @@ def test_a_run_folder_replaced_by_a_symlink_while_the_app_runs(ws, start):
         data.run_dir(root, "news")  # nor opened when asked for by name (an address, a session that had it open)
     with readers.confined([root]), pytest.raises(OutsideError):
         readers.read_predictions(Run(root / "news"))  # nor read, should a page already hold its path
-    for page in ("label", "confusion", "checks", "training"):
+    for page in ("label", "confusion", "data_checks", "training"):
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception
         assert OUTSIDE_TEXT not in texts(at), page

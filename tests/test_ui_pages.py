@@ -17,18 +17,18 @@ from erroranalysis.rundir.readers import read_checks_report
 
 PAGES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
          "slices": "Slices", "compare": "Compare", "label": "Label", "taxonomy": "Taxonomy",
-         "review": "Review suggestions", "training": "Training", "checks": "Checks"}
+         "review": "Review suggestions", "training": "Training", "data_checks": "Data checks"}
 
 # What a page must say about a run that lacks something (kind, page) -> words on the page.
 SAYS = {
     ("not-clustered", "clusters"): "has no clusters yet",
     ("not-clustered", "slices"): "has no slices yet",
-    ("not-clustered", "checks"): "have not run on this run",
+    ("not-clustered", "data_checks"): "have not run on this run",
     ("no-failures", "clusters"): "found no clusters",
     ("no-probabilities", "overview"): "No calibration: the run has no probabilities",
-    ("no-probabilities", "checks"): "Not checked: the run has no probabilities",
-    ("generation", "checks"): "Not checked: the run has no probabilities",
-    ("one-label", "checks"): "Not checked: the run has no probabilities",
+    ("no-probabilities", "data_checks"): "Not checked: the run has no probabilities",
+    ("generation", "data_checks"): "Not checked: the run has no probabilities",
+    ("one-label", "data_checks"): "Not checked: the run has no probabilities",
 }
 
 
@@ -91,7 +91,7 @@ def test_checks_page_of_a_generation_run(open_run, kinds):
     page crashed filtering on them. It now shows the findings and says why label issues were not checked."""
     report = read_checks_report(Run.open(kinds["generation"]))
     assert report["label_issues"]["available"] is False
-    at = visit(open_run("generation"), "checks")
+    at = visit(open_run("generation"), "data_checks")
     assert "Not checked: the run has no probabilities (probs.npy)." in texts(at, plain=True)
     assert any("label_issues_skipped" in m.value.replace("\\", "") for m in at.markdown)
 
@@ -102,7 +102,7 @@ def test_checks_page_lists_the_flagged_label_issues(open_run, kinds):
     table = read_checks(Run.open(kinds["classification"]))
     flagged = set(table.loc[table["label_issue"].astype(bool), "example_id"])
     assert flagged
-    at = visit(open_run("classification"), "checks")
+    at = visit(open_run("classification"), "data_checks")
     listed = at.dataframe[-1].value
     assert set(listed["example_id"]) == flagged
     assert f"{len(flagged):,} examples whose given label is probably wrong" in texts(at, plain=True)

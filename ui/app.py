@@ -57,7 +57,7 @@ pages = {
     ],
     "Checklist": [
         st.Page("views/training.py", title="Training", icon=":material/monitor_heart:"),
-        st.Page("views/checks.py", title="Checks", icon=":material/fact_check:"),
+        st.Page("views/data_checks.py", title="Data checks", icon=":material/fact_check:"),
     ],
 }
 page = st.navigation(pages)

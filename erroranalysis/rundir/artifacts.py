@@ -71,7 +71,7 @@ INPUTS = {
 # stage -> the command that runs it again over the run ({run}); the source stages re-run the run's own command
 COMMANDS = {
     "metrics": "erroranalysis metrics {run}",
-    "checks": "erroranalysis checks {run}",
+    "checks": "erroranalysis data-checks {run}",
     "slices": "erroranalysis slices {run}",
     "cluster": "erroranalysis cluster {run}",
     "cluster_names": "erroranalysis cluster {run} --names-only",

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from erroranalysis.params import Params
 from erroranalysis.rundir import Run
-from erroranalysis.stages.checks import CheckParams
 from erroranalysis.stages.cluster import ClusterParams
+from erroranalysis.stages.data_checks import CheckParams
 from erroranalysis.stages.metrics import MetricsParams
 from erroranalysis.stages.slices import SliceParams
 
@@ -47,8 +47,8 @@ def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=N
     `embedder` (an object with `key` and `embed(frame)`) replaces the cluster stage's default one; `progress` (an
     `erroranalysis.progress.Reporter`) reports each stage; `engine` runs the checks' embedding (Ray or local)."""
     from erroranalysis.progress import as_reporter
-    from erroranalysis.stages.checks import checks_run
     from erroranalysis.stages.cluster import cluster_run
+    from erroranalysis.stages.data_checks import checks_run
     from erroranalysis.stages.metrics import compute_run_metrics
     from erroranalysis.stages.slices import slices_run
 

@@ -256,7 +256,7 @@ def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels
     `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`."""
     import pandas as pd
 
-    from erroranalysis.stages.checks import label_issue_share
+    from erroranalysis.stages.data_checks import label_issue_share
 
     clusters = clusters.copy()
     members = {int(c): set(failure_ids[labels == c]) for c in clusters["cluster_id"]}

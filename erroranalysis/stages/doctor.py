@@ -38,7 +38,7 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, log: str
     from erroranalysis.data import DataOptions, read_eval_set, read_train_set
     from erroranalysis.infer.classifier import read_config, weight_files
     from erroranalysis.stages.after import AfterParams
-    from erroranalysis.stages.checks import CheckParams, checks_run
+    from erroranalysis.stages.data_checks import CheckParams, checks_run
     from erroranalysis.stages.infer import InferParams, infer_stage, prepare
     from erroranalysis.stages.metrics import MetricsParams
 

@@ -1,4 +1,4 @@
-"""The Checks page (issue 7): the checks stage's findings, the probable label issues, the doctor's report."""
+"""The Data checks page (issue 7): the checks stage's findings, the probable label issues, the doctor's report."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def workspace(tmp_path_factory, tiny_checkpoint):
 
 def open_page(workspace, tmp_path, monkeypatch, run: str) -> AppTest:
     app_env(monkeypatch, workspace, tmp_path / "labels.sqlite", user=None)
-    return open_app("checks", run)
+    return open_app("data_checks", run)
 
 
 def test_findings_suspects_and_doctor_report(workspace, tmp_path, monkeypatch):
@@ -48,4 +48,4 @@ def test_findings_suspects_and_doctor_report(workspace, tmp_path, monkeypatch):
 def test_a_run_without_checks_says_how_to_compute_them(workspace, tmp_path, monkeypatch):
     at = open_page(workspace, tmp_path, monkeypatch, "unchecked")
     assert not at.exception
-    assert any("erroranalysis checks" in i.value for i in at.info)
+    assert any("erroranalysis data-checks" in i.value for i in at.info)

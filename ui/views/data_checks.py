@@ -1,4 +1,4 @@
-"""Checks: is the label or the data wrong? Findings of the checks stage (label issues, duplicates, train/eval
+"""Data checks: is the label or the data wrong? Findings of the checks stage (label issues, duplicates, train/eval
 leakage, shift), the examples whose gold label is most probably wrong, and the doctor's report when there is one."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from erroranalysis_ui.eaui import data, labeled, tables
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 
 current = ui.current_run()
-ui.header("Checks", current, "is the label or the data wrong before the model is?")
+ui.header("Data checks", current, "is the label or the data wrong before the model is?")
 
-with ui.guard("Run `erroranalysis checks RUN` again."):
+with ui.guard("Run `erroranalysis data-checks RUN` again."):
     found = data.checks(current.path)
 if found is None:
-    st.info(f"The data checks have not run on this run: `erroranalysis checks {current.path}` "
+    st.info(f"The data checks have not run on this run: `erroranalysis data-checks {current.path}` "
             "(add `--train FILE` for train/eval leakage and shift).", icon=":material/fact_check:")
 else:
     report, table = found

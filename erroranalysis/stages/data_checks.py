@@ -31,7 +31,7 @@ from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 
 @dataclass(frozen=True)
 class CheckParams(Params):
-    """The data checks (`erroranalysis checks --help`): label issues, duplicates, and with a training file leakage
+    """The data checks (`erroranalysis data-checks --help`): label issues, duplicates, and with a training file leakage
     and shift. `embedder` picks the vectors of near duplicates, leakage and the shift classifier by the rule
     `embedding.check_embedder`; the train file is read with the eval set's column names unless `train_*_column`
     say otherwise."""

@@ -14,7 +14,7 @@ from erroranalysis.cli.app import app
 from erroranalysis.errors import DataError, ParameterError, RunError
 from erroranalysis.rundir import CHECKS, CHECKS_JSON
 from erroranalysis.rundir.readers import read_checks, read_checks_report, read_predictions
-from erroranalysis.stages.checks import checks_run, label_issue_share
+from erroranalysis.stages.data_checks import checks_run, label_issue_share
 
 LABELS = ["business", "sport", "tech"]
 
