@@ -41,12 +41,35 @@ class DataOptions(Params):
     max_chars: int = param(MAX_CHARS, Int(1), "Texts longer than this are cut when read (and flagged truncated).")
 
 
+@dataclass(frozen=True, eq=False)
+class InMemory:
+    """An eval set held in memory (a DataFrame the Python API was given), read as a file is: messages name it
+    `name`, and its row i (0-based) is "line i + 1", as a Parquet file's rows are."""
+
+    frame: pd.DataFrame
+    name: str = "DataFrame"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def sha256(self) -> str:
+        import hashlib
+
+        text = self.frame.to_json(orient="records", lines=True, default_handler=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def as_source(data) -> Path | InMemory:
+    """A path (str or Path) as a Path; an `InMemory` table as it is."""
+    return data if isinstance(data, InMemory) else Path(data)
+
+
 @dataclass
 class EvalSet:
     """An eval set in a standard shape: example_id, text, label (may be absent), then metadata columns."""
 
     frame: pd.DataFrame
-    path: Path
+    path: Path | InMemory
     format: str
     sha256: str
     columns: dict = field(default_factory=dict)  # {"text": ..., "label": ..., "id": ...} as mapped
@@ -61,31 +84,34 @@ class EvalSet:
         return int(self.frame["_line"].iat[row])
 
     def describe(self) -> dict:
-        return {"path": str(self.path), "sha256": self.sha256, "rows": len(self), "format": self.format,
+        """The manifest's `data` entry (the path absolute; an in-memory table by its name)."""
+        path = str(self.path.resolve()) if isinstance(self.path, Path) else str(self.path)
+        return {"path": path, "sha256": self.sha256, "rows": len(self), "format": self.format,
                 "columns": self.columns, "metadata_columns": self.metadata_columns, "max_chars": self.max_chars,
                 "n_cut": int(self.frame["_cut"].sum())}
 
 
-def read_eval_set(path: str | Path, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
+def read_eval_set(path: str | Path | InMemory, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
     """`load_eval_set` with the options as one object (what the stages pass)."""
     return load_eval_set(path, text_column=opts.text_column, label_column=opts.label_column,
                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split, required=required,
                          max_chars=opts.max_chars)
 
 
-def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: str | None = "label",
+def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", label_column: str | None = "label",
                   id_column: str | None = None, encoding: str = "utf-8", split: str | None = None,
                   required: tuple[str, ...] = (), max_chars: int = MAX_CHARS, keep_end: bool = False,
-                  strings_only: bool = True) -> EvalSet:
+                  strings_only: bool = True, table: tuple[pd.DataFrame, str] | None = None) -> EvalSet:
     """Read an eval set and map its columns to example_id, text, label; `required` columns are kept by name.
 
     Every other column becomes metadata (for slices); a name that clashes with a predictions column gets `meta_`.
     Texts longer than `max_chars` are cut (the end kept with `keep_end`, for prompts) and flagged in `_cut`;
-    `strings_only=False` lets the text column hold other values (chat messages).
+    `strings_only=False` lets the text column hold other values (chat messages). `table`: the file already read
+    (frame with `_line`, format name), by a reader of another tool's format.
     """
     check_int("max_chars", max_chars, 1)
-    path = Path(path)
-    raw, fmt = read_table(path, encoding=encoding, split=split)
+    path = as_source(path)
+    raw, fmt = table if table is not None else read_table(path, encoding=encoding, split=split)
     wanted = [c for c in (text_column, label_column, *required) if c]
     missing = [c for c in wanted if c not in raw.columns]
     if missing:
@@ -111,13 +137,23 @@ def load_eval_set(path: str | Path, *, text_column: str = "text", label_column: 
         name = f"meta_{column}" if column in PREDICTIONS.columns or column in ("pred", "output") else str(column)
         frame[name] = raw[column].to_numpy()
         metadata.append(name)
-    return EvalSet(frame=frame, path=path, format=fmt, sha256=files.digest(path)["sha256"],
+    sha256 = path.sha256() if isinstance(path, InMemory) else files.digest(path)["sha256"]
+    return EvalSet(frame=frame, path=path, format=fmt, sha256=sha256,
                    columns={"text": text_column, "label": label_column, "id": id_column},
                    metadata_columns=metadata, max_chars=max_chars)
 
 
-def read_table(path: Path, *, encoding: str = "utf-8", split: str | None = None) -> tuple[pd.DataFrame, str]:
-    """Read any supported file into a DataFrame with a `_line` column of user-facing line/row numbers."""
+def read_table(path: Path | InMemory, *, encoding: str = "utf-8", split: str | None = None
+               ) -> tuple[pd.DataFrame, str]:
+    """Read any supported file (or an in-memory table) into a DataFrame with a `_line` column of user-facing
+    line/row numbers."""
+    if isinstance(path, InMemory):
+        if len(path.frame) == 0:
+            raise DataError(f"{path}: no rows; pass at least one example.")
+        frame = path.frame.reset_index(drop=True).copy()
+        frame.columns = [str(c) for c in frame.columns]
+        frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
+        return frame, "in_memory"
     if not path.exists():
         raise DataError(f"{path}: no such file; check the path.")
     if path.is_dir():
@@ -153,8 +189,10 @@ def json_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
-def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
-    records, lines = [], []
+def jsonl_records(path: Path, encoding: str = "utf-8") -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSONL file; a line that is not a JSON object is a
+    one-line DataError naming it (the readers of other tools' JSONL files use this too)."""
+    found = []
     for number, line in enumerate(json_lines(_decode(path, encoding)), start=1):
         if not line.strip():
             continue
@@ -166,8 +204,13 @@ def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
         if not isinstance(record, dict):
             raise DataError(f"{where(path, number)}: expected a JSON object per line, got "
                             f"{type(record).__name__}; write one {{...}} object per line.")
-        records.append(record)
-        lines.append(number)
+        found.append((number, record))
+    return found
+
+
+def _read_jsonl(path: Path, encoding: str) -> pd.DataFrame:
+    found = jsonl_records(path, encoding)
+    records, lines = [r for _, r in found], [n for n, _ in found]
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
     frame["_line"] = np.asarray(lines, dtype=np.int64)
     return frame

@@ -208,6 +208,9 @@ class Strings(Rule):
     def cli(self):
         return list[str] if self.repeat else str
 
+    def metavar(self) -> str | None:
+        return "|".join(self.choices) if self.repeat and self.choices else None
+
 
 @dataclass(frozen=True)
 class Object(Rule):

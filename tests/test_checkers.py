@@ -35,7 +35,8 @@ def check(name, output, **row):
 
 
 def test_registry_names():
-    assert list(CHECKERS) == ["exact", "normalized", "label", "json", "json_schema", "regex", "tool_call"]
+    assert list(CHECKERS) == ["exact", "normalized", "label", "json", "json_schema", "regex", "tool_call",
+                              "contains", "token_f1", "rouge_l", "numeric", "judge"]  # the last five: scorers.py
 
 
 def test_exact():

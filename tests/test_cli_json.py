@@ -66,6 +66,8 @@ def test_commands_over_a_run(world):
     assert invoke("cluster", run, "--names-only", "--json")["n_clusters"] == clustered["n_clusters"]
     assert invoke("migrate", run, "--json")[0]["changed"] == []  # already current
     assert invoke("labels", "where", run, "--json")["key"]
+    written = invoke("report", run, "--out", world["root"] / "report.html", "--json")
+    assert written["bytes"] == (world["root"] / "report.html").stat().st_size
 
 
 def test_taxonomy_labels_and_comparison(world):

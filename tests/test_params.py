@@ -29,11 +29,14 @@ from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.labels.matching import MatchParams
 from erroranalysis.params import Params
 from erroranalysis.slices import FeatureParams, SearchParams
+from erroranalysis.generations import SourceParams
+from erroranalysis.infer.scorers import ScorerParams
+from erroranalysis.integrations.trackers import TrackerParams
 from erroranalysis.timeline import TrackParams
 
 DECLARED = [ClusteringParams, NamingParams, SearchParams, FeatureParams, stages.ClusterParams, stages.SliceParams,
             stages.CheckParams, stages.MetricsParams, stages.InferParams, GenerationParams, DataOptions, Engine,
-            OverfitParams, CompareParams, MatchParams, TrackParams]
+            OverfitParams, CompareParams, MatchParams, TrackParams, ScorerParams, SourceParams, TrackerParams]
 # The stages that follow the predictions, and where `run`, `analyze` and `watch` take their parameters.
 AFTER = {"metrics": stages.MetricsParams, "checks": stages.CheckParams, "slices": stages.SliceParams,
          "cluster": stages.ClusterParams}
@@ -89,9 +92,23 @@ def _spec_of(group_name: str, cls: type[Params], command_name: str):
         yield field, spec, derived.get((group_name, field)), by_flag
 
 
+@pytest.mark.parametrize("command_name", ["run", "analyze", "compare", "watch", "timeline"])
+def test_log_to_is_one_declaration_taken_by_each_command(command_name):
+    """--log-to (and its companions) come from TrackerParams on every command that logs to a tracker."""
+    for field, spec, flag, by_flag in _spec_of("trackers", TrackerParams, command_name):
+        assert flag == spec.option(field) and flag in by_flag, (command_name, field)
+
+
+def test_analyze_takes_the_output_checks_but_not_the_decoding():
+    derived = options.flags_of(command("analyze").callback)
+    taken = {f for (group, f) in derived if group == "generation"}
+    assert {"output_checks", "regex", "reference_column", "f1_threshold", "rouge_threshold"} <= taken
+    assert not taken & {"max_new_tokens", "temperature", "do_sample", "precision"}
+
+
 @pytest.mark.parametrize("command_name, groups_taken", [
     ("run", {"data_options": DataOptions, "infer": stages.InferParams, "generation": GenerationParams, **AFTER}),
-    ("analyze", {"data_options": DataOptions, **AFTER}),
+    ("analyze", {"data_options": DataOptions, "source": SourceParams, **AFTER}),
     ("watch", {"data_options": DataOptions, "infer": stages.InferParams, "generation": GenerationParams, **AFTER}),
     ("cluster", {"cluster": stages.ClusterParams}),
     ("slices", {"slices": stages.SliceParams}),

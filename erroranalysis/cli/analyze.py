@@ -1,4 +1,5 @@
-"""`erroranalysis analyze`: bring your own predictions (vLLM, an API, another framework)."""
+"""`erroranalysis analyze`: bring your own predictions (vLLM, an API, another framework), or with
+`--task generation` your own generations (a table, lm-evaluation-harness samples, an Inspect log, chat JSONL)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,42 @@ import typer
 
 from erroranalysis.cli import common, options
 from erroranalysis.cli import stage_groups as groups
-from erroranalysis.cli.run import CHECKS, report
+from erroranalysis.cli.run import CHECKS, log_to, report
+
+TASKS = ("classification", "generation")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     @common.handle_errors
-    @options.takes(groups.DATA, groups.ENGINE, groups.METRICS, CHECKS, groups.SLICES, groups.CLUSTER)
+    @options.takes(groups.DATA, groups.SOURCE, groups.OUTPUT_CHECKS, groups.ENGINE, groups.METRICS, CHECKS,
+                   groups.SLICES, groups.CLUSTER, groups.TRACKERS)
     def analyze_command(
-        predictions: Annotated[Path, typer.Option("--predictions", "-p", help="File with text, label, pred and "
-                                                                             "optional prob_<label> columns.")],
+        predictions: Annotated[Path, typer.Option(
+            "--predictions", "-p", help="File with text, label, pred and optional prob_<label> columns; with --task "
+                                        "generation: prompts and outputs (see --source-format).")],
         out: common.OutDir,
+        task: Annotated[str, typer.Option("--task", help="classification (predicted labels) or generation (outputs "
+                                                         "of an LLM, checked and scored).")] = "classification",
         pred_column: Annotated[str, typer.Option("--pred-column", help="Column holding the predicted label.")] = "pred",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, engine, metrics, checks, slices, cluster,
+        *, data_options, source, generation, engine, metrics, checks, slices, cluster, trackers,
     ) -> None:
         """Analyze predictions made elsewhere: metrics, data checks, slices and failure clusters, in a run."""
         from erroranalysis import stages
         from erroranalysis.progress import reporter
+        from erroranalysis.validation import check_choice
 
-        run = stages.analyze_predictions(predictions, out, data_opts=data_options, pred_column=pred_column,
-                                         after=groups.after(metrics, checks, slices, cluster), overwrite=overwrite,
-                                         progress=reporter(), engine=engine)
+        check_choice("--task", task, TASKS)
+        trackers.require()
+        after = groups.after(metrics, checks, slices, cluster)
+        if task == "generation":
+            run = stages.analyze_generations(predictions, out, data_opts=data_options, gen_opts=generation,
+                                             source=source, after=after, overwrite=overwrite, progress=reporter(),
+                                             engine=engine)
+        else:
+            run = stages.analyze_predictions(predictions, out, data_opts=data_options, pred_column=pred_column,
+                                             after=after, overwrite=overwrite, progress=reporter(), engine=engine)
         report(run, as_json)
+        log_to(trackers, run.path)

@@ -32,6 +32,7 @@ COMMANDS = {
     "overfit": "Can the checkpoint memorize a few examples? If not, the likely causes.",
     "doctor": "The whole debugging checklist, in order, in one report (doctor.md).",
     "compare": "Compare a baseline run with candidates: deltas with intervals, fixed and broken examples.",
+    "report": "Write a run as one self-contained HTML file to share (metrics, clusters, slices, checks, taxonomy).",
     "apply-taxonomy": "Suggest a labeled taxonomy's error types for another run's failures.",
     "import-taxonomy": "Create a taxonomy's error types in a workspace's labels database.",
     "labels": "Look after the labels database: where, backup, restore, archive, migrate, check, log.",

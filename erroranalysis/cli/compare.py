@@ -5,12 +5,14 @@ worse than the baseline (erroranalysis.compare.regressions says what counts), af
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
 from erroranalysis.cli import common, options
+from erroranalysis.cli.stage_groups import TRACKERS
 from erroranalysis.compare.params import CompareParams
 
 REGRESSION_EXIT = 3  # 0 success, 1 internal error, 2 bad input (common.handle_errors); 3 a regression was found
@@ -23,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 
 @common.handle_errors
-@options.takes(options.Group("params", CompareParams))
+@options.takes(options.Group("params", CompareParams), TRACKERS)
 def compare(
     base: Annotated[Path, typer.Argument(help="The baseline run directory.")],
     candidates: Annotated[List[Path], typer.Argument(help="One or more candidate run directories (same eval set).")],
@@ -32,21 +34,27 @@ def compare(
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="Labels database for error types; default: the nearest labels.sqlite above BASE "
                             "(see docs/labels.md), when there is one.")] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the comparison as one self-contained HTML file here.")] = None,
     examples: Annotated[int, typer.Option("--examples", help="Fixed and broken examples to print.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
     fail_on_regression: Annotated[bool, typer.Option(
         "--fail-on-regression", help="Exit with code 3 when accuracy, macro F1 or a class's F1 is significantly lower "
                                      "(paired bootstrap interval below 0), or an error type or cluster gained "
                                      "significantly more newly failing examples than it lost (one-sided binomial).")] = False,
-    *, params,
+    *, params, trackers,
 ) -> None:
     """Compare runs: a baseline first, then candidates."""
     from erroranalysis import compare as cmp
     from erroranalysis import stages
+    from erroranalysis.integrations import trackers as tracking
 
+    trackers.require()
     alpha = params.alpha
     report = stages.compare_runs(base, candidates, labels_db=labels_db, params=params)
     written = stages.write_report(report, out) if out is not None else []
+    if html is not None:
+        written.append(stages.write_compare_html(report, html))
     found = [(c, cmp.regressions(c, alpha=alpha)) for c in report.doc["comparisons"]] if fail_on_regression \
         else []
     if as_json:
@@ -58,6 +66,8 @@ def compare(
         for path in written:
             typer.echo(f"wrote {path}")
         print_regressions(console, found, alpha)
+    if trackers.log_to:
+        print(f"logged to {', '.join(tracking.log_compare(report, trackers))}", file=sys.stderr)
     gate(found)
 
 

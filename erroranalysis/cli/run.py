@@ -53,11 +53,21 @@ def report(run, as_json: bool = False) -> None:
     out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}", markup=False)
 
 
+def log_to(trackers, path) -> None:
+    """--log-to: the run sent to each tracker named (after it is written; stdout stays the run's report)."""
+    if trackers.log_to:
+        import sys
+
+        from erroranalysis.integrations import trackers as tracking
+
+        print(f"logged to {', '.join(tracking.log_run(path, trackers))}", file=sys.stderr)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     @common.handle_errors
     @options.takes(groups.DATA, groups.INFER, GENERATION, groups.ENGINE, groups.METRICS, CHECKS, groups.SLICES,
-                   groups.CLUSTER)
+                   groups.CLUSTER, groups.TRACKERS)
     def run_command(
         model: Model,
         data: Data,
@@ -66,7 +76,7 @@ def register(app: typer.Typer) -> None:
                                                          "causal LM or .gguf).")] = "classification",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, infer, generation, engine, metrics, checks, slices, cluster,
+        *, data_options, infer, generation, engine, metrics, checks, slices, cluster, trackers,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, data checks, error slices and failure clusters."""
         from erroranalysis import stages
@@ -74,6 +84,7 @@ def register(app: typer.Typer) -> None:
         from erroranalysis.validation import check_param
 
         check_param("--task", task, task in TASKS, " or ".join(TASKS))
+        trackers.require()
         after = groups.after(metrics, checks, slices, cluster)
         progress = reporter()
         if task == "classification":
@@ -84,3 +95,4 @@ def register(app: typer.Typer) -> None:
             result = stages.run_generation(model, data, out, data_opts=data_options, gen_opts=generation,
                                            after=after, overwrite=overwrite, progress=progress, log=progress.note)
         report(result, as_json)
+        log_to(trackers, result.path)

@@ -7,12 +7,22 @@ from erroranalysis import stages
 from erroranalysis.cli.options import Group
 from erroranalysis.data import DataOptions
 from erroranalysis.engines import Engine
+from erroranalysis.generations import PANEL as SOURCE_PANEL
+from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GENERATION, GenerationParams
+from erroranalysis.integrations.trackers import PANEL as TRACKERS_PANEL
+from erroranalysis.integrations.trackers import TrackerParams
 
 DATA = Group("data_options", DataOptions, panel="Eval set")
 INFER = Group("infer", stages.InferParams, panel="Inference")
 GENERATION_GROUP = Group("generation", GenerationParams, panel=GENERATION)
+# What `analyze --task generation` takes of a generation run's parameters: the output checks, not the decoding.
+DECODING = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed", "stop", "batch_size",
+            "max_prompt_tokens", "chat_template", "precision", "device", "trust_remote_code")
+OUTPUT_CHECKS = Group("generation", GenerationParams, exclude=DECODING, panel=SOURCE_PANEL)
+SOURCE = Group("source", SourceParams, panel=SOURCE_PANEL)
 ENGINE = Group("engine", Engine, panel="Engine")
+TRACKERS = Group("trackers", TrackerParams, panel=TRACKERS_PANEL)  # --log-to on run, analyze, compare, watch, timeline
 METRICS = Group("metrics", stages.MetricsParams, panel="Metrics")
 CHECKS = Group("checks", stages.CheckParams, switch="--data-checks/--no-data-checks", panel="Data checks",
                switch_help="Run the data checks (label issues, duplicates, and with --train leakage and shift).")

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from erroranalysis.cli import common, options
+from erroranalysis.cli.stage_groups import TRACKERS
 from erroranalysis.timeline import TrackParams
 
 MAX_COLUMNS = 12  # step columns shown in the tables; longer runs show evenly spaced steps (all are in --json)
@@ -22,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 
 @common.handle_errors
-@options.takes(options.Group("tracking", TrackParams))
+@options.takes(options.Group("tracking", TrackParams), TRACKERS)
 def timeline(
     path: Annotated[Path, typer.Argument(help="The folder of step runs (runs/EXPERIMENT), or one of them.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the timeline as JSON.")] = False,
@@ -32,12 +33,13 @@ def timeline(
     keep_last: Annotated[int, typer.Option("--keep-last", help="With --prune: steps left whole.")] = 1,
     labels_db: Annotated[Optional[Path], typer.Option(
         "--labels-db", help="Labels database (default: the experiment's, by the workspace rule).")] = None,
-    *, tracking,
+    *, tracking, trackers,
 ) -> None:
     """The timeline of a training run."""
     from erroranalysis import stages
     from erroranalysis.validation import check_int
 
+    trackers.require()
     console = common.console()
     if prune:
         check_int("keep_last", keep_last, 0)
@@ -47,6 +49,12 @@ def timeline(
             console.print(f"pruned {len(pruned)} step run(s), {freed / 2**20:.1f} MiB freed "
                           f"(kept whole: the latest {keep_last})", markup=False)
     doc = stages.build_timeline(path, labels_db=labels_db, params=tracking)
+    if trackers.log_to:
+        import sys
+
+        from erroranalysis.integrations import trackers as tracker_log
+
+        print(f"logged to {', '.join(tracker_log.log_timeline(doc, trackers))}", file=sys.stderr)
     if out is not None:
         written = stages.write_timeline(doc, out)
         if not as_json:

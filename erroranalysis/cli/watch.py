@@ -32,7 +32,7 @@ GATE = options.Group("gate", CompareParams, exclude=("n_resamples", "level", "mi
 
 @common.handle_errors
 @options.takes(groups.DATA, INFER, groups.GENERATION_GROUP, groups.METRICS, CHECKS, groups.SLICES, groups.CLUSTER,
-               GATE)
+               GATE, groups.TRACKERS)
 def watch(
     output_dir: Annotated[Path, typer.Argument(help="The Trainer's output_dir, where checkpoint-* folders appear.")],
     data: Data,
@@ -57,12 +57,14 @@ def watch(
         "--wait", help="With --once: seconds to wait for checkpoints still being written.")] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="With --once: print what was analyzed as JSON on stdout "
                                                          "(the running commentary goes to stderr).")] = False,
-    *, data_options, infer, generation, metrics, checks, slices, cluster, gate,
+    *, data_options, infer, generation, metrics, checks, slices, cluster, gate, trackers,
 ) -> None:
     """Analyze checkpoints as they land."""
+    from erroranalysis.integrations.trackers import StepLogger
     from erroranalysis.integrations.watch import Watcher
     from erroranalysis.validation import check_choice, check_number
 
+    trackers.require()
     check_choice("--task", task, ("classification", "generation"))
     check_number("--wait", wait, 0)
     console = common.console()
@@ -74,11 +76,15 @@ def watch(
                       task=task, infer=infer, generation=generation, after=after, keep_hidden=keep_hidden,
                       taxonomy=None if taxonomy == "none" else taxonomy, settle=settle, poll=interval,
                       gate=fail_on_regression, alpha=gate.alpha, say=say)
+    logger = watcher.on_step = StepLogger(trackers, watcher.runs)
     say(f"watching {output_dir} -> {watcher.runs}" + (" (once)" if once else " (Ctrl-C to stop)"))
-    if not once:
-        watcher.forever()
-        return
-    outcomes, pending = watcher.once(wait=wait)
+    try:
+        if not once:
+            watcher.forever()
+            return
+        outcomes, pending = watcher.once(wait=wait)
+    finally:
+        logger.close()
     say(f"{sum(o.run is not None for o in outcomes)} checkpoint(s) analyzed; the timeline: "
         f"erroranalysis timeline {watcher.runs}")
     names = [o.checkpoint.name for o in outcomes if o.error] + sorted(pending)

@@ -28,7 +28,8 @@ from erroranalysis.errors import DataError, ModelError
 from erroranalysis.infer import runtime
 from erroranalysis.infer.causal_lm import CausalLM
 from erroranalysis.infer.output_checks import CHECKERS
-from erroranalysis.params import SEED, Flag, Float, Int, Params, Strings, Text, param, spec_field
+from erroranalysis.infer.scorers import ScorerParams
+from erroranalysis.params import SEED, Flag, Float, Int, Strings, Text, param, spec_field
 
 GENERATION_BATCH = 16  # prompts per batch when --batch-size is not given
 LOSS_CHUNK = 128  # reference tokens teacher-forced per forward pass (bounds the logits held at once)
@@ -38,8 +39,9 @@ GENERATION = "Generation (--task generation)"  # the help panel of these options
 
 
 @dataclass(frozen=True)
-class GenerationParams(Params):
-    """How to generate, and what the generate stage checks in the outputs (generate() itself ignores those)."""
+class GenerationParams(ScorerParams):
+    """How to generate, and what the generate stage checks in the outputs (generate() itself ignores those; the
+    free-form scorers' thresholds come from `ScorerParams`)."""
 
     max_new_tokens: int = param(64, Int(1), "Tokens to generate per prompt.", panel=GENERATION)
     do_sample: bool = param(False, Flag(), "Sample (seeded) instead of greedy decoding.", flag="--sample",
@@ -80,7 +82,7 @@ class GenerationParams(Params):
                 "top_k": self.top_k if self.do_sample else None, "top_p": self.top_p if self.do_sample else None,
                 "seed": self.seed, "stop": list(self.stop), "batch_size": self.rows_per_batch,
                 "max_prompt_tokens": self.max_prompt_tokens, "chat_template": self.chat_template,
-                "regex": self.regex, "extra_labels": list(self.labels)}
+                "regex": self.regex, "extra_labels": list(self.labels), **self.project(ScorerParams).record()}
 
 
 def parse_messages(value) -> list[dict]:

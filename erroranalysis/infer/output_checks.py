@@ -30,7 +30,7 @@ import json
 import re
 import string
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -54,10 +54,13 @@ class Checker:
 
 @dataclass
 class CheckContext:
-    """What checkers share across rows: the allowed labels, and compiled validators by schema."""
+    """What checkers share across rows: the allowed labels, the scorers' thresholds (`scorers.ScorerParams`),
+    compiled validators by schema, and what a checker makes once (`cache`)."""
 
     labels: Sequence[str] = ()
     _validators: dict | None = None
+    scoring: Any = None
+    cache: dict = field(default_factory=dict)
 
     def validator(self, schema: Any):
         from jsonschema import validators
@@ -326,11 +329,11 @@ def default_checks(available: Iterable[str]) -> list[str]:
         checks.append("regex")
     if "tools" in available:
         checks.append("tool_call")
+    if "score" in available:
+        checks.append("judge")
     if not checks and "reference" in available:
         checks.append("normalized")
     return checks
-
-
 
 
 def missing_inputs(checks: Iterable[str], available: Iterable[str]) -> list[tuple[str, str]]:
@@ -340,13 +343,14 @@ def missing_inputs(checks: Iterable[str], available: Iterable[str]) -> list[tupl
 
 
 def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks: Sequence[str] | None = None,
-               *, labels: Sequence[str] = (), per_row_checks: Sequence[list[str] | None] | None = None
-               ) -> pd.DataFrame:
+               *, labels: Sequence[str] = (), per_row_checks: Sequence[list[str] | None] | None = None,
+               scoring=None) -> pd.DataFrame:
     """Apply the checks to every output.
 
     `rows[i]` holds the i-th example's inputs (reference, label, parsed schema, compiled regex, parsed tools) and
     optionally its `stop_reason`;
-    `checks` is the default list and `per_row_checks[i]`, when not None, replaces it for that row. Returns one
+    `checks` is the default list and `per_row_checks[i]`, when not None, replaces it for that row; `scoring` holds
+    the free-form scorers' thresholds (`scorers.ScorerParams`; their defaults without it). Returns one
     row per output: `pred` (the extracted label, or "unparseable"; None without labels), per used checker
     `check_<name>` (nullable bool) and `check_<name>_reason`, `passed` and `failure_reason`.
     """
@@ -357,7 +361,7 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
     unknown = [c for c in checks if c not in CHECKERS]
     if unknown:
         raise ParameterError("checks", unknown[0], "one of " + ", ".join(CHECKERS))
-    ctx = CheckContext(labels=list(labels))
+    ctx = CheckContext(labels=list(labels), scoring=scoring)
     used = list(dict.fromkeys(checks + [c for r in (per_row_checks or []) if r for c in r]))
     used = [c for c in CHECKERS if c in used]  # registry order
     passed_cols = {c: np.full(n, None, dtype=object) for c in used}
@@ -395,3 +399,7 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
 
 def describe_checks() -> list[dict]:
     return [{"name": c.name, "needs": list(c.needs), "description": c.description} for c in CHECKERS.values()]
+
+
+# The free-form scorers (contains, token_f1, rouge_l, numeric, judge) register themselves beside the checks above.
+from erroranalysis.infer import scorers  # noqa: E402, F401

@@ -8,8 +8,8 @@ At each evaluation (or every `every` steps) the callback puts the model in eval 
 without gradients (the infer stage's own batching, no reload, no copy of the weights), puts it back in training
 mode, and writes a run per step through the normal stages (erroranalysis.stages.analyze_step). It then logs
 per-class F1 (for a causal LM: output-check pass rates) and the size of each error type, matched across steps
-(erroranalysis.timeline), through `trainer.log`, so every `report_to` integration (TensorBoard, W&B, MLflow)
-receives them. A plain callback is not handed the Trainer, so `attach` adds the callback and gives it the
+(erroranalysis.timeline), through `trainer.log`, so every `report_to` integration (TensorBoard, W&B) receives them
+as `eval/ea/...`; MLflow's, which keeps keys as given, is handed the same `eval/ea/...` names. A plain callback is not handed the Trainer, so `attach` adds the callback and gives it the
 Trainer; a callback without one still records its values in the Trainer's log history.
 """
 
@@ -27,6 +27,7 @@ from erroranalysis import stages
 from erroranalysis.data import DataOptions, read_eval_set
 from erroranalysis.errors import DataError
 from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
+from erroranalysis.integrations.tracker_values import step_values
 from erroranalysis.params import is_int
 from erroranalysis.rundir import readers
 from erroranalysis.validation import check_choice, check_param
@@ -175,10 +176,19 @@ class ErrorAnalysisCallback(TrainerCallback):
         return stages.analyze_step(self.out, job, **common)
 
     def _log(self, state, logs: dict) -> None:
-        if self.trainer is not None:
-            self.trainer.log(dict(logs))  # every report_to callback receives them
-        else:  # not attached: the values still reach trainer_state.json
+        if self.trainer is None:  # not attached: the values still reach trainer_state.json
             state.log_history.append({**logs, "step": state.global_step})
+            return
+        handler = self.trainer.callback_handler
+        mlflow = [cb for cb in handler.callbacks if type(cb).__name__ == "MLflowCallback"]
+        callbacks = handler.callbacks
+        handler.callbacks = [cb for cb in callbacks if cb not in mlflow]  # a new list: the handler's loop goes on
+        try:
+            self.trainer.log(dict(logs))  # every other report_to callback receives them
+        finally:
+            handler.callbacks = callbacks
+        for cb in mlflow:  # MLflow keeps keys as given: send the names TensorBoard and W&B show (eval/ea/...)
+            cb.on_log(self.trainer.args, state, self.trainer.control, logs=grouped_for_mlflow(logs))
 
     @property
     def share(self) -> dict:
@@ -212,42 +222,22 @@ def expected_checkpoint(args, step: int) -> str | None:
 
 def step_logs(run, doc: dict, step: int, *, gate=None, seconds: float | None = None) -> dict[str, float]:
     """The values logged for one step: per-class F1 (or output-check pass rates), overall figures, the size of
-    each error type present at the step (by its id across steps), new and gone types."""
+    each error type present at the step (by its id across steps), new and gone types (`tracker_values.step_values`,
+    under `eval_ea/`), the eval set's mean loss, regressions and seconds."""
     import numpy as np
 
-    metrics = readers.read_metrics(run)
-    overall = metrics.get("overall") or {}
-    logs: dict[str, float] = {}
-    for name in ("accuracy", "macro_f1", "n_failures"):
-        if isinstance(overall.get(name), (int, float)):
-            logs[PREFIX + name] = float(overall[name])
+    logs = step_values(doc, step, PREFIX, raw_names=True)
     loss = readers.read_predictions(run, columns=["loss"])["loss"].to_numpy(dtype=np.float64)
     if np.isfinite(loss).any():  # the eval set's mean loss: with `every`, the callback can stand in for evaluate
         logs[PREFIX + "loss"] = float(np.nanmean(np.where(np.isfinite(loss), loss, np.nan)))
-    checks = metrics.get("output_checks")
-    if checks:
-        if checks.get("pass_rate") is not None:
-            logs[PREFIX + "pass_rate"] = float(checks["pass_rate"])
-        for c in checks.get("per_check") or []:
-            if c.get("pass_rate") is not None:
-                logs[f"{PREFIX}check/{c['check']}"] = float(c["pass_rate"])
-    else:
-        for c in metrics.get("per_class") or []:
-            if c.get("f1") is not None:
-                logs[f"{PREFIX}f1/{c['label']}"] = float(c["f1"])
-    present = 0
-    for t in doc["types"]:
-        size = next((s["size"] for s in t["steps"] if s["step"] == step), None)
-        if size is not None:
-            logs[f"{PREFIX}type/{t['type_id']}"] = float(size)
-            present += 1
-    logs[PREFIX + "types"] = float(present)
-    kinds = [e["kind"] for e in doc["events"] if e["step"] == step]
-    logs[PREFIX + "types_new"] = float(sum(k in ("appeared", "returned") for k in kinds))
-    logs[PREFIX + "types_gone"] = float(sum(k in ("fixed", "dissolved") for k in kinds))
     if gate is not None:
         logs[PREFIX + "regressions"] = float(len(gate.regressions))
     if seconds is not None:
         logs[PREFIX + "seconds"] = round(float(seconds), 3)
     return logs
 
+
+def grouped_for_mlflow(logs: dict) -> dict:
+    """The keys as the Trainer's TensorBoard and W&B integrations show them (`eval_ea/x` -> `eval/ea/x`, their
+    `rewrite_logs`); its MLflow integration logs keys unchanged, so the callback gives it these."""
+    return {("eval/" + k[len("eval_"):] if k.startswith("eval_") else k): v for k, v in logs.items()}

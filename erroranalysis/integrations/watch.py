@@ -98,7 +98,8 @@ class Watcher:
                  data_opts: DataOptions = DataOptions(), task: str = "classification", infer=None,
                  generation=None, after=None, keep_hidden: bool = False, taxonomy="auto", settle: float = 10.0,
                  poll: float = 2.0, gate: bool = False, alpha: float = 0.05,
-                 say: Callable[[str], None] = print, reuse: bool = True):
+                 say: Callable[[str], None] = print, reuse: bool = True,
+                 on_step: Callable[[Outcome, dict], None] | None = None):
         from erroranalysis.infer.generation import GenerationParams
         from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
 
@@ -125,6 +126,7 @@ class Watcher:
             if reuse and cluster is not None and cluster.embedder == "minilm" else None
         self.taxonomy, self.settle, self.poll = taxonomy, settle, poll
         self.gate, self.alpha, self.say = gate, alpha, say
+        self.on_step = on_step  # called with each analyzed step and the timeline then (--log-to)
         # the eval set is read now, so bad data fails before any waiting
         self.prompts = stages.prepare_prompts(self.data, data_opts, self.generation) if task == "generation" else None
         if task == "classification":
@@ -230,6 +232,8 @@ class Watcher:
                     self.say(f"    - {r['text']}")
             else:
                 self.say(f"  no significant regression against {Path(o.base).name}")
+        if self.on_step is not None:
+            self.on_step(o, doc)
 
     # -- loops ------------------------------------------------------------------------------------------------
 

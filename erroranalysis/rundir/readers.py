@@ -193,6 +193,24 @@ def read_predictions(run, columns=None):
     return frame
 
 
+@_optional
+def read_prediction_rows(run, ids, columns=("example_id", "text", "label", "pred", "correct")):
+    """The predictions of the examples `ids` alone (a report's exemplars), without loading every row: the file
+    is checked as `read_predictions` checks it and filtered on `example_id` as it is read."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    file = artifact_path(run, PREDICTIONS)
+    dataset = ds.dataset(str(file), format="parquet")
+    kind = dataset.schema.field("example_id").type
+    wanted = pa.array([str(i) for i in ids]).cast(kind) if pa.types.is_string(kind) or pa.types.is_large_string(
+        kind) else pa.array([int(i) for i in ids if str(i).lstrip("-").isdigit()], type=kind)
+    present = [c for c in columns if c in dataset.schema.names]
+    frame = dataset.to_table(columns=present, filter=ds.field("example_id").isin(wanted)).to_pandas()
+    frame["example_id"] = frame["example_id"].astype(str)
+    return frame
+
+
 def n_predictions(run) -> int:
     """Rows of predictions.parquet, from the file's metadata (nothing else is read)."""
     import pyarrow.parquet as pq

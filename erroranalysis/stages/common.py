@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from erroranalysis.data import EvalSet
 from erroranalysis.rundir import CORE_COLUMNS, Run
 
 
 def data_entry(eval_set: EvalSet) -> dict:
-    entry = eval_set.describe()
-    entry["path"] = str(Path(entry["path"]).resolve())
-    return entry
+    return eval_set.describe()
 
 
 def metadata_of(run: Run, columns) -> list[str]:

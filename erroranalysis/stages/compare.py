@@ -34,8 +34,10 @@ from erroranalysis.rundir import readers
 def read_run(path: str | Path, store=None) -> RunView:
     """A run's predictions, clusters and labels for comparing."""
     run = rundir.Run.open(path)
-    frame = readers.read_predictions(run, columns=["confidence"])
+    frame = readers.read_predictions(run, columns=["confidence", "prompt"])
     out = frame[["example_id", "label", "pred", "correct", "text"]].copy()
+    if run.task == "generation" and "prompt" in frame.columns:  # the same prompt is the same example; the text
+        out["text"] = frame["prompt"].fillna("").astype(str)   # holds the output too, which is what changed
     out["confidence"] = frame["confidence"].astype(np.float64) if "confidence" in frame.columns else np.nan
     key = store.run_key(run) if store is not None else run.name
     view = RunView(name=shown_key(key), path=run.path, manifest=run.manifest, frame=out, labels=run.labels, key=key)

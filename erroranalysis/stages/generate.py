@@ -16,10 +16,11 @@ from typing import Any, Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, load_eval_set, read_table
+from erroranalysis.data import DataOptions, EvalSet, as_source, load_eval_set, read_table
 from erroranalysis.errors import DataError, ParameterError, preview, where
 from erroranalysis.infer import output_cells, output_checks
 from erroranalysis.infer.generation import GenerationParams
+from erroranalysis.infer.scorers import ScorerParams, require_packages
 from erroranalysis.metrics.generation import low_loss_failures
 from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
@@ -32,7 +33,7 @@ UNPARSEABLE = output_checks.UNPARSEABLE
 # Columns a generation run adds to the core columns of predictions.parquet (metadata named like them get `meta_`).
 GENERATION_COLUMNS = ("prompt", "output", "reference", "reference_loss", "output_loss", "n_output_tokens",
                       "stop_reason", "failure_reason", "low_loss_failure", "messages", "schema", "regex", "tools",
-                      "checks")
+                      "checks", "score")
 
 
 INPUT_ROLES = ("schema", "regex", "tools", "checks")
@@ -94,8 +95,8 @@ def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationParams, e
         staging.facts["examples_per_second"] = round(n / seconds, 2)
         staging.facts["tokens_per_second"] = round(float(result["n_output_tokens"].sum()) / seconds, 1)
         staging.facts["truncated_prompts"] = int(encoded["truncated"].sum())
-        staging.write_parquet(rundir.PREDICTIONS, prediction_table(prepared, result, encoded["prompt_ids"],
-                                                                   encoded["truncated"]))
+        n_tokens = [len(p) for p in encoded["prompt_ids"]]
+        staging.write_parquet(rundir.PREDICTIONS, prediction_table(prepared, result, n_tokens, encoded["truncated"]))
         if training_state is not None:
             staging.write_json(rundir.TRAINER_STATE, training_state)
 
@@ -106,11 +107,17 @@ def _generate(lm, prompt_ids, reference_ids, opts, progress):
     return generate(lm, prompt_ids, opts, reference_ids=reference_ids, progress=progress)
 
 
-def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: GenerationParams) -> dict[str, Any]:
-    """Read and validate a prompt set: prompt or messages, reference, label, schema, regex, tools, checks."""
-    path = Path(data)
-    raw, _ = read_table(path, encoding=data_opts.encoding, split=data_opts.split)
+def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: GenerationParams, *,
+                     table=None, given: dict[str, str] | None = None, pass_threshold: float = 0.5) -> dict[str, Any]:
+    """Read and validate a prompt set: prompt or messages, reference, label, schema, regex, tools, checks.
+
+    For generations made elsewhere: `table` is the file as a reader of its format read it (frame with `_line`,
+    format), and `given` maps the roles "output" and "score" (a judge's score or pass flag, passing at
+    `pass_threshold`) to its columns; a role whose column is absent is left out (the output is required)."""
+    path = as_source(data)
+    raw, _ = table if table is not None else read_table(path, encoding=data_opts.encoding, split=data_opts.split)
     columns = [c for c in raw.columns if c != "_line"]
+    given = {role: column for role, column in (given or {}).items() if column in columns}
     prompt_column = _prompt_column(path, columns, data_opts, gen_opts)
     label_column = data_opts.label_column if data_opts.label_column in columns else None
     if label_column is None and data_opts.label_column not in (None, "", "label"):
@@ -119,10 +126,11 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
     roles = {"reference": gen_opts.reference_column, **{r: r for r in INPUT_ROLES}}
     present = {role: col for role, col in roles.items() if col in columns and col not in (prompt_column, label_column)}
     messages = prompt_column == gen_opts.messages_column
+    required = [*([prompt_column] if messages else []), *present.values(), *given.values()]
     eval_set = load_eval_set(path, text_column=prompt_column, label_column=label_column,
                              id_column=data_opts.id_column, encoding=data_opts.encoding, split=data_opts.split,
-                             required=tuple(dict.fromkeys([*([prompt_column] if messages else []), *present.values()])),
-                             max_chars=data_opts.max_chars, keep_end=True, strings_only=not messages)
+                             required=tuple(dict.fromkeys(required)), max_chars=data_opts.max_chars, keep_end=True,
+                             strings_only=not messages, table=table)
     frame = eval_set.frame
     lines = frame["_line"].to_numpy()
     source = str(eval_set.path)
@@ -131,6 +139,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
                                       columns={r: c for r, c in present.items() if r in INPUT_ROLES},
                                       regex=gen_opts.regex)
     available = set(present) | ({"label"} if label_column else set()) | ({"regex"} if gen_opts.regex else set())
+    available |= {"score"} & set(given)
     checks = output_cells.check_names(gen_opts.output_checks) if gen_opts.output_checks else None
     if checks is None:
         checks = output_checks.default_checks(available)
@@ -150,6 +159,8 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
     if not checks and not (per_row and any(per_row)):
         raise DataError(f"{source}: no check applies: add a 'reference', 'label', 'schema', 'regex' or 'tools' "
                         "column, or a 'checks' column, or pass --output-checks.")
+    require_packages(set(checks) | {c for names in per_row or [] for c in names or []})
+    scores = judge_scores(frame, given.get("score"), source, lines) if "score" in given else None
 
     gold = frame["label"].to_numpy(dtype=object) if label_column else None
     allowed: list[str] = []
@@ -189,18 +200,20 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
                "label": gold[i] if gold is not None else None}
         for role in ("schema", "regex", "tools"):
             row[role] = parsed[role][i] if role in parsed else None
+        if scores is not None:
+            row["score"], row["pass_threshold"], row["judge"] = scores[i], pass_threshold, given["score"]
         rows.append(row)
 
     metadata = [c for c in eval_set.metadata_columns]
     entry = eval_set.describe()
-    entry["path"] = str(Path(entry["path"]).resolve())
     entry["columns"] = {**entry["columns"], "prompt": None if messages else prompt_column,
                         "messages": prompt_column if messages else None, **present}
     entry["metadata_columns"] = [_meta_name(c) for c in metadata]
     return {"eval_set": eval_set, "prompts": prompts, "messages": message_lists, "reference": reference,
             "gold": gold, "rows": rows, "checks": checks, "per_row_checks": per_row, "labels": labels,
             "allowed": allowed, "metadata": metadata, "data_entry": entry, "present": present,
-            "parsed": parsed, "lines": lines, "source": source}
+            "parsed": parsed, "lines": lines, "source": source, "given": given,
+            "scoring": gen_opts.project(ScorerParams)}
 
 
 def _prompt_column(path: Path, columns: list[str], data_opts: DataOptions, gen_opts: GenerationParams) -> str:
@@ -245,8 +258,23 @@ def _meta_name(column: str) -> str:
     return f"meta_{column}" if column in GENERATION_COLUMNS or column.startswith("check_") else column
 
 
-def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.ndarray):
-    """predictions.parquet for a generation run: the core columns, then prompt, output, checks and losses."""
+def judge_scores(frame, column: str, source: str, lines) -> list[float | None]:
+    """A judge's column as numbers: a score, or a pass flag (true 1, false 0); empty cells are None."""
+    scores: list[float | None] = []
+    for i, value in enumerate(frame[column].to_numpy(dtype=object)):
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            scores.append(None)
+        elif isinstance(value, (bool, np.bool_, int, float, np.integer, np.floating)):
+            scores.append(float(value))
+        else:
+            raise DataError(f"{where(source, int(lines[i]), column)}: {preview([value])} is not a score; a judge's "
+                            "column holds numbers or true/false.")
+    return scores
+
+
+def prediction_table(prepared: dict, result: dict, n_tokens, truncated: np.ndarray):
+    """predictions.parquet for a generation run: the core columns, then prompt, output, checks and losses
+    (`n_tokens`: the prompt's tokens as the model saw them, per row)."""
     import pandas as pd
 
     eval_set: EvalSet = prepared["eval_set"]
@@ -254,7 +282,7 @@ def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.nda
     outputs = list(result["output"])
     rows = [{**row, "stop_reason": reason} for row, reason in zip(prepared["rows"], result["stop_reason"])]
     checked = output_checks.run_checks(outputs, rows, prepared["checks"], labels=prepared["allowed"],
-                                  per_row_checks=prepared["per_row_checks"])
+                                       per_row_checks=prepared["per_row_checks"], scoring=prepared["scoring"])
     passed = checked["passed"].to_numpy(dtype=bool)
     if prepared["gold"] is not None:
         label = prepared["gold"].astype(str)
@@ -273,7 +301,7 @@ def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.nda
         "correct": passed,
         "confidence": np.exp(-output_loss).astype(np.float32),
         "loss": reference_loss,
-        "n_tokens": np.fromiter((len(p) for p in prompt_ids), dtype=np.int32, count=len(prompt_ids)),
+        "n_tokens": np.asarray(n_tokens, dtype=np.int32),
         "truncated": np.asarray(truncated, dtype=bool) | frame["_cut"].to_numpy(dtype=bool),
         "prompt": prompts,
         "output": outputs,
@@ -289,6 +317,8 @@ def prediction_table(prepared: dict, result: dict, prompt_ids, truncated: np.nda
     for column in checked.columns:
         if column.startswith("check_"):
             table[column] = checked[column].to_numpy()
+    if "score" in prepared["given"]:
+        table["score"] = np.array([np.nan if r["score"] is None else r["score"] for r in prepared["rows"]])
     present = prepared["present"]
     if prepared["messages"] is not None:
         table["messages"] = [json.dumps(m, ensure_ascii=False) for m in prepared["messages"]]
