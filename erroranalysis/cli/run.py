@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         data: Data,
         out: common.OutDir,
         task: Annotated[str, typer.Option("--task", help="classification (a sequence classifier) or generation (a "
-                                                         "causal LM or .gguf).")] = "classification",
+                                                         "causal LM, a .gguf, or a seq2seq LM: T5, BART).")] = "classification",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
         *, data_options, infer, generation, engine, metrics, checks, slices, cluster, trackers,
