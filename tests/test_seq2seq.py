@@ -216,3 +216,15 @@ def test_run_generation_with_t5(t5_dir, tmp_path, monkeypatch):
     np.testing.assert_allclose(preds["reference_loss"].to_numpy(), expected, rtol=1e-4, atol=1e-4)
     assert (preds["n_output_tokens"] <= 5).all()
     assert json.loads(result.stdout)["overall"]["n"] == 12
+
+
+def test_detection_takes_encoder_decoders_as_generation(t5_dir, bart_dir):
+    from erroranalysis import tasks
+    from erroranalysis.errors import ModelError
+    from erroranalysis.infer.classifier import read_config
+
+    for folder in (t5_dir, bart_dir):
+        config = read_config(folder)
+        assert tasks.detect(config) == "generation" and tasks.detect(config, "generation") == "generation"
+        with pytest.raises(ModelError, match="--task classification was given"):
+            tasks.detect(config, "classification")

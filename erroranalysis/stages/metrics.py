@@ -29,6 +29,11 @@ def compute_run_metrics(run: Run, params: MetricsParams = MetricsParams(), **ove
     preds = readers.read_predictions(run)
     probs = readers.read_probs(run)
     metadata_columns = metadata_of(run, preds.columns)
+    if run.task in ("multilabel", "regression"):
+        with run.stage("metrics", params.record()) as staging:
+            result = task_metrics(run, preds, probs, metadata_columns, params)
+            staging.write_json(rundir.METRICS, result)
+        return result
     with run.stage("metrics", params.record()) as staging:
         result = compute_metrics(preds["label"].to_numpy(), preds["pred"].to_numpy(), run.labels,
                                  probs=None if probs is None else np.asarray(probs),
@@ -41,3 +46,42 @@ def compute_run_metrics(run: Run, params: MetricsParams = MetricsParams(), **ove
         staging.write_json(rundir.METRICS, result)
     return result
 
+
+
+def gold_matrix(frame, column: str, labels: list[str]) -> np.ndarray:
+    """A multi-label run's list column (gold_labels, pred_labels) as multi-hot [n, k] in `labels` order."""
+    index = {name: j for j, name in enumerate(labels)}
+    out = np.zeros((len(frame), len(labels)), dtype=np.int64)
+    for row, names in enumerate(frame[column].to_numpy()):
+        for name in names if names is not None else ():
+            out[row, index[str(name)]] = 1
+    return out
+
+
+def task_metrics(run: Run, preds, probs, metadata_columns: list[str], params: MetricsParams) -> dict:
+    """metrics.json of a multi-label or regression run, from its task's columns of predictions.parquet."""
+    task_params = run.manifest.get("task_params") or {}
+    metadata = preds[metadata_columns] if metadata_columns else None
+    texts = preds["text"].to_numpy()
+    if run.task == "multilabel":
+        from erroranalysis.metrics.multilabel import compute_multilabel_metrics
+
+        return compute_multilabel_metrics(gold_matrix(preds, "gold_labels", run.labels),
+                                          gold_matrix(preds, "pred_labels", run.labels), run.labels,
+                                          probs=None if probs is None else np.asarray(probs), metadata=metadata,
+                                          texts=texts, thresholds=task_params.get("thresholds"), seed=params.seed,
+                                          n_resamples=params.n_resamples)
+    from erroranalysis.infer.predictions import bin_labels
+    from erroranalysis.metrics.regression import compute_regression_metrics
+
+    edges = task_params.get("edges")
+    given = task_params.get("tolerance")
+    decided = (run.manifest.get("stages", {}).get("infer") or {}).get("tolerance")  # the worst decile's bound
+    tolerance = {"tolerance": given if given is not None else decided,
+                 "relative": bool(task_params.get("relative_tolerance")),
+                 "rule": "--tolerance" if given is not None else "worst decile of |error|"}
+    return compute_regression_metrics(preds["target"].to_numpy(), preds["prediction"].to_numpy(),
+                                      preds["correct"].to_numpy(), preds["label"].to_numpy(),
+                                      preds["pred"].to_numpy(), bin_labels(edges) if edges else None,
+                                      metadata=metadata, texts=texts, tolerance=tolerance, seed=params.seed,
+                                      n_resamples=params.n_resamples)
