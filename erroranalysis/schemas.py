@@ -80,3 +80,21 @@ SUGGESTIONS = Table(
 
 CENTROIDS = Table(columns=("cluster_id", "embedder_key", "centroid"), required=("cluster_id", "centroid",
                                                                                "embedder_key"), lists=("centroid",))
+
+# predictions.parquet of a token-classification run: one row per sentence; these columns follow the core ones
+TOKEN_PREDICTION_COLUMNS = ("tokens", "gold_tags", "pred_tags", "word_confidence", "n_words", "n_gold_spans",
+                            "n_pred_spans", "n_error_spans", "error_kinds", "char_offsets")
+
+# spans.parquet (token classification): one row per gold span and per predicted span that is no gold span's match,
+# shaped as predictions (example_id is the span's id, label/pred its gold/predicted type or "O", correct its kind
+# being "correct"), so the slices and the clusters group error spans as they group failing examples
+SPAN_FEATURES = ("entity_type", "span_length", "position", "capitalization", "seen_in_train")
+SPANS = Table(
+    columns=("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated",
+             "sentence_id", "source", "kind", "start", "end", "char_start", "char_end", "gold_type", "pred_type",
+             "match_start", "match_end", "context", *SPAN_FEATURES),
+    required=("example_id", "text", "label", "pred", "correct", "sentence_id", "source", "kind", "start", "end"),
+    open=True,
+    dtypes={"example_id": "object", "sentence_id": "object", "start": "int32", "end": "int32",
+            "char_start": "int32", "char_end": "int32", "match_start": "int32", "match_end": "int32",
+            "span_length": "int32", "n_tokens": "int32"})

@@ -61,9 +61,10 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("generation", "generation by a causal LM (a folder or a .gguf file) or an encoder-decoder (T5, BART)",
          "AutoModelForCausalLM or AutoModelForSeq2SeqLM",
          metrics="erroranalysis.metrics.generation", failure="an output check fails or the reference is not matched"),
-    # filled in by the token-classification work (helper 24b): declared so detection names it
     Task("token-classification", "token classification (NER, POS, chunking)", "AutoModelForTokenClassification",
-         failure="a sentence with any wrong entity span", available=False),
+         metrics="erroranalysis.metrics.tokens",
+         failure="an error span (missed, spurious, wrong type, wrong boundary, wrong type and boundary); a sentence "
+                 "fails when it holds one"),
 )}
 
 CHOICES = ("auto", *TASKS)  # what --task takes: auto reads the checkpoint's config.json

@@ -58,6 +58,9 @@ def headline(task: str, overall: dict) -> str:
     """The task's headline metrics, for the one line `run` prints."""
     if task == "regression":
         return f"MAE {overall['mae']:.4g}, RMSE {overall['rmse']:.4g}, R² {overall['r2']:.3f}"
+    if task == "token-classification":
+        return (f"entity micro F1 {overall['micro_f1']:.3f}, macro F1 {overall['macro_f1']:.3f}, token accuracy "
+                f"{overall['token_accuracy']:.3f}, {overall['n_error_spans']} error spans")
     if task == "multilabel":
         return (f"subset accuracy {overall['subset_accuracy']:.3f}, micro F1 {overall['micro_f1']:.3f}, "
                 f"macro F1 {overall['macro_f1']:.3f}, Hamming loss {overall['hamming_loss']:.3f}")
@@ -92,20 +95,22 @@ def log_to(trackers, path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("run")
     @common.handle_errors
-    @options.takes(groups.DATA, groups.INFER, groups.TASK, GENERATION, groups.ENGINE, groups.METRICS, CHECKS,
-                   groups.SLICES, groups.CLUSTER, groups.TRACKERS)
+    @options.takes(groups.DATA, groups.INFER, groups.TASK, GENERATION, groups.TOKENS, groups.ENGINE, groups.METRICS,
+                   CHECKS, groups.SLICES, groups.CLUSTER, groups.TRACKERS)
     def run_command(
         model: Model,
         data: Data,
         out: common.OutDir,
         task: Annotated[str, typer.Option("--task", help="auto (read the head from the checkpoint's config.json: "
                                                          "architectures, problem_type, num_labels), classification, "
-                                                         "multilabel, regression, or generation (a causal LM, a "
-                                                         ".gguf, or a seq2seq LM: T5, BART).",
+                                                         "multilabel, regression, token-classification (NER, POS), "
+                                                         "or generation (a causal LM, a .gguf, or a seq2seq LM: "
+                                                         "T5, BART).",
                                           metavar="|".join(TASKS))] = "auto",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, infer, task_options, generation, engine, metrics, checks, slices, cluster, trackers,
+        *, data_options, infer, task_options, generation, tokens, engine, metrics, checks, slices, cluster,
+        trackers,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, data checks, error slices and failure clusters."""
         from erroranalysis import stages
@@ -117,7 +122,13 @@ def register(app: typer.Typer) -> None:
         task = resolve_task(model, task)
         after = groups.after(metrics, checks, slices, cluster)
         progress = reporter()
-        if task != "generation":
+        if task == "token-classification":
+            check_param("--engine", engine.engine, not engine.distributed, "local (token classification runs "
+                        "in-process)")
+            result = stages.run_token_classification(model, data, out, data_opts=data_options, token_opts=tokens,
+                                                     after=after, overwrite=overwrite, progress=progress,
+                                                     log=progress.note)
+        elif task != "generation":
             result = stages.run_checkpoint(model, data, out, data_opts=data_options, infer_opts=infer, after=after,
                                            overwrite=overwrite, progress=progress, engine=engine, log=progress.note,
                                            task=task, task_opts=task_options)

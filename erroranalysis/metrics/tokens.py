@@ -286,3 +286,37 @@ def error_kind_counts(kinds: Sequence[str]) -> dict:
     """How many spans of each error kind (every kind named, zeros included)."""
     counts = Counter(kinds)
     return {k: int(counts.get(k, 0)) for k in KINDS}
+
+
+def compute_token_metrics(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]], scheme: str,
+                          types: Sequence[str], span_mode: str, kinds: Sequence[str], kind_types: Sequence[str],
+                          sentence_correct: Sequence[bool]) -> dict:
+    """metrics.json of a token-classification run: entity scores in both modes (the headline in `span_mode`),
+    token accuracy and confusion, error-span counts overall and per entity type (`kinds` with the type of each
+    span, gold's where it has one), and the share of sentences without an error span."""
+    modes = {}
+    for mode in MODES:
+        if scheme == "plain" and mode == "strict":
+            continue
+        modes[mode] = entity_scores([spans_of(t, scheme, mode) for t in gold_tags],
+                                    [spans_of(t, scheme, mode) for t in pred_tags])
+    head = modes[span_mode if span_mode in modes else "default"]
+    tokens = token_scores(gold_tags, pred_tags, scheme, types)
+    ok = np.asarray(sentence_correct, dtype=bool)
+    per_type_kinds: dict[str, dict] = {}
+    for kind, t in zip(kinds, kind_types):
+        per_type_kinds.setdefault(t, dict.fromkeys(KINDS, 0))[kind] += 1
+    errors = error_kind_counts(kinds)
+    overall = {"n": int(len(ok)), "n_failures": int((~ok).sum()), "accuracy": float(ok.mean()) if len(ok) else 0.0,
+               "sentence_accuracy": float(ok.mean()) if len(ok) else 0.0,
+               "micro_f1": head["micro"]["f1"], "macro_f1": head["macro"]["f1"],
+               "precision": head["micro"]["precision"], "recall": head["micro"]["recall"],
+               "token_accuracy": tokens["accuracy"], "n_words": tokens["n_words"],
+               "n_gold_spans": head["micro"]["support"], "n_error_spans": sum(errors[k] for k in ERROR_KINDS),
+               "span_mode": span_mode, "scheme": scheme}
+    per_class = [{"label": t, **{m: s[m] for m in ("precision", "recall", "f1", "support", "predicted")},
+                  "errors": per_type_kinds.get(t, dict.fromkeys(KINDS, 0))}
+                 for t, s in head["per_type"].items()]
+    return {"task": "token-classification", "overall": overall, "per_class": per_class,
+            "entities": modes, "tokens": {"accuracy": tokens["accuracy"], "n_words": tokens["n_words"]},
+            "confusion": tokens["confusion"], "error_kinds": errors}

@@ -45,6 +45,7 @@ from erroranalysis.stages.steps import (
     same_predictions,
 )
 from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
+from erroranalysis.stages.tokens import TokenParams, run_token_classification
 from erroranalysis.stages.timeline import (
     build_timeline,
     experiment_folder,
