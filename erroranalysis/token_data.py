@@ -138,8 +138,8 @@ def _check_spans(cell, text: str, types: Sequence[str], at: str) -> list[tuple[i
             raise DataError(f"{at}: not a JSON list of {{start, end, label}} spans; write the spans as a list.") \
                 from None
     cell = _as_list(cell)
-    if cell is None:
-        cell = []
+    if cell is None or (isinstance(cell, float) and np.isnan(cell)):
+        raise DataError(f"{at}: no spans (an empty cell); write [] for a text without entities.")
     if not isinstance(cell, list):
         raise DataError(f"{at}: {preview([cell], 1)} is not a list of {{start, end, label}} spans.")
     spans = []
