@@ -88,7 +88,7 @@ TOKEN_PREDICTION_COLUMNS = ("tokens", "gold_tags", "pred_tags", "word_confidence
 # spans.parquet (token classification): one row per gold span and per predicted span that is no gold span's match,
 # shaped as predictions (example_id is the span's id, label/pred its gold/predicted type or "O", correct its kind
 # being "correct"), so the slices and the clusters group error spans as they group failing examples
-SPAN_FEATURES = ("entity_type", "span_length", "position", "capitalization", "seen_in_train")
+SPAN_FEATURES = ("entity_type", "span_length", "position", "prev_word", "capitalization", "seen_in_train")
 SPANS = Table(
     columns=("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated",
              "sentence_id", "source", "kind", "start", "end", "char_start", "char_end", "gold_type", "pred_type",

@@ -228,3 +228,41 @@ def test_tags_as_ids_and_iobes_model(tmp_path):
     assert [list(t) for t in preds["gold_tags"]] == [[iobes[k] for k in r["tags"]] for r in rows]
     assert run.metrics()["overall"]["n_gold_spans"] == sum(len(tm.spans_of(list(g), "IOBES"))
                                                            for g in preds["gold_tags"])
+
+
+@pytest.mark.slow
+def test_planted_type_confusion_is_found_as_a_slice_and_a_cluster(tmp_path):
+    """A model fine-tuned where places after 'flew from' are tagged ORG reads them so in the eval set (gold LOC):
+    the slices find prev_word = from, and one cluster holds those LOC -> ORG spans."""
+    from token_fixtures import fine_tune, planted_sentence
+
+    from erroranalysis import stages
+    from erroranalysis.data import DataOptions
+
+    rng = random.Random(0)
+    model = build_tiny_token_classifier(tmp_path / "model")
+    fine_tune(model, [planted_sentence(rng, i, flown_from_as="ORG") for i in range(180)])
+    data = write_sentences(tmp_path / "eval.jsonl", rows=[planted_sentence(rng, i) for i in range(90)])
+    run = stages.run_token_classification(
+        model, data, tmp_path / "run", data_opts=DataOptions(id_column="id"),
+        after=stages.AfterParams(checks=None, cluster=stages.ClusterParams(layout="pca", min_cluster_size=5)))
+    spans = readers.read_spans(run)
+    planted = spans[(spans["prev_word"] == "from") & (spans["source"] == "gold")]
+    assert len(planted) == 30 and (planted["kind"] == "wrong_type").mean() > 0.9
+    assert (planted["pred_type"] == "ORG").mean() > 0.9
+    others = spans[spans["prev_word"] != "from"]
+    assert (others["kind"] == "correct").mean() > 0.9, "the model learned the other contexts"
+
+    slices, _ = readers.read_slices(run)
+    found = slices[slices["description"].str.contains("prev_word") & slices["description"].str.contains("from")]
+    assert len(found) and found["error_rate"].max() > 0.9, slices["description"].tolist()
+
+    assignments = readers.read_assignments(run)
+    failing = assignments[assignments["failure"]].merge(spans[["example_id", "prev_word", "label", "pred"]],
+                                                        on="example_id")
+    planted_ids = set(planted.loc[planted["kind"] == "wrong_type", "example_id"])
+    top = failing[failing["example_id"].isin(planted_ids)]["cluster_id"].value_counts()
+    best = int(top.index[0])
+    assert top.iloc[0] >= 0.8 * len(planted_ids) and best >= 0
+    clusters = readers.read_clusters(run).set_index("cluster_id")
+    assert "LOC" in str(clusters.loc[best, "top_confusions"]) and "ORG" in str(clusters.loc[best, "top_confusions"])

@@ -51,3 +51,54 @@ def write_sentences(path: Path, n: int = 30, seed: int = 0, rows: list[dict] | N
     rows = rows if rows is not None else [sentence(rng, i) for i in range(n)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+def planted_sentence(rng: random.Random, i: int, flown_from_as: str = "LOC") -> dict:
+    """Three contexts: 'X arrived in <place>' (LOC), 'X flew from <place>' (LOC, or `flown_from_as` in the
+    training data: the planted error) and 'X works for <org>' (ORG)."""
+    person, place, org = rng.choice(PEOPLE), rng.choice(PLACES), rng.choice(ORGS)
+    middle = [(["arrived", "in"], place, "LOC"), (["flew", "from"], place, flown_from_as),
+              (["works", "for"], org, "ORG")][i % 3]
+    parts = [(person, "PER"), (middle[0], None), (middle[1], middle[2]), (["."], None)]
+    tokens, tags = [], []
+    for words, kind in parts:
+        for k, w in enumerate(words):
+            tokens.append(w)
+            tags.append("O" if kind is None else f"{'B' if k == 0 else 'I'}-{kind}")
+    return {"id": f"p{i:03d}", "tokens": tokens, "tags": tags}
+
+
+def fine_tune(folder: Path, rows: list[dict], epochs: int = 7, seed: int = 0) -> Path:
+    """Fine-tune the tiny classifier in `folder` on `rows` (words and IOB2 tags), first sub-token labelled; the
+    word embeddings stay frozen (30k x 32 of them would dominate the time)."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForTokenClassification.from_pretrained(folder)
+    tags = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    with torch.no_grad():
+        model.classifier.weight.div_(20)
+    model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=4e-3)
+    rng = random.Random(seed)
+    model.train()
+    for _ in range(epochs):
+        rng.shuffle(rows)
+        for s in range(0, len(rows), 16):
+            part = rows[s:s + 16]
+            enc = tok([r["tokens"] for r in part], is_split_into_words=True, return_tensors="pt", padding=True)
+            labels = torch.full(enc["input_ids"].shape, -100)
+            for b, r in enumerate(part):
+                seen = set()
+                for pos, w in enumerate(enc.word_ids(b)):
+                    if w is not None and w not in seen:
+                        seen.add(w)
+                        labels[b, pos] = tags.index(r["tags"][w])
+            loss = model(**enc, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval().save_pretrained(folder, safe_serialization=True)
+    return folder

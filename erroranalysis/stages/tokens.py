@@ -233,6 +233,7 @@ def _span_row(job: TokenJob, i: int, sentence_id: str, k: int, r: dict, words, o
                                       "match_end")},
            "entity_type": r["gold_type"] or r["pred_type"], "span_length": e - s,
            "position": "first" if s == 0 else ("last" if e == len(words) else "inside"),
+           "prev_word": words[s - 1].lower() if s > 0 else "<start>",  # the context a type error often hangs on
            "capitalization": tm.capitalization(surface)}
     if job.train_surfaces is not None:
         row["seen_in_train"] = "seen" if surface in job.train_surfaces else "unseen"
