@@ -24,6 +24,8 @@ from erroranalysis.data import DataOptions, InMemory
 from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.stages import AfterParams, CheckParams, ClusterParams, InferParams, MetricsParams, SliceParams
+from erroranalysis.tasks import CHOICES as RUN_TASKS
+from erroranalysis.tasks import TaskParams
 
 TASKS = ("classification", "generation")
 Stage = Any  # an instance of the stage's Params, a dict of its fields, or None / False to skip the stage
@@ -65,18 +67,23 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     return Run(made.path)
 
 
-def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "classification",
+def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "auto",
         text: str = "text", label: str = "label", id: str | None = None,  # noqa: A002
         data_options: DataOptions | None = None, infer: InferParams | dict | None = None,
+        task_options: TaskParams | dict | None = None,
         generation: GenerationParams | dict | None = None, metrics: Stage = None, checks: Stage = CheckParams(),
         slices: Stage = SliceParams(), cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None,
         progress: bool = False) -> Run:
-    """A checkpoint over an eval set (`erroranalysis run`): `data` as for `analyze`; `task="generation"` runs a
-    causal LM (a folder or a .gguf file) with its output checks. `infer` (InferParams) and `generation`
-    (GenerationParams) say how it runs."""
+    """A checkpoint over an eval set (`erroranalysis run`): `data` as for `analyze`; `task` "auto" reads the head
+    from the checkpoint's config.json (classification, multilabel, regression; a causal LM or a .gguf file is
+    generation, run with its output checks), or names it (refused when the config contradicts it). `infer`
+    (InferParams), `task_options` (TaskParams: multi-label threshold and gold layout, regression tolerance) and
+    `generation` (GenerationParams) say how it runs."""
     from erroranalysis import stages
+    from erroranalysis.validation import check_choice
 
-    _check_task(task)
+    check_choice("task", task, RUN_TASKS)
+    task = stages.resolve_task(model, task)
     options = _data_options(data_options, text, label, id)
     after = _after(metrics, checks, slices, cluster)
     out = _out(out, "run")
@@ -87,7 +94,8 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
     else:
         made = stages.run_checkpoint(model, _source(data), out, data_opts=options,
                                      infer_opts=_params(InferParams, infer), after=after, overwrite=overwrite,
-                                     progress=_progress(progress), embedder=embedder)
+                                     progress=_progress(progress), embedder=embedder, task=task,
+                                     task_opts=_params(TaskParams, task_options))
     return Run(made.path)
 
 
