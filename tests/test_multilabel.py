@@ -212,3 +212,29 @@ def test_planted_group_always_missing_one_label_is_found(ml_checkpoint, tmp_path
     assert "refund" in top["description"] and top["error_rate"] == 1.0, run.slices.head()
     clusters = run.clusters
     assert len(clusters) >= 1 and "billing" in " ".join(map(str, clusters["gold_labels"].iloc[0]))
+
+
+@pytest.mark.slow
+def test_ray_gives_the_in_process_answers(ml_checkpoint, tmp_path):
+    """--engine ray on a multi-label head: the workers read the sigmoids as the local engine does."""
+    ray = pytest.importorskip("ray")
+    from erroranalysis.data import DataOptions
+    from erroranalysis.engines import Engine
+    from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
+
+    data = write_jsonl(tmp_path / "eval.jsonl", multilabel_rows(40))
+    after = AfterParams(checks=None, slices=None, cluster=None)
+    runs = {}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        for name in ("local", "ray"):
+            runs[name] = run_checkpoint(ml_checkpoint, data, tmp_path / name, data_opts=DataOptions(id_column="id"),
+                                        infer_opts=InferParams(batch_size=8, max_length=64), after=after,
+                                        engine=Engine(name))
+    finally:
+        ray.shutdown()
+    a, b = runs["local"].predictions(), runs["ray"].predictions()
+    for column in ("label", "pred", "correct", "missed", "spurious"):
+        assert [str(x) for x in a[column]] == [str(x) for x in b[column]], column
+    np.testing.assert_allclose(np.asarray(runs["ray"].probs()), np.asarray(runs["local"].probs()), atol=1e-5)
+    assert runs["local"].metrics()["overall"] == runs["ray"].metrics()["overall"]

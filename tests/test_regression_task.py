@@ -132,3 +132,34 @@ def test_planted_bias_group_found(rg_checkpoint, tmp_path):
     assert run.metrics.raw["overall"]["bias"] == pytest.approx(-3.0 * 15 / 90, abs=1e-3)
     top = run.slices.iloc[0]
     assert "refurbished" in top["description"] and top["error_rate"] == 1.0
+
+
+def test_ray_without_tolerance_refused(rg_checkpoint, tmp_path):
+    out = tmp_path / "run"
+    result = invoke("run", "--model", rg_checkpoint, "--data", write_jsonl(tmp_path / "e.jsonl", regression_rows(6)),
+                    "--out", out, "--engine", "ray")
+    assert_user_error(result, r"--engine.*local for a regression run without --tolerance")
+    assert not out.exists()
+
+
+def test_compare_needs_one_failure_rule(rg_checkpoint, tmp_path):
+    data = write_jsonl(tmp_path / "e.jsonl", regression_rows(20))
+    common = ["--data", data, "--max-length", "64", "--no-cluster", "--no-slices", "--no-data-checks"]
+    for name, extra in (("a", []), ("b", []), ("c", ["--tolerance", "1"]), ("d", ["--tolerance", "1"])):
+        assert invoke("run", "--model", rg_checkpoint, "--out", tmp_path / name, *common, *extra).exit_code == 0
+    assert_user_error(invoke("compare", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "ab"),
+                      r"regression runs are compared on one failure rule.*same --tolerance")
+    result = invoke("compare", tmp_path / "c", tmp_path / "d", "--out", tmp_path / "cd", "--json")
+    assert result.exit_code == 0, result.output
+    assert "regression runs" in (tmp_path / "cd" / "compare.md").read_text()
+
+
+def test_trainer_callback_refuses_a_regression_model_in_memory(rg_checkpoint):
+    from transformers import AutoModelForSequenceClassification
+
+    from erroranalysis.errors import ModelError
+    from erroranalysis.stages.steps import refuse_other_heads
+
+    model = AutoModelForSequenceClassification.from_pretrained(rg_checkpoint)
+    with pytest.raises(ModelError, match=r"sequence regression .* head .*erroranalysis run --model CHECKPOINT"):
+        refuse_other_heads(model)
