@@ -238,3 +238,35 @@ def test_ray_gives_the_in_process_answers(ml_checkpoint, tmp_path):
         assert [str(x) for x in a[column]] == [str(x) for x in b[column]], column
     np.testing.assert_allclose(np.asarray(runs["ray"].probs()), np.asarray(runs["local"].probs()), atol=1e-5)
     assert runs["local"].metrics()["overall"] == runs["ray"].metrics()["overall"]
+
+
+def test_analyze_predictions_made_elsewhere(tmp_path):
+    """`analyze --task multilabel`: gold lists and prob_<label> sigmoids from another framework; the predictions at
+    --threshold and the metrics match scikit-learn on the same arrays; a pred column is read as given."""
+    from sklearn import metrics as skm
+
+    import erroranalysis as ea
+
+    t, _, probs = arrays(seed=2, n=60, k=3)
+    names = ["a", "b", "c"]
+    frame = pd.DataFrame({"text": [f"text {i} " + " ".join(names[j] for j in np.flatnonzero(t[i])) for i in
+                                   range(60)], "label": [[names[j] for j in np.flatnonzero(r)] for r in t],
+                          **{f"prob_{n}": probs[:, j] for j, n in enumerate(names)}})
+    run = ea.analyze(frame, task="multilabel", task_options={"threshold": 0.6}, out=tmp_path / "a", checks=None,
+                     slices=None, cluster=None)
+    p = (probs >= 0.6).astype(int)
+    o = run.metrics.raw["overall"]
+    assert o["micro_f1"] == pytest.approx(skm.f1_score(t, p, average="micro", zero_division=0))
+    assert o["subset_accuracy"] == pytest.approx(skm.accuracy_score(t, p))
+    assert run.metrics.raw["per_class"][1]["roc_auc"] == pytest.approx(skm.roc_auc_score(t[:, 1], probs[:, 1]))
+    given = frame.drop(columns=[f"prob_{n}" for n in names]).assign(pred=["a|b"] * 60, label=[
+        "|".join(names[j] for j in np.flatnonzero(r)) for r in t])
+    path = tmp_path / "given.csv"
+    given.to_csv(path, index=False)
+    out = tmp_path / "b"
+    result = invoke("analyze", "--predictions", path, "--task", "multilabel", "--label-sep", "|", "--out", out,
+                    "--no-cluster", "--no-slices", "--no-data-checks")
+    assert result.exit_code == 0, result.output
+    preds = pd.read_parquet(out / "predictions.parquet")
+    assert preds["pred"].unique().tolist() == ["a | b"]
+    assert preds["correct"].tolist() == (t == [1, 1, 0]).all(1).tolist()

@@ -163,3 +163,20 @@ def test_trainer_callback_refuses_a_regression_model_in_memory(rg_checkpoint):
     model = AutoModelForSequenceClassification.from_pretrained(rg_checkpoint)
     with pytest.raises(ModelError, match=r"sequence regression .* head .*erroranalysis run --model CHECKPOINT"):
         refuse_other_heads(model)
+
+
+def test_analyze_values_made_elsewhere(tmp_path):
+    from sklearn import metrics as skm
+
+    import erroranalysis as ea
+
+    rng = np.random.default_rng(1)
+    t = rng.normal(size=50)
+    p = t + rng.normal(scale=0.3, size=50)
+    frame = pd.DataFrame({"text": [f"row {i}" for i in range(50)], "label": t, "pred": p})
+    run = ea.analyze(frame, task="regression", task_options={"tolerance": 0.4}, out=tmp_path / "a", checks=None,
+                     slices=None, cluster=None)
+    o = run.metrics.raw["overall"]
+    assert o["rmse"] == pytest.approx(np.sqrt(skm.mean_squared_error(t, p)))
+    assert o["n_failures"] == int((np.abs(p - t) > 0.4).sum())
+    assert run.task == "regression"

@@ -27,7 +27,7 @@ from erroranalysis.stages import AfterParams, CheckParams, ClusterParams, InferP
 from erroranalysis.tasks import CHOICES as RUN_TASKS
 from erroranalysis.tasks import TaskParams
 
-TASKS = ("classification", "generation")
+TASKS = ("classification", "multilabel", "regression", "generation")  # what analyze takes
 Stage = Any  # an instance of the stage's Params, a dict of its fields, or None / False to skip the stage
 
 
@@ -38,14 +38,16 @@ def open(path: str | Path) -> Run:  # noqa: A001 (ea.open, as the issue's quicks
 
 def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str = "pred",
             id: str | None = None, task: str = "classification", data_options: DataOptions | None = None,  # noqa: A002
-            source: SourceParams | dict | None = None, generation: GenerationParams | dict | None = None,
+            task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None, generation: GenerationParams | dict | None = None,
             metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
             cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False) -> Run:
     """Analyze predictions made elsewhere (`erroranalysis analyze`): `data` is a pandas DataFrame, a
     `datasets.Dataset`, a list of dicts or a file path.
 
     Classification: `text`, `label` and `pred` name the columns (optional `prob_<label>` columns give
-    probabilities). `task="generation"`: outputs an LLM wrote (`prompt` or `messages`, `output`, and the columns of
+    probabilities). `task="multilabel"` or `"regression"`: label sets or values made elsewhere, the gold and
+    `pred` read as `run` reads them (`task_options`: TaskParams; prob_<label> columns hold sigmoids).
+    `task="generation"`: outputs an LLM wrote (`prompt` or `messages`, `output`, and the columns of
     docs/generation.md), with `source` (SourceParams: the file's format, the output column, your judge's score)
     and `generation` (GenerationParams: the output checks and scorers). `text`, `label` and `id` are DataOptions'
     `text_column`, `label_column`, `id_column` (or pass `data_options`). `out`: the run directory (default
@@ -61,6 +63,11 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
                                           gen_opts=_params(GenerationParams, generation),
                                           source=_params(SourceParams, source), after=after, overwrite=overwrite,
                                           embedder=embedder, progress=_progress(progress))
+    elif task in ("multilabel", "regression"):
+        made = stages.analyze_task_predictions(_source(data), out, task=task, data_opts=options,
+                                               task_opts=_params(TaskParams, task_options), pred_column=pred,
+                                               after=after, overwrite=overwrite, embedder=embedder,
+                                               progress=_progress(progress))
     else:
         made = stages.analyze_predictions(_source(data), out, data_opts=options, pred_column=pred, after=after,
                                           overwrite=overwrite, embedder=embedder, progress=_progress(progress))
