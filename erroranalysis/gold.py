@@ -54,10 +54,17 @@ def multilabel_gold(values, labels: list[str], *, sep: str | None, source, lines
     return out
 
 
+def multilabel_items(value, sep, loc) -> list:
+    """The labels (names or ids) one gold or predicted value lists."""
+    return _items(value, sep, loc)
+
+
 def _items(value, sep, loc) -> list:
     if is_listlike(value):
         return list(value)
     if value is None or (isinstance(value, float) and np.isnan(value)):
+        if sep is not None:  # an empty cell of a delimited column (CSV reads it as missing): no label
+            return []
         raise DataError(f"{loc}: empty gold; give the example's labels (an empty list [] for none).")
     if isinstance(value, str):
         text = value.strip()

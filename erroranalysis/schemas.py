@@ -36,6 +36,11 @@ PREDICTIONS = Table(
     columns=("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated"),
     required=("example_id", "text", "label", "pred", "correct"), open=True)
 
+# The columns a multi-label or a regression run adds to predictions.parquet after the core ones (docs/tasks/):
+# the gold, predicted, missed and spurious label lists; the gold value, the predicted value, prediction - gold, |error|.
+TASK_COLUMNS = {"multilabel": ("gold_labels", "pred_labels", "missed", "spurious"),
+                "regression": ("target", "prediction", "error", "abs_error")}
+
 # clusters.parquet: what cluster.describe_clusters makes, then what the cluster stage adds from the slices and checks
 CLUSTER_NAMING_COLUMNS = (
     "cluster_id", "size", "share_of_failures", "name", "kind", "keywords", "keyword_scores", "exemplar_ids",

@@ -165,7 +165,7 @@ def detect(config: dict, asked: str | None = None, *, source: str = "config.json
     kind = kinds.pop()
     found = f"{source}: architectures {architectures}"
     if kind.startswith("refused:"):
-        raise ModelError(f"{found} is a {kind.split(':', 1)[1]} head, which erroranalysis does not analyze; "
+        raise ModelError(f"{found} is a head for {kind.split(':', 1)[1]}, which erroranalysis does not analyze; "
                          f"supported: {supported()}.")
     if kind in ("backbone", "unknown"):
         what = "a bare backbone without a task head" if kind == "backbone" else "an architecture erroranalysis " \

@@ -86,3 +86,45 @@ def test_threshold_rule_and_params():
         tasks.TaskParams(threshold=1.5)
     with pytest.raises(Exception, match="relative_tolerance"):
         tasks.TaskParams(relative_tolerance=True)
+
+
+# ---------------------------------------------------------------------------- refusals at `run`, on real checkpoints
+
+REFUSALS = [
+    ({"architecture": "BertForQuestionAnswering"}, [], r"\['BertForQuestionAnswering'\] is a head for extractive question answering"),
+    ({"architecture": "BertForMultipleChoice"}, [], r"is a head for multiple choice"),
+    ({"edit": lambda c: c.update(architectures=["ViTForImageClassification"])}, [], r"a head for image classification"),
+    ({"edit": lambda c: c.update(architectures=["MysteryForThings"])}, [], r"an architecture erroranalysis does not"),
+    ({"architecture": "BertModel"}, [], r"a bare backbone"),
+    ({"problem_type": "single_label_classification", "labels": ["a", "b", "c"]}, ["--task", "multilabel"],
+     r"problem_type 'single_label_classification'.*contradicts"),
+    ({"problem_type": "multi_label_classification", "labels": ["a", "b", "c"]}, ["--task", "classification"],
+     r"contradicts"),
+    ({"labels": ["a", "b", "c"]}, ["--task", "regression"], r"multi-output regression"),
+    ({"labels": ["a", "b", "c"]}, ["--task", "generation"], r"sequence-classification head"),
+]
+
+
+@pytest.mark.parametrize("head, args, message", REFUSALS)
+def test_unsupported_heads_refused_at_run(head, args, message, tmp_path):
+    from task_fixtures import build_head, write_jsonl
+    from test_cli_run import assert_user_error, invoke
+
+    checkpoint = build_head(tmp_path / "ck", **head)
+    data = write_jsonl(tmp_path / "e.jsonl", [{"text": "hello", "label": "a"}])
+    out = tmp_path / "run"
+    assert_user_error(invoke("run", "--model", checkpoint, "--data", data, "--out", out, *args), message)
+    assert not out.exists()
+
+
+def test_lists_for_a_single_label_head_refused(tmp_path):
+    from task_fixtures import build_head, write_jsonl
+    from test_cli_run import assert_user_error, invoke
+
+    checkpoint = build_head(tmp_path / "ck", labels=["a", "b", "c"], problem_type="single_label_classification")
+    data = write_jsonl(tmp_path / "e.jsonl", [{"text": "x", "label": "a"}, {"text": "y", "label": ["a", "b"]}])
+    out = tmp_path / "run"
+    assert_user_error(invoke("run", "--model", checkpoint, "--data", data, "--out", out),
+                      r"e.jsonl, line 2, column 'label': the gold is a list .*single-label classifier \(problem_type "
+                      r"'single_label_classification', 3 labels in .*config.json\); pass --task multilabel")
+    assert not out.exists()

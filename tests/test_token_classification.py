@@ -266,3 +266,35 @@ def test_planted_type_confusion_is_found_as_a_slice_and_a_cluster(tmp_path):
     assert top.iloc[0] >= 0.8 * len(planted_ids) and best >= 0
     clusters = readers.read_clusters(run).set_index("cluster_id")
     assert "LOC" in str(clusters.loc[best, "top_confusions"]) and "ORG" in str(clusters.loc[best, "top_confusions"])
+
+
+def test_python_api_and_cli_take_the_same_parameters(model_dir, tmp_path):
+    import erroranalysis as ea
+
+    data = write_sentences(tmp_path / "eval.jsonl", n=6)
+    run = ea.run(model_dir, data, out=tmp_path / "api", id="id", tokens={"aggregation": "mean", "span_mode": "strict"},
+                 checks=None, slices=None, cluster=None)
+    manifest = Run.open(tmp_path / "api").manifest
+    assert manifest["task"] == "token-classification"
+    assert manifest["tokens"]["aggregation"] == "mean" and manifest["tokens"]["span_mode"] == "strict"
+    assert manifest["stages"]["infer"]["params"]["aggregation"] == "mean"
+    assert run.metrics.raw["overall"]["span_mode"] == "strict"
+    out = tmp_path / "cli"
+    result = CliRunner().invoke(app, ["run", "--model", str(model_dir), "--data", str(data), "--out", str(out),
+                                      "--id-column", "id", "--aggregation", "mean", "--span-mode", "strict",
+                                      "--no-slices", "--no-cluster", "--json"])
+    assert result.exit_code == 0, result.output
+    assert Run.open(out).manifest["tokens"] == manifest["tokens"]
+    bad = CliRunner().invoke(app, ["run", "--model", str(model_dir), "--data", str(data), "--out", str(out) + "2",
+                                   "--aggregation", "median"])
+    assert bad.exit_code == 2 and "--aggregation" in bad.output
+
+
+def test_detection_names_token_classification():
+    from erroranalysis import tasks
+    from erroranalysis.errors import ModelError
+
+    config = {"architectures": ["BertForTokenClassification"], "id2label": dict(enumerate(TAGS))}
+    assert tasks.detect(config) == "token-classification"
+    with pytest.raises(ModelError, match="--task multilabel was given"):
+        tasks.detect(config, "multilabel")

@@ -67,21 +67,6 @@ def headline(task: str, overall: dict) -> str:
     return f"accuracy {overall['accuracy']:.3f}, macro F1 {overall['macro_f1']:.3f}"
 
 
-def resolve_task(model: Path, task: str) -> str:
-    """The task `run` runs: --task as given, or with auto the one the checkpoint's config.json names (a .gguf file
-    is generation); a head erroranalysis does not analyze is refused here, before anything is loaded."""
-    from erroranalysis import tasks
-    from erroranalysis.errors import ModelError
-    from erroranalysis.infer.classifier import read_config
-
-    if model.suffix.lower() == ".gguf":
-        if task not in ("auto", "generation"):
-            raise ModelError(f"{model}: a .gguf file is a causal LM; --task {task} cannot run it (use "
-                                   "--task generation or auto).")
-        return "generation"
-    return tasks.detect(read_config(model), task, source=str(model / "config.json"))
-
-
 def log_to(trackers, path) -> None:
     """--log-to: the run sent to each tracker named (after it is written; stdout stays the run's report)."""
     if trackers.log_to:
@@ -119,7 +104,7 @@ def register(app: typer.Typer) -> None:
 
         check_param("--task", task, task in TASKS, " or ".join(TASKS))
         trackers.require()
-        task = resolve_task(model, task)
+        task = stages.resolve_task(model, task)
         after = groups.after(metrics, checks, slices, cluster)
         progress = reporter()
         if task == "token-classification":

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from erroranalysis.gold import label_set
+from erroranalysis.schemas import TASK_COLUMNS
 
-# The columns each task adds to predictions.parquet (declared in erroranalysis.schemas).
-MULTILABEL_COLUMNS = ("gold_labels", "pred_labels", "missed", "spurious")
-REGRESSION_COLUMNS = ("target", "prediction", "error", "abs_error")
+MULTILABEL_COLUMNS, REGRESSION_COLUMNS = TASK_COLUMNS["multilabel"], TASK_COLUMNS["regression"]
 
 
 @dataclass(frozen=True)

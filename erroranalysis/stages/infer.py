@@ -73,6 +73,25 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
     return run
 
 
+def resolve_task(model: str | Path, task: str | None = "auto") -> str:
+    """The task a checkpoint runs as: `task` as given, or with auto (or None) the one its config.json names (a .gguf
+    file is generation); a head erroranalysis does not analyze, or a --task the config contradicts, is refused here
+    in one line, before anything is loaded (`erroranalysis.tasks.detect`)."""
+    from erroranalysis import tasks
+    from erroranalysis.errors import ModelError
+    from erroranalysis.infer.classifier import read_config
+
+    model = Path(model)
+    if task not in (None, *tasks.CHOICES):
+        raise ModelError(f"--task {task!r} is not a task erroranalysis knows; supported: {tasks.supported()}.")
+    if model.suffix.lower() == ".gguf":
+        if task not in (None, "auto", "generation"):
+            raise ModelError(f"{model}: a .gguf file is a causal LM; --task {task} cannot run it (use --task "
+                             "generation or auto).")
+        return "generation"
+    return tasks.detect(read_config(model), task, source=str(model / "config.json"))
+
+
 @dataclass
 class InferJob:
     """A checkpoint and an eval set, loaded and checked: everything the infer stage needs. `training_state` (a
