@@ -17,6 +17,7 @@ import pandas as pd
 
 from erroranalysis import files
 from erroranalysis.errors import DataError, preview, where
+from erroranalysis.gold import refuse_lists
 from erroranalysis.params import Int, Params, Text, param
 from erroranalysis.schemas import PREDICTIONS
 from erroranalysis.validation import check_int
@@ -346,6 +347,7 @@ def _texts(raw: pd.DataFrame, column: str, path: Path, max_chars: int, keep_end:
 
 def _labels(raw: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     values = raw[column]
+    refuse_lists(values.to_numpy(dtype=object), source=path, lines=raw["_line"].to_numpy(), column=column)
     empty = values.isna().to_numpy() | (values.astype(str).str.strip() == "").to_numpy()
     if empty.any():
         line = int(raw["_line"].iat[int(np.argmax(empty))])

@@ -36,6 +36,11 @@ PREDICTIONS = Table(
     columns=("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated"),
     required=("example_id", "text", "label", "pred", "correct"), open=True)
 
+# The columns a multi-label or a regression run adds to predictions.parquet after the core ones (docs/tasks/):
+# the gold, predicted, missed and spurious label lists; the gold value, the predicted value, prediction - gold, |error|.
+TASK_COLUMNS = {"multilabel": ("gold_labels", "pred_labels", "missed", "spurious"),
+                "regression": ("target", "prediction", "error", "abs_error")}
+
 # clusters.parquet: what cluster.describe_clusters makes, then what the cluster stage adds from the slices and checks
 CLUSTER_NAMING_COLUMNS = (
     "cluster_id", "size", "share_of_failures", "name", "kind", "keywords", "keyword_scores", "exemplar_ids",
@@ -80,3 +85,21 @@ SUGGESTIONS = Table(
 
 CENTROIDS = Table(columns=("cluster_id", "embedder_key", "centroid"), required=("cluster_id", "centroid",
                                                                                "embedder_key"), lists=("centroid",))
+
+# predictions.parquet of a token-classification run: one row per sentence; these columns follow the core ones
+TOKEN_PREDICTION_COLUMNS = ("tokens", "gold_tags", "pred_tags", "word_confidence", "n_words", "n_gold_spans",
+                            "n_pred_spans", "n_error_spans", "error_kinds", "char_offsets")
+
+# spans.parquet (token classification): one row per gold span and per predicted span that is no gold span's match,
+# shaped as predictions (example_id is the span's id, label/pred its gold/predicted type or "O", correct its kind
+# being "correct"), so the slices and the clusters group error spans as they group failing examples
+SPAN_FEATURES = ("entity_type", "span_length", "position", "prev_word", "capitalization", "seen_in_train")
+SPANS = Table(
+    columns=("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated",
+             "sentence_id", "source", "kind", "start", "end", "char_start", "char_end", "gold_type", "pred_type",
+             "match_start", "match_end", "context", *SPAN_FEATURES),
+    required=("example_id", "text", "label", "pred", "correct", "sentence_id", "source", "kind", "start", "end"),
+    open=True,
+    dtypes={"example_id": "object", "sentence_id": "object", "start": "int32", "end": "int32",
+            "char_start": "int32", "char_end": "int32", "match_start": "int32", "match_end": "int32",
+            "span_length": "int32", "n_tokens": "int32"})

@@ -23,9 +23,19 @@ from erroranalysis.api.results import Comparison, Metrics, Run
 from erroranalysis.data import DataOptions, InMemory
 from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GenerationParams
-from erroranalysis.stages import AfterParams, CheckParams, ClusterParams, InferParams, MetricsParams, SliceParams
+from erroranalysis.stages import (
+    AfterParams,
+    CheckParams,
+    ClusterParams,
+    InferParams,
+    MetricsParams,
+    SliceParams,
+    TokenParams,
+)
+from erroranalysis.tasks import CHOICES as RUN_TASKS
+from erroranalysis.tasks import TaskParams
 
-TASKS = ("classification", "generation")
+TASKS = ("classification", "multilabel", "regression", "generation")  # what analyze takes
 Stage = Any  # an instance of the stage's Params, a dict of its fields, or None / False to skip the stage
 
 
@@ -36,14 +46,16 @@ def open(path: str | Path) -> Run:  # noqa: A001 (ea.open, as the issue's quicks
 
 def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str = "pred",
             id: str | None = None, task: str = "classification", data_options: DataOptions | None = None,  # noqa: A002
-            source: SourceParams | dict | None = None, generation: GenerationParams | dict | None = None,
+            task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None, generation: GenerationParams | dict | None = None,
             metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
             cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False) -> Run:
     """Analyze predictions made elsewhere (`erroranalysis analyze`): `data` is a pandas DataFrame, a
     `datasets.Dataset`, a list of dicts or a file path.
 
     Classification: `text`, `label` and `pred` name the columns (optional `prob_<label>` columns give
-    probabilities). `task="generation"`: outputs an LLM wrote (`prompt` or `messages`, `output`, and the columns of
+    probabilities). `task="multilabel"` or `"regression"`: label sets or values made elsewhere, the gold and
+    `pred` read as `run` reads them (`task_options`: TaskParams; prob_<label> columns hold sigmoids).
+    `task="generation"`: outputs an LLM wrote (`prompt` or `messages`, `output`, and the columns of
     docs/generation.md), with `source` (SourceParams: the file's format, the output column, your judge's score)
     and `generation` (GenerationParams: the output checks and scorers). `text`, `label` and `id` are DataOptions'
     `text_column`, `label_column`, `id_column` (or pass `data_options`). `out`: the run directory (default
@@ -59,24 +71,35 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
                                           gen_opts=_params(GenerationParams, generation),
                                           source=_params(SourceParams, source), after=after, overwrite=overwrite,
                                           embedder=embedder, progress=_progress(progress))
+    elif task in ("multilabel", "regression"):
+        made = stages.analyze_task_predictions(_source(data), out, task=task, data_opts=options,
+                                               task_opts=_params(TaskParams, task_options), pred_column=pred,
+                                               after=after, overwrite=overwrite, embedder=embedder,
+                                               progress=_progress(progress))
     else:
         made = stages.analyze_predictions(_source(data), out, data_opts=options, pred_column=pred, after=after,
                                           overwrite=overwrite, embedder=embedder, progress=_progress(progress))
     return Run(made.path)
 
 
-def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "classification",
+def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "auto",
         text: str = "text", label: str = "label", id: str | None = None,  # noqa: A002
         data_options: DataOptions | None = None, infer: InferParams | dict | None = None,
-        generation: GenerationParams | dict | None = None, metrics: Stage = None, checks: Stage = CheckParams(),
-        slices: Stage = SliceParams(), cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None,
-        progress: bool = False) -> Run:
-    """A checkpoint over an eval set (`erroranalysis run`): `data` as for `analyze`; `task="generation"` runs a
-    causal LM (a folder or a .gguf file) with its output checks. `infer` (InferParams) and `generation`
-    (GenerationParams) say how it runs."""
+        task_options: TaskParams | dict | None = None,
+        generation: GenerationParams | dict | None = None, tokens: TokenParams | dict | None = None,
+        metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
+        cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False) -> Run:
+    """A checkpoint over an eval set (`erroranalysis run`): `data` as for `analyze`; `task` "auto" reads the head
+    from the checkpoint's config.json (classification, multilabel, regression; a causal LM or a .gguf file is
+    generation, run with its output checks), or names it (refused when the config contradicts it). `infer`
+    (InferParams), `task_options` (TaskParams: multi-label threshold and gold layout, regression tolerance),
+    `generation` (GenerationParams) and `tokens` (TokenParams: a token classifier's columns, aggregation, tag scheme;
+    its error spans are what slices and clusters group) say how it runs."""
     from erroranalysis import stages
+    from erroranalysis.validation import check_choice
 
-    _check_task(task)
+    check_choice("task", task, RUN_TASKS)
+    task = stages.resolve_task(model, task)
     options = _data_options(data_options, text, label, id)
     after = _after(metrics, checks, slices, cluster)
     out = _out(out, "run")
@@ -84,10 +107,15 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
         made = stages.run_generation(model, _source(data), out, data_opts=options,
                                      gen_opts=_params(GenerationParams, generation), after=after,
                                      overwrite=overwrite, progress=_progress(progress), embedder=embedder)
+    elif task == "token-classification":
+        made = stages.run_token_classification(model, _source(data), out, data_opts=options,
+                                               token_opts=_params(TokenParams, tokens), after=after,
+                                               overwrite=overwrite, progress=_progress(progress))
     else:
         made = stages.run_checkpoint(model, _source(data), out, data_opts=options,
                                      infer_opts=_params(InferParams, infer), after=after, overwrite=overwrite,
-                                     progress=_progress(progress), embedder=embedder)
+                                     progress=_progress(progress), embedder=embedder, task=task,
+                                     task_opts=_params(TaskParams, task_options))
     return Run(made.path)
 
 

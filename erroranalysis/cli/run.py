@@ -13,11 +13,12 @@ import typer
 
 from erroranalysis.cli import common, options
 from erroranalysis.cli import stage_groups as groups
+from erroranalysis.tasks import CHOICES
 
 Model = Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors), or "
                                                           "a .gguf file for --task generation.")]
 Data = Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder.")]
-TASKS = ("classification", "generation")
+TASKS = CHOICES  # auto reads the head from the checkpoint's config.json (erroranalysis.tasks)
 GENERATION = replace(groups.GENERATION_GROUP, deprecated={"--checks": "output_checks", "--labels": "labels"})
 CHECKS = replace(groups.CHECKS, deprecated_off="--no-checks")
 
@@ -41,8 +42,8 @@ def report(run, as_json: bool = False) -> None:
         return
     overall = facts["overall"]
     out = common.console()
-    out.print(f"[bold]{escape(str(run.path))}[/bold]: {overall['n']} examples, accuracy {overall['accuracy']:.3f}, "
-              f"macro F1 {overall['macro_f1']:.3f}, {overall['n_failures']} failures")
+    out.print(f"[bold]{escape(str(run.path))}[/bold]: {overall['n']} examples, {headline(run.task, overall)}, "
+              f"{overall['n_failures']} failures")
     checks = facts["output_checks"]
     if checks:
         out.print(f"output checks: pass rate {checks.get('pass_rate')}, failed {checks.get('n_failed')}, "
@@ -51,6 +52,19 @@ def report(run, as_json: bool = False) -> None:
     out.print("stages: " + ", ".join(f"{name} {s['status']} ({s['seconds'] or 0:.1f}s)"
                                      for name, s in facts["stages"].items()), markup=False)
     out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}", markup=False)
+
+
+def headline(task: str, overall: dict) -> str:
+    """The task's headline metrics, for the one line `run` prints."""
+    if task == "regression":
+        return f"MAE {overall['mae']:.4g}, RMSE {overall['rmse']:.4g}, R² {overall['r2']:.3f}"
+    if task == "token-classification":
+        return (f"entity micro F1 {overall['micro_f1']:.3f}, macro F1 {overall['macro_f1']:.3f}, token accuracy "
+                f"{overall['token_accuracy']:.3f}, {overall['n_error_spans']} error spans")
+    if task == "multilabel":
+        return (f"subset accuracy {overall['subset_accuracy']:.3f}, micro F1 {overall['micro_f1']:.3f}, "
+                f"macro F1 {overall['macro_f1']:.3f}, Hamming loss {overall['hamming_loss']:.3f}")
+    return f"accuracy {overall['accuracy']:.3f}, macro F1 {overall['macro_f1']:.3f}"
 
 
 def log_to(trackers, path) -> None:
@@ -66,17 +80,22 @@ def log_to(trackers, path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("run")
     @common.handle_errors
-    @options.takes(groups.DATA, groups.INFER, GENERATION, groups.ENGINE, groups.METRICS, CHECKS, groups.SLICES,
-                   groups.CLUSTER, groups.TRACKERS)
+    @options.takes(groups.DATA, groups.INFER, groups.TASK, GENERATION, groups.TOKENS, groups.ENGINE, groups.METRICS,
+                   CHECKS, groups.SLICES, groups.CLUSTER, groups.TRACKERS)
     def run_command(
         model: Model,
         data: Data,
         out: common.OutDir,
-        task: Annotated[str, typer.Option("--task", help="classification (a sequence classifier) or generation (a "
-                                                         "causal LM or .gguf).")] = "classification",
+        task: Annotated[str, typer.Option("--task", help="auto (read the head from the checkpoint's config.json: "
+                                                         "architectures, problem_type, num_labels), classification, "
+                                                         "multilabel, regression, token-classification (NER, POS), "
+                                                         "or generation (a causal LM, a .gguf, or a seq2seq LM: "
+                                                         "T5, BART).",
+                                          metavar="|".join(TASKS))] = "auto",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, infer, generation, engine, metrics, checks, slices, cluster, trackers,
+        *, data_options, infer, task_options, generation, tokens, engine, metrics, checks, slices, cluster,
+        trackers,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, data checks, error slices and failure clusters."""
         from erroranalysis import stages
@@ -85,11 +104,19 @@ def register(app: typer.Typer) -> None:
 
         check_param("--task", task, task in TASKS, " or ".join(TASKS))
         trackers.require()
+        task = stages.resolve_task(model, task)
         after = groups.after(metrics, checks, slices, cluster)
         progress = reporter()
-        if task == "classification":
+        if task == "token-classification":
+            check_param("--engine", engine.engine, not engine.distributed, "local (token classification runs "
+                        "in-process)")
+            result = stages.run_token_classification(model, data, out, data_opts=data_options, token_opts=tokens,
+                                                     after=after, overwrite=overwrite, progress=progress,
+                                                     log=progress.note)
+        elif task != "generation":
             result = stages.run_checkpoint(model, data, out, data_opts=data_options, infer_opts=infer, after=after,
-                                           overwrite=overwrite, progress=progress, engine=engine, log=progress.note)
+                                           overwrite=overwrite, progress=progress, engine=engine, log=progress.note,
+                                           task=task, task_opts=task_options)
         else:
             check_param("--engine", engine.engine, not engine.distributed, "local (generation runs in-process)")
             result = stages.run_generation(model, data, out, data_opts=data_options, gen_opts=generation,

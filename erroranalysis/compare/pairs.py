@@ -108,7 +108,28 @@ def align(base: RunView, cand: RunView) -> tuple[np.ndarray, list[str]]:
     if base.manifest.get("task", "classification") != cand.manifest.get("task", "classification"):
         raise DataError(f"{cand.path}: a {cand.manifest.get('task')} run cannot be compared with "
                         f"{base.path}, a {base.manifest.get('task')} run.")
+    notes += task_notes(base, cand)
     return pos, notes
+
+
+def task_notes(base: RunView, cand: RunView) -> list[str]:
+    """What a comparison of multi-label or regression runs means, or a DataError when it would compare two failure
+    rules: each regression run's default failures are its own worst decile, another bound in each run."""
+    task = base.manifest.get("task", "classification")
+    if task == "regression":
+        rules = [((v.manifest.get("task_params") or {}).get("tolerance"),
+                  bool((v.manifest.get("task_params") or {}).get("relative_tolerance"))) for v in (base, cand)]
+        if rules[0][0] is None or rules[0] != rules[1]:
+            raise DataError(f"{cand.path}: regression runs are compared on one failure rule, but the tolerances are "
+                            f"{rules[0][0]} and {rules[1][0]} (None: each run's own worst decile); run both with the "
+                            "same --tolerance.")
+        return ["regression runs: accuracy, fixed and broken count |error| within the shared --tolerance; the "
+                "per-class rows are the gold's quantile bins"]
+    if task == "multilabel":
+        return ["multi-label runs: accuracy is the subset accuracy (fixed/broken: the whole label set right or "
+                "wrong); the per-class rows are label sets, not single labels (see each run's metrics.json for "
+                "per-label scores)"]
+    return []
 
 
 def labels_union(*views: RunView) -> list[str]:

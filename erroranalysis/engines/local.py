@@ -8,19 +8,20 @@ import numpy as np
 
 
 def predict(inputs, predictor, labels: list[str], sink, *, chunk_size: int = 4096,
-            progress: Callable[[int], None] | None = None) -> np.ndarray:
+            progress: Callable[[int], None] | None = None, reading=None) -> np.ndarray:
     """Run `predictor` (a `ChunkPredictor`) over `inputs` (an `input_table`) chunk by chunk into `sink`; return the
-    summed confusion counts [k, k]."""
-    from erroranalysis.infer.predictions import confusion, output_table
+    summed confusion counts [k, k]. `reading` (`predictions.Reading`): how the task reads outputs."""
+    from erroranalysis.infer.predictions import CLASSIFICATION, confusion, output_table
 
+    reading = reading or CLASSIFICATION
     k = len(labels)
     counts = np.zeros((k, k), dtype=np.int64)
     try:
         for start in range(0, inputs.num_rows, chunk_size):
             chunk = inputs.slice(start, chunk_size)
             out = predictor(chunk, progress)
-            sink.write(start, output_table(chunk, labels, out), out)
-            counts += confusion(chunk, out, k)
+            sink.write(start, output_table(chunk, labels, out, reading), out)
+            counts += confusion(chunk, out, k, reading)
     finally:
         sink.close()
     return counts

@@ -89,11 +89,14 @@ class ShardPredictor:
     """The callable class `map_batches` runs: loads the checkpoint once per actor, predicts a chunk, writes its
     shards, returns what the driver checks."""
 
-    def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32"):
+    def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32",
+                 reading=None):
         from erroranalysis.infer.classifier import ChunkPredictor
+        from erroranalysis.infer.predictions import CLASSIFICATION
 
         self.predict = ChunkPredictor(**predictor_kwargs)
         self.labels = labels
+        self.reading = reading or CLASSIFICATION
         self.sink = ShardSink(*[p and Path(p) for p in paths], hidden_dtype=hidden_dtype)
 
     def __call__(self, batch):
@@ -106,10 +109,10 @@ class ShardPredictor:
         for run in np.split(np.arange(len(rows)), np.flatnonzero(np.diff(rows) != 1) + 1):
             chunk = batch.slice(int(run[0]), len(run))
             out = self.predict(chunk)
-            self.sink.write(int(rows[run[0]]), output_table(chunk, self.labels, out), out)
+            self.sink.write(int(rows[run[0]]), output_table(chunk, self.labels, out, self.reading), out)
             starts.append(int(rows[run[0]]))
             sizes.append(len(run))
-            counts.append(confusion(chunk, out, len(self.labels)).ravel())
+            counts.append(confusion(chunk, out, len(self.labels), self.reading).ravel())
         n = len(starts)
         return {"start": np.asarray(starts, np.int64), "rows": np.asarray(sizes, np.int64),
                 "confusion": np.stack(counts),  # and the batching this worker resolved for its device:
@@ -134,7 +137,7 @@ def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
 
 def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
             chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
-            hidden_dtype: str = "float32") -> np.ndarray:
+            hidden_dtype: str = "float32", reading=None) -> np.ndarray:
     """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
     the summed confusion counts and the (rows, tokens) batching the workers ran, each distinct one once."""
     connect(engine)
@@ -153,7 +156,8 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
     ds = ray.data.from_arrow(_blocks(inputs, chunk_size))
     done = bounded_map(ds, ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
                                                                   "paths": tuple(p and str(p) for p in paths),
-                                                                  "hidden_dtype": hidden_dtype},
+                                                                  "hidden_dtype": hidden_dtype,
+                                                                  "reading": reading},
                        batch_size=chunk_size, batch_format="pyarrow", num_cpus=1, num_gpus=gpus or None,
                        compute=ray.data.ActorPoolStrategy(size=actors))
     k = len(labels)

@@ -33,6 +33,7 @@ class Classifier:
     device: str
     weights_sha256: str
     precision: str = "fp32"  # the dtype of the weights: "bf16" when loaded for --precision bf16
+    task: str = "classification"  # classification, multilabel or regression (erroranalysis.tasks): how logits read
 
 
 def resolve_device(name: str = "auto") -> str:
@@ -117,18 +118,34 @@ def check_checkpoint(folder: Path, trust_remote_code: bool) -> list[Path]:
     return files
 
 
+def sequence_task(path: str | Path, task: str | None = None) -> str:
+    """classification, multilabel or regression: the task a sequence-classification checkpoint runs as, read from
+    its config.json and checked against `task` (--task; None or auto to read it); any other head is refused in one
+    line (`erroranalysis.tasks.detect`)."""
+    from erroranalysis import tasks
+
+    path = Path(path)
+    found = tasks.detect(read_config(path), task, source=str(path / "config.json"))
+    if not tasks.TASKS[found].sequence_head:
+        raise ModelError(f"{path / 'config.json'}: a {tasks.TASKS[found].summary} checkpoint; run it with "
+                         f"--task {found}.")
+    return found
+
+
 def load_classifier(path: str | Path, *, device: str = "auto", trust_remote_code: bool = False,
-                    precision: str = "fp32") -> Classifier:
-    """Load a local sequence-classification checkpoint, offline, from safetensors only. With `precision` bf16
-    (or auto on CUDA) the weights are loaded as bfloat16: measured here 1.4x less CPU than fp32 on a CPU with AMX,
-    where fp32 weights under bf16 autocast were slower than fp32 (every op casts its weights again)."""
+                    precision: str = "fp32", task: str | None = None) -> Classifier:
+    """Load a local sequence-classification checkpoint, offline, from safetensors only, as the task its config
+    says (`sequence_task`; `task` is --task). With `precision` bf16 (or auto on CUDA) the weights are loaded as
+    bfloat16: measured here 1.4x less CPU than fp32 on a CPU with AMX, where fp32 weights under bf16 autocast were
+    slower than fp32 (every op casts its weights again)."""
     path = Path(path)
     files = check_checkpoint(path, trust_remote_code)
+    task = sequence_task(path, task)
     model, tokenizer, resolved, weights = _load(path, device, trust_remote_code, precision)
     id2label = model.config.id2label
     labels = [str(id2label[i]) for i in range(len(id2label))]
     return Classifier(model=model, tokenizer=tokenizer, labels=labels, path=path, device=resolved,
-                      weights_sha256=weights_sha256(files), precision=weights)
+                      weights_sha256=weights_sha256(files), precision=weights, task=task)
 
 
 def _load(path: Path, device: str, trust_remote_code: bool, precision: str):
@@ -209,7 +226,8 @@ def _last_hidden_hook(model):
 
 def predict_batch(clf: Classifier, input_ids: list[list[int]], label_ids: np.ndarray | None,
                   precision: str = "fp32") -> dict[str, np.ndarray]:
-    """One padded forward pass: probabilities, loss of the gold label, mean-pooled last hidden state.
+    """One padded forward pass: probabilities (as the task reads the logits: `erroranalysis.infer.heads`), loss
+    of the gold (class ids, multi-hot rows or target values), mean-pooled last hidden state.
 
     `precision` ("fp32" or "bf16"; see `resolve_precision` for "auto"): a model loaded in bf16 runs as it is; bf16
     asked of a model loaded in fp32 runs under bf16 autocast."""
@@ -234,15 +252,12 @@ def predict_batch(clf: Classifier, input_ids: list[list[int]], label_ids: np.nda
     finally:
         if handle is not None:
             handle.remove()
-    logits = out.logits.float()
-    log_probs = torch.log_softmax(logits, dim=-1)
+    from erroranalysis import tasks
+
+    result = tasks.TASKS[clf.task].outputs_function()(out.logits.float(), label_ids)
     last = (captured["last"] if handle is not None else out.hidden_states[-1]).float()
     m = mask_t.unsqueeze(-1).to(last.dtype)
-    pooled = (last * m).sum(1) / m.sum(1).clamp(min=1)
-    result = {"probs": log_probs.exp().cpu().numpy(), "hidden": pooled.cpu().numpy()}
-    if label_ids is not None:
-        gold = torch.as_tensor(label_ids, device=log_probs.device)
-        result["loss"] = (-log_probs.gather(1, gold[:, None]).squeeze(1)).cpu().numpy()
+    result["hidden"] = ((last * m).sum(1) / m.sum(1).clamp(min=1)).cpu().numpy()
     return result
 
 
@@ -288,27 +303,28 @@ class ChunkPredictor:
     """A checkpoint loaded once, mapping a chunk of rows to its outputs: the unit every engine runs (in-process,
     and once per Ray actor through `map_batches`), so both run one implementation.
 
-    `__call__(batch)`: `batch["text"]` (and optionally `batch["label_id"]`, int class ids) as lists, arrays or
-    Arrow columns in; probs, loss, hidden, n_tokens, truncated out, in the batch's row order. Inside a chunk the
+    `__call__(batch)`: `batch["text"]` (and optionally the gold: `label_id` int class ids, `label_ids` multi-hot
+    rows for multi-label, `target` values for regression; `heads.GOLD_COLUMNS`) as lists, arrays or Arrow columns in; probs, loss, hidden, n_tokens, truncated out, in the batch's row order. Inside a chunk the
     rows are tokenized, sorted by length and fed to `predict_batch` in `batches` (see `batching` for their size)."""
 
     def __init__(self, model: str | Path | None = None, *, batch_size: int | None = None, max_length: int = 256,
                  precision: str = "fp32", device: str = "auto", trust_remote_code: bool = False,
-                 clf: Classifier | None = None, max_tokens: int | None = None):
+                 clf: Classifier | None = None, max_tokens: int | None = None, task: str | None = None):
         runtime.MAX_LENGTH.check("max_length", max_length)
         check_precision(precision)
         self.clf = clf if clf is not None else load_classifier(model, device=device, precision=precision,
-                                                               trust_remote_code=trust_remote_code)
+                                                               trust_remote_code=trust_remote_code, task=task)
         model_max = getattr(self.clf.model.config, "max_position_embeddings", None)
         self.max_length = min(max_length, int(model_max)) if model_max else max_length
         self.precision = resolve_precision(precision, self.clf.device)
         self.batch_size, self.max_tokens = batching(self.clf.device, batch_size, max_tokens, self.precision)
 
     def __call__(self, batch, progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+        from erroranalysis.infer.heads import GOLD_COLUMNS, gold_array
+
         texts = _as_list(batch["text"])
-        gold = None
-        if _has(batch, "label_id"):
-            gold = np.asarray(_as_list(batch["label_id"]), dtype=np.int64)
+        column = GOLD_COLUMNS[self.clf.task]
+        gold = gold_array(self.clf.task, batch[column]) if _has(batch, column) else None
         return _infer_chunk(self.clf, texts, gold, (self.batch_size, self.max_tokens), self.max_length,
                             self.precision, progress)
 
@@ -332,16 +348,18 @@ def infer(clf: Classifier, texts: list[str], label_ids: np.ndarray | None, *, ba
     predictor = ChunkPredictor(clf=clf, batch_size=batch_size, max_length=max_length, precision=precision,
                                max_tokens=max_tokens)
     for start in range(0, len(texts), chunk_size):
+        from erroranalysis.infer.heads import GOLD_COLUMNS
+
         batch = {"text": list(texts[start:start + chunk_size])}
         if label_ids is not None:
-            batch["label_id"] = np.asarray(label_ids[start:start + chunk_size])
+            batch[GOLD_COLUMNS[clf.task]] = np.asarray(label_ids[start:start + chunk_size])
         yield predictor(batch, progress)
 
 
 def _infer_chunk(clf, texts, gold, batching_, max_length, precision, progress) -> dict[str, np.ndarray]:
     ids, truncated = tokenize(clf.tokenizer, texts, max_length)
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
-    n, k = len(texts), len(clf.labels)
+    n, k = len(texts), (1 if clf.task == "regression" else len(clf.labels))
     probs = np.empty((n, k), dtype=np.float32)
     loss = np.full(n, np.nan, dtype=np.float32)
     hidden = None

@@ -213,6 +213,12 @@ class Watcher:
             training_state = _training_state(folder)
             return stages.analyze_generation_step(self.runs, lm, self.prompts, g, training_state=training_state,
                                                   **common)
+        found = stages.resolve_task(folder, "auto")
+        if found != "classification":
+            from erroranalysis.errors import ModelError
+
+            raise ModelError(f"{folder}: a {found} head; `watch` analyzes single-label classifiers and causal LMs in "
+                             f"this version: run `erroranalysis run --model {folder}` on it.")
         job = stages.prepare_checkpoint(folder, self.data, self.data_opts, self.infer)
         job.training_state = _training_state(folder)  # the checkpoint's log, as the callback keeps the log so far
         return stages.analyze_step(self.runs, job, **common)

@@ -29,6 +29,7 @@ from erroranalysis.rundir.artifacts import (
     PROBS,
     SLICE_MEMBERS,
     SLICES,
+    SPANS,
     STAGE_ARTIFACTS,
     SUGGESTIONS,
     TABLES,

@@ -25,6 +25,7 @@ ASSIGNMENTS = "assignments.parquet"
 SUGGESTIONS = "taxonomy_suggestions.parquet"
 DOCTOR_MD = "doctor.md"
 DOCTOR_JSON = "doctor.json"
+SPANS = "spans.parquet"  # token classification: one row per gold or predicted span, with its error kind
 CENTROIDS = "cluster_centroids.parquet"  # what `timeline --prune` keeps of embeddings.npy: one vector per cluster
 
 from erroranalysis import schemas  # noqa: E402
@@ -34,12 +35,12 @@ CORE_COLUMNS = schemas.PREDICTIONS.columns  # predictions.parquet's own columns;
 # artifact -> its columns, declared once in erroranalysis.schemas; writes and reads are checked against them
 TABLES = {PREDICTIONS: schemas.PREDICTIONS, CLUSTERS: schemas.CLUSTERS, ASSIGNMENTS: schemas.ASSIGNMENTS,
           SLICES: schemas.SLICES, SLICE_MEMBERS: schemas.SLICE_MEMBERS, CHECKS: schemas.CHECKS,
-          SUGGESTIONS: schemas.SUGGESTIONS, CENTROIDS: schemas.CENTROIDS}
+          SUGGESTIONS: schemas.SUGGESTIONS, CENTROIDS: schemas.CENTROIDS, SPANS: schemas.SPANS}
 
 # stage -> the artifacts it owns. A stage's artifacts are committed together; one it owns but did not write this
 # time is removed at the commit, so no file outlives the stage run that made it.
 STAGE_ARTIFACTS = {
-    "infer": (PREDICTIONS, PROBS, HIDDEN, TRAINER_STATE),
+    "infer": (PREDICTIONS, PROBS, HIDDEN, TRAINER_STATE, SPANS),
     "load_predictions": (PREDICTIONS, PROBS),
     "metrics": (METRICS,),
     "checks": (CHECKS, CHECKS_JSON),

@@ -27,10 +27,11 @@ from erroranalysis.stages.export import (
 )
 from erroranalysis.stages.generate import prepare_eval_set as prepare_prompts
 from erroranalysis.stages.generate import run_generation
-from erroranalysis.stages.infer import InferParams, run_checkpoint
+from erroranalysis.stages.infer import InferParams, resolve_task, run_checkpoint
 from erroranalysis.stages.infer import prepare as prepare_checkpoint
 from erroranalysis.stages.load_generations import analyze_generations
 from erroranalysis.stages.load_predictions import analyze_predictions
+from erroranalysis.stages.load_task_predictions import analyze_task_predictions
 from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics
 from erroranalysis.stages.report import Limits as ReportLimits
 from erroranalysis.stages.report import run_document, write_compare_html, write_run_report
@@ -45,6 +46,7 @@ from erroranalysis.stages.steps import (
     same_predictions,
 )
 from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
+from erroranalysis.stages.tokens import TokenParams, run_token_classification
 from erroranalysis.stages.timeline import (
     build_timeline,
     experiment_folder,

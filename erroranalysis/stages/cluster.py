@@ -115,7 +115,7 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     from erroranalysis.stages.embedders import resolve_embedder
 
     run = rundir.Run.open(run_dir)
-    predictions = readers.read_predictions(run)
+    predictions = readers.read_units(run)
     emb = embedder if embedder is not None else resolve_embedder(params.embedder, run, predictions,
                                                                  cache=params.cache, batch_size=params.embed_batch_size)
     failed = ~predictions["correct"].to_numpy()
@@ -308,7 +308,7 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
 
     params = params.project(NamingParams).replace(**overrides) if overrides else params.project(NamingParams)
     run = rundir.Run.open(run_dir)
-    predictions = readers.read_predictions(run)
+    predictions = readers.read_units(run)
     assignments = readers.read_assignments(run)
     if len(assignments) != len(predictions) or not (
             assignments["example_id"].to_numpy() == predictions["example_id"].to_numpy()).all():

@@ -103,7 +103,7 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
 
 def _check_probs(run, preds, probs) -> None:
     labels = run.labels
-    if probs is not None and len(labels) >= 2 and len(preds):
+    if probs is not None and len(labels) >= 2 and len(preds) and run.task == "classification":
         from erroranalysis.datachecks.label_issues import validate
 
         validate(preds["label"].to_numpy(dtype=object), np.asarray(probs), labels,
@@ -133,6 +133,9 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
         table[column] = issues[column].to_numpy()
     report["label_issues"] = checks_report.label_issue_summary(
         issues, ids, gold, preds["correct"].to_numpy(), probs, params.label_issue_method, params.filter_by)
+    if run.task == "regression":  # cleanlab's regression label issues refit a model (CleanLearning): not here
+        report["label_issues"] = {"available": False, "reason": "label issues are not computed for a regression "
+                                  "run (cleanlab's regression check refits a model on the data)"}
     report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors else {
         "weight": params.label_issue_neighbors, "k": params.label_issue_k, "vectors": vectors.source}
 
@@ -320,7 +323,9 @@ def _label_issues(gold, probs, labels, params: CheckParams, run, vectors=None) -
     """Label-issue scores: the model's out-of-sample probabilities, joined (with `label_issue_neighbors`) by the
     labels of each example's neighbours in the check vectors, a signal the model's softmax does not give."""
     n = len(gold)
-    if probs is None or len(labels) < 2 or n == 0:
+    if run.task == "multilabel" and probs is not None and n:
+        return _multilabel_issues(run, probs, params)
+    if probs is None or len(labels) < 2 or n == 0 or run.task == "regression":
         return pd.DataFrame({"label_issue_score": np.full(n, np.nan, dtype=np.float32),
                              "label_issue": pd.array([None] * n, dtype="boolean"),
                              "suggested_label": pd.array([None] * n, dtype="string")})
@@ -329,6 +334,19 @@ def _label_issues(gold, probs, labels, params: CheckParams, run, vectors=None) -
     found = find_label_issues(gold, np.asarray(probs), labels, method=params.label_issue_method,
                               filter_by=params.filter_by, source=str(run.file(rundir.PROBS)), vectors=vectors,
                               knn_weight=params.label_issue_neighbors, k=params.label_issue_k, seed=params.seed)
+    found["label_issue"] = pd.array(found["label_issue"].to_numpy(), dtype="boolean")
+    found["suggested_label"] = pd.array(found["suggested_label"].astype(str).to_numpy(), dtype="string")
+    return found
+
+
+def _multilabel_issues(run, probs, params: CheckParams) -> pd.DataFrame:
+    """cleanlab's multi-label confident learning over the run's sigmoids and gold sets."""
+    from erroranalysis.datachecks.multilabel_issues import find_multilabel_issues
+    from erroranalysis.stages.metrics import gold_matrix
+
+    gold = gold_matrix(readers.read_predictions(run, columns=["gold_labels"]), "gold_labels", run.labels)
+    found = find_multilabel_issues(gold, np.asarray(probs), run.labels, method=params.label_issue_method,
+                                   filter_by=params.filter_by)
     found["label_issue"] = pd.array(found["label_issue"].to_numpy(), dtype="boolean")
     found["suggested_label"] = pd.array(found["suggested_label"].astype(str).to_numpy(), dtype="string")
     return found

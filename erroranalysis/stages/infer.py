@@ -20,11 +20,13 @@ from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
 from erroranalysis.engines import LOCAL, Engine
 from erroranalysis.infer import runtime
 from erroranalysis.infer.classifier import cpu_bf16_note
+from erroranalysis.infer.predictions import CLASSIFICATION, Reading
 from erroranalysis.params import Choice, Params, param, spec_field
 from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
+from erroranalysis.tasks import TaskParams
 
 CHUNK_ROWS = 4096  # rows per chunk: the unit of streaming in-process and of a Ray block
 HIDDEN = ("float32", "float16", "none")  # how hidden_states.npy is kept: per-step runs of a training run keep less
@@ -48,13 +50,16 @@ class InferParams(Params):
 def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),
                    infer_opts: InferParams = InferParams(), after: AfterParams = AfterParams(),
                    overwrite: bool = False, progress=None, embedder=None, engine: Engine = LOCAL,
-                   log: Callable[[str], None] | None = None) -> Run:
+                   log: Callable[[str], None] | None = None, task: str | None = None,
+                   task_opts: TaskParams = TaskParams()) -> Run:
     """`erroranalysis run`: infer with a checkpoint over an eval set, then the stages `after` names (`embedder`, an
-    object with `key` and `embed(frame)`, replaces the cluster stage's). `engine` says where inference runs;
-    `progress` is a `erroranalysis.progress.Reporter` or a function (rows done, total) for inference alone; `log`
-    gets notes for the user (bf16 emulated on this CPU)."""
-    job = prepare(model, data, data_opts, infer_opts)
+    object with `key` and `embed(frame)`, replaces the cluster stage's). `task` (None or auto: from the
+    checkpoint's config.json; classification, multilabel or regression) and `task_opts` say how its head reads.
+    `engine` says where inference runs; `progress` is a `erroranalysis.progress.Reporter` or a function (rows done,
+    total) for inference alone; `log` gets notes for the user (bf16 emulated on this CPU)."""
+    job = prepare(model, data, data_opts, infer_opts, task=task, task_opts=task_opts)
     if engine.distributed:
+        check_engine(job, engine)
         from erroranalysis.engines import ray_data
 
         ray_data.connect(engine)  # fail before the run directory exists when Ray is missing or unreachable
@@ -66,6 +71,25 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
         infer_stage(run, job, reporter, engine)
         after_predictions(run, after, embedder=embedder, progress=reporter, engine=engine)
     return run
+
+
+def resolve_task(model: str | Path, task: str | None = "auto") -> str:
+    """The task a checkpoint runs as: `task` as given, or with auto (or None) the one its config.json names (a .gguf
+    file is generation); a head erroranalysis does not analyze, or a --task the config contradicts, is refused here
+    in one line, before anything is loaded (`erroranalysis.tasks.detect`)."""
+    from erroranalysis import tasks
+    from erroranalysis.errors import ModelError
+    from erroranalysis.infer.classifier import read_config
+
+    model = Path(model)
+    if task not in (None, *tasks.CHOICES):
+        raise ModelError(f"--task {task!r} is not a task erroranalysis knows; supported: {tasks.supported()}.")
+    if model.suffix.lower() == ".gguf":
+        if task not in (None, "auto", "generation"):
+            raise ModelError(f"{model}: a .gguf file is a causal LM; --task {task} cannot run it (use --task "
+                             "generation or auto).")
+        return "generation"
+    return tasks.detect(read_config(model), task, source=str(model / "config.json"))
 
 
 @dataclass
@@ -80,6 +104,12 @@ class InferJob:
     gold: np.ndarray
     params: InferParams
     training_state: dict | None = None
+    reading: Reading = CLASSIFICATION
+    task_params: TaskParams = TaskParams()
+
+    @property
+    def task(self) -> str:
+        return self.clf.task
 
     @property
     def batching(self) -> tuple[int, int]:
@@ -98,23 +128,101 @@ class InferJob:
 
     def manifest(self, **extra) -> dict:
         p = self.params
-        return {"task": "classification", "labels": self.clf.labels,
+        return {"task": self.task, "labels": self.clf.labels,
                 "model": {"path": str(self.model.resolve()), "weights_sha256": self.clf.weights_sha256,
                           "max_length": p.max_length, "precision": self.precision, "precision_asked": p.precision,
                           **dict(zip(("batch_size", "max_tokens"), self.batching))},
-                "data": data_entry(self.eval_set), "device": self.clf.device, **extra}
+                "data": data_entry(self.eval_set), "device": self.clf.device,
+                **({"task_params": self.task_record()} if self.task != "classification" else {}), **extra}
+
+    def task_record(self) -> dict:
+        """The manifest's `task_params`: what this task's head was read with (thresholds, tolerance, bins)."""
+        own = {"multilabel": ("threshold", "label_sep", "label_per_column"),
+               "regression": ("tolerance", "relative_tolerance")}[self.task]
+        given = {k: v for k, v in self.task_params.record().items() if k in own}
+        return {**given, **{k: v for k, v in self.reading.record().items() if v is not None and k not in given}}
 
 
-def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams) -> InferJob:
-    """Load and check the eval set and the checkpoint (nothing is written)."""
-    from erroranalysis.infer.classifier import load_classifier
+def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams, *,
+            task: str | None = None, task_opts: TaskParams = TaskParams()) -> InferJob:
+    """Load and check the eval set and the checkpoint (nothing is written): the task is read from the checkpoint's
+    config.json and checked against `task` before anything heavy loads, the gold is read as that task takes it."""
+    from erroranalysis.infer.classifier import check_checkpoint, load_classifier, read_config, sequence_task
 
-    eval_set = read_eval_set(data, data_opts)
+    check_checkpoint(Path(model), params.trust_remote_code)
+    task = sequence_task(model, task)
+    config = read_config(Path(model))
+    labels = config_labels(config)
+    if task == "classification":
+        eval_set, gold = _single_label(data, data_opts, labels, config, model)
+        reading = CLASSIFICATION
+    else:
+        eval_set, gold, reading = _task_gold(task, data, data_opts, task_opts, labels)
     clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code,
-                          precision=params.precision)
-    gold = map_labels(eval_set.frame["label"].to_numpy(), clf.labels, source=str(eval_set.path),
+                          precision=params.precision, task=task)
+    return InferJob(Path(model), clf, eval_set, gold, params, reading=reading, task_params=task_opts)
+
+
+def config_labels(config: dict) -> list[str]:
+    """The head's label names in id order, as transformers reads them (id2label, else LABEL_<i>)."""
+    from erroranalysis.tasks import num_labels
+
+    id2label = config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
+    return [f"LABEL_{i}" for i in range(num_labels(config) or 0)]
+
+
+def _single_label(data, data_opts: DataOptions, labels: list[str], config: dict, model):
+    from erroranalysis.errors import ModelError
+    from erroranalysis.gold import ListLabels
+
+    try:
+        eval_set = read_eval_set(data, data_opts)
+    except ListLabels as exc:  # a single-label head given multi-label gold: refused naming what the config says
+        head = (f"a single-label classifier (problem_type {config.get('problem_type')!r}, "
+                f"{len(labels)} labels in {Path(model) / 'config.json'})")
+        raise ModelError(str(exc).split("where one label", 1)[0] + f"but the checkpoint is {head}; pass --task "
+                         "multilabel if it was trained multi-label, else give one label per example.") from None
+    gold = map_labels(eval_set.frame["label"].to_numpy(), labels, source=str(eval_set.path),
                       lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
-    return InferJob(Path(model), clf, eval_set, gold, params)
+    return eval_set, gold
+
+
+def _task_gold(task: str, data, data_opts: DataOptions, opts: TaskParams, labels: list[str]):
+    """(eval set, gold, reading) of a multi-label or regression run: the label column (or the 0/1 columns) read as
+    they are, then parsed by `erroranalysis.gold`."""
+    from erroranalysis import gold as golds
+    from erroranalysis.data import load_eval_set
+    from erroranalysis.infer.predictions import quantile_edges
+
+    columns = tuple(labels) if task == "multilabel" and opts.label_per_column else (data_opts.label_column,)
+    eval_set = load_eval_set(data, text_column=data_opts.text_column, label_column=None,
+                             id_column=data_opts.id_column, encoding=data_opts.encoding, split=data_opts.split,
+                             required=columns, max_chars=data_opts.max_chars)
+    frame, source, lines = eval_set.frame, str(eval_set.path), eval_set.frame["_line"].to_numpy()
+    eval_set.columns["label"] = ",".join(columns) if len(columns) > 1 else columns[0]
+    if task == "multilabel":
+        if opts.label_per_column:
+            gold = golds.multilabel_columns(frame, labels, source=source, lines=lines)
+        else:
+            gold = golds.multilabel_gold(frame[columns[0]].to_numpy(dtype=object), labels, sep=opts.label_sep,
+                                         source=source, lines=lines, column=columns[0])
+        return eval_set, gold, Reading("multilabel", thresholds=tuple(golds.read_thresholds(opts.threshold, labels)))
+    gold = golds.regression_gold(frame[columns[0]].to_numpy(dtype=object), source=source, lines=lines,
+                                 column=columns[0])
+    return eval_set, gold, Reading("regression", edges=quantile_edges(gold), tolerance=opts.tolerance,
+                                   relative=opts.relative_tolerance)
+
+
+def check_engine(job: InferJob, engine: Engine) -> None:
+    """What the Ray engine cannot do, refused before the run directory exists."""
+    from erroranalysis.errors import ParameterError
+
+    if job.task == "regression" and job.reading.tolerance is None:
+        raise ParameterError("--engine", engine.engine, "local for a regression run without --tolerance (the "
+                             "worst-decile failures need every error before a shard is written); or pass "
+                             "--tolerance")
 
 
 def infer_stage(run: Run, job: InferJob, progress=None, engine: Engine = LOCAL) -> None:
@@ -146,7 +254,7 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
     from erroranalysis.infer.classifier import ChunkPredictor
     from erroranalysis.infer.predictions import input_table
 
-    inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns)
+    inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns, job.reading)
     p = job.params
     hidden = staging.file(rundir.HIDDEN) if p.hidden != "none" else None
     paths = (staging.file(rundir.PREDICTIONS), staging.file(rundir.PROBS), hidden)
@@ -155,9 +263,10 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
 
         kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_tokens": p.max_tokens,
                   "max_length": p.max_length,
-                  "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code}
+                  "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code,
+                  "task": job.task}
         counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
-                                       progress=advance, hidden_dtype=p.hidden)
+                                       progress=advance, hidden_dtype=p.hidden, reading=job.reading)
         staging.facts["batching"] = [list(b) for b in ran]  # each worker resolves it for its own device
         return counts
     from erroranalysis.engines import local
@@ -166,5 +275,24 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
     predictor = ChunkPredictor(clf=job.clf, batch_size=p.batch_size, max_tokens=p.max_tokens, max_length=p.max_length,
                                precision=p.precision)
     staging.facts["batching"] = [[predictor.batch_size, predictor.max_tokens]]
-    return local.predict(inputs, predictor, job.clf.labels, FileSink(*paths, n_rows=inputs.num_rows, hidden_dtype=p.hidden),
-                         chunk_size=CHUNK_ROWS, progress=advance)
+    counts = local.predict(inputs, predictor, job.clf.labels,
+                           FileSink(*paths, n_rows=inputs.num_rows, hidden_dtype=p.hidden), chunk_size=CHUNK_ROWS,
+                           progress=advance, reading=job.reading)
+    if job.task == "regression" and job.reading.tolerance is None:
+        staging.facts["tolerance"] = mark_worst_decile(paths[0])
+    return counts
+
+
+def mark_worst_decile(predictions: Path) -> float:
+    """Regression without --tolerance: rewrite the staged predictions' `correct` once every error is known (the
+    worst decile of |error| fails); returns the tolerance that decided it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.infer.predictions import worst_decile
+
+    table = pq.read_table(predictions)
+    correct, tolerance = worst_decile(table.column("abs_error").to_numpy())
+    table = table.set_column(table.column_names.index("correct"), "correct", pa.array(correct))
+    pq.write_table(table, predictions)
+    return tolerance

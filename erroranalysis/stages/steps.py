@@ -45,6 +45,7 @@ def classifier_job(model, tokenizer, eval_set: EvalSet, params: InferParams, *, 
         raise ModelError(f"{type(model).__name__}: its config has no id2label; build the model with "
                          "num_labels/id2label so the class names are known.")
     labels = [str(id2label[i]) for i in range(len(id2label))]
+    refuse_other_heads(model)
     param = next(model.parameters(), None)
     device = str(param.device) if param is not None else "cpu"
     clf = Classifier(model=model, tokenizer=tokenizer, labels=labels, path=Path(path), device=device,
@@ -52,6 +53,22 @@ def classifier_job(model, tokenizer, eval_set: EvalSet, params: InferParams, *, 
     gold = map_labels(eval_set.frame["label"].to_numpy(), labels, source=str(eval_set.path),
                       lines=eval_set.frame["_line"].to_numpy(), column=label_column)
     return InferJob(Path(path), clf, eval_set, gold, params, training_state)
+
+
+def refuse_other_heads(model) -> None:
+    """A model in memory is analyzed as a single-label classifier only: a multi-label or regression head (its
+    config's problem_type, or one output) is refused in one line, never read through a softmax."""
+    from erroranalysis import tasks
+
+    config = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
+    if not config.get("architectures"):
+        config["architectures"] = [type(model).__name__]
+    found = tasks.detect(config, None, source=f"{type(model).__name__}.config")
+    if found != "classification":
+        raise ModelError(f"{type(model).__name__}: a {tasks.TASKS[found].summary} head (problem_type "
+                         f"{config.get('problem_type')!r}); the Trainer callback analyzes single-label classifiers "
+                         "and causal LMs in this version: analyze its saved checkpoints with `erroranalysis run "
+                         "--model CHECKPOINT`, which reads the head from config.json.")
 
 
 def training_entry(step: int, *, epoch: float | None, experiment: Path, source: str, checkpoint: str | Path | None,

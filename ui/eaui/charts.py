@@ -394,3 +394,26 @@ def training_figure(signals: dict, findings: list[dict]):
     fig.update_yaxes(gridcolor=GRID, zeroline=False)
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     return fig
+
+
+def residual_figure(target, residual, failing, by_gold: list[dict] | None = None):
+    """A regression run's residual plot: prediction - gold against gold, failures in red, the mean residual per
+    gold decile as a line (a bias shows as the line off zero)."""
+    import plotly.graph_objects as go
+
+    target, residual = np.asarray(target, dtype=float), np.asarray(residual, dtype=float)
+    failing = np.asarray(failing, dtype=bool)
+    fig = go.Figure()
+    for mask, name, color in ((~failing, "within tolerance", MUTED), (failing, "failure", "#E11D48")):
+        fig.add_trace(go.Scattergl(x=target[mask], y=residual[mask], mode="markers", name=name,
+                                   marker=dict(size=6, color=color, opacity=0.7),
+                                   hovertemplate="gold %{x:.3g}<br>error %{y:+.3g}<extra></extra>"))
+    if by_gold:
+        fig.add_trace(go.Scatter(x=[(b["gold_low"] + b["gold_high"]) / 2 for b in by_gold],
+                                 y=[b["mean_residual"] for b in by_gold], mode="lines+markers",
+                                 name="mean error by gold decile", line=dict(color=PRIMARY, width=2)))
+    fig.add_hline(y=0, line=dict(color="#0F172A", width=1, dash="dot"))
+    fig.update_layout(**figure_layout(height=380, xaxis=dict(title="gold", gridcolor=GRID),
+                                      yaxis=dict(title="prediction - gold", gridcolor=GRID),
+                                      legend=dict(orientation="h", y=-0.2)))
+    return fig

@@ -53,7 +53,16 @@ def display_frame(rows):
     wrong = np.where(rows["label_wrong"].to_numpy(bool), "label is wrong", "")
     not_err = np.where(rows["not_error"].to_numpy(bool), "not an error", "")
     out["flags"] = [", ".join(x for x in pair if x) for pair in zip(wrong, not_err)]
+    for column in ("missed", "spurious"):  # a multi-label run: which labels were missed, which predicted wrongly
+        if column in rows.columns:
+            out[column] = [", ".join(map(str, v)) if v is not None else "" for v in rows[column]]
+    if "error" in rows.columns and "prediction" in rows.columns:  # a regression run: the value and its error
+        out["prediction"] = rows["prediction"].to_numpy(dtype=float)
+        out["error"] = rows["error"].to_numpy(dtype=float)
     return out
+
+
+TASK_COLUMNS = ("missed", "spurious", "prediction", "error")  # shown where the run's task has them
 
 
 COLUMN_CONFIG = {
@@ -68,6 +77,12 @@ COLUMN_CONFIG = {
     "error_type": st.column_config.TextColumn("Error type", width="medium"),
     "flags": st.column_config.TextColumn("Flags", width="small"),
     "note": st.column_config.TextColumn("Note", width="medium"),
+    "missed": st.column_config.TextColumn("Missed", width="small", help="Gold labels the model did not predict."),
+    "spurious": st.column_config.TextColumn("Spurious", width="small",
+                                            help="Labels predicted without being gold."),
+    "prediction": st.column_config.NumberColumn("Value", format="%.3g", width="small",
+                                                help="The predicted value (the True/Predicted columns are bins)."),
+    "error": st.column_config.NumberColumn("Error", format="%+.3g", width="small", help="prediction - gold"),
 }
 
 
@@ -78,8 +93,8 @@ def examples_table(rows, *, key: str | None = None, selectable: bool = False, he
     shown = rows.head(MAX_ROWS)
     total = len(rows) if total is None else total
     frame = display_frame(shown)
-    order = [c for c in ["example_id", "text", "label", "pred", "confidence", "loss", "error_type", "flags",
-                         "cluster_name", "note"] if c not in hide]
+    order = [c for c in ["example_id", "text", "label", "pred", *TASK_COLUMNS, "confidence", "loss", "error_type",
+                         "flags", "cluster_name", "note"] if c not in hide and c in frame.columns]
     config = dict(COLUMN_CONFIG)
     config["text"] = st.column_config.TextColumn("Text", width=text_width)
     kwargs = dict(hide_index=True, column_order=order, column_config=config, height=height, key=key,

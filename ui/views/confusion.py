@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from erroranalysis.errors import UserError
-from erroranalysis_ui.eaui import charts, data, labeled, state, tables
+from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -15,6 +15,12 @@ ui.header("Confusion matrix", current, "rows are the true label, columns the pre
 with ui.guard("Run `erroranalysis metrics RUN` to compute the matrix."):
     metrics = data.metrics(current.path)
 confusion = metrics.get("confusion") or {}
+if confusion.get("kind") == "multilabel":
+    task_views.multilabel_confusion(current, metrics)
+    st.stop()
+if confusion.get("kind") == "regression_bins":
+    st.caption("A regression run: the gold and the predictions read as quantile bins of the gold; the Overview "
+               "shows the residual plot.")
 labels = [str(x) for x in confusion.get("labels") or []]
 matrix = np.asarray(confusion.get("matrix") or [], dtype=float)
 if not labels or matrix.shape != (len(labels), len(labels)):

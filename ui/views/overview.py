@@ -1,11 +1,12 @@
-"""Overview: headline metrics with intervals, per-class table, calibration, slices (worst first), top confusions."""
+"""Overview: headline metrics with intervals, per-class table, calibration, slices (worst first), top confusions; a
+multi-label run's per-label table and missed/spurious labels, a regression run's residual plot (`eaui.task_views`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from erroranalysis_ui.eaui import charts, data, state
+from erroranalysis_ui.eaui import charts, data, labeled, state, task_views
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -17,71 +18,78 @@ with ui.guard("Run `erroranalysis metrics RUN` to (re)compute them; the other pa
 overall = metrics.get("overall", {})
 n, n_fail = overall.get("n"), overall.get("n_failures")
 
-cols = st.columns(5)
-cols[0].metric("Accuracy", ui.pct(overall.get("accuracy")), border=True,
-               help=ui.ci_text(overall.get("accuracy_ci")) or "No interval recorded.")
-cols[0].caption(ui.ci_text(overall.get("accuracy_ci")) or "")
-cols[1].metric("Macro F1", ui.pct(overall.get("macro_f1")), border=True,
-               help="Unweighted mean of the per-class F1.")
-cols[1].caption(ui.ci_text(overall.get("macro_f1_ci")) or
-                f"weighted F1 {ui.pct(overall.get('weighted_f1'))}")
-cols[2].metric("Failures", ui.count(n_fail), border=True)
-cols[2].caption(f"of {ui.count(n)} examples")
-cols[3].metric("ECE", f"{overall['ece']:.3f}" if charts.finite(overall.get("ece")) else "–", border=True,
-               help="Expected calibration error: mean gap between confidence and accuracy (lower is better).")
-cols[3].caption("calibration error")
-cols[4].metric("Brier", f"{overall['brier']:.3f}" if charts.finite(overall.get("brier")) else "–", border=True,
-               help="Mean squared error of the predicted probabilities (lower is better).")
-cols[4].caption("probability error")
+task = task_views.task_of(data.manifest(current.path))
+if task == "multilabel":
+    task_views.multilabel_overview(metrics)
+elif task == "regression":
+    with ui.guard("The residual plot needs predictions.parquet."):
+        task_views.regression_overview(metrics, labeled.base_table(current.path))
+else:
+    cols = st.columns(5)
+    cols[0].metric("Accuracy", ui.pct(overall.get("accuracy")), border=True,
+                   help=ui.ci_text(overall.get("accuracy_ci")) or "No interval recorded.")
+    cols[0].caption(ui.ci_text(overall.get("accuracy_ci")) or "")
+    cols[1].metric("Macro F1", ui.pct(overall.get("macro_f1")), border=True,
+                   help="Unweighted mean of the per-class F1.")
+    cols[1].caption(ui.ci_text(overall.get("macro_f1_ci")) or
+                    f"weighted F1 {ui.pct(overall.get('weighted_f1'))}")
+    cols[2].metric("Failures", ui.count(n_fail), border=True)
+    cols[2].caption(f"of {ui.count(n)} examples")
+    cols[3].metric("ECE", f"{overall['ece']:.3f}" if charts.finite(overall.get("ece")) else "–", border=True,
+                   help="Expected calibration error: mean gap between confidence and accuracy (lower is better).")
+    cols[3].caption("calibration error")
+    cols[4].metric("Brier", f"{overall['brier']:.3f}" if charts.finite(overall.get("brier")) else "–", border=True,
+                   help="Mean squared error of the predicted probabilities (lower is better).")
+    cols[4].caption("probability error")
 
-left, right = st.columns([3, 2], gap="large")
-with left:
-    st.subheader("Per class")
-    per_class = pd.DataFrame(metrics.get("per_class") or [])
-    if per_class.empty:
-        st.caption("No per-class metrics in metrics.json.")
-    else:
-        shown = pd.DataFrame({"label": per_class["label"].astype(str)})
-        for col in ("precision", "recall", "f1"):
-            shown[col] = per_class[col].astype(float) * 100 if col in per_class.columns else float("nan")
-        shown["f1_ci"] = [ui.ci_text(ci).replace("95% CI ", "") if ui.ci_text(ci) else ""
-                          for ci in per_class.get("f1_ci", pd.Series([None] * len(per_class)))]
-        shown["support"] = per_class.get("support")
-        st.dataframe(
-            shown.sort_values("f1"), hide_index=True,
-            column_config={
-                "label": st.column_config.TextColumn("Class"),
-                "precision": st.column_config.NumberColumn("Precision", format="%.1f%%"),
-                "recall": st.column_config.NumberColumn("Recall", format="%.1f%%"),
-                "f1": st.column_config.ProgressColumn("F1", format="%.1f%%", min_value=0, max_value=100),
-                "f1_ci": st.column_config.TextColumn("F1 95% CI"),
-                "support": st.column_config.NumberColumn("Support", format="localized"),
-            },
-        )
-        st.caption("Worst F1 first; click a column header to sort.")
-    st.subheader("Top confusions")
-    top = pd.DataFrame(metrics.get("top_confusions") or [])
-    if top.empty:
-        st.caption("No confusions recorded.")
-    else:
-        top = top.head(8)
-        st.dataframe(top, hide_index=True, column_order=["label", "pred", "count", "share_of_failures"],
-                     column_config={"label": "True", "pred": "Predicted",
-                                    "count": st.column_config.NumberColumn("Examples", format="localized"),
-                                    "share_of_failures": st.column_config.ProgressColumn(
-                                        "Share of failures", format="percent", min_value=0,
-                                        max_value=float(top["share_of_failures"].max() or 1))})
-        st.page_link("views/confusion.py", label="Open the confusion matrix", icon=":material/grid_on:")
+    left, right = st.columns([3, 2], gap="large")
+    with left:
+        st.subheader("Per class")
+        per_class = pd.DataFrame(metrics.get("per_class") or [])
+        if per_class.empty:
+            st.caption("No per-class metrics in metrics.json.")
+        else:
+            shown = pd.DataFrame({"label": per_class["label"].astype(str)})
+            for col in ("precision", "recall", "f1"):
+                shown[col] = per_class[col].astype(float) * 100 if col in per_class.columns else float("nan")
+            shown["f1_ci"] = [ui.ci_text(ci).replace("95% CI ", "") if ui.ci_text(ci) else ""
+                              for ci in per_class.get("f1_ci", pd.Series([None] * len(per_class)))]
+            shown["support"] = per_class.get("support")
+            st.dataframe(
+                shown.sort_values("f1"), hide_index=True,
+                column_config={
+                    "label": st.column_config.TextColumn("Class"),
+                    "precision": st.column_config.NumberColumn("Precision", format="%.1f%%"),
+                    "recall": st.column_config.NumberColumn("Recall", format="%.1f%%"),
+                    "f1": st.column_config.ProgressColumn("F1", format="%.1f%%", min_value=0, max_value=100),
+                    "f1_ci": st.column_config.TextColumn("F1 95% CI"),
+                    "support": st.column_config.NumberColumn("Support", format="localized"),
+                },
+            )
+            st.caption("Worst F1 first; click a column header to sort.")
+        st.subheader("Top confusions")
+        top = pd.DataFrame(metrics.get("top_confusions") or [])
+        if top.empty:
+            st.caption("No confusions recorded.")
+        else:
+            top = top.head(8)
+            st.dataframe(top, hide_index=True, column_order=["label", "pred", "count", "share_of_failures"],
+                         column_config={"label": "True", "pred": "Predicted",
+                                        "count": st.column_config.NumberColumn("Examples", format="localized"),
+                                        "share_of_failures": st.column_config.ProgressColumn(
+                                            "Share of failures", format="percent", min_value=0,
+                                            max_value=float(top["share_of_failures"].max() or 1))})
+            st.page_link("views/confusion.py", label="Open the confusion matrix", icon=":material/grid_on:")
 
-with right:
-    st.subheader("Calibration")
-    calibration = metrics.get("calibration")
-    if not calibration or not calibration.get("bins"):
-        st.caption("No calibration: the run has no probabilities.")
-    else:
-        st.plotly_chart(charts.reliability_figure(calibration["bins"]), config={"displayModeBar": False},
-                        alt="Reliability diagram: accuracy against confidence")
-        st.caption("Bars under the diagonal are over-confident (red when the gap exceeds 5 points).")
+    with right:
+        st.subheader("Calibration")
+        calibration = metrics.get("calibration")
+        if not calibration or not calibration.get("bins"):
+            st.caption("No calibration: the run has no probabilities.")
+        else:
+            st.plotly_chart(charts.reliability_figure(calibration["bins"]), config={"displayModeBar": False},
+                            alt="Reliability diagram: accuracy against confidence")
+            st.caption("Bars under the diagonal are over-confident (red when the gap exceeds 5 points).")
 
 st.subheader("By metadata")
 by_metadata = metrics.get("by_metadata") or {}

@@ -1,0 +1,238 @@
+"""Multi-label classification metrics as pure functions over multi-hot arrays: a multi-label run's `metrics.json`.
+
+`y_true` and `y_pred` are 0/1 [n, k] in the labels' order, `probs` the sigmoid [n, k]. Scores follow scikit-learn
+(`precision_recall_fscore_support` with `zero_division=0` and average micro/macro/weighted/samples,
+`accuracy_score` for the subset accuracy, `hamming_loss`, `roc_auc_score`, `average_precision_score`), which the
+tests check on the same arrays. The confusion view of a multi-label head is per label a 2x2 table, plus the pairs
+of errors that occur together: gold A missed while B was predicted without gold ("B instead of A").
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from erroranalysis.errors import DataError
+from erroranalysis.metrics.classification import (
+    CI_LEVEL,
+    TOP_CONFUSIONS,
+    bucket_values,
+    word_counts,
+)
+from erroranalysis.validation import check_int
+
+BOOTSTRAP_CELLS = 4_000_000  # resample weights held at once
+
+
+def _div(num, den):
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
+
+
+def _check(y_true, y_pred, probs, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    t, p = np.asarray(y_true), np.asarray(y_pred)
+    k = len(labels)
+    for name, a in (("y_true", t), ("y_pred", p)):
+        if a.ndim != 2 or a.shape[1] != k:
+            raise DataError(f"{name} has shape {a.shape}; expected (n, {k}): one 0/1 column per label.")
+        if not np.isin(a, (0, 1)).all():
+            raise DataError(f"{name} holds values other than 0 and 1; pass multi-hot rows.")
+    if t.shape != p.shape or len(t) == 0:
+        raise DataError(f"y_true {t.shape} and y_pred {p.shape} must have the same, non-empty shape.")
+    if probs is not None:
+        probs = np.asarray(probs, dtype=np.float64)
+        if probs.shape != t.shape or not np.isfinite(probs).all():
+            raise DataError(f"probs has shape {probs.shape} or non-finite values; expected finite {t.shape}.")
+    return t.astype(np.int64), p.astype(np.int64), probs
+
+
+def counts(t: np.ndarray, p: np.ndarray, weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per-label tp, fp, fn, tn ([k], or [b, k] with weights [b, n]: bootstrap resamples as row counts)."""
+    if weights is None:
+        weights = np.ones(len(t))
+    tp, fp, fn = weights @ (t & p), weights @ ((1 - t) & p), weights @ (t & (1 - p))
+    n = weights.sum(axis=-1, keepdims=weights.ndim > 1)
+    return {"tp": tp, "fp": fp, "fn": fn, "tn": n - tp - fp - fn}
+
+
+def scores(c: dict) -> dict[str, np.ndarray]:
+    tp, fp, fn = c["tp"], c["fp"], c["fn"]
+    return {"precision": _div(tp, tp + fp), "recall": _div(tp, tp + fn), "f1": _div(2 * tp, 2 * tp + fp + fn)}
+
+
+def averages(t: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    """micro, macro, weighted and samples precision/recall/F1, subset accuracy and Hamming loss."""
+    c = counts(t, p)
+    s = scores(c)
+    support = t.sum(axis=0)
+    out = {}
+    tp, fp, fn = c["tp"].sum(), c["fp"].sum(), c["fn"].sum()
+    micro = scores({"tp": tp, "fp": fp, "fn": fn})
+    for name in ("precision", "recall", "f1"):
+        out[f"micro_{name}"] = float(micro[name])
+        out[f"macro_{name}"] = float(s[name].mean())
+        out[f"weighted_{name}"] = float((s[name] * support).sum() / support.sum()) if support.sum() else 0.0
+    row_tp, row_pred, row_true = (t & p).sum(1), p.sum(1), t.sum(1)
+    out["samples_precision"] = float(_div(row_tp, row_pred).mean())
+    out["samples_recall"] = float(_div(row_tp, row_true).mean())
+    out["samples_f1"] = float(_div(2 * row_tp, row_pred + row_true).mean())
+    out["subset_accuracy"] = float((t == p).all(axis=1).mean())
+    out["hamming_loss"] = float((t != p).mean())
+    return out
+
+
+def compute_multilabel_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.DataFrame | None = None,
+                               texts=None, *, thresholds=None, n_bins: int = 15, n_resamples: int = 1000,
+                               seed: int = 0, max_metadata_values: int = 20) -> dict:
+    """Every metric of a multi-label run's metrics.json (see the module's docstring)."""
+    labels = [str(x) for x in labels]
+    check_int("n_resamples", n_resamples, 0)
+    check_int("n_bins", n_bins, 1)
+    t, p, probs = _check(y_true, y_pred, probs, labels)
+    n, k = t.shape
+    exact = (t == p).all(axis=1)
+    overall = {"n": n, "n_failures": int((~exact).sum()), **averages(t, p)}
+    overall["accuracy"] = overall["subset_accuracy"]  # what views of every task read as "accuracy"
+    c = counts(t, p)
+    s = scores(c)
+    ci = bootstrap(t, p, n_resamples, seed) if n_resamples else None
+    overall["accuracy_ci"] = overall["subset_accuracy_ci"] = None if ci is None else ci["subset_accuracy"]
+    overall["micro_f1_ci"] = None if ci is None else ci["micro_f1"]
+    per_class = []
+    for j, name in enumerate(labels):
+        row = {"label": name, "precision": float(s["precision"][j]), "recall": float(s["recall"][j]),
+               "f1": float(s["f1"][j]), "support": int(t[:, j].sum()), "predicted": int(p[:, j].sum()),
+               **{key: int(c[key][j]) for key in ("tp", "fp", "fn", "tn")},
+               "f1_ci": None if ci is None else ci["f1"][j],
+               "threshold": None if thresholds is None else float(np.asarray(thresholds)[j])}
+        if probs is not None:
+            row.update(ranking(t[:, j], probs[:, j]))
+        per_class.append(row)
+    result = {"task": "multilabel", "overall": overall, "per_class": per_class,
+              "confusion": confusion(t, p, labels), "top_confusions": top_pairs(t, p, labels)}
+    result["missed"], result["spurious"] = top_errors(t, p, labels)
+    if probs is not None:
+        result["calibration"] = calibration(t, probs, labels, n_bins)
+        overall["ece"], overall["brier"] = result["calibration"]["ece"], result["calibration"]["brier"]
+        aucs = [r["roc_auc"] for r in per_class if r.get("roc_auc") is not None]
+        overall["macro_roc_auc"] = float(np.mean(aucs)) if aucs else None
+        aps = [r["average_precision"] for r in per_class if r.get("average_precision") is not None]
+        overall["macro_average_precision"] = float(np.mean(aps)) if aps else None
+    result["by_metadata"] = by_metadata(t, p, metadata, texts, max_metadata_values)
+    result["bootstrap"] = {"n_resamples": n_resamples, "seed": seed, "level": CI_LEVEL}
+    return result
+
+
+def ranking(y: np.ndarray, score: np.ndarray) -> dict:
+    """ROC-AUC and average precision of one label (None where the label is all 0 or all 1 in the gold)."""
+    if y.min() == y.max():
+        return {"roc_auc": None, "average_precision": None}
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    return {"roc_auc": float(roc_auc_score(y, score)), "average_precision": float(average_precision_score(y, score))}
+
+
+def confusion(t: np.ndarray, p: np.ndarray, labels: list[str]) -> dict:
+    """Per-label 2x2 counts [[tn, fp], [fn, tp]] and the error co-occurrence matrix: [i, j] examples where gold
+    label i was missed while label j was predicted without gold (j read instead of i)."""
+    c = counts(t, p)
+    missed, spurious = t & (1 - p), p & (1 - t)
+    errors = missed.T @ spurious
+    return {"kind": "multilabel", "labels": labels, "matrix": errors.tolist(),
+            "normalized": _div(errors, missed.sum(axis=0)[:, None]).tolist(),
+            "per_label": [{"label": name, "tn": int(c["tn"][j]), "fp": int(c["fp"][j]), "fn": int(c["fn"][j]),
+                           "tp": int(c["tp"][j])} for j, name in enumerate(labels)]}
+
+
+def top_pairs(t: np.ndarray, p: np.ndarray, labels: list[str], limit: int = TOP_CONFUSIONS) -> list[dict]:
+    """The most frequent (gold missed, predicted without gold) pairs, with their share of failing examples."""
+    missed, spurious = t & (1 - p), p & (1 - t)
+    errors = missed.T @ spurious
+    failures = max(int((t != p).any(axis=1).sum()), 1)
+    order = np.argsort(-errors, axis=None, kind="stable")[:limit]
+    rows, cols = np.unravel_index(order, errors.shape)
+    return [{"label": labels[r], "pred": labels[c], "count": int(errors[r, c]),
+             "share_of_failures": int(errors[r, c]) / failures} for r, c in zip(rows, cols) if errors[r, c] > 0]
+
+
+def top_errors(t: np.ndarray, p: np.ndarray, labels: list[str]) -> tuple[list[dict], list[dict]]:
+    """Per label, how often it was missed ("gold A, missed") and predicted without gold, most frequent first."""
+    failures = max(int((t != p).any(axis=1).sum()), 1)
+
+    def rows(m):
+        total = m.sum(axis=0)
+        return [{"label": labels[j], "count": int(total[j]), "share_of_failures": int(total[j]) / failures}
+                for j in np.argsort(-total, kind="stable") if total[j] > 0]
+
+    return rows(t & (1 - p)), rows(p & (1 - t))
+
+
+def bootstrap(t: np.ndarray, p: np.ndarray, n_resamples: int, seed: int, level: float = CI_LEVEL) -> dict:
+    """Percentile intervals of the subset accuracy, micro F1 and each label's F1, over rows resampled with
+    replacement (drawn as multinomial row counts, in chunks that bound memory)."""
+    n = len(t)
+    rng = np.random.default_rng(seed)
+    exact = (t == p).all(axis=1).astype(np.float64)
+    chunk = max(1, BOOTSTRAP_CELLS // max(n, 1))
+    acc, micro, f1 = [], [], []
+    for size in np.diff(np.r_[0:n_resamples:chunk, n_resamples]):
+        w = rng.multinomial(n, np.full(n, 1 / n), size=size).astype(np.float64)
+        c = counts(t, p, w)
+        acc.append(w @ exact / n)
+        f1.append(scores(c)["f1"])
+        tp, fp, fn = c["tp"].sum(1), c["fp"].sum(1), c["fn"].sum(1)
+        micro.append(_div(2 * tp, 2 * tp + fp + fn))
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    pair = lambda v: [float(x) for x in np.percentile(np.concatenate(v), q)]  # noqa: E731
+    per_label = np.percentile(np.concatenate(f1), q, axis=0).T
+    return {"subset_accuracy": pair(acc), "micro_f1": pair(micro), "f1": [[float(a), float(b)] for a, b in per_label]}
+
+
+def reliability(y: np.ndarray, prob: np.ndarray, n_bins: int) -> dict:
+    """Equal-width bins (lower, upper] of a label's probability against how often the label is gold: ECE and
+    Brier score of that label."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    bin_of = np.clip(np.searchsorted(edges, prob, side="left") - 1, 0, n_bins - 1)
+    count = np.bincount(bin_of, minlength=n_bins)
+    mean_p = _div(np.bincount(bin_of, weights=prob, minlength=n_bins), count)
+    freq = _div(np.bincount(bin_of, weights=y, minlength=n_bins), count)
+    ece = float((count / len(y) * np.abs(freq - mean_p)).sum())
+    bins = [{"lower": float(edges[i]), "upper": float(edges[i + 1]), "count": int(count[i]),
+             "confidence": float(mean_p[i]) if count[i] else None, "accuracy": float(freq[i]) if count[i] else None}
+            for i in range(n_bins)]
+    return {"ece": ece, "brier": float(np.mean((prob - y) ** 2)), "bins": bins}
+
+
+def calibration(t: np.ndarray, probs: np.ndarray, labels: list[str], n_bins: int = 15) -> dict:
+    """Reliability of every (example, label) probability pooled, and of each label alone (`per_label`)."""
+    pooled = reliability(t.ravel().astype(np.float64), probs.ravel(), n_bins)
+    per_label = [{"label": name, **reliability(t[:, j].astype(np.float64), probs[:, j], n_bins)}
+                 for j, name in enumerate(labels)]
+    return {"n_bins": n_bins, **pooled, "per_label": per_label}
+
+
+def by_metadata(t, p, metadata, texts, max_values) -> dict:
+    """Per value of each metadata column (and of text length): n, subset accuracy, error rate, micro F1."""
+    out = {}
+    columns = [] if metadata is None else [
+        (f"meta_{c}" if str(c) == "text_length" and texts is not None else str(c), metadata[c], None)
+        for c in metadata.columns]
+    if texts is not None:
+        columns.append(("text_length", word_counts(texts), True))
+    for name, values, numeric in columns:
+        codes, names = bucket_values(values, max_values, numeric=numeric)
+        rows = []
+        for i, value in enumerate(names):
+            mask = codes == i
+            if not mask.any():
+                continue
+            tm, pm = t[mask], p[mask]
+            exact = float((tm == pm).all(axis=1).mean())
+            c = counts(tm, pm)
+            rows.append({"value": value, "n": int(mask.sum()), "accuracy": exact, "error_rate": 1 - exact,
+                         "micro_f1": float(scores({key: v.sum() for key, v in c.items()})["f1"]),
+                         "macro_f1": float(scores(c)["f1"].mean())})
+        out[name] = rows
+    return out
