@@ -9,5 +9,6 @@ from erroranalysis.sft.detect import KINDS, MEANINGS
 from erroranalysis.sft.params import MODES, SftParams
 from erroranalysis.sft.render import ROLE_NAMES, render
 from erroranalysis.sft.rows import SftRows, read_rows, rows_of
-from erroranalysis.sft.tokenized import read_tokenized
+from erroranalysis.sft import tokenized
+from erroranalysis.sft.tokenized import TokenizedRow, read_tokenized
 from erroranalysis.sft.tokenizer import Tokens, facts, load_tokens

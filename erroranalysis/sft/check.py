@@ -69,7 +69,10 @@ def _view(i, ref, rows, tokens, params, tokenized):
         trained = unshift(given.labels) if shifted else given.labels != -100
         roles, mismatch = align(ref.ids, ref.roles, ids, tokens.tokenizer)
     n_full = len(ids)
-    view = detect.RowView(ids[:keep], trained[:keep], roles[:keep], n_full, ref.answer_tokens)
+    # answer tokens of the whole row: our rendering's, or where the user's tokens are another rendering, theirs
+    answer_full = detect.answer_tokens(roles if tokenized is not None and mismatch else ref.roles,
+                                       ids if tokenized is not None and mismatch else ref.ids, tokens.stop_ids)
+    view = detect.RowView(ids[:keep], trained[:keep], roles[:keep], n_full, answer_full)
     return view, shifted, mismatch, tokenized is not None
 
 

@@ -37,7 +37,8 @@ MEANINGS = {
 @dataclass
 class RowView:
     """One row as the trainer trains on it: `ids`, `trained` (label not -100, shifts undone), `roles`, after
-    truncation; `n_full`: tokens before truncation; `answer_full`: answer tokens before truncation."""
+    truncation; `n_full`: tokens before truncation; `answer_full`: answer tokens (stop tokens aside) of the whole
+    rendering."""
 
     ids: np.ndarray
     trained: np.ndarray
@@ -63,11 +64,17 @@ def prompt_trained(view: RowView, mode: str) -> str | None:
     return f"{n} of {int(np.count_nonzero(np.isin(view.roles, (SYSTEM, PROMPT))))} prompt tokens carry labels ({mode})"
 
 
-def answer_cut(view: RowView, max_length: int | None) -> tuple[str, str] | None:
+def answer_tokens(roles: np.ndarray, ids: np.ndarray, stop_ids) -> int:
+    """Answer tokens other than stop tokens: a row cut right before its EOS keeps its whole answer (and misses
+    the EOS: missing_eos)."""
+    return int(np.count_nonzero((roles == ANSWER) & ~np.isin(ids, list(stop_ids))))
+
+
+def answer_cut(view: RowView, max_length: int | None, stop_ids=frozenset()) -> tuple[str, str] | None:
     """("answer_truncated" | "answer_dropped", detail) when truncation takes answer tokens away."""
     if view.answer_full == 0:
         return None
-    kept = int(np.count_nonzero(view.roles == ANSWER))
+    kept = answer_tokens(view.roles, view.ids, stop_ids)
     if kept >= view.answer_full:
         return None
     where = f"max_length {max_length}" if max_length is not None and view.n_full > max_length else \
@@ -77,7 +84,7 @@ def answer_cut(view: RowView, max_length: int | None) -> tuple[str, str] | None:
     return "answer_truncated", f"{kept} of {view.answer_full} answer tokens kept ({where})"
 
 
-def stop_problems(view: RowView, stop_ids: frozenset, cut: bool) -> tuple[str | None, str | None]:
+def stop_problems(view: RowView, stop_ids: frozenset) -> tuple[str | None, str | None]:
     """(missing_eos, eos_masked) details. The last trained token that is not the template's own text should be a
     stop token (EOS or end-of-turn); one that follows a trained token with its own label masked is eos_masked."""
     if not stop_ids or not view.trained.any():
@@ -90,11 +97,12 @@ def stop_problems(view: RowView, stop_ids: frozenset, cut: bool) -> tuple[str | 
                       f"{int(masked[0])})")
     content = np.flatnonzero(view.trained & (view.roles != TEMPLATE))
     last = int(content[-1]) if len(content) else int(np.flatnonzero(view.trained)[-1])
-    if is_stop[last] or (cut and last == len(view.ids) - 1):
-        return None, eos_masked  # it stops, or the cut is the answer_* finding's to report
+    if is_stop[last]:
+        return None, eos_masked
     if last + 1 < len(view.ids) and is_stop[last + 1] and not view.trained[last + 1]:
         return None, eos_masked or f"the stop token after the last trained token (position {last + 1}) is masked"
-    return f"the last trained token is {last} of {len(view.ids)}, not a stop token", eos_masked
+    cut = " (max_length cuts it)" if view.n_full > len(view.ids) else ""
+    return (f"the last trained token (position {last} of {len(view.ids)}) is not a stop token{cut}", eos_masked)
 
 
 def double_bos(ids: np.ndarray, bos_id: int | None) -> str | None:
@@ -170,12 +178,11 @@ def check_row(view: RowView, *, mode: str, max_length: int | None, stop_ids: fro
     add("too_long", too_long(view.n_full, max_length))
     add("nothing_trained", nothing_trained(view, max_length))
     add("prompt_trained", prompt_trained(view, mode))
-    cut_answer = answer_cut(view, max_length)
+    cut_answer = answer_cut(view, max_length, stop_ids)
     if cut_answer:
         add(*cut_answer)
-    cut = view.n_full > len(view.ids)
-    missing, masked = stop_problems(view, stop_ids, cut)
-    add("missing_eos", missing if not cut_answer else None)
+    missing, masked = stop_problems(view, stop_ids)
+    add("missing_eos", missing if not cut_answer else None)  # a cut answer has lost its EOS: that finding says so
     add("eos_masked", masked)
     add("double_bos", double_bos(view.ids, bos_id))
     add("empty_answer", empty_answer(answers, conversational, text_rows))

@@ -38,10 +38,6 @@ class Encoded:
     offsets: np.ndarray | None = None
     prompt_text: str | None = None  # a conversation's rendering by the chat template (template_mismatch)
 
-    @property
-    def answer_tokens(self) -> int:
-        return int(np.count_nonzero(self.roles == ANSWER))
-
 
 def render(rows, tokens, mode: str) -> list[Encoded]:
     """Every row of `rows` (SftRows) rendered and masked for `mode` (SftParams.effective_mode of the format)."""
