@@ -88,6 +88,8 @@ def print_rows(result, n: int) -> None:
     from rich.markup import escape
     from rich.text import Text
 
+    from erroranalysis.terminal import visible
+
     out = common.console()
     rows = result.rows
     flagged = rows[rows["kinds"].map(len) > 0]
@@ -104,5 +106,6 @@ def print_rows(result, n: int) -> None:
                 out.print(f"  [red]{escape(f['kind'])}[/red]: {escape(str(f['detail']))}", soft_wrap=True)
         text = Text()
         for segment, state in zip(entry["segments"], entry["segment_state"]):
-            text.append(segment, style=STATE_STYLE.get(int(state), ""))  # Text is never parsed as markup
+            # a Text is never parsed as markup, nor passed through the console's render_str: made visible here
+            text.append(visible(segment), style=STATE_STYLE.get(int(state), ""))
         out.print(text, soft_wrap=True)
