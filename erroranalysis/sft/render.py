@@ -74,6 +74,7 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
         got = tok.apply_chat_template(convs, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
         masks = got["assistant_masks"]
     lengths = rows.prompt_lengths[start:stop] if rows.prompt_lengths is not None else None
+    stop_texts = tuple(tok.convert_ids_to_tokens(sorted(tokens.stop_ids)))
     prompt_ids = None
     if lengths is not None:
         heads = [conv[:n] for conv, n in zip(convs, lengths)]
@@ -83,7 +84,8 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
     for i, conv in enumerate(convs):
         ids = np.asarray(enc["input_ids"][i], dtype=np.int64)
         offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int64).reshape(-1, 2)
-        roles = token_roles(texts[i], offsets, ids, conv, tokens.stop_ids, lengths[i] if lengths else None)
+        roles = token_roles(texts[i], offsets, ids, conv, tokens.stop_ids, lengths[i] if lengths else None,
+                            stop_texts)
         trained = np.ones(len(ids), dtype=bool)
         if prompt_ids is not None and mode in ("completion-only", "assistant-only"):
             trained[:common_prefix(prompt_ids[i], enc["input_ids"][i])] = False
@@ -122,27 +124,34 @@ def common_prefix(a, b) -> int:
 
 
 def token_roles(text: str, offsets: np.ndarray, ids: np.ndarray, conv: list[dict], stop_ids,
-                prompt_length: int | None = None) -> np.ndarray:
+                prompt_length: int | None = None, stop_texts: tuple[str, ...] = ()) -> np.ndarray:
     """Each token's role: the message whose content holds the token's last character (searched in order in the
     rendered text), an answer extended to the end-of-turn token right after it; TEMPLATE elsewhere. Messages of a
     conversational prompt are PROMPT whatever their role (few-shot answers in a prompt are not the answer)."""
     chars = np.zeros(len(text) + 1, dtype=np.int8)
     cursor = 0
     for k, message in enumerate(conv):
-        content = message["content"]
-        at, size = _find(text, content, cursor)
-        if at < 0:
-            continue
         role = message["role"]
         in_prompt = prompt_length is not None and k < prompt_length
         code = ANSWER if role == "assistant" and not in_prompt else SYSTEM if role == "system" else PROMPT
+        at, size = _find(text, message["content"], cursor)
+        if at < 0 and code == ANSWER and stop_texts:  # an empty answer: its end-of-turn token is what it trains
+            at, size = _next_stop(text, stop_texts, cursor)
+        if at < 0:
+            continue
         chars[at:at + size] = code
         cursor = at + size
+        cursor += next((len(s) for s in stop_texts if text.startswith(s, cursor)), 0)  # past its end-of-turn
     if len(ids) == 0:
         return np.zeros(0, dtype=np.int8)
     last = np.where(offsets[:, 1] > offsets[:, 0], offsets[:, 1] - 1, offsets[:, 0])
     roles = chars[np.clip(last, 0, len(text))]
     return extend_answers(roles, ids, stop_ids)
+
+
+def _next_stop(text: str, stop_texts: tuple[str, ...], cursor: int) -> tuple[int, int]:
+    found = [(at, len(s)) for s in stop_texts if (at := text.find(s, cursor)) >= 0]
+    return min(found) if found else (-1, 0)
 
 
 def _find(text: str, content: str, cursor: int) -> tuple[int, int]:
