@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from erroranalysis.sft.render import ANSWER, PROMPT, SYSTEM, TEMPLATE
+from erroranalysis.sft.render import ANSWER, PROMPT, SYSTEM, TEMPLATE, stop_mask
 
 KINDS = ("nothing_trained", "prompt_trained", "answer_truncated", "answer_dropped", "missing_eos", "eos_masked",
          "double_bos", "template_mismatch", "labels_shifted", "empty_answer", "duplicate_row", "too_long")
@@ -57,17 +57,17 @@ def nothing_trained(view: RowView, max_length: int | None) -> str | None:
 def prompt_trained(view: RowView, mode: str) -> str | None:
     if mode not in ("assistant-only", "completion-only"):
         return None
-    prompt = view.trained & np.isin(view.roles, (SYSTEM, PROMPT))
-    n = int(np.count_nonzero(prompt))
+    in_prompt = (view.roles == SYSTEM) | (view.roles == PROMPT)
+    n = int(np.count_nonzero(view.trained & in_prompt))
     if n == 0:
         return None
-    return f"{n} of {int(np.count_nonzero(np.isin(view.roles, (SYSTEM, PROMPT))))} prompt tokens carry labels ({mode})"
+    return f"{n} of {int(np.count_nonzero(in_prompt))} prompt tokens carry labels ({mode})"
 
 
 def answer_tokens(roles: np.ndarray, ids: np.ndarray, stop_ids) -> int:
     """Answer tokens other than stop tokens: a row cut right before its EOS keeps its whole answer (and misses
     the EOS: missing_eos)."""
-    return int(np.count_nonzero((roles == ANSWER) & ~np.isin(ids, list(stop_ids))))
+    return int(np.count_nonzero((roles == ANSWER) & ~stop_mask(ids, stop_ids)))
 
 
 def answer_cut(view: RowView, max_length: int | None, stop_ids=frozenset()) -> tuple[str, str] | None:
@@ -89,7 +89,7 @@ def stop_problems(view: RowView, stop_ids: frozenset) -> tuple[str | None, str |
     stop token (EOS or end-of-turn); one that follows a trained token with its own label masked is eos_masked."""
     if not stop_ids or not view.trained.any():
         return None, None
-    is_stop = np.isin(view.ids, list(stop_ids))
+    is_stop = stop_mask(view.ids, stop_ids)
     masked = np.flatnonzero(is_stop[1:] & ~view.trained[1:] & view.trained[:-1]) + 1
     eos_masked = None
     if len(masked):

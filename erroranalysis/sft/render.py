@@ -170,9 +170,17 @@ def extend_answers(roles: np.ndarray, ids: np.ndarray, stop_ids) -> np.ndarray:
     if len(roles) < 2 or not stop_ids:
         return roles
     roles = roles.copy()
-    follows = (roles[:-1] == ANSWER) & (roles[1:] == TEMPLATE) & np.isin(ids[1:], list(stop_ids))
+    follows = (roles[:-1] == ANSWER) & (roles[1:] == TEMPLATE) & stop_mask(ids[1:], stop_ids)
     roles[1:][follows] = ANSWER
     return roles
+
+
+def stop_mask(ids: np.ndarray, stop_ids) -> np.ndarray:
+    """Which of `ids` are stop tokens (one or two ids: a comparison each beats np.isin on short rows)."""
+    out = np.zeros(len(ids), dtype=bool)
+    for stop in stop_ids:
+        out |= ids == stop
+    return out
 
 
 def _plain_pairs(rows, tokens, mode: str, start: int, stop: int) -> list[Encoded]:
