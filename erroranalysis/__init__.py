@@ -20,6 +20,7 @@ _API = {
     "MetricsParams": "erroranalysis.stages", "CheckParams": "erroranalysis.stages",
     "SliceParams": "erroranalysis.stages", "ClusterParams": "erroranalysis.stages",
     "CompareParams": "erroranalysis.compare", "TrackerParams": "erroranalysis.integrations.trackers",
+    "sft_check": "erroranalysis.api", "SftParams": "erroranalysis.sft",
 }
 
 __all__ = ["__version__", *_API]

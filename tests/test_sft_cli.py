@@ -170,3 +170,19 @@ def test_smollm2_gguf_tokenizer_and_a_pad_is_eos_collator(tmp_path, monkeypatch)
                  tmp_path / "tok.parquet", "--json")
     counts = json.loads(result.stdout)["counts"]
     assert counts["eos_masked"] == len(CLEAN_MESSAGES) and sum(counts.values()) == len(CLEAN_MESSAGES)
+
+
+def test_python_api_takes_a_dataframe_and_the_same_params(world, tmp_path):
+    import erroranalysis as ea
+
+    frame = pd.DataFrame(PLANTED)
+    result = ea.sft_check(world["tok"], frame, out=tmp_path / "api", params={"mode": "assistant-only",
+                                                                            "max_length": 64})
+    assert result.summary["counts"]["duplicate_row"] == 1 and result.summary["mode"] == "assistant-only"
+    run = rundir.Run.open(tmp_path / "api")
+    assert run.manifest["data"]["path"] == "DataFrame" and len(run.manifest["data"]["sha256"]) == 64
+    from erroranalysis.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="mode='nope' is invalid"):
+        ea.sft_check(world["tok"], frame, out=tmp_path / "bad", params={"mode": "nope"})
+    assert not (tmp_path / "bad").exists()

@@ -21,9 +21,12 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
               ) -> tuple[Run, SftResult]:
     """Check the SFT rows of `data` with the tokenizer of `model` (a folder or a .gguf file; `tokens`, an
     `sft.Tokens` already loaded, instead) and write the run at `out`."""
+    from erroranalysis.data import as_source
+
     out = Path(out)
     rundir.check_out(out, overwrite)
     say = progress or (lambda phase, done, total: None)
+    data = as_source(data)
     rows = sft.read_rows(data, source_column=params.source_column)
     tokenized = None if params.tokenized is None else sft.read_tokenized(params.tokenized, len(rows), str(data))
     say("loading the tokenizer", 0, 0)
@@ -42,9 +45,12 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
     return run, result
 
 
-def _sha(path) -> str | None:
-    path = Path(path)
-    return files.digest(path)["sha256"] if path.is_file() else None
+def _sha(data) -> str | None:
+    from erroranalysis.data import InMemory
+
+    if isinstance(data, InMemory):
+        return data.sha256()
+    return files.digest(data)["sha256"] if Path(data).is_file() else None
 
 
 def read_sft_run(path: str | Path):
