@@ -291,3 +291,16 @@ def test_bad_mode_and_max_length_are_refused():
     with pytest.raises(ParameterError, match="expected an integer") as info:
         sft.SftParams(max_length=0)
     assert info.value.flag == "--max-length"
+
+
+def test_messages_as_json_text_in_a_csv(tmp_path, tokens):
+    import json
+
+    path = tmp_path / "train.csv"
+    pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in CLEAN_MESSAGES]}).to_csv(path, index=False)
+    rows = sft.read_rows(path)
+    assert rows.conversations == [r["messages"] for r in CLEAN_MESSAGES]
+    assert kinds(sft.check(rows, tokens, sft.SftParams())) == set()
+    path.write_text('messages\n"[{""role"": ""user"""\n')
+    with pytest.raises(DataError, match=r"train.csv, line 2, column 'messages': not valid JSON"):
+        sft.read_rows(path)

@@ -8,6 +8,7 @@ which trains on the conversation when there is one.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 import numpy as np
 
@@ -129,6 +130,12 @@ def _messages(value, name: str, line: int, column: str) -> list[dict]:
     """One conversation: a list of {"role": str, "content": str} objects (other keys kept for the template)."""
     if isinstance(value, np.ndarray):  # Parquet lists come back as arrays
         value = value.tolist()
+    if isinstance(value, str) and value.lstrip().startswith("["):  # a CSV cell holds the list as JSON
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where(name, line, column)}: not valid JSON ({exc.msg} at character {exc.colno}); "
+                            "write the messages as a JSON list.") from None
     if not isinstance(value, list) or not value:
         shown = "an empty list" if isinstance(value, list) else "nothing" if _missing(value) else \
             f"a {type(value).__name__}"

@@ -63,6 +63,9 @@ def load_tokens(path: str | Path) -> Tokens:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{path}: cannot load a tokenizer from it ({str(exc).splitlines()[0]}); pass a tokenizer "
                          "or checkpoint folder, or a .gguf file.") from None
+    if not getattr(tokenizer, "is_fast", False):  # character offsets place each token in its message
+        raise ModelError(f"{path}: {type(tokenizer).__name__} is a slow (Python) tokenizer; sft-check needs a fast "
+                         "one (a tokenizer.json): save it with `AutoTokenizer.from_pretrained(..., use_fast=True)`.")
     return facts(tokenizer, str(path))
 
 

@@ -113,7 +113,9 @@ def _list_runs(root: str, stamps: tuple):
             row["problem"] = str(exc).splitlines()[0]
             rows.append(row)
             continue
-        if metrics is None:
+        if metrics is None and row["task"] == "sft":  # a training-data check: no predictions to score
+            row["examples"] = row["examples"] or (manifest.get("data") or {}).get("rows")
+        elif metrics is None:
             row["problem"] = row["problem"] or "no metrics yet"
         else:
             overall = metrics.get("overall", {})
