@@ -33,14 +33,14 @@ def check(rows, tokens, params: SftParams, tokenized=None, progress: Callable[[i
     answers = rows.answers()
     found, table, hashes = [], [], []
     for i, ref in enumerate(reference):
-        view, shifted, mismatch, labels_given = _view(i, ref, rows, tokens, params, tokenized)
+        view, shifted, mismatch = _view(i, ref, rows, tokens, params, tokenized)
         kinds = detect.check_row(view, mode=mode, max_length=params.max_length, stop_ids=tokens.stop_ids,
                                  bos_id=tokens.bos_id, answers=answers[i], conversational=rows.conversational,
                                  text_rows=rows.format == "text", shifted=shifted, mismatch=mismatch)
         full_ids = tokenized[i].ids if tokenized is not None else ref.ids
         hashes.append(detect.row_hash(full_ids))
         found.extend((i, kind, detail) for kind, detail in kinds)
-        table.append(_row_entry(i, rows, ref, view, full_ids, labels_given, tokens, tokenized is not None,
+        table.append(_row_entry(i, rows, None if tokenized is not None else ref, view, full_ids, tokens,
                                 [k for k, _ in kinds]))
         if progress is not None and (i + 1) % 1000 == 0:
             progress(i + 1, len(reference))
@@ -53,13 +53,13 @@ def check(rows, tokens, params: SftParams, tokenized=None, progress: Callable[[i
 
 
 def _view(i, ref, rows, tokens, params, tokenized):
-    """(RowView, labels_shifted detail, template_mismatch detail, labels given) of row i."""
+    """(RowView, labels_shifted detail, template_mismatch detail) of row i."""
     keep = params.max_length
     mismatch = None
     if tokenized is None:
         ids, trained, roles, shifted = ref.ids, ref.trained, ref.roles, None
-        if rows.texts is not None and rows.conversational and ref.prompt_text is not None:
-            mismatch = text_mismatch(rows.texts[i], ref.prompt_text)
+        if rows.texts is not None and rows.conversational:  # the user's own rendering beside the conversation
+            mismatch = text_mismatch(rows.texts[i], ref.text)
     else:
         from erroranalysis.sft.tokenized import align, unshift
 
@@ -73,7 +73,7 @@ def _view(i, ref, rows, tokens, params, tokenized):
     answer_full = detect.answer_tokens(roles if tokenized is not None and mismatch else ref.roles,
                                        ids if tokenized is not None and mismatch else ref.ids, tokens.stop_ids)
     view = detect.RowView(ids[:keep], trained[:keep], roles[:keep], n_full, answer_full)
-    return view, shifted, mismatch, tokenized is not None
+    return view, shifted, mismatch
 
 
 def text_mismatch(given: str, rendered: str) -> str | None:
@@ -86,8 +86,9 @@ def text_mismatch(given: str, rendered: str) -> str | None:
             f"gives {rendered[at:at + 24]!r}")
 
 
-def _row_entry(i, rows, ref, view, full_ids, given: bool, tokens, tokenized: bool, kinds: list[str]) -> dict:
-    segments, states = spans(ref if not tokenized else None, full_ids, view, tokens.tokenizer)
+def _row_entry(i, rows, ref, view, full_ids, tokens, kinds: list[str]) -> dict:
+    """Row i of sft_rows.parquet; `ref`: our rendering, whose text gives the spans (None: decode the user's ids)."""
+    segments, states = spans(ref, full_ids, view, tokens.tokenizer)
     return {"row": i, "line": int(rows.lines[i]), "source": rows.sources[i] if rows.sources is not None else None,
             "n_tokens": int(view.n_full), "n_trained": int(np.count_nonzero(view.trained)), "kinds": kinds,
             "segments": segments, "segment_state": states}

@@ -36,7 +36,6 @@ class Encoded:
     roles: np.ndarray
     text: str | None = None
     offsets: np.ndarray | None = None
-    prompt_text: str | None = None  # a conversation's rendering by the chat template (template_mismatch)
 
 
 def render(rows, tokens, mode: str) -> list[Encoded]:
@@ -91,7 +90,7 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
             trained[:common_prefix(prompt_ids[i], enc["input_ids"][i])] = False
         if mode == "assistant-only":
             trained &= np.asarray(masks[i], dtype=bool) if masks is not None else roles == ANSWER
-        out.append(Encoded(ids, trained, roles, texts[i], offsets, prompt_text=texts[i]))
+        out.append(Encoded(ids, trained, roles, texts[i], offsets))
     return out
 
 
