@@ -48,6 +48,9 @@ def test_writes_a_run_the_readers_and_the_summary_agree_on(world):
     assert run.task == "sft" and run.stage_status("sft_check") == "done"
     assert run.manifest["stages"]["sft_check"]["params"]["mode"] == "assistant-only"
     assert {rundir.SFT_FINDINGS, rundir.SFT_ROWS, rundir.SFT_SUMMARY} <= set(run.manifest["artifacts"])
+    shown = cli("show", out)  # `show` prints an sft run's summary
+    assert shown.exit_code == 0 and "empty_answer" in shown.stdout and "7 rows" in shown.stdout
+    assert json.loads(cli("show", out, "--json").stdout)["counts"] == summary["counts"]
 
 
 def test_show_highlights_trained_tokens_and_escapes_the_rows_text(world):

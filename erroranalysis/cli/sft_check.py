@@ -49,17 +49,17 @@ def sft_check(
     if as_json:
         common.print_json(document)
         return
-    print_summary(run.path, result)
+    print_summary(run.path, result.summary)
     if show:
         print_rows(result, show)
 
 
-def print_summary(path: Path, result) -> None:
+def print_summary(path: Path, s: dict) -> None:
+    """The summary of an sft-check run (also what `erroranalysis show RUN` prints for one)."""
     from rich.markup import escape
     from rich.table import Table
 
     out = common.console()
-    s = result.summary
     trained = s["trained_tokens_per_row"]
     out.print(f"[bold]{s['rows']:,} rows[/bold] ({s['format']}, mode {s['mode']}, max_length {s['max_length']}): "
               f"{s['rows_with_findings']:,} with findings; {trained['mean']} trained tokens per row on average, "
@@ -79,7 +79,7 @@ def print_summary(path: Path, result) -> None:
                   "trained tokens", soft_wrap=True)
     for note in s["notes"]:
         out.print(f"[yellow]note[/yellow] {escape(note)}", soft_wrap=True)
-    out.print(f"wrote {escape(str(path))}", soft_wrap=True)
+    out.print(f"run {escape(str(path))}", soft_wrap=True)
 
 
 def print_rows(result, n: int) -> None:
