@@ -103,3 +103,14 @@ SPANS = Table(
     dtypes={"example_id": "object", "sentence_id": "object", "start": "int32", "end": "int32",
             "char_start": "int32", "char_end": "int32", "match_start": "int32", "match_end": "int32",
             "span_length": "int32", "n_tokens": "int32"})
+# sft_findings.parquet: one row per finding of `erroranalysis sft-check` (row: 0-based row of the data file; line:
+# its line there; source: the --source-column value, when given)
+SFT_FINDINGS = Table(columns=("row", "line", "kind", "detail", "source"), required=("row", "kind", "detail"),
+                     dtypes={"row": "int64", "line": "int64", "kind": "object", "detail": "object"})
+
+# sft_rows.parquet: every row of the data file as the trainer sees it: its tokens before truncation, those with a
+# label, the kinds found, and its text in spans of one state each (segment_state: 0 masked, 1 trained, 2 cut)
+SFT_ROWS = Table(columns=("row", "line", "source", "n_tokens", "n_trained", "kinds", "segments", "segment_state"),
+                 required=("row", "n_tokens", "n_trained", "kinds", "segments", "segment_state"),
+                 lists=("kinds", "segments", "segment_state"),
+                 dtypes={"row": "int64", "line": "int64", "n_tokens": "int64", "n_trained": "int64"})

@@ -119,6 +119,23 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
     return Run(made.path)
 
 
+def sft_check(model: str | Path, data, *, out: str | Path | None = None, params=None, overwrite: bool = False,
+              progress: bool = False):
+    """Check SFT training data as TRL's SFTTrainer prepares it (`erroranalysis sft-check`; docs/sft-check.md):
+    `model` a tokenizer or checkpoint folder or a .gguf file; `data` a file path, a DataFrame, a
+    `datasets.Dataset` or a list of dicts (`messages`, `prompt`/`completion` or `text`); `params` an
+    `erroranalysis.sft.SftParams` or a dict of its fields. Returns the `erroranalysis.sft.SftResult`: `findings`,
+    `rows` (DataFrames) and `summary`; the run directory `out` (default runs/sft-<time>) holds the same."""
+    from erroranalysis import stages
+    from erroranalysis.sft import SftParams
+
+    reporter = _progress(progress)
+    phases = reporter.phases("sft-check") if reporter is not None else None
+    _, result = stages.sft_check(model, _source(data), _out(out, "sft"), _params(SftParams, params),
+                                 overwrite=overwrite, progress=phases)
+    return result
+
+
 def _check_task(task: str) -> None:
     from erroranalysis.validation import check_choice
 
@@ -184,4 +201,4 @@ def _progress(show: bool):
     return reporter() if show else None
 
 
-__all__ = ["Comparison", "Metrics", "Run", "analyze", "open", "run"]
+__all__ = ["Comparison", "Metrics", "Run", "analyze", "open", "run", "sft_check"]

@@ -31,6 +31,9 @@ from erroranalysis.rundir.artifacts import (
     METRICS,
     PREDICTIONS,
     PROBS,
+    SFT_FINDINGS,
+    SFT_ROWS,
+    SFT_SUMMARY,
     SLICE_MEMBERS,
     SLICES,
     SOURCE_STAGES,
@@ -407,3 +410,21 @@ def read_doctor(run) -> tuple[str, dict]:
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"{md}: unreadable ({type(exc).__name__}); run erroranalysis doctor again.") from None
     return text, json_doc(artifact_path(run, DOCTOR_JSON))
+
+
+@_optional
+def read_sft(run) -> tuple[dict, object, object]:
+    """(sft_summary.json, sft_findings.parquet, sft_rows.parquet) of an sft-check run; the rows' list columns as
+    Python lists."""
+    summary_file, findings_file, rows_file = (artifact_path(run, name) for name in (SFT_SUMMARY, SFT_FINDINGS,
+                                                                                    SFT_ROWS))
+    summary = json_doc(summary_file)
+    if not isinstance(summary, dict) or not {"rows", "counts"} <= set(summary):
+        raise RunError(f"{summary_file}: not an sft-check summary (rows, counts); run sft-check again "
+                       f"({run.resume_command('sft_check')}).")
+    findings, rows = parquet(findings_file), parquet(rows_file)
+    require_columns(findings_file, findings, TABLES[SFT_FINDINGS].required)
+    require_columns(rows_file, rows, TABLES[SFT_ROWS].required)
+    for column in TABLES[SFT_ROWS].lists:
+        rows[column] = [_as_list(v) for v in rows[column]]
+    return summary, findings, rows

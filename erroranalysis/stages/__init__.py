@@ -56,3 +56,4 @@ from erroranalysis.stages.timeline import (
     step_runs,
     write_timeline,
 )
+from erroranalysis.stages.sft_check import read_sft_run, sft_check
