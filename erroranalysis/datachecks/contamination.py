@@ -6,9 +6,10 @@ deleted) and split on whitespace; an eval text is contaminated when one of its `
 and lm-eval; Tulu 3 used 8) occurs in a training row. A text with fewer than `n` words has no n-gram and is not
 checked (as in lm-eval): lower `n` to check short prompts.
 
-Cost is linear in the data: every n-gram is a 64-bit hash (pandas' SipHash of each word, combined with fixed odd
-multipliers), the eval side (the small one) is a sorted array, and the training rows stream through in chunks, each
-n-gram looked up by binary search. Two different n-grams share a hash with probability about 2^-64 per pair, so at
+Cost is linear in the data: every n-gram is a 64-bit hash (an FNV-1a hash of each word's bytes computed for all
+words of a chunk at once, combined with fixed odd multipliers and mixed), the eval side (the small one) is a sorted
+array, and the training rows stream through in chunks of about `CHUNK_CHARS` characters, each n-gram looked up by
+binary search. Two different n-grams share a hash with probability about 2^-64 per pair, so at
 10^6 x 10^7 n-grams a false match has odds of about one in a million.
 """
 
@@ -16,18 +17,24 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
-from itertools import chain
 from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 DEFAULT_N = 13
-CHUNK_ROWS = 50_000
+CHUNK_CHARS = 8_000_000  # characters of training text per chunk: about 100 bytes of arrays per character
 MAX_TRAIN_ROWS_PER_NGRAM = 32  # training rows kept per matched n-gram (a boilerplate n-gram may be in millions)
 _DELETE = str.maketrans("", "", string.punctuation)
-_MULTIPLIERS = np.random.default_rng(13).integers(1, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-_HASH_KEY = "erroranalysis-13"  # pandas.util.hash_array takes a 16-character key
+_RNG = np.random.default_rng(13)
+_MULTIPLIERS = _RNG.integers(1, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+_BYTE_KEYS = _RNG.integers(0, 2**63, size=256, dtype=np.uint64)
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what str.split() splits on below 128
+# one pass of str.translate: normalize's deletions, and Unicode whitespace (NBSP, U+2009, ...) made a space
+_HASH_TABLE = {**_DELETE, **{c: " " for c in range(128, 0x3001) if chr(c).isspace()}}
+_FILTER_BITS = 24  # a 2^24-entry table of the eval hashes' low bits screens training n-grams before the search
 
 
 def normalize(text: str) -> str:
@@ -57,25 +64,57 @@ class _Hashed:
 
 
 def hash_ngrams(texts: Sequence[str], n: int = DEFAULT_N) -> _Hashed:
-    """Every word n-gram of every text as a 64-bit hash, vectorized over the batch."""
-    tokens = [words(t) for t in texts]
-    n_words = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
-    total = int(n_words.sum())
+    """Every word n-gram of every text as a 64-bit hash, vectorized over the batch (no Python string per word)."""
+    word_hash, word_row, n_words = _word_hashes(texts)
+    total = word_hash.size
     if total < n:
         empty = np.zeros(0, dtype=np.int64)
         return _Hashed(np.zeros(0, dtype=np.uint64), empty, empty, n_words)
-    flat = np.fromiter(chain.from_iterable(tokens), dtype=object, count=total)
-    word_hash = pd.util.hash_array(flat, hash_key=_HASH_KEY, categorize=True)
     starts = np.concatenate([[0], np.cumsum(n_words)[:-1]])
-    row_of = np.repeat(np.arange(len(tokens), dtype=np.int64), n_words)
     windows = total - n + 1
     combined = np.zeros(windows, dtype=np.uint64)
     for j in range(n):  # unsigned arithmetic wraps modulo 2^64, which is the hash we want
         combined += word_hash[j:j + windows] * _MULTIPLIERS[j % len(_MULTIPLIERS)]
-    keep = row_of[:windows] == row_of[n - 1:n - 1 + windows]  # the n-gram lies inside one text
-    rows = row_of[:windows][keep]
+    keep = word_row[:windows] == word_row[n - 1:n - 1 + windows]  # the n-gram lies inside one text
+    rows = word_row[:windows][keep]
     positions = np.arange(windows, dtype=np.int64)[keep] - starts[rows]
-    return _Hashed(combined[keep], rows, positions, n_words)
+    return _Hashed(_mix(combined[keep]), rows, positions, n_words)
+
+
+def _word_hashes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 64-bit hash of each word (the tokens of `words`, in order) of the batch, the text each is in, and the words
+    per text. The normalized texts are joined into one byte array; words are runs of non-space bytes (Unicode
+    whitespace is made a space first, so the words are `str.split`'s), hashed byte by byte over all words at once."""
+    encoded = [str(t).lower().translate(_HASH_TABLE).encode("utf-8") for t in texts]
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    data = np.frombuffer(b" ".join(encoded) + b" ", dtype=np.uint8)
+    word = ~_ASCII_SPACE[data]
+    edges = np.diff(np.concatenate([[False], word]).astype(np.int8))
+    begin = np.flatnonzero(edges == 1)
+    end = np.flatnonzero(edges == -1)
+    text_start = np.concatenate([[0], np.cumsum(lengths + 1)])  # the joining space ends each text
+    first_word = np.searchsorted(begin, text_start)  # few queries into the many word starts
+    n_words = np.diff(first_word).astype(np.int64)
+    word_row = np.repeat(np.arange(len(texts), dtype=np.int64), n_words)
+    size = end - begin
+    order = np.argsort(-size, kind="stable")  # longest first: the words still being read are a prefix
+    negative_size, sorted_begin = -size[order], begin[order]
+    h = np.full(order.size, _FNV_OFFSET, dtype=np.uint64)
+    for j in range(int(-negative_size[0]) if order.size else 0):
+        live = int(np.searchsorted(negative_size, -j, side="left"))  # the words longer than j
+        h[:live] = (h[:live] ^ _BYTE_KEYS[data[sorted_begin[:live] + j]]) * _FNV_PRIME
+    out = np.empty_like(h)
+    out[order] = h
+    return out, word_row.astype(np.int64), n_words
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every input bit reaches every output bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def find_contamination(eval_texts: Sequence[str], train_chunks: Iterable[Sequence[str]], n: int = DEFAULT_N,
@@ -90,14 +129,18 @@ def find_contamination(eval_texts: Sequence[str], train_chunks: Iterable[Sequenc
     probe = hash_ngrams(eval_texts, n)
     order = np.argsort(probe.hashes, kind="stable")
     keys = np.unique(probe.hashes)
+    mask = np.uint64((1 << _FILTER_BITS) - 1)
+    screen = np.zeros(1 << _FILTER_BITS, dtype=bool)
+    screen[(keys & mask).astype(np.int64)] = True
     hits: list[pd.DataFrame] = []
     offset = 0
     for chunk in train_chunks:
         hashed = hash_ngrams(chunk, n)
         if keys.size and hashed.hashes.size:
-            at = np.minimum(np.searchsorted(keys, hashed.hashes), keys.size - 1)
-            found = keys[at] == hashed.hashes
-            if found.any():
+            maybe = np.flatnonzero(screen[(hashed.hashes & mask).astype(np.int64)])
+            at = np.minimum(np.searchsorted(keys, hashed.hashes[maybe]), keys.size - 1)
+            found = maybe[keys[at] == hashed.hashes[maybe]]
+            if found.size:
                 pairs = pd.DataFrame({"hash": hashed.hashes[found], "train_row": hashed.row[found] + offset})
                 hits.append(pairs.drop_duplicates().groupby("hash").head(MAX_TRAIN_ROWS_PER_NGRAM))
         offset += len(chunk)
@@ -138,7 +181,13 @@ def _per_eval_text(eval_texts, probe: _Hashed, order: np.ndarray, hits: list[pd.
     return out
 
 
-def chunked(texts: Sequence[str], rows: int = CHUNK_ROWS) -> Iterable[Sequence[str]]:
-    """`texts` in chunks of `rows` (memory stays at one chunk's words)."""
-    for start in range(0, len(texts), rows):
-        yield texts[start:start + rows]
+def chunked(texts: Sequence[str], chars: int = CHUNK_CHARS) -> Iterable[Sequence[str]]:
+    """`texts` in consecutive chunks of about `chars` characters (memory stays at one chunk's arrays)."""
+    start, size = 0, 0
+    for i, text in enumerate(texts):
+        size += len(text)
+        if size >= chars:
+            yield texts[start:i + 1]
+            start, size = i + 1, 0
+    if start < len(texts):
+        yield texts[start:]
