@@ -27,6 +27,17 @@ def sft_rows(n=8):
                           {"role": "assistant", "content": ANIMALS[i % len(ANIMALS)]}]} for i in range(n)]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A 32-wide model gains nothing from threads, and on a loaded machine they cost 20x (3 s against 65 s)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("overfit_lm")
@@ -41,8 +52,12 @@ def lm(tiny):
     return load_causal_lm(tiny["model"], device="cpu")
 
 
+def check(model, data, params):
+    return overfit_check(model, data, params, task="generation")
+
+
 def fast(**values) -> OverfitParams:
-    return OverfitParams(**{"task": "generation", "n": 8, "batch_size": 8, "lr": 1e-2, "steps": 150, "control": False,
+    return OverfitParams(**{"n": 8, "batch_size": 8, "lr": 1e-2, "steps": 150, "control": False,
                             "device": "cpu", **values})
 
 
@@ -68,7 +83,7 @@ def test_masking_is_answer_only_through_the_end_of_turn(lm):
 
 def test_a_healthy_setup_memorizes_and_leaves_the_model_alone(tiny):
     before = weights_hash(tiny["model"])
-    result = overfit_check(tiny["model"], tiny["data"], fast())
+    result = check(tiny["model"], tiny["data"], fast())
     assert result.memorized, [f.message for f in result.findings]
     assert [f.check for f in result.findings] == ["memorized"]
     assert all(e["reproduced"] for e in result.examples)
@@ -86,7 +101,7 @@ def test_every_label_masked_is_nothing_trained_from_the_first_step(tiny, lm):
         ids = e.prompt_ids + e.answer_ids
         rows.append({"input_ids": ids, "labels": [IGNORE] * len(ids)})
     data = write_jsonl(tiny["root"] / "masked.jsonl", rows)
-    result = overfit_check(tiny["model"], data, fast(steps=50))
+    result = check(tiny["model"], data, fast(steps=50))
     checks = [f.check for f in result.findings]
     assert not result.memorized and "nothing_trained" in checks
     assert result.steps_run == 1 and np.isnan(result.curve.loss[0])  # stopped at once: nothing can change
@@ -103,25 +118,31 @@ def test_labels_on_the_prompt_only_are_found(tiny, lm):
         ids = e.prompt_ids + e.answer_ids
         rows.append({**row, "input_ids": ids, "labels": e.prompt_ids + [IGNORE] * len(e.answer_ids)})
     data = write_jsonl(tiny["root"] / "prompt_labels.jsonl", rows)
-    result = overfit_check(tiny["model"], data, fast(steps=60))
+    result = check(tiny["model"], data, fast(steps=60))
     checks = [f.check for f in result.findings]
     assert not result.memorized and "prompt_trained" in checks and "prompt_labeled" in checks
     assert result.inputs["prompt_labeled_share"] > 0.9
 
 
 def test_truncated_answers_frozen_weights_and_a_too_high_rate(tiny):
-    cut = overfit_check(tiny["model"], tiny["data"], fast(max_length=10, steps=4))
+    cut = check(tiny["model"], tiny["data"], fast(max_length=10, steps=4))
     found = {f.check: f for f in cut.findings}
     assert "answer_truncated" in found and "max_length=10" in found["answer_truncated"].message
-    frozen = overfit_check(tiny["model"], tiny["data"], fast(freeze=".", steps=4))
+    frozen = check(tiny["model"], tiny["data"], fast(freeze=".", steps=4))
     assert [f.check for f in frozen.findings][:2] == ["not_memorized", "no_trainable_parameters"]
-    high = overfit_check(tiny["model"], tiny["data"], fast(lr=9.0, steps=20))
+    high = check(tiny["model"], tiny["data"], fast(lr=9.0, steps=20))
     assert "lr_too_high" in [f.check for f in high.findings]
 
 
 def test_the_control_shuffles_answers(tiny):
-    result = overfit_check(tiny["model"], tiny["data"], fast(control=True, steps=10))
+    result = check(tiny["model"], tiny["data"], fast(control=True, steps=10))
     assert result.control is not None and len(result.control.eval_loss) >= 2
+
+
+def test_lora_trains_adapters_only(tiny):
+    result = check(tiny["model"], tiny["data"], fast(lora=True, steps=3))
+    assert result.lora and result.params["adapters"] and 0 < result.params["trainable_share"] < 0.5
+    assert result.curve.steps == [1, 2, 3] and "mostly_frozen" not in [f.check for f in result.findings]
 
 
 def test_cli_json_and_bad_input(tiny, tmp_path):
@@ -139,7 +160,7 @@ def test_cli_json_and_bad_input(tiny, tmp_path):
                                    str(bad), "--device", "cpu"])
     assert out.exit_code == 2 and "bad.jsonl, line 1, column 'messages': the last message is 'user'" in out.output
     with pytest.raises(ParameterError, match="lora"):
-        OverfitParams(lora=True)
+        overfit_check(tiny["model"], tiny["data"], OverfitParams(lora=True))
 
 
 @pytest.mark.slow
@@ -155,7 +176,7 @@ def test_smollm2_memorizes_32_sft_examples_on_cpu(tmp_path, monkeypatch):
             for i, w in enumerate(f"{a}{b}" for a in ("amber", "basil", "cedar", "delta") for b in
                                   ("fox", "gull", "hawk", "ibis", "jay", "kite", "lark", "mole"))]
     data = write_jsonl(tmp_path / "sft.jsonl", rows)
-    result = overfit_check(gguf, data, OverfitParams(task="generation", n=32, batch_size=16, lr=3e-4, steps=60,
+    result = check(gguf, data, OverfitParams(n=32, batch_size=16, lr=3e-4, steps=60,
                                                      control=False, device="cpu", max_length=128))
     assert result.memorized, ([f.message for f in result.findings], result.curve.eval_loss)
     assert all(e["reproduced"] for e in result.examples) and len(result.examples) == 32

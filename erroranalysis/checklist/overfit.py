@@ -33,7 +33,7 @@ from erroranalysis.checklist.overfit_diagnosis import (
 )
 from erroranalysis.findings import Finding
 from erroranalysis.infer import runtime
-from erroranalysis.params import SEED, Choice, Flag, Float, Int, Params, Text, param, spec_field
+from erroranalysis.params import SEED, Flag, Float, Int, Params, Text, param, spec_field
 
 TASKS = ("classification", "generation")
 DEFAULT_MAX_LENGTH = {"classification": 64, "generation": 512}
@@ -112,12 +112,9 @@ class OverfitResult:
 
 @dataclass(frozen=True)
 class OverfitParams(Params):
-    """The memorization check: how many examples, how long, how fast, and the control run. `task` "generation"
-    memorizes SFT rows with a causal LM (`checklist.overfit_lm`); the other parameters mean the same there."""
+    """The memorization check: how many examples, how long, how fast, and the control run. They mean the same for
+    a causal LM (`overfit_check(..., task="generation")`, `checklist.overfit_lm`)."""
 
-    task: str = param("classification", Choice(*TASKS), "What the model does: classification (a checkpoint with a "
-                      "classification head, examples with a label column) or generation (a causal LM folder or "
-                      "GGUF file, SFT rows: messages or prompt/completion, loss on the answer only).")
     n: int = param(100, Int(2), "Examples to memorize (a seeded random sample).")
     steps: int | None = param(None, Int(1), "Optimizer steps.", none="20 epochs over the n examples, at least 30")
     lr: float = param(1e-4, Float(0, 10, low_open=True, high_open=True), "AdamW learning rate.")
@@ -136,8 +133,6 @@ class OverfitParams(Params):
     seed: int = spec_field(SEED)
 
     def validate(self) -> None:
-        if self.lora and self.task != "generation":
-            self.fail("lora", self.lora, "off unless --task generation (LoRA adapters are for causal LMs here)")
         if self.freeze is not None:
             try:
                 re.compile(self.freeze)
@@ -146,9 +141,12 @@ class OverfitParams(Params):
 
 
 def overfit_check(model, data, params: OverfitParams = OverfitParams(), *, data_opts=None,
-                  progress: Callable[[int, int], None] | None = None, **values) -> OverfitResult:
+                  progress: Callable[[int, int], None] | None = None, task: str = "classification",
+                  **values) -> OverfitResult:
     """Fine-tune a copy of `model` (a checkpoint folder, or a loaded `inference.Classifier`) on `n` examples of
     `data` (an eval-set file) and report whether it memorizes them, with likely causes when it does not.
+    `task="generation"`: a causal LM (folder, .gguf file or loaded `CausalLM`) on SFT rows, loss on the answer
+    only (`checklist.overfit_lm.overfit_lm_check`, which returns an `LMOverfitResult`).
 
     `steps` defaults to 20 epochs over the n examples; `freeze` is a regex of parameter names to freeze, to
     mirror a training setup that freezes them (e.g. "^bert\\." for a BERT encoder). `params` (keyword values
@@ -157,8 +155,13 @@ def overfit_check(model, data, params: OverfitParams = OverfitParams(), *, data_
     from erroranalysis.data import DataOptions, map_labels, read_eval_set
     from erroranalysis.infer.classifier import Classifier, load_classifier
 
+    from erroranalysis.validation import check_choice
+
+    check_choice("task", task, TASKS)
     params = params.replace(**values) if values else params
-    if params.task == "generation":
+    if params.lora and task != "generation":
+        params.fail("lora", params.lora, "off unless the task is generation (LoRA adapters are for causal LMs here)")
+    if task == "generation":
         from erroranalysis.checklist.overfit_lm import overfit_lm_check
 
         return overfit_lm_check(model, data, params, data_opts=data_opts, progress=progress)

@@ -89,7 +89,7 @@ class LMOverfitResult:
         return finite_json(out)
 
 
-def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(task="generation"), *, data_opts=None,
+def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(), *, data_opts=None,
                      progress: Callable[[int, int], None] | None = None) -> LMOverfitResult:
     """Fine-tune a copy of the causal LM `model` (a folder, a .gguf file or a loaded `CausalLM`) on `params.n` SFT
     rows of `data` and report whether it memorizes their answers (see the module's docstring)."""

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
                                "report, doctor.md, in the run directory.")(doctor)
 
 
-OVERFIT = options.Group("overfit", OverfitParams, exclude=("batch_size", "max_length", "task", "lora"), panel="Memorization check",
+OVERFIT = options.Group("overfit", OverfitParams, exclude=("batch_size", "max_length", "lora"), panel="Memorization check",
                         switch="--overfit/--no-overfit", switch_help="Check that the model can memorize a few examples.")
 CHECKS = options.Group("checks", groups.CHECKS.params, panel="Data checks")
 CLUSTER = replace(groups.CLUSTER, on=False, switch_help="Also cluster the failures (slower).")

@@ -35,17 +35,22 @@ def overfit(
     data: Annotated[Path, typer.Option("--data", "-d", help="Examples: .jsonl, .csv, .parquet or a save_to_disk folder "
                                        "(--task generation: SFT rows, messages or prompt/completion, optionally "
                                        "input_ids/labels as your pipeline tokenized them).")],
+    task: Annotated[str, typer.Option("--task", help="classification (a checkpoint with a classification head, "
+                                      "examples with a label column) or generation (a causal LM folder or .gguf "
+                                      "file, SFT rows, loss on the answer only).")] = "classification",
     as_json: common.Json = False,
     json_out: common.JsonOut = None,
     *, overfit, data_options,
 ) -> None:
     """Can the model memorize a tiny dataset?"""
-    from erroranalysis.checklist.overfit import overfit_check
+    from erroranalysis.checklist.overfit import TASKS, overfit_check
     from erroranalysis.progress import reporter
+    from erroranalysis.validation import check_choice
 
+    check_choice("--task", task, TASKS)
     common.check_json_out(json_out)
     phases = reporter().phases("overfit")
-    result = overfit_check(model, data, overfit, data_opts=data_options,
+    result = overfit_check(model, data, overfit, data_opts=data_options, task=task,
                            progress=lambda done, total: phases("training", done, total))
     phases("", 0, 0)
     common.write_json_out(json_out, result.to_dict())
