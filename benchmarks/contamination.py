@@ -5,6 +5,7 @@ set-of-n-grams approach; and MinHash LSH near-duplicates against exact Jaccard s
 
     .venv/bin/python benchmarks/contamination.py                     # 10k, 100k, 1M training rows; peers at 100k
     .venv/bin/python benchmarks/contamination.py --sizes 10000,100000 --peer-rows 10000   # quicker
+    .venv/bin/python benchmarks/contamination.py --sizes 0 --near-rows 20000               # near duplicates only
 
 The data: synthetic texts over a Zipf-distributed 30,000-word vocabulary (train rows of 20 to 80 words, eval
 prompts of 15 to 60), 1% of the eval prompts carrying a 20-word span copied from a training row, cased and
@@ -112,12 +113,19 @@ def timed(function, *args):
     return time.perf_counter() - start, out
 
 
-def near_duplicates(n: int, seed: int = 1) -> list[list]:
+BOILERPLATE = "Answer the question below in one short sentence and explain nothing else:"
+
+
+def near_duplicates(n: int, seed: int = 1, boilerplate: bool = False, thresholds=(0.5, 0.7, 0.8),
+                    perms=(64, 128, 256)) -> list[list]:
+    """Precision, recall and time of MinHash against exact search; `boilerplate` starts every text with the same
+    instruction, as SFT prompts often do, so every pair shares shingles and the exact search goes quadratic."""
     from erroranalysis.datachecks.near_duplicates import exact_pairs, minhash_pairs, precision_recall
 
     rng = random.Random(seed)
     vocab = [f"w{i}" for i in range(VOCAB_SIZE)]
-    texts = [" ".join(rng.choices(vocab, k=rng.randint(20, 60))) for _ in range(n)]
+    head = BOILERPLATE + " " if boilerplate else ""
+    texts = [head + " ".join(rng.choices(vocab, k=rng.randint(20, 60))) for _ in range(n)]
     for _ in range(n // 50):  # 2% planted: a copy with 1 to 3 words changed
         i, j = rng.sample(range(n), 2)
         tokens = texts[i].split()
@@ -125,9 +133,9 @@ def near_duplicates(n: int, seed: int = 1) -> list[list]:
             tokens[rng.randrange(len(tokens))] = rng.choice(vocab)
         texts[j] = " ".join(tokens)
     rows = []
-    for threshold in (0.5, 0.7, 0.8):
+    for threshold in thresholds:
         t_exact, truth = timed(exact_pairs, texts, threshold)
-        for perm in (64, 128, 256):
+        for perm in perms:
             t_lsh, found = timed(minhash_pairs, texts, threshold, perm)
             q = precision_recall(found, truth)
             rows.append([threshold, perm, q["true"], q["found"], f"{q['precision']:.3f}", f"{q['recall']:.3f}",
@@ -141,8 +149,10 @@ def main() -> None:
     parser.add_argument("--eval-rows", type=int, default=10_000)
     parser.add_argument("--peer-rows", type=int, default=100_000, help="training rows the peers run on")
     parser.add_argument("--near-rows", type=int, default=20_000, help="texts of the MinHash measurement")
+    parser.add_argument("--boilerplate-only", action="store_true", help="only the near-duplicate case whose texts "
+                        "share an opening instruction")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if int(s) > 0]
     print(f"contamination: {N}-grams, {args.eval_rows:,} eval prompts; {load_average()}", flush=True)
     rows = []
     for n_train in sizes:
@@ -168,8 +178,12 @@ def main() -> None:
     print(table(rows, ["method", "train rows", "train words", "seconds", "train rows/s", "vs ours"]))
     print(f"\nnear duplicates: MinHash LSH (word 3-grams, candidates verified exactly) against exact Jaccard "
           f"search, {args.near_rows:,} texts, 2% planted copies with 1 to 3 words changed; {load_average()}")
-    print(table(near_duplicates(args.near_rows), ["Jaccard >=", "num_perm", "exact pairs", "found", "precision",
-                                                  "recall", "minhash s", "exact s"]))
+    header = ["Jaccard >=", "num_perm", "exact pairs", "found", "precision", "recall", "minhash s", "exact s"]
+    if not args.boilerplate_only:
+        print(table(near_duplicates(args.near_rows), header), flush=True)
+    n_head = args.near_rows // 4
+    print(f"\nthe same with one 12-word instruction opening every text ({n_head:,} texts); {load_average()}")
+    print(table(near_duplicates(n_head, boilerplate=True, thresholds=(0.8,), perms=(128,)), header))
     print(load_average())
 
 
