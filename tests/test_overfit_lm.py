@@ -15,7 +15,7 @@ from test_generation import build_tiny_causal_lm
 from typer.testing import CliRunner
 
 from erroranalysis.checklist.overfit import OverfitParams, overfit_check
-from erroranalysis.checklist.overfit_lm import IGNORE, encode_row
+from erroranalysis.checklist.sft_rows import IGNORE, encode_row
 from erroranalysis.cli.app import app
 from erroranalysis.errors import ParameterError
 
