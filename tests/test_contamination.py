@@ -259,3 +259,15 @@ def test_a_bad_training_file_is_refused_before_the_stage(generation, tmp_path):
     broken.write_text('{"messages": [{"role": "user", "content": "a"}]}\n{"messages": "[{"}\n', encoding="utf-8")
     result = cli("data-checks", root / "run", "--train", broken, "--check-embedder", "none")
     assert result.exit_code == 2 and "broken.jsonl, line 2, column 'messages': not valid JSON" in result.output
+
+
+def test_the_python_api_takes_the_training_file(generation, tmp_path):
+    """`ea.analyze(..., task="generation", checks={"train": ...})`: the same check as the command, from the same
+    declaration."""
+    import erroranalysis as ea
+
+    root, train = generation
+    rows = pd.read_json(root / "outputs.jsonl", lines=True)
+    run = ea.analyze(rows, task="generation", id="id", out=tmp_path / "api", generation={"output_checks": ("exact",)},
+                     checks={"train": str(train), "embedder": "none", "ngram": 13}, slices=None, cluster=None)
+    assert run.checks["in_train"].fillna(False).astype(bool).tolist() == [i < 20 for i in range(80)]
