@@ -180,3 +180,32 @@ def test_smollm2_memorizes_32_sft_examples_on_cpu(tmp_path, monkeypatch):
                                                      control=False, device="cpu", max_length=128))
     assert result.memorized, ([f.message for f in result.findings], result.curve.eval_loss)
     assert all(e["reproduced"] for e in result.examples) and len(result.examples) == 32
+
+
+def test_doctor_for_a_causal_lm_walks_the_checklist(tiny, tmp_path):
+    """`doctor --task generation`: memorize the SFT rows, the log (none here), a generation run, its failures and
+    contamination of its prompts with the training file, in checklist order, into doctor.md."""
+    long = " ".join(f"word{i}" for i in range(14))
+    train = sft_rows() + [{"messages": [{"role": "user", "content": f"{long} copied"},
+                                         {"role": "assistant", "content": "yes"}]}]
+    sft = write_jsonl(tmp_path / "sft.jsonl", train)
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": (long if i == 0 else f"Say {i}."),
+                                                       "reference": "fox"} for i in range(6)])
+    out = CliRunner().invoke(app, ["doctor", "--task", "generation", "--model", str(tiny["model"]), "--data",
+                                   str(prompts), "--id-column", "id", "--train", str(sft), "--out",
+                                   str(tmp_path / "doc"), "--n", "8", "--steps", "3", "--no-control", "--device",
+                                   "cpu", "--max-new-tokens", "4", "--output-checks", "exact", "--check-embedder",
+                                   "none", "--json"])
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.stdout)
+    keys = [s["key"] for s in body["sections"]]
+    assert keys == ["memorize", "training_loss", "validation_loss", "classes", "examples", "labels"]
+    sections = {s["key"]: s for s in body["sections"]}
+    assert sections["memorize"]["status"] == "problem"  # 3 steps memorize nothing
+    assert sections["training_loss"]["status"] == "skipped"
+    assert any(f["check"] == "contamination" for f in sections["labels"]["findings"])
+    report = (tmp_path / "doc" / "doctor.md").read_text(encoding="utf-8")
+    assert "Can it memorize a few SFT answers?" in report and "Which outputs fail?" in report
+    bad = CliRunner().invoke(app, ["doctor", "--task", "generation", "--model", str(tiny["model"]), "--data",
+                                   str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "doc2")])
+    assert bad.exit_code == 2 and not (tmp_path / "doc2").exists()
