@@ -135,6 +135,10 @@ def find_contamination(eval_texts: Sequence[str], train_chunks: Iterable[Sequenc
     hits: list[pd.DataFrame] = []
     offset = 0
     for chunk in train_chunks:
+        if not keys.size:  # no eval text has n words: nothing to look up
+            if progress is not None:
+                progress(len(chunk))
+            continue
         hashed = hash_ngrams(chunk, n)
         if keys.size and hashed.hashes.size:
             maybe = np.flatnonzero(screen[(hashed.hashes & mask).astype(np.int64)])
