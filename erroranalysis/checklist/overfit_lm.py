@@ -27,6 +27,7 @@ import copy
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -35,6 +36,7 @@ from erroranalysis.checklist.overfit import DEFAULT_MAX_LENGTH, Curve, OverfitPa
 from erroranalysis.checklist.overfit_diagnosis import ACCURACY_TARGET, LOSS_TARGET
 from erroranalysis.checklist.sft_rows import IGNORE, Example, encode_row, input_facts, shuffle_answers, through_eos
 from erroranalysis.findings import Finding
+
 LORA_RANK = 16
 EVAL_BATCH = 16
 
@@ -80,11 +82,11 @@ def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(), *, da
     from erroranalysis.data import read_table
     from erroranalysis.infer.causal_lm import CausalLM, load_causal_lm
 
-    lm = model if isinstance(model, CausalLM) else load_causal_lm(model, device=params.device, precision="fp32",
-                                                                 trust_remote_code=params.trust_remote_code)
     encoding = getattr(data_opts, "encoding", "utf-8") if data_opts is not None else "utf-8"
     split = getattr(data_opts, "split", None) if data_opts is not None else None
-    raw, _ = read_table(_path(data), encoding=encoding, split=split)
+    raw, _ = read_table(Path(data), encoding=encoding, split=split)  # a bad file fails before the model loads
+    lm = model if isinstance(model, CausalLM) else load_causal_lm(model, device=params.device, precision="fp32",
+                                                                 trust_remote_code=params.trust_remote_code)
     max_length = min(params.max_length or DEFAULT_MAX_LENGTH["generation"], lm.context_length)
     rows = np.sort(np.random.default_rng(params.seed).permutation(len(raw))[:params.n])
     examples = [encode_row(lm, raw.iloc[int(i)], int(i), str(data), max_length) for i in rows]
@@ -113,12 +115,6 @@ def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(), *, da
         examples=finals, findings=[])
     result.findings = diagnose_lm(result)
     return result
-
-
-def _path(data):
-    from pathlib import Path
-
-    return Path(data)
 
 
 def _offset(progress, start: int, total: int):
