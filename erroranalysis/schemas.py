@@ -74,7 +74,8 @@ SLICE_MEMBERS = Table(columns=("example_id", "slice_id"), required=("example_id"
 
 CHECKS = Table(
     columns=("example_id", "label_issue_score", "label_issue", "suggested_label", "duplicate_group", "duplicate_kind",
-             "duplicate_conflict", "in_train", "train_id", "train_similarity", "train_label_differs"),
+             "duplicate_conflict", "in_train", "train_id", "train_similarity", "train_label_differs",
+             "contaminated_fields", "train_row"),
     required=("example_id", "label_issue_score", "label_issue"))
 
 SUGGESTIONS = Table(

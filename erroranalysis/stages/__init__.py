@@ -12,7 +12,7 @@ from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.cluster import ClusterParams, cluster_run, name_run
 from erroranalysis.stages.compare import compare_runs, read_run, write_report
 from erroranalysis.stages.data_checks import CheckParams, check_vectors, checks_run, label_issue_share
-from erroranalysis.stages.doctor import run_doctor
+from erroranalysis.stages.doctor import run_doctor, run_doctor_generation
 from erroranalysis.stages.export import (
     attach_labels,
     base_table,

@@ -23,8 +23,10 @@ import pandas as pd
 
 from erroranalysis import rundir, schemas
 from erroranalysis.datachecks import report as checks_report
+from erroranalysis.datachecks.contamination import DEFAULT_N
 from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
 from erroranalysis.embedding import CHECK_EMBEDDERS as EMBEDDERS
+from erroranalysis.findings import SEVERITIES
 from erroranalysis.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 
@@ -37,7 +39,9 @@ class CheckParams(Params):
     say otherwise."""
 
     train: str | None = param(None, File(), "Training data (.jsonl, .csv, .parquet or a save_to_disk folder): adds "
-                              "train/eval leakage and distribution shift.", none="no leakage or shift checks")
+                              "train/eval leakage and distribution shift; on a generation run, SFT rows (messages, "
+                              "prompt/completion or text) and n-gram contamination, near-duplicate training prompts "
+                              "and lengths.", none="no leakage or shift checks")
     embedder: str = param("auto", Choice(*EMBEDDERS), "Vectors of near duplicates, leakage and shift: auto (the "
                           "checkpoint's hidden states when the run has them, else MiniLM), hidden, minilm or none "
                           "(exact duplicates only, no domain classifier).", flag="--check-embedder")
@@ -64,6 +68,13 @@ class CheckParams(Params):
     encoding: str = param("utf-8", Text(), "Text encoding of a CSV/JSONL training file.", flag="--train-encoding")
     split: str | None = param(None, Text(), "Split of a saved DatasetDict training file.", flag="--train-split",
                               none="the only split")
+    ngram: int = param(DEFAULT_N, Int(1, 100), "Generation runs with --train: words per n-gram of the contamination "
+                       "check (13 as GPT-3 and lm-evaluation-harness; 8 as Tulu 3).")
+    train_near_threshold: float = param(0.8, Float(0, 1, low_open=True), "Generation runs with --train: Jaccard "
+                                        "similarity (word 3-grams, MinHash) at or above which two training prompts "
+                                        "are near duplicates.")
+    minhash_perm: int = param(128, Int(16, 1024), "Permutations of the MinHash signatures (more: better recall, "
+                              "slower).", advanced=True)
     seed: int = spec_field(SEED)
 
 
@@ -85,20 +96,44 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     preds = readers.read_predictions(run, columns=["example_id", "text", "label", "pred", "correct"])
     probs = readers.read_probs(run)
     _check_probs(run, preds, probs)
-    if train_set is None and params.train is not None:
+    sft_train = None
+    if run.task == "generation" and train_set is None and params.train is not None:
+        from erroranalysis.stages.contamination import read_train_texts
+
+        sft_train = read_train_texts(params)  # SFT rows: contamination instead of the classifier's leakage
+    elif train_set is None and params.train is not None:
         train_set = load_train(run, params)
     vectors = _Vectors.custom(embed) if embed is not None else _Vectors.of(run, params.embedder, engine)
-    record = {**params.record(), "train": str(Path(train_set.path).resolve()) if train_set is not None else None,
+    trained = train_set if train_set is not None else sft_train
+    record = {**params.record(), "train": str(Path(trained.path).resolve()) if trained is not None else None,
               "embedder": vectors.source, "shift": params.shift and train_set is not None}
 
     with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
         vectors.advance = advance
         table, report = _compute(run, preds, probs, train_set, vectors, params, record, say)
+        if sft_train is not None:
+            _contamination(run, table, report, sft_train, params, say, advance)
         staging.write_parquet(CHECKS, table[list(schemas.CHECKS.columns)])
         staging.write_json(CHECKS_JSON, report)
         summary = checks_report.summary(report)
         staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
     return summary
+
+
+def _contamination(run, table, report, train, params: CheckParams, say, advance) -> None:
+    from erroranalysis.datachecks.contamination_report import findings
+    from erroranalysis.stages.contamination import contamination_checks
+
+    columns, section = contamination_checks(run, train, params, say, advance)
+    table["in_train"] = pd.array(columns["in_train"], dtype="boolean")
+    table["train_id"] = pd.array(columns["train_id"], dtype="string")
+    table["train_similarity"] = columns["train_similarity"]
+    table["contaminated_fields"] = pd.array(columns["contaminated_fields"], dtype="string")
+    table["train_row"] = pd.array(np.where(columns["in_train"], columns["train_row"], None), dtype="Int64")
+    report["contamination"] = section
+    extra = [f.to_dict() for f in findings(section)]
+    ranked = sorted(report["findings"] + extra, key=lambda f: SEVERITIES.index(f["severity"]))
+    report["findings"] = ranked
 
 
 def _check_probs(run, preds, probs) -> None:
@@ -167,6 +202,9 @@ def _duplicates(table, report, texts, gold, ids, vectors, near: bool, params: Ch
 
 def _no_leakage(table, report) -> None:
     n = len(table)
+    table["contaminated_fields"] = pd.array([None] * n, dtype="string")
+    table["train_row"] = pd.array([None] * n, dtype="Int64")
+    report["contamination"] = None
     table["in_train"] = pd.array([None] * n, dtype="boolean")
     table["train_id"] = pd.array([None] * n, dtype="string")
     table["train_similarity"] = np.full(n, np.nan, dtype=np.float32)
