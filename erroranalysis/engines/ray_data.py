@@ -1,8 +1,9 @@
 """The Ray engine: the eval set as a Ray Dataset, `map_batches` over actors that load the model once each.
 
 The driver reads and validates the eval set with `erroranalysis.data` (the same rules and one-line errors as
-in-process, before any worker starts), then hands Ray one block per chunk of rows (`chunk_size`, the in-process
-chunk too, so every chunk is tokenized, length-sorted and batched exactly as in-process). Each actor
+in-process, before any worker starts), then hands Ray the rows in blocks: the in-process chunk (`chunk_size`), or
+smaller so that every actor gets at least `Engine.blocks_per_actor` blocks (`--ray-blocks-per-actor`); each block
+is tokenized, length-sorted and batched as an in-process chunk is. Each actor
 (`ShardPredictor`) runs `ChunkPredictor` on its chunks and writes one shard per chunk of predictions, probabilities
 and hidden states (`sinks.ShardSink`) into the staging area the stage gave, which must be on a filesystem every
 worker sees; it sends back only (first row, rows, confusion counts). The driver sums the confusion counts and
@@ -123,6 +124,12 @@ def _blocks(table, chunk_size: int) -> list:
     return [table.slice(start, chunk_size) for start in range(0, table.num_rows, chunk_size)]
 
 
+def plan(table, engine: Engine, actors: int, chunk_size: int) -> tuple[list, int]:
+    """(blocks, actors): `table` cut into blocks of `engine.block_rows` rows, and no more actors than blocks."""
+    blocks = _blocks(table, engine.block_rows(table.num_rows, actors, chunk_size))
+    return blocks, max(1, min(actors, len(blocks)))
+
+
 def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
     """(actors, GPUs per actor): one actor per GPU when the cluster has GPUs and the device allows, else one per
     CPU; `engine.concurrency` overrides the count."""
@@ -150,7 +157,9 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
         raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
                           "workers.")
     kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
-    ds = ray.data.from_arrow(_blocks(inputs, chunk_size))
+    blocks, actors = plan(inputs, engine, actors, chunk_size)
+    chunk_size = blocks[0].num_rows
+    ds = ray.data.from_arrow(blocks)
     done = bounded_map(ds, ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
                                                                   "paths": tuple(p and str(p) for p in paths),
                                                                   "hidden_dtype": hidden_dtype},
@@ -206,8 +215,10 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
     if not texts:
         return embedder.embed_texts(texts)
     table = pa.table({"text": pa.array(texts, pa.string())})
-    ds = ray.data.from_arrow(_blocks(table, chunk_size))
     actors, gpus = _actors(ray, engine, embedder.device)
+    blocks, actors = plan(table, engine, actors, chunk_size)
+    chunk_size = blocks[0].num_rows
+    ds = ray.data.from_arrow(blocks)
     embedded = bounded_map(ds, type(embedder), fn_constructor_kwargs=embedder.constructor_kwargs(),
                            batch_size=chunk_size, batch_format="numpy", num_cpus=1, num_gpus=gpus or None,
                            compute=ray.data.ActorPoolStrategy(size=actors))
