@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis import files
+from erroranalysis import files, storage
 from erroranalysis.errors import DataError, preview, where
 from erroranalysis.params import Int, Params, Text, param
 from erroranalysis.schemas import PREDICTIONS
@@ -59,9 +59,12 @@ class InMemory:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def as_source(data) -> Path | InMemory:
-    """A path (str or Path) as a Path; an `InMemory` table as it is."""
-    return data if isinstance(data, InMemory) else Path(data)
+def as_source(data) -> Path | InMemory | storage.ObjectPath:
+    """A path (str or Path) as a Path, an object-storage URL (s3://, gs://, az://) as a `storage.ObjectPath`; an
+    `InMemory` table as it is."""
+    if isinstance(data, (InMemory, storage.ObjectPath)):
+        return data
+    return storage.ObjectPath.parse(data) if storage.is_url(data) else Path(data)
 
 
 @dataclass
@@ -69,7 +72,7 @@ class EvalSet:
     """An eval set in a standard shape: example_id, text, label (may be absent), then metadata columns."""
 
     frame: pd.DataFrame
-    path: Path | InMemory
+    path: Path | InMemory | storage.ObjectPath
     format: str
     sha256: str
     columns: dict = field(default_factory=dict)  # {"text": ..., "label": ..., "id": ...} as mapped
@@ -84,14 +87,15 @@ class EvalSet:
         return int(self.frame["_line"].iat[row])
 
     def describe(self) -> dict:
-        """The manifest's `data` entry (the path absolute; an in-memory table by its name)."""
+        """The manifest's `data` entry (the path absolute, a URL as given, without secrets: `storage.ObjectPath`
+        refuses a URL that holds any; an in-memory table by its name)."""
         path = str(self.path.resolve()) if isinstance(self.path, Path) else str(self.path)
         return {"path": path, "sha256": self.sha256, "rows": len(self), "format": self.format,
                 "columns": self.columns, "metadata_columns": self.metadata_columns, "max_chars": self.max_chars,
                 "n_cut": int(self.frame["_cut"].sum())}
 
 
-def read_eval_set(path: str | Path | InMemory, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
+def read_eval_set(path: str | Path | InMemory | storage.ObjectPath, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
     """`load_eval_set` with the options as one object (what the stages pass)."""
     return load_eval_set(path, text_column=opts.text_column, label_column=opts.label_column,
                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split, required=required,
@@ -137,13 +141,18 @@ def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", lab
         name = f"meta_{column}" if column in PREDICTIONS.columns or column in ("pred", "output") else str(column)
         frame[name] = raw[column].to_numpy()
         metadata.append(name)
-    sha256 = path.sha256() if isinstance(path, InMemory) else files.digest(path)["sha256"]
+    sha256 = path.sha256() if isinstance(path, InMemory) else source_digest(path)["sha256"]
     return EvalSet(frame=frame, path=path, format=fmt, sha256=sha256,
                    columns={"text": text_column, "label": label_column, "id": id_column},
                    metadata_columns=metadata, max_chars=max_chars)
 
 
-def read_table(path: Path | InMemory, *, encoding: str = "utf-8", split: str | None = None
+def source_digest(path: Path | storage.ObjectPath) -> dict:
+    """{"sha256", "bytes"} of an eval-set file, a folder, or an object in object storage."""
+    return path.digest() if isinstance(path, storage.ObjectPath) else files.digest(path)
+
+
+def read_table(path: Path | InMemory | storage.ObjectPath, *, encoding: str = "utf-8", split: str | None = None
                ) -> tuple[pd.DataFrame, str]:
     """Read any supported file (or an in-memory table) into a DataFrame with a `_line` column of user-facing
     line/row numbers."""
@@ -155,14 +164,19 @@ def read_table(path: Path | InMemory, *, encoding: str = "utf-8", split: str | N
         frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
         return frame, "in_memory"
     if not path.exists():
+        if isinstance(path, storage.ObjectPath):
+            raise DataError(storage.missing(path))
         raise DataError(f"{path}: no such file; check the path.")
     if path.is_dir():
+        if isinstance(path, storage.ObjectPath):
+            raise DataError(f"{path}: is a prefix, not an object; pass the URL of one .jsonl, .csv or .parquet "
+                            "object (save_to_disk folders are read from a local disk).")
         return _read_dataset_dir(path, split), "hf_dataset"
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise DataError(f"{path}: unknown file type {path.suffix!r}; use .jsonl, .csv, .parquet or a "
                         "folder saved with datasets' save_to_disk.")
-    if path.stat().st_size == 0:
+    if (path.size() if isinstance(path, storage.ObjectPath) else path.stat().st_size) == 0:
         raise DataError(f"{path}: the file is empty; it needs a header or at least one example.")
     reader = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}[fmt]
     frame = reader(path, encoding)
@@ -265,9 +279,15 @@ def _csv_problem(path: Path, text: str, sep: str) -> str | None:
     return None
 
 
-def _read_parquet(path: Path, encoding: str) -> pd.DataFrame:
+def _read_parquet(path: Path | storage.ObjectPath, encoding: str) -> pd.DataFrame:
     try:
-        frame = pd.read_parquet(path)
+        if isinstance(path, storage.ObjectPath):
+            import pyarrow.parquet as pq
+
+            fs, key = path.filesystem()
+            frame = pq.read_table(key, filesystem=fs).to_pandas()
+        else:
+            frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise DataError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}).") from None
     frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)

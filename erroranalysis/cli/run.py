@@ -16,7 +16,8 @@ from erroranalysis.cli import stage_groups as groups
 
 Model = Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors), or "
                                                           "a .gguf file for --task generation.")]
-Data = Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder.")]
+Data = Annotated[str, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder; "
+                                                        "or an s3://, gs://, az:// URL of a file (docs/scale.md).")]
 TASKS = ("classification", "generation")
 GENERATION = replace(groups.GENERATION_GROUP, deprecated={"--checks": "output_checks", "--labels": "labels"})
 CHECKS = replace(groups.CHECKS, deprecated_off="--no-checks")
