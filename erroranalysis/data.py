@@ -105,13 +105,15 @@ def read_eval_set(path: str | Path | InMemory | storage.ObjectPath, opts: DataOp
 def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", label_column: str | None = "label",
                   id_column: str | None = None, encoding: str = "utf-8", split: str | None = None,
                   required: tuple[str, ...] = (), max_chars: int = MAX_CHARS, keep_end: bool = False,
-                  strings_only: bool = True, table: tuple[pd.DataFrame, str] | None = None) -> EvalSet:
+                  strings_only: bool = True, table: tuple[pd.DataFrame, str] | None = None,
+                  sha256: str | None = None) -> EvalSet:
     """Read an eval set and map its columns to example_id, text, label; `required` columns are kept by name.
 
     Every other column becomes metadata (for slices); a name that clashes with a predictions column gets `meta_`.
     Texts longer than `max_chars` are cut (the end kept with `keep_end`, for prompts) and flagged in `_cut`;
     `strings_only=False` lets the text column hold other values (chat messages). `table`: the file already read
-    (frame with `_line`, format name), by a reader of another tool's format.
+    (frame with `_line`, format name), by a reader of another tool's format, or a block of rows of a file
+    (`erroranalysis.blocks`), with the file's `sha256` known.
     """
     check_int("max_chars", max_chars, 1)
     path = as_source(path)
@@ -141,7 +143,8 @@ def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", lab
         name = f"meta_{column}" if column in PREDICTIONS.columns or column in ("pred", "output") else str(column)
         frame[name] = raw[column].to_numpy()
         metadata.append(name)
-    sha256 = path.sha256() if isinstance(path, InMemory) else source_digest(path)["sha256"]
+    if sha256 is None:
+        sha256 = path.sha256() if isinstance(path, InMemory) else source_digest(path)["sha256"]
     return EvalSet(frame=frame, path=path, format=fmt, sha256=sha256,
                    columns={"text": text_column, "label": label_column, "id": id_column},
                    metadata_columns=metadata, max_chars=max_chars)

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+
+import pytest
 
 KEY, SECRET = "testing-key-id", "testing-secret-key-do-not-record"
 
@@ -64,5 +65,14 @@ def upload(local, url: str) -> str:
     return url
 
 
-def environ_with(env: dict) -> dict:
-    return {**os.environ, **env}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A local S3 server for the module, with a bucket `evals`; the environment points clients at it."""
+    pytest.importorskip("moto.server")
+    with moto_server() as env, pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        make_bucket("evals")
+        yield env

@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 from conftest import eval_rows, write_jsonl
-from object_store import KEY, SECRET, make_bucket, moto_server, upload
+from object_store import KEY, SECRET, s3, upload  # noqa: F401 (s3: the fixture)
 
 from erroranalysis.data import DataOptions
 from erroranalysis.errors import DataError
@@ -18,16 +18,6 @@ from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 from erroranalysis.storage import ObjectPath, is_url
 
 AFTER = AfterParams(checks=None, slices=None, cluster=None)
-
-
-@pytest.fixture(scope="module")
-def s3():
-    pytest.importorskip("moto.server")
-    with moto_server() as env, pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        make_bucket("evals")
-        yield env
 
 
 def _run(checkpoint, data, out):

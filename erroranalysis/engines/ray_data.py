@@ -117,6 +117,45 @@ class ShardPredictor:
                 "batching": np.tile([self.predict.batch_size, self.predict.max_tokens], (n, 1)).astype(np.int64)}
 
 
+class SourcePredictor(ShardPredictor):
+    """`ShardPredictor` over row ranges (start, rows) of a Parquet eval set that each worker reads itself
+    (`erroranalysis.blocks`: the in-process validation, per block): the driver sends two integers per block and
+    gets back counts, never rows."""
+
+    def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32",
+                 source=None, options=None, sources: dict | None = None, sha256: str = ""):
+        super().__init__(predictor_kwargs, labels, paths, hidden_dtype)
+        from erroranalysis import blocks
+
+        self.source, self.options, self.sources, self.sha256 = source, options, sources or {}, sha256
+        self.file = blocks.parquet_file(source)
+
+    def __call__(self, batch):
+        from erroranalysis import blocks
+        from erroranalysis.infer.predictions import confusion, input_table, output_table
+
+        k = len(self.labels)
+        found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "ids": []}
+        for start, rows in zip(batch.column("start").to_pylist(), batch.column("rows").to_pylist()):
+            eval_set, gold = blocks.block(self.source, start, rows, self.options, self.labels, sha256=self.sha256,
+                                          file=self.file)
+            chunk = blocks.conform(input_table(eval_set.frame, gold, self.labels, eval_set.metadata_columns),
+                                   self.file.schema_arrow, self.sources)
+            out = self.predict(chunk)
+            self.sink.write(start, output_table(chunk, self.labels, out), out)
+            found["start"].append(start)
+            found["rows"].append(rows)
+            found["confusion"].append(confusion(chunk, out, k).ravel())
+            found["n_cut"].append(int(eval_set.frame["_cut"].sum()))
+            found["ids"].append(blocks.id_hashes(eval_set.frame["example_id"]) if self.options.id_column
+                                else np.zeros(0, np.uint64))
+        n = len(found["start"])
+        return {"start": np.asarray(found["start"], np.int64), "rows": np.asarray(found["rows"], np.int64),
+                "confusion": np.stack(found["confusion"]), "n_cut": np.asarray(found["n_cut"], np.int64),
+                "ids": found["ids"],
+                "batching": np.tile([self.predict.batch_size, self.predict.max_tokens], (n, 1)).astype(np.int64)}
+
+
 def _blocks(table, chunk_size: int) -> list:
     import pyarrow as pa
 
@@ -181,6 +220,83 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
                           "run the command again.") from None
     check_coverage(covered, inputs.num_rows, paths)
     return counts, sorted(ran)
+
+
+def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
+                   chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
+                   hidden_dtype: str = "float32") -> tuple[np.ndarray, list, int]:
+    """`predict` with the workers reading the eval set (`scanned`, an `erroranalysis.blocks.Scanned` Parquet file)
+    themselves: the driver holds its row ranges, the summed counts and, with an id column, 8 bytes per row to
+    check that ids are unique. Returns (confusion counts, batching, texts cut)."""
+    from erroranalysis import blocks
+
+    ray = connect(engine)
+    import ray.data
+
+    for folder in paths:
+        if folder is not None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+    device = predictor_kwargs.get("device", "auto")
+    actors, gpus = _actors(ray, engine, device)
+    if device.startswith("cuda") and not gpus:
+        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
+                          "workers.")
+    n_rows = scanned.n_rows
+    size = engine.block_rows(n_rows, actors, chunk_size)
+    starts = list(range(0, n_rows, size))
+    actors = max(1, min(actors, len(starts)))
+    ranges = [{"start": s, "rows": min(size, n_rows - s)} for s in starts]
+    ds = ray.data.from_items(ranges, override_num_blocks=len(ranges))
+    kwargs = {"predictor_kwargs": {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}, "labels": labels,
+              "paths": tuple(p and str(p) for p in paths), "hidden_dtype": hidden_dtype, "source": scanned.path,
+              "options": options, "sources": scanned.sources, "sha256": scanned.sha256}
+    done = bounded_map(ds, SourcePredictor, fn_constructor_kwargs=kwargs, batch_size=1, batch_format="pyarrow",
+                       num_cpus=1, num_gpus=gpus or None, compute=ray.data.ActorPoolStrategy(size=actors))
+    k = len(labels)
+    counts = np.zeros((k, k), dtype=np.int64)
+    hashes = np.zeros(n_rows if options.id_column else 0, dtype=np.uint64)
+    covered: dict[int, int] = {}
+    ran: set[tuple[int, int]] = set()
+    n_cut = 0
+    try:
+        for row in done.iter_rows():
+            start, rows = int(row["start"]), int(row["rows"])
+            covered[start] = rows
+            counts += np.asarray(row["confusion"], dtype=np.int64).reshape(k, k)
+            ran.add(tuple(int(v) for v in row["batching"]))
+            n_cut += int(row["n_cut"])
+            if options.id_column:
+                hashes[start:start + rows] = np.asarray(row["ids"], dtype=np.uint64)
+            if progress:
+                progress(rows)
+    except ray.exceptions.RayError as exc:
+        user = _user_error(exc)
+        if user is not None:
+            raise user from None
+        raise EngineError(f"--engine ray: the inference job failed ({_reason(exc)}); nothing was committed, "
+                          "run the command again.") from None
+    check_coverage(covered, n_rows, paths)
+    if options.id_column:
+        blocks.duplicate_ids(hashes, scanned.path, options)
+    return counts, sorted(ran), n_cut
+
+
+def _user_error(exc: BaseException):
+    """The UserError (a bad value a worker found in its block) inside a Ray error, or None."""
+    from erroranalysis.errors import UserError
+
+    import ray
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)  # a RayTaskError's own exception, without Ray's traceback text
+        if isinstance(cause, UserError):
+            return cause
+        if isinstance(exc, UserError) and not isinstance(exc, ray.exceptions.RayError):
+            return exc
+        exc = cause or exc.__cause__ or exc.__context__
+    return None
 
 
 def check_coverage(covered: dict[int, int], n_rows: int, paths) -> None:

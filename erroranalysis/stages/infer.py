@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
+from erroranalysis.data import DataOptions, EvalSet, InMemory, map_labels, read_eval_set
 from erroranalysis.engines import LOCAL, Engine
 from erroranalysis.infer import runtime
 from erroranalysis.infer.classifier import cpu_bf16_note
@@ -53,7 +53,7 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
     object with `key` and `embed(frame)`, replaces the cluster stage's). `engine` says where inference runs;
     `progress` is a `erroranalysis.progress.Reporter` or a function (rows done, total) for inference alone; `log`
     gets notes for the user (bf16 emulated on this CPU)."""
-    job = prepare(model, data, data_opts, infer_opts)
+    job = prepare(model, data, data_opts, infer_opts, engine)
     if engine.distributed:
         from erroranalysis.engines import ray_data
 
@@ -80,6 +80,7 @@ class InferJob:
     gold: np.ndarray
     params: InferParams
     training_state: dict | None = None
+    data_opts: DataOptions = DataOptions()
 
     @property
     def batching(self) -> tuple[int, int]:
@@ -105,16 +106,22 @@ class InferJob:
                 "data": data_entry(self.eval_set), "device": self.clf.device, **extra}
 
 
-def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams) -> InferJob:
-    """Load and check the eval set and the checkpoint (nothing is written)."""
+def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams,
+            engine: Engine = LOCAL) -> InferJob:
+    """Load and check the eval set and the checkpoint (nothing is written). On Ray, a Parquet eval set is only
+    scanned (its footer, a digest and its first rows, validated): the workers read and validate its blocks."""
+    from erroranalysis import blocks
     from erroranalysis.infer.classifier import load_classifier
 
-    eval_set = read_eval_set(data, data_opts)
+    scan = engine.distributed and not isinstance(data, InMemory) and blocks.readable(data)
+    eval_set = None if scan else read_eval_set(data, data_opts)
     clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code,
                           precision=params.precision)
+    if scan:
+        eval_set = blocks.scan(data, data_opts, clf.labels)
     gold = map_labels(eval_set.frame["label"].to_numpy(), clf.labels, source=str(eval_set.path),
                       lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
-    return InferJob(Path(model), clf, eval_set, gold, params)
+    return InferJob(Path(model), clf, eval_set, gold, params, data_opts=data_opts)
 
 
 def infer_stage(run: Run, job: InferJob, progress=None, engine: Engine = LOCAL) -> None:
@@ -131,6 +138,8 @@ def infer_stage(run: Run, job: InferJob, progress=None, engine: Engine = LOCAL) 
             staging.write_json(rundir.TRAINER_STATE, job.training_state)
         else:
             copy_training_log(job.model, staging)
+    if "n_cut" in (run.state("infer") or {}):  # read by the workers: what the data entry could not say before
+        run.update_manifest(data={**run.manifest["data"], "n_cut": run.state("infer")["n_cut"]})
 
 
 def copy_training_log(checkpoint: Path, staging) -> None:
@@ -143,10 +152,10 @@ def copy_training_log(checkpoint: Path, staging) -> None:
 def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndarray:
     """Run the checkpoint over the eval set with `engine`, streaming predictions.parquet, probs.npy and
     hidden_states.npy into the staging area (single files in-process, folders of shards on Ray)."""
+    from erroranalysis.blocks import Scanned
     from erroranalysis.infer.classifier import ChunkPredictor
     from erroranalysis.infer.predictions import input_table
 
-    inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns)
     p = job.params
     hidden = staging.file(rundir.HIDDEN) if p.hidden != "none" else None
     paths = (staging.file(rundir.PREDICTIONS), staging.file(rundir.PROBS), hidden)
@@ -156,10 +165,19 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
         kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_tokens": p.max_tokens,
                   "max_length": p.max_length,
                   "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code}
-        counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
-                                       progress=advance, hidden_dtype=p.hidden)
+        if isinstance(job.eval_set, Scanned):  # the workers read the rows: the driver holds none
+            counts, ran, n_cut = ray_data.predict_source(job.eval_set, job.data_opts, kwargs, job.clf.labels, paths,
+                                                         engine, chunk_size=CHUNK_ROWS, progress=advance,
+                                                         hidden_dtype=p.hidden)
+            staging.facts["read_by"] = "workers"
+            staging.facts["n_cut"] = n_cut  # texts cut at --max-chars, counted by the workers
+        else:
+            inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns)
+            counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
+                                           progress=advance, hidden_dtype=p.hidden)
         staging.facts["batching"] = [list(b) for b in ran]  # each worker resolves it for its own device
         return counts
+    inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns)
     from erroranalysis.engines import local
     from erroranalysis.engines.sinks import FileSink
 
