@@ -70,3 +70,60 @@ def test_a_url_that_carries_credentials_is_refused_without_echoing_them():
     assert (str(path), path.name, path.suffix, str(path.parent)) == (
         "s3://evals/sets/eval.parquet", "eval.parquet", ".parquet", "s3://evals/sets")
     assert json.dumps(str(path))  # what the manifest records
+
+
+def test_a_run_published_to_s3_commits_with_its_manifest_and_is_fetched_whole(s3, tiny_checkpoint, tmp_path,
+                                                                             monkeypatch):
+    from test_cli_run import invoke
+
+    from erroranalysis.rundir import Run, remote
+    from erroranalysis.storage import fsspec_filesystem
+
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+    data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(40))
+    url = "s3://evals/runs/r1"
+    args = ["run", "--model", tiny_checkpoint, "--data", data, "--id-column", "id", "--max-length", "32",
+            "--batch-size", "8", "--no-cluster", "--no-data-checks", "--no-slices"]
+    result = invoke(*args, "--out", url)
+    assert result.exit_code == 0, result.output
+    assert f"published to {url}" in result.stdout
+    s3fs = fsspec_filesystem("s3")
+    manifest = json.loads(s3fs.cat(f"{url}/manifest.json"))
+    generation = manifest["objects"]["generation"]
+    assert {"predictions.parquet", "probs.npy", "metrics.json"} <= set(manifest["objects"]["files"])
+    assert s3fs.exists(f"{url}/objects/{generation}/predictions.parquet")
+    assert SECRET not in json.dumps(manifest) and KEY not in json.dumps(manifest)
+
+    local = _run(tiny_checkpoint, data, tmp_path / "local")
+    fetched = Run.open(remote.fetch(url, tmp_path / "fetched"))
+    pd.testing.assert_frame_equal(fetched.predictions(), local.predictions())
+    assert fetched.metrics()["overall"] == local.metrics()["overall"]
+
+    # what the manifest does not name is ignored: a half-published generation, a stray file
+    s3fs.pipe(f"{url}/objects/99990101T000000-dead/predictions.parquet", b"not parquet")
+    s3fs.pipe(f"{url}/objects/{generation}/stray.txt", b"x")
+    again = remote.fetch(url, tmp_path / "again")
+    assert not (again / "stray.txt").exists()
+    pd.testing.assert_frame_equal(Run.open(again).predictions(), local.predictions())
+
+    refused = invoke(*args, "--out", url)
+    assert refused.exit_code == 2 and "a run already exists here; pass --overwrite" in refused.stderr
+    replaced = invoke(*args, "--out", url, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    newer = json.loads(s3fs.cat(f"{url}/manifest.json"))
+    assert newer["objects"]["generation"] != generation and newer["run_id"] == manifest["run_id"]
+    assert not s3fs.exists(f"{url}/objects/{generation}/predictions.parquet")  # the superseded generation
+
+
+@pytest.mark.parametrize("name", ["../outside.txt", "/etc/passwd", "a/../../b"])
+def test_a_manifest_that_names_a_path_outside_the_run_is_refused_on_fetch(s3, tmp_path, name):
+    from erroranalysis.rundir import remote
+    from erroranalysis.rundir.confine import OutsideError
+    from erroranalysis.storage import fsspec_filesystem
+
+    url = f"s3://evals/bad/{abs(hash(name))}"
+    fsspec_filesystem("s3").pipe(f"{url}/manifest.json", json.dumps(
+        {"objects": {"generation": "g1", "files": {name: {"sha256": "0" * 64}}}}).encode())
+    with pytest.raises(OutsideError, match="leads out of it|absolute path"):
+        remote.fetch(url, tmp_path / "fetched")
+    assert not (tmp_path / "outside.txt").exists()

@@ -134,11 +134,23 @@ class SourcePredictor(ShardPredictor):
         from erroranalysis import blocks
         from erroranalysis.infer.predictions import confusion, input_table, output_table
 
+        from erroranalysis.errors import UserError
+
         k = len(self.labels)
-        found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "ids": []}
+        found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "ids": [], "error": []}
         for start, rows in zip(batch.column("start").to_pylist(), batch.column("rows").to_pylist()):
-            eval_set, gold = blocks.block(self.source, start, rows, self.options, self.labels, sha256=self.sha256,
-                                          file=self.file)
+            try:
+                eval_set, gold = blocks.block(self.source, start, rows, self.options, self.labels,
+                                              sha256=self.sha256, file=self.file)
+            except UserError as exc:  # a bad value in this block: sent back as data (Ray would keep only its text
+                # inside a traceback), so the driver raises the in-process one-line error
+                found["start"].append(start)
+                found["rows"].append(0)
+                found["confusion"].append(np.zeros(k * k, np.int64))
+                found["n_cut"].append(0)
+                found["ids"].append(np.zeros(0, np.uint64))
+                found["error"].append(f"{type(exc).__name__}\t{exc}")
+                continue
             chunk = blocks.conform(input_table(eval_set.frame, gold, self.labels, eval_set.metadata_columns),
                                    self.file.schema_arrow, self.sources)
             out = self.predict(chunk)
@@ -149,10 +161,11 @@ class SourcePredictor(ShardPredictor):
             found["n_cut"].append(int(eval_set.frame["_cut"].sum()))
             found["ids"].append(blocks.id_hashes(eval_set.frame["example_id"]) if self.options.id_column
                                 else np.zeros(0, np.uint64))
+            found["error"].append("")
         n = len(found["start"])
         return {"start": np.asarray(found["start"], np.int64), "rows": np.asarray(found["rows"], np.int64),
                 "confusion": np.stack(found["confusion"]), "n_cut": np.asarray(found["n_cut"], np.int64),
-                "ids": found["ids"],
+                "ids": found["ids"], "error": np.asarray(found["error"], dtype=object),
                 "batching": np.tile([self.predict.batch_size, self.predict.max_tokens], (n, 1)).astype(np.int64)}
 
 
@@ -260,6 +273,8 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     n_cut = 0
     try:
         for row in done.iter_rows():
+            if row["error"]:
+                raise _block_error(row["error"])
             start, rows = int(row["start"]), int(row["rows"])
             covered[start] = rows
             counts += np.asarray(row["confusion"], dtype=np.int64).reshape(k, k)
@@ -270,9 +285,6 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
             if progress:
                 progress(rows)
     except ray.exceptions.RayError as exc:
-        user = _user_error(exc)
-        if user is not None:
-            raise user from None
         raise EngineError(f"--engine ray: the inference job failed ({_reason(exc)}); nothing was committed, "
                           "run the command again.") from None
     check_coverage(covered, n_rows, paths)
@@ -281,22 +293,16 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     return counts, sorted(ran), n_cut
 
 
-def _user_error(exc: BaseException):
-    """The UserError (a bad value a worker found in its block) inside a Ray error, or None."""
-    from erroranalysis.errors import UserError
+def _block_error(sent: str):
+    """The UserError a worker sent back for its block ("ClassName\tmessage"), as that class of erroranalysis.errors
+    (DataError when it is another)."""
+    from erroranalysis import errors
 
-    import ray
-
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        cause = getattr(exc, "cause", None)  # a RayTaskError's own exception, without Ray's traceback text
-        if isinstance(cause, UserError):
-            return cause
-        if isinstance(exc, UserError) and not isinstance(exc, ray.exceptions.RayError):
-            return exc
-        exc = cause or exc.__cause__ or exc.__context__
-    return None
+    name, _, message = sent.partition("\t")
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, errors.UserError)) or kind is errors.ParameterError:
+        kind = errors.DataError
+    return kind(message)
 
 
 def check_coverage(covered: dict[int, int], n_rows: int, paths) -> None:
