@@ -5,7 +5,7 @@ Parquet eval set of short texts, `--engine ray` on a local Ray on this machine's
 row ranges themselves, predict, and write the shards; the driver sends row ranges and sums counts. Each size runs
 in its own driver process, which prints its peak resident memory (VmHWM) after the infer stage and after the
 metrics stage (which reads the predictions' label and pred columns on the driver), and the wall seconds of
-inference. The in-process engine at the smallest size is the peer. Ray's own processes (raylet, GCS, the actors)
+inference (Ray's start included). The in-process engine at `--actors-at` rows is the peer. Ray's own processes (raylet, GCS, the actors)
 are not the driver's and are not counted.
 
     .venv/bin/python benchmarks/ray_driver.py                        # 100k, 1M, 5M; 1 and 2 actors at 100k
@@ -99,7 +99,10 @@ def driver(checkpoint: str, data: str, out: str, engine: str, actors: int | None
 def measure(checkpoint: Path, data: Path, out: Path, engine: str, actors: int | None, metrics: bool) -> dict:
     command = [sys.executable, __file__, "--driver", str(checkpoint), str(data), str(out), engine,
                str(actors or 0), str(int(metrics))]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    # one torch thread per process, as Ray gives each 1-CPU actor: on a shared machine two spinning OpenMP threads
+    # per process ran this tiny model ~8x slower than one (the in-process peer gets the same)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+           "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"driver failed: {' '.join(command)}\n{proc.stderr[-3000:]}")
