@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis import storage
-from erroranalysis.data import DataOptions, EvalSet, as_source, load_eval_set, map_labels, source_digest
+from erroranalysis.data import DataOptions, EvalSet, as_source, load_eval_set, map_labels
 from erroranalysis.errors import DataError, where
 
 HEAD_ROWS = 1000  # rows the driver reads and validates before the run starts
@@ -97,7 +97,7 @@ def scan(path, opts: DataOptions, labels: list[str]) -> Scanned:
     n_rows = file.metadata.num_rows
     if n_rows == 0:
         raise DataError(f"{source}: no examples (an empty Parquet file); add at least one row.")
-    sha256 = source_digest(source)["sha256"]
+    sha256 = storage.digest(source)["sha256"]
     head = block(source, 0, min(n_rows, HEAD_ROWS), opts, labels, sha256=sha256, file=file)[0]
     raw = [c for c in file.schema_arrow.names]
     kept = {opts.text_column, opts.label_column, opts.id_column}

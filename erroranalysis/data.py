@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis import files, storage
+from erroranalysis import storage
 from erroranalysis.errors import DataError, preview, where
 from erroranalysis.params import Int, Params, Text, param
 from erroranalysis.schemas import PREDICTIONS
@@ -87,8 +87,7 @@ class EvalSet:
         return int(self.frame["_line"].iat[row])
 
     def describe(self) -> dict:
-        """The manifest's `data` entry (the path absolute, a URL as given, without secrets: `storage.ObjectPath`
-        refuses a URL that holds any; an in-memory table by its name)."""
+        """The manifest's `data` entry (the path absolute, a URL as given: it holds no secret; a table by name)."""
         path = str(self.path.resolve()) if isinstance(self.path, Path) else str(self.path)
         return {"path": path, "sha256": self.sha256, "rows": len(self), "format": self.format,
                 "columns": self.columns, "metadata_columns": self.metadata_columns, "max_chars": self.max_chars,
@@ -144,15 +143,10 @@ def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", lab
         frame[name] = raw[column].to_numpy()
         metadata.append(name)
     if sha256 is None:
-        sha256 = path.sha256() if isinstance(path, InMemory) else source_digest(path)["sha256"]
+        sha256 = path.sha256() if isinstance(path, InMemory) else storage.digest(path)["sha256"]
     return EvalSet(frame=frame, path=path, format=fmt, sha256=sha256,
                    columns={"text": text_column, "label": label_column, "id": id_column},
                    metadata_columns=metadata, max_chars=max_chars)
-
-
-def source_digest(path: Path | storage.ObjectPath) -> dict:
-    """{"sha256", "bytes"} of an eval-set file, a folder, or an object in object storage."""
-    return path.digest() if isinstance(path, storage.ObjectPath) else files.digest(path)
 
 
 def read_table(path: Path | InMemory | storage.ObjectPath, *, encoding: str = "utf-8", split: str | None = None
@@ -167,13 +161,10 @@ def read_table(path: Path | InMemory | storage.ObjectPath, *, encoding: str = "u
         frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
         return frame, "in_memory"
     if not path.exists():
-        if isinstance(path, storage.ObjectPath):
-            raise DataError(storage.missing(path))
-        raise DataError(f"{path}: no such file; check the path.")
+        raise DataError(storage.missing(path) if isinstance(path, storage.ObjectPath) else
+                        f"{path}: no such file; check the path.")
     if path.is_dir():
-        if isinstance(path, storage.ObjectPath):
-            raise DataError(f"{path}: is a prefix, not an object; pass the URL of one .jsonl, .csv or .parquet "
-                            "object (save_to_disk folders are read from a local disk).")
+        storage.refuse_prefix(path)
         return _read_dataset_dir(path, split), "hf_dataset"
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -284,13 +275,7 @@ def _csv_problem(path: Path, text: str, sep: str) -> str | None:
 
 def _read_parquet(path: Path | storage.ObjectPath, encoding: str) -> pd.DataFrame:
     try:
-        if isinstance(path, storage.ObjectPath):
-            import pyarrow.parquet as pq
-
-            fs, key = path.filesystem()
-            frame = pq.read_table(key, filesystem=fs).to_pandas()
-        else:
-            frame = pd.read_parquet(path)
+        frame = storage.read_parquet(path).to_pandas()
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise DataError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}).") from None
     frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)

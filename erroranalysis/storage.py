@@ -125,6 +125,30 @@ class ObjectPath:
         return {"sha256": sha.hexdigest(), "bytes": size}
 
 
+def digest(path) -> dict:
+    """{"sha256", "bytes"} of a local file or folder (`files.digest`), or of an object."""
+    from erroranalysis import files
+
+    return path.digest() if isinstance(path, ObjectPath) else files.digest(path)
+
+
+def read_parquet(path):
+    """A Parquet file, local or an object, as an Arrow table."""
+    import pyarrow.parquet as pq
+
+    if isinstance(path, ObjectPath):
+        fs, key = path.filesystem()
+        return pq.read_table(key, filesystem=fs)
+    return pq.read_table(path)
+
+
+def refuse_prefix(path) -> None:
+    """A folder is read only from a local disk (a datasets save_to_disk folder); a prefix is refused."""
+    if isinstance(path, ObjectPath):
+        raise DataError(f"{path}: is a prefix, not an object; pass the URL of one .jsonl, .csv or .parquet object "
+                        "(save_to_disk folders are read from a local disk).")
+
+
 def missing(path: ObjectPath) -> str:
     """The one line for an object that is not there: whether its bucket is."""
     bucket = ObjectPath(f"{path.scheme}://{path.key.split('/', 1)[0]}")
