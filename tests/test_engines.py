@@ -45,8 +45,10 @@ def local_ray():
 
 @contextlib.contextmanager
 def ray_warnings():
-    """The warnings Ray Data logs meanwhile (its "the operator only received 1 input(s)" among them)."""
+    """The warnings Ray Data gives meanwhile, as Python warnings (its "the operator only received 1 input(s)" is
+    one) or log records."""
     import logging
+    import warnings
 
     seen: list[str] = []
 
@@ -57,9 +59,12 @@ def ray_warnings():
     handler, logger = Keep(logging.WARNING), logging.getLogger("ray.data")
     logger.addHandler(handler)
     try:
-        yield seen
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield seen
     finally:
         logger.removeHandler(handler)
+        seen.extend(str(w.message) for w in caught)
 
 
 def assert_same(a, b, where: str) -> None:

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from conftest import eval_rows
 from object_store import s3, upload  # noqa: F401 (s3: the fixture)
-from test_engines import assert_same
+from test_engines import assert_same, ray_warnings
 
 from erroranalysis.data import DataOptions
 from erroranalysis.engines import Engine, EngineError
@@ -72,7 +72,9 @@ def test_two_nodes_reading_s3_give_the_in_process_answers(cluster, tiny_checkpoi
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     local_file, url = _parquet(tmp_path, eval_rows(240))
     local = _run(tiny_checkpoint, local_file, tmp_path / "local", Engine("local"))
-    distributed = _run(tiny_checkpoint, url, tmp_path / "ray", cluster)
+    with ray_warnings() as warned:
+        distributed = _run(tiny_checkpoint, url, tmp_path / "ray", cluster)
+    assert not [w for w in warned if "only received" in w], warned  # both actors got blocks
 
     infer = distributed.manifest["stages"]["infer"]
     assert infer["read_by"] == "workers" and infer["n_cut"] == 0
