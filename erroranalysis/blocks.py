@@ -11,14 +11,14 @@ whole file), then maps the gold labels onto the model's. What one block cannot c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from erroranalysis import storage
-from erroranalysis.data import DataOptions, EvalSet, as_source, load_eval_set, map_labels
+from erroranalysis.data import FORMATS, DataOptions, EvalSet, as_source, load_eval_set, map_labels
 from erroranalysis.errors import DataError, where
 
 HEAD_ROWS = 1000  # rows the driver reads and validates before the run starts
@@ -43,8 +43,6 @@ class Scanned(EvalSet):
 
 def readable(path) -> bool:
     """Whether workers can read `path` in blocks: a Parquet file, on a local disk or object storage."""
-    from erroranalysis.data import FORMATS
-
     source = as_source(path)
     return (isinstance(source, (Path, storage.ObjectPath)) and FORMATS.get(source.suffix.lower()) == "parquet"
             and source.is_file())
@@ -99,9 +97,8 @@ def scan(path, opts: DataOptions, labels: list[str]) -> Scanned:
         raise DataError(f"{source}: no examples (an empty Parquet file); add at least one row.")
     sha256 = storage.digest(source)["sha256"]
     head = block(source, 0, min(n_rows, HEAD_ROWS), opts, labels, sha256=sha256, file=file)[0]
-    raw = [c for c in file.schema_arrow.names]
-    kept = {opts.text_column, opts.label_column, opts.id_column}
-    sources = dict(zip(head.metadata_columns, [c for c in raw if c not in kept]))
+    names = set(file.schema_arrow.names)
+    sources = {m: m if m in names else m.removeprefix("meta_") for m in head.metadata_columns}  # meta_x: a clash
     return Scanned(frame=head.frame, path=source, format="parquet", sha256=sha256, columns=head.columns,
                    metadata_columns=head.metadata_columns, max_chars=head.max_chars, n_rows=n_rows,
                    sources=sources)
@@ -155,7 +152,3 @@ def conform(table, schema, sources: dict):
                 except Exception:  # a type Arrow cannot cast back (kept as pandas made it)
                     continue
     return table
-
-
-def with_cut(scanned: Scanned, n_cut: int) -> Scanned:
-    return replace(scanned, n_cut=n_cut)

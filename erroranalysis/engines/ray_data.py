@@ -191,15 +191,8 @@ def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
     return engine.concurrency or count, 1.0 if gpus else 0.0
 
 
-def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
-            chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
-            hidden_dtype: str = "float32") -> np.ndarray:
-    """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
-    the summed confusion counts and the (rows, tokens) batching the workers ran, each distinct one once."""
-    connect(engine)
-    import ray
-    import ray.data
-
+def _start(ray, engine: Engine, predictor_kwargs: dict, paths: tuple) -> tuple[int, float]:
+    """The shard folders made, and (actors, GPUs per actor) for the device asked."""
     for folder in paths:
         if folder is not None:
             Path(folder).mkdir(parents=True, exist_ok=True)
@@ -208,6 +201,18 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
     if device.startswith("cuda") and not gpus:
         raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
                           "workers.")
+    return actors, gpus
+
+
+def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
+            chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
+            hidden_dtype: str = "float32") -> np.ndarray:
+    """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
+    the summed confusion counts and the (rows, tokens) batching the workers ran, each distinct one once."""
+    ray = connect(engine)
+    import ray.data
+
+    actors, gpus = _start(ray, engine, predictor_kwargs, paths)
     kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
     blocks, actors = plan(inputs, engine, actors, chunk_size)
     chunk_size = blocks[0].num_rows
@@ -246,14 +251,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     ray = connect(engine)
     import ray.data
 
-    for folder in paths:
-        if folder is not None:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-    device = predictor_kwargs.get("device", "auto")
-    actors, gpus = _actors(ray, engine, device)
-    if device.startswith("cuda") and not gpus:
-        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
-                          "workers.")
+    actors, gpus = _start(ray, engine, predictor_kwargs, paths)
     n_rows = scanned.n_rows
     size = engine.block_rows(n_rows, actors, chunk_size)
     starts = list(range(0, n_rows, size))
