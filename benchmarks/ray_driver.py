@@ -84,14 +84,22 @@ def driver(checkpoint: str, data: str, out: str, engine: str, actors: int | None
     job = prepare_checkpoint(checkpoint, data, DataOptions(id_column="id"),
                              InferParams(max_length=16, hidden="none"), engine_)
     loaded = hwm_mb()
+    seen: list[tuple[float, int]] = [(0.0, 0)]  # (time, rows done so far) at each block's return
+
+    def progress(rows: int, total: int | None = None) -> None:  # the rows of one block
+        seen.append((time.perf_counter(), seen[-1][1] + rows))
+
     with create_run(out, overwrite=True, **job.manifest(seed=0, engine=engine_.record())) as run:
         start = time.perf_counter()
-        infer_stage(run, job, None, engine_)
+        infer_stage(run, job, progress, engine_)
         seconds = time.perf_counter() - start
         after_infer = hwm_mb()
         if metrics:
             compute_run_metrics(run, MetricsParams(n_resamples=0))
-    print(json.dumps({"seconds": seconds, "loaded": loaded, "infer": after_infer,
+    # the rate once the first block is back: Ray's start and each actor's import of torch and the model excluded
+    (t0, r0), (t1, r1) = seen[1], seen[-1]
+    steady = (r1 - r0) / (t1 - t0) if t1 > t0 else float("nan")
+    print(json.dumps({"seconds": seconds, "steady": steady, "loaded": loaded, "infer": after_infer,
                       "metrics": hwm_mb() if metrics else None,
                       "read_by": run.manifest["stages"]["infer"].get("read_by", "driver")}))
 
@@ -136,14 +144,15 @@ def main() -> None:
                 r = measure(checkpoint, data, tmp / f"run_{n}_{engine}_{actors}", engine, actors,
                             n <= args.metrics_up_to)
                 rows.append([f"{n:,}", engine if engine == "local" else f"ray, {actors} actor(s)",
-                             f"{r['seconds']:.1f}", f"{n / r['seconds']:,.0f}", f"{r['loaded']:.0f}",
+                             f"{r['seconds']:.1f}", f"{n / r['seconds']:,.0f}", f"{r['steady']:,.0f}",
+                             f"{r['loaded']:.0f}",
                              f"{r['infer']:.0f}", "-" if r["metrics"] is None else f"{r['metrics']:.0f}",
                              r["read_by"],
                              "yes" if r["warned"] else "no"])
                 print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
                 subprocess.run(["rm", "-rf", str(tmp / f"run_{n}_{engine}_{actors}")])
             data.unlink()
-    print(table(rows, ["rows", "engine", "infer s", "rows/s", "driver MB loaded", "driver peak MB, infer",
+    print(table(rows, ["rows", "engine", "infer s", "rows/s", "rows/s after 1st block", "driver MB loaded", "driver peak MB, infer",
                        "driver peak MB, +metrics", "rows read by", "'only received' warning"]))
     print(f"\n{load_average()}; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
 
