@@ -17,7 +17,8 @@ from erroranalysis.tasks import CHOICES
 
 Model = Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors), or "
                                                           "a .gguf file for --task generation.")]
-Data = Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder.")]
+Data = Annotated[str, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder; "
+                                                        "or an s3://, gs://, az:// URL of a file (docs/scale.md).")]
 TASKS = CHOICES  # auto reads the head from the checkpoint's config.json (erroranalysis.tasks)
 GENERATION = replace(groups.GENERATION_GROUP, deprecated={"--checks": "output_checks", "--labels": "labels"})
 CHECKS = replace(groups.CHECKS, deprecated_off="--no-checks")
@@ -26,7 +27,7 @@ CHECKS = replace(groups.CHECKS, deprecated_off="--no-checks")
 def summary(run) -> dict:
     """What `run` and `analyze` print, and print as JSON: where the run is, its headline metrics, its stages."""
     metrics = run.metrics()
-    return {"run": str(run.path), "task": run.task, "overall": metrics["overall"],
+    return {"run": run.location, "task": run.task, "overall": metrics["overall"],
             "output_checks": metrics.get("output_checks"),
             "stages": {name: {"status": s["status"], "seconds": s.get("seconds")}
                        for name, s in run.manifest["stages"].items()}}
@@ -42,7 +43,7 @@ def report(run, as_json: bool = False) -> None:
         return
     overall = facts["overall"]
     out = common.console()
-    out.print(f"[bold]{escape(str(run.path))}[/bold]: {overall['n']} examples, {headline(run.task, overall)}, "
+    out.print(f"[bold]{escape(run.location)}[/bold]: {overall['n']} examples, {headline(run.task, overall)}, "
               f"{overall['n_failures']} failures")
     checks = facts["output_checks"]
     if checks:
@@ -51,6 +52,9 @@ def report(run, as_json: bool = False) -> None:
                   f"{(checks.get('loss') or {}).get('low_loss_failures')}")
     out.print("stages: " + ", ".join(f"{name} {s['status']} ({s['seconds'] or 0:.1f}s)"
                                      for name, s in facts["stages"].items()), markup=False)
+    if run.remote:
+        out.print(f"published to {run.remote} (manifest last, docs/scale.md); the local copy: {run.path}",
+                  markup=False)
     out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}", markup=False)
 
 
