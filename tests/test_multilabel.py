@@ -158,6 +158,8 @@ def test_run_end_to_end_matches_sklearn(ml_checkpoint, tmp_path):
     assert checks["label_issues"]["available"]  # cleanlab's multi-label confident learning ran
     summary = json.loads(result.stdout)
     assert summary["task"] == "multilabel" and "hamming_loss" in summary["overall"]
+    shown = invoke("show", out)
+    assert shown.exit_code == 0 and "Hamming loss" in shown.stdout and "Per label" in shown.stdout, shown.output
 
 
 def test_gold_layouts_through_run(ml_checkpoint, tmp_path):

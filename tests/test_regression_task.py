@@ -89,6 +89,9 @@ def test_run_end_to_end(rg_checkpoint, tmp_path):
     assert m["tolerance"]["rule"] == "worst decile of |error|"
     checks = json.loads((out / "checks.json").read_text())
     assert not checks["label_issues"]["available"] and "regression" in checks["label_issues"]["reason"]
+    shown = invoke("show", out)
+    assert shown.exit_code == 0 and "MAE" in shown.stdout, shown.output
+    assert invoke("report", out, "--out", tmp_path / "r.html").exit_code == 0
 
 
 def test_tolerance_option(rg_checkpoint, tmp_path):

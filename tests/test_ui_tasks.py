@@ -15,6 +15,8 @@ PAGES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix"
 SAYS = {("multilabel", "overview"): ["Subset accuracy", "Hamming loss", "Most missed labels", "Per label"],
         ("multilabel", "confusion"): ["Missed (FN)", "rows are gold labels missed"],
         ("multilabel", "label"): ["missed", "spurious"],
+        ("multilabel", "clusters"): ["Missed: ", "Spurious: "],
+        ("regression", "clusters"): ["Mean error (prediction - gold)"],
         ("regression", "overview"): ["MAE", "Residuals", "worst decile of |error|", "By gold range"],
         ("regression", "data_checks"): ["regression"]}
 

@@ -20,11 +20,18 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     out = common.console()
     o = metrics["overall"]
     out.print(f"[bold]{escape(str(run.path))}[/bold]  {o['n']} examples, {o['n_failures']} failures")
-    out.print(f"accuracy {o['accuracy']:.3f}{_interval(o.get('accuracy_ci'))}   macro F1 {o['macro_f1']:.3f}   "
-              f"weighted F1 {o['weighted_f1']:.3f}"
-              + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}" if o.get("ece") is not None else ""))
+    if run.task in ("multilabel", "regression"):
+        from erroranalysis.cli.run import headline
 
-    per_class = Table(title="Per class", title_justify="left")
+        out.print(headline(run.task, o) + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}"
+                                           if o.get("ece") is not None else ""), markup=False)
+    else:
+        out.print(f"accuracy {o['accuracy']:.3f}{_interval(o.get('accuracy_ci'))}   macro F1 {o['macro_f1']:.3f}   "
+                  f"weighted F1 {o['weighted_f1']:.3f}"
+                  + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}" if o.get("ece") is not None else ""))
+
+    per_class = Table(title={"multilabel": "Per label", "regression": "Per gold range (bins)"}.get(run.task, "Per class"),
+                      title_justify="left")
     for column in ("label", "precision", "recall", "F1 [95% CI]", "support"):
         per_class.add_column(column, justify="left" if column == "label" else "right")
     for row in sorted(metrics["per_class"], key=lambda r: r["f1"] if r["f1"] is not None else 0):
@@ -33,7 +40,9 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     out.print(per_class)
 
     confusion = metrics["confusion"]
-    matrix = Table(title="Confusion (rows: true, columns: predicted)", title_justify="left")
+    title = "Confusion (rows: true, columns: predicted)" if run.task != "multilabel" else \
+        "Labels read instead of others (rows: gold missed, columns: predicted without gold)"
+    matrix = Table(title=title, title_justify="left")
     matrix.add_column("true \\ pred")
     for label in confusion["labels"]:
         matrix.add_column(escape(label), justify="right")

@@ -179,3 +179,34 @@ def multilabel_confusion(current, metrics: dict) -> None:
         st.caption(f"{len(rows):,} examples")
         tables.examples_table(rows.sort_values("confidence", ascending=False, na_position="last"), height=420,
                               hide=("loss", "note"), text_width=260)
+
+
+def errors_line(rows) -> str | None:
+    """What a group of failing examples gets wrong, for a multi-label or regression run (None otherwise): the labels
+    most often missed and predicted without gold, or the mean error and MAE."""
+    from collections import Counter
+
+    failing = rows[~rows["correct"].to_numpy(bool)]
+    if "missed" in rows.columns:
+        def top(column):
+            counts = Counter(str(x) for v in failing[column] if v is not None for x in v)
+            return ", ".join(f"{name} ({n})" for name, n in counts.most_common(4)) or "none"
+
+        return f"Missed: {top('missed')} · Spurious: {top('spurious')}"
+    if "error" in rows.columns and len(failing):
+        error = failing["error"].to_numpy(dtype=float)
+        return f"Mean error (prediction - gold) {error.mean():+.3g} · MAE {abs(error).mean():.3g}"
+    return None
+
+
+def example_errors(ex) -> str:
+    """' · missed a, b · spurious c' (multi-label) or ' · error +0.3' (regression) for one example's caption."""
+    parts = []
+    for column in ("missed", "spurious"):
+        value = ex.get(column) if hasattr(ex, "get") else None
+        if value is not None and len(value):
+            parts.append(f"{column} {', '.join(map(str, value))}")
+    error = ex.get("error") if hasattr(ex, "get") else None
+    if error is not None and charts.finite(error):
+        parts.append(f"error {float(error):+.3g}")
+    return "".join(f" · {p}" for p in parts)

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from erroranalysis import summaries
-from erroranalysis_ui.eaui import charts, data, labeled, state, tables, tokens
+from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -161,7 +161,8 @@ with detail_col:
     for ex_id, ex in exemplars.iterrows():
         with st.container(border=True):
             conf = f" · confidence {ex['confidence']:.2f}" if charts.finite(ex["confidence"]) else ""
-            st.caption(f"{ui.md(ex_id)} · true **{ui.md(ex['label'])}** → predicted **{ui.md(ex['pred'])}**{conf}")
+            st.caption(f"{ui.md(ex_id)} · true **{ui.md(ex['label'])}** → predicted **{ui.md(ex['pred'])}**{conf}"
+                       + ui.md(task_views.example_errors(ex)))
             if tokens.is_token_run(current.path):  # a span: its sentence, gold and predicted spans marked
                 st.markdown(tokens.span_markup(current.path, ex))
             else:
@@ -199,6 +200,8 @@ with map_col:
             st.caption("Lasso or box-select points to label them together; hover a point to read it.")
 
 st.subheader("All examples in this cluster", anchor=False)
+if (wrong := task_views.errors_line(rows)) is not None:
+    st.caption(ui.md(wrong))
 f1, f2, f3 = st.columns([2, 1, 1])
 query = f1.text_input("Search", key=state.CLUSTER_SEARCH, placeholder="words in the text or example id")
 true_pick = f2.multiselect("True label", sorted(rows["label"].unique()), key=state.CLUSTER_LABELS)
