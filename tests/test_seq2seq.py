@@ -42,9 +42,10 @@ def build_tiny_t5(folder: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tokenizer = _tokenizer(["<pad>", "</s>", "<unk>"], "$A </s>", pad_token="<pad>", eos_token="</s>")
-    # the Flan-T5 (T5 v1.1) layout: gated-GELU feed-forward, decoder outputs not rescaled
+    # the Flan-T5 (T5 v1.1) layout: gated-GELU feed-forward, T5Config ties the embeddings anyway
     config = T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
-                      feed_forward_proj="gated-gelu", tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                      feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                       decoder_start_token_id=tokenizer.pad_token_id)
     model = T5ForConditionalGeneration(config).eval()
     with torch.no_grad():  # the embeddings are tied: louder blocks, or a random decoder only repeats its input

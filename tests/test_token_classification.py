@@ -69,6 +69,8 @@ def test_run_detects_the_head_and_writes_sentences_and_spans(run_dir, model_dir)
     assert set(spans["kind"]) <= set(tm.KINDS) and (spans["correct"] == (spans["kind"] == "correct")).all()
     assert readers.read_hidden(run).shape == (len(spans), 32)
     assert run.manifest["stages"]["slices"]["status"] == "done"
+    shown = CliRunner().invoke(app, ["show", str(run_dir)])
+    assert shown.exit_code == 0 and "30 examples" in shown.output, shown.output
 
 
 @pytest.mark.parametrize("mode", ["default", "strict"])
