@@ -300,3 +300,25 @@ def test_detection_names_token_classification():
     assert tasks.detect(config) == "token-classification"
     with pytest.raises(ModelError, match="--task multilabel was given"):
         tasks.detect(config, "multilabel")
+
+
+def test_train_marks_seen_surfaces_and_export_report_work(model_dir, tmp_path):
+    from erroranalysis import stages
+    from erroranalysis.data import DataOptions
+
+    rng = random.Random(5)
+    rows = [sentence(rng, i) for i in range(10)]
+    train = write_sentences(tmp_path / "train.jsonl", rows=[{**r, "id": f"t{i}"} for i, r in enumerate(rows[:5])])
+    data = write_sentences(tmp_path / "eval.jsonl", rows=rows)
+    run = stages.run_token_classification(model_dir, data, tmp_path / "run", data_opts=DataOptions(id_column="id"),
+                                          train=train, after=stages.AfterParams(checks=None, cluster=None))
+    spans = readers.read_spans(run)
+    gold = spans[spans["source"] == "gold"]
+    seen = {" ".join(r["tokens"][s:e]) for r in rows[:5] for s, e, _ in tm.spans_of(r["tags"], "IOB2")}
+    assert (gold["seen_in_train"] == np.where(gold["text"].isin(seen), "seen", "unseen")).all()
+    assert "seen_in_train" in run.manifest["data"]["metadata_columns"]
+    for args in (["export", str(run.path), "--format", "csv"], ["report", str(run.path), "--out",
+                                                                  str(tmp_path / "r.html")]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "r.html").stat().st_size > 0
