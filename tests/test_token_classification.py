@@ -322,3 +322,52 @@ def test_train_marks_seen_surfaces_and_export_report_work(model_dir, tmp_path):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
     assert (tmp_path / "r.html").stat().st_size > 0
+
+
+def test_analyze_predicted_tags_made_elsewhere(tmp_path):
+    """`analyze --task token-classification`: gold and predicted tags in one file, no model; the same tables and
+    metrics as `run` (checked against seqeval), and a predicted-tags column that does not fit refused in one line."""
+    from seqeval.metrics import f1_score
+
+    rng = random.Random(3)
+    rows = []
+    for i in range(20):
+        r = sentence(rng, i)
+        pred = list(r["tags"])
+        if i % 2:  # every other sentence: the person read as an organization
+            pred = [t.replace("PER", "ORG") for t in pred]
+        rows.append({**r, "pred_tags": pred})
+    data = write_sentences(tmp_path / "preds.jsonl", rows=rows)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["analyze", "--predictions", str(data), "--out", str(out), "--task",
+                                      "token-classification", "--id-column", "id", "--no-cluster", "--json"])
+    assert result.exit_code == 0, result.output
+    run = Run.open(out)
+    assert run.task == "token-classification" and run.manifest["stages"]["load_predictions"]["status"] == "done"
+    metrics = run.metrics()
+    assert metrics["overall"]["micro_f1"] == pytest.approx(f1_score([r["tags"] for r in rows],
+                                                                    [r["pred_tags"] for r in rows]))
+    spans = readers.read_spans(run)
+    wrong = spans[spans["kind"] == "wrong_type"]
+    assert len(wrong) == 10 and set(zip(wrong["label"], wrong["pred"])) == {("PER", "ORG")}
+    assert readers.read_hidden(run) is None
+
+    rows[4]["pred_tags"] = rows[4]["pred_tags"][:-1]
+    bad = write_sentences(tmp_path / "bad.jsonl", rows=rows)
+    result = CliRunner().invoke(app, ["analyze", "--predictions", str(bad), "--out", str(tmp_path / "bad"), "--task",
+                                      "token-classification"])
+    assert result.exit_code == 2 and "line 5, column 'pred_tags'" in result.output and "tags for" in result.output
+    assert not (tmp_path / "bad").exists()
+
+
+def test_python_analyze_of_a_dataframe(tmp_path):
+    import pandas as pd
+
+    import erroranalysis as ea
+
+    rng = random.Random(4)
+    rows = [sentence(rng, i) for i in range(6)]
+    frame = pd.DataFrame([{**r, "pred_tags": r["tags"]} for r in rows])
+    run = ea.analyze(frame, out=tmp_path / "run", id="id", task="token-classification", checks=None, slices=None,
+                     cluster=None)
+    assert run.metrics.raw["overall"]["micro_f1"] == 1.0 and run.metrics.raw["overall"]["n_error_spans"] == 0
