@@ -42,9 +42,10 @@ def build_tiny_t5(folder: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tokenizer = _tokenizer(["<pad>", "</s>", "<unk>"], "$A </s>", pad_token="<pad>", eos_token="</s>")
-    # the Flan-T5 (T5 v1.1) layout: gated-GELU feed-forward, decoder outputs not rescaled
+    # the Flan-T5 (T5 v1.1) layout: gated-GELU feed-forward, T5Config ties the embeddings anyway
     config = T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
-                      feed_forward_proj="gated-gelu", tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                      feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                       decoder_start_token_id=tokenizer.pad_token_id)
     model = T5ForConditionalGeneration(config).eval()
     with torch.no_grad():  # the embeddings are tied: louder blocks, or a random decoder only repeats its input
@@ -228,3 +229,43 @@ def test_detection_takes_encoder_decoders_as_generation(t5_dir, bart_dir):
         assert tasks.detect(config) == "generation" and tasks.detect(config, "generation") == "generation"
         with pytest.raises(ModelError, match="--task classification was given"):
             tasks.detect(config, "classification")
+
+
+@pytest.mark.slow
+def test_the_trainer_callback_and_timeline_take_a_t5_in_training(t5_dir, tmp_path):
+    """A T5 being fine-tuned: the callback's auto task is generation (the model can generate), the step runs are
+    seq2seq generation runs, and the timeline reads them."""
+    import transformers
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Trainer, TrainingArguments
+
+    from erroranalysis import stages
+    from erroranalysis.data import DataOptions
+    from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.integrations import attach
+    from erroranalysis.rundir import Run
+
+    transformers.logging.set_verbosity_error()
+    tokenizer = AutoTokenizer.from_pretrained(t5_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(t5_dir)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": PROMPTS[i % 5], "reference": "le chat"}) + "\n"
+                               for i in range(6)))
+    enc = tokenizer([PROMPTS[i % 5] for i in range(12)])
+    labels = tokenizer(["le chat"] * 12)["input_ids"]
+    train = [{"input_ids": x, "attention_mask": m, "labels": y}
+             for x, m, y in zip(enc["input_ids"], enc["attention_mask"], labels)]
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=4,
+                             eval_strategy="no", save_strategy="no", logging_steps=1, report_to=[], use_cpu=True,
+                             disable_tqdm=True, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                      data_collator=transformers.DataCollatorForSeq2Seq(tokenizer, model=model))
+    callback = attach(trainer, prompts, out=tmp_path / "runs" / "t5", data=DataOptions(id_column="id"), every=2,
+                      generation=GenerationParams(max_new_tokens=4),
+                      after=stages.AfterParams(checks=None, slices=None, cluster=None))
+    trainer.train()
+    assert callback.task == "generation" and [p.name for p in callback.runs] == ["step-000002", "step-000004"]
+    run = Run.open(tmp_path / "runs" / "t5" / "step-000004")
+    assert run.manifest["model"]["encoder_decoder"] is True and run.manifest["training"]["step"] == 4
+    assert np.isfinite(run.predictions()["reference_loss"]).all()
+    doc = stages.build_timeline(tmp_path / "runs" / "t5")
+    assert doc["task"] == "generation" and len(doc["steps"]) == 2

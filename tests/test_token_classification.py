@@ -69,6 +69,8 @@ def test_run_detects_the_head_and_writes_sentences_and_spans(run_dir, model_dir)
     assert set(spans["kind"]) <= set(tm.KINDS) and (spans["correct"] == (spans["kind"] == "correct")).all()
     assert readers.read_hidden(run).shape == (len(spans), 32)
     assert run.manifest["stages"]["slices"]["status"] == "done"
+    shown = CliRunner().invoke(app, ["show", str(run_dir)])
+    assert shown.exit_code == 0 and "30 examples" in shown.output, shown.output
 
 
 @pytest.mark.parametrize("mode", ["default", "strict"])
@@ -298,3 +300,74 @@ def test_detection_names_token_classification():
     assert tasks.detect(config) == "token-classification"
     with pytest.raises(ModelError, match="--task multilabel was given"):
         tasks.detect(config, "multilabel")
+
+
+def test_train_marks_seen_surfaces_and_export_report_work(model_dir, tmp_path):
+    from erroranalysis import stages
+    from erroranalysis.data import DataOptions
+
+    rng = random.Random(5)
+    rows = [sentence(rng, i) for i in range(10)]
+    train = write_sentences(tmp_path / "train.jsonl", rows=[{**r, "id": f"t{i}"} for i, r in enumerate(rows[:5])])
+    data = write_sentences(tmp_path / "eval.jsonl", rows=rows)
+    run = stages.run_token_classification(model_dir, data, tmp_path / "run", data_opts=DataOptions(id_column="id"),
+                                          train=train, after=stages.AfterParams(checks=None, cluster=None))
+    spans = readers.read_spans(run)
+    gold = spans[spans["source"] == "gold"]
+    seen = {" ".join(r["tokens"][s:e]) for r in rows[:5] for s, e, _ in tm.spans_of(r["tags"], "IOB2")}
+    assert (gold["seen_in_train"] == np.where(gold["text"].isin(seen), "seen", "unseen")).all()
+    assert "seen_in_train" in run.manifest["data"]["metadata_columns"]
+    for args in (["export", str(run.path), "--format", "csv"], ["report", str(run.path), "--out",
+                                                                  str(tmp_path / "r.html")]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "r.html").stat().st_size > 0
+
+
+def test_analyze_predicted_tags_made_elsewhere(tmp_path):
+    """`analyze --task token-classification`: gold and predicted tags in one file, no model; the same tables and
+    metrics as `run` (checked against seqeval), and a predicted-tags column that does not fit refused in one line."""
+    from seqeval.metrics import f1_score
+
+    rng = random.Random(3)
+    rows = []
+    for i in range(20):
+        r = sentence(rng, i)
+        pred = list(r["tags"])
+        if i % 2:  # every other sentence: the person read as an organization
+            pred = [t.replace("PER", "ORG") for t in pred]
+        rows.append({**r, "pred_tags": pred})
+    data = write_sentences(tmp_path / "preds.jsonl", rows=rows)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["analyze", "--predictions", str(data), "--out", str(out), "--task",
+                                      "token-classification", "--id-column", "id", "--no-cluster", "--json"])
+    assert result.exit_code == 0, result.output
+    run = Run.open(out)
+    assert run.task == "token-classification" and run.manifest["stages"]["load_predictions"]["status"] == "done"
+    metrics = run.metrics()
+    assert metrics["overall"]["micro_f1"] == pytest.approx(f1_score([r["tags"] for r in rows],
+                                                                    [r["pred_tags"] for r in rows]))
+    spans = readers.read_spans(run)
+    wrong = spans[spans["kind"] == "wrong_type"]
+    assert len(wrong) == 10 and set(zip(wrong["label"], wrong["pred"])) == {("PER", "ORG")}
+    assert readers.read_hidden(run) is None
+
+    rows[4]["pred_tags"] = rows[4]["pred_tags"][:-1]
+    bad = write_sentences(tmp_path / "bad.jsonl", rows=rows)
+    result = CliRunner().invoke(app, ["analyze", "--predictions", str(bad), "--out", str(tmp_path / "bad"), "--task",
+                                      "token-classification"])
+    assert result.exit_code == 2 and "line 5, column 'pred_tags'" in result.output and "tags for" in result.output
+    assert not (tmp_path / "bad").exists()
+
+
+def test_python_analyze_of_a_dataframe(tmp_path):
+    import pandas as pd
+
+    import erroranalysis as ea
+
+    rng = random.Random(4)
+    rows = [sentence(rng, i) for i in range(6)]
+    frame = pd.DataFrame([{**r, "pred_tags": r["tags"]} for r in rows])
+    run = ea.analyze(frame, out=tmp_path / "run", id="id", task="token-classification", checks=None, slices=None,
+                     cluster=None)
+    assert run.metrics.raw["overall"]["micro_f1"] == 1.0 and run.metrics.raw["overall"]["n_error_spans"] == 0

@@ -72,3 +72,16 @@ def test_clusters_page_shows_exemplar_spans_in_their_sentences(app):
     shown = texts(app, plain=True)
     assert "All examples in this cluster" in shown and "**gold**" in shown and "**predicted**" in shown
     assert "0 of 0 examples" not in shown
+
+
+def test_overview_shows_entity_scores_and_error_kinds(app, token_run):
+    from erroranalysis.rundir import Run
+
+    go(app, "overview")
+    shown = texts(app, plain=True)
+    assert "Per entity type" in shown and "Error spans by kind" in shown and "gold type × predicted type" in shown
+    labels = [m.label for m in app.metric]
+    assert "Entity micro F1" in labels and "Token accuracy" in labels
+    kinds = Run.open(token_run).metrics()["error_kinds"]
+    table = next(f.value for f in app.dataframe if "kind" in getattr(f.value, "columns", []))
+    assert dict(zip(table["kind"], table["spans"])) == {k.replace("_", " "): v for k, v in kinds.items()}

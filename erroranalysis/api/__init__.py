@@ -35,7 +35,7 @@ from erroranalysis.stages import (
 from erroranalysis.tasks import CHOICES as RUN_TASKS
 from erroranalysis.tasks import TaskParams
 
-TASKS = ("classification", "multilabel", "regression", "generation")  # what analyze takes
+TASKS = ("classification", "multilabel", "regression", "generation", "token-classification")  # what analyze takes
 Stage = Any  # an instance of the stage's Params, a dict of its fields, or None / False to skip the stage
 
 
@@ -46,7 +46,8 @@ def open(path: str | Path) -> Run:  # noqa: A001 (ea.open, as the issue's quicks
 
 def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str = "pred",
             id: str | None = None, task: str = "classification", data_options: DataOptions | None = None,  # noqa: A002
-            task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None, generation: GenerationParams | dict | None = None,
+            task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None,
+            generation: GenerationParams | dict | None = None, tokens: TokenParams | dict | None = None,
             metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
             cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False) -> Run:
     """Analyze predictions made elsewhere (`erroranalysis analyze`): `data` is a pandas DataFrame, a
@@ -57,8 +58,9 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     `pred` read as `run` reads them (`task_options`: TaskParams; prob_<label> columns hold sigmoids).
     `task="generation"`: outputs an LLM wrote (`prompt` or `messages`, `output`, and the columns of
     docs/generation.md), with `source` (SourceParams: the file's format, the output column, your judge's score)
-    and `generation` (GenerationParams: the output checks and scorers). `text`, `label` and `id` are DataOptions'
-    `text_column`, `label_column`, `id_column` (or pass `data_options`). `out`: the run directory (default
+    and `generation` (GenerationParams: the output checks and scorers). `task="token-classification"`: words,
+    gold and predicted tags per row (`tokens`: TokenParams' columns and scheme; `pred` defaults to `pred_tags`).
+    `text`, `label` and `id` are DataOptions' `text_column`, `label_column`, `id_column` (or pass `data_options`). `out`: the run directory (default
     runs/analysis-<time>)."""
     from erroranalysis import stages
 
@@ -71,6 +73,11 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
                                           gen_opts=_params(GenerationParams, generation),
                                           source=_params(SourceParams, source), after=after, overwrite=overwrite,
                                           embedder=embedder, progress=_progress(progress))
+    elif task == "token-classification":
+        made = stages.analyze_token_predictions(_source(data), out, data_opts=options,
+                                                token_opts=_params(TokenParams, tokens),
+                                                pred_column="pred_tags" if pred == "pred" else pred, after=after,
+                                                overwrite=overwrite, progress=_progress(progress))
     elif task in ("multilabel", "regression"):
         made = stages.analyze_task_predictions(_source(data), out, task=task, data_opts=options,
                                                task_opts=_params(TaskParams, task_options), pred_column=pred,

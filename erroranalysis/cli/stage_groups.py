@@ -21,6 +21,9 @@ INFER = Group("infer", stages.InferParams, panel="Inference")
 TASK = Group("task_options", TaskParams, panel=TASK_PANEL)  # multi-label and regression heads
 GENERATION_GROUP = Group("generation", GenerationParams, panel=GENERATION)
 TOKENS = Group("tokens", stages.TokenParams, panel=TOKENS_PANEL)  # token classification (NER, POS)
+# What `analyze --task token-classification` takes of them: how tags are read, not how a model runs.
+TOKEN_READING = Group("tokens", stages.TokenParams, exclude=("aggregation", "batch_size", "max_length", "precision",
+                                                            "device", "trust_remote_code"), panel=TOKENS_PANEL)
 # What `analyze --task generation` takes of a generation run's parameters: the output checks, not the decoding.
 DECODING = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed", "stop", "batch_size",
             "max_prompt_tokens", "chat_template", "precision", "device", "trust_remote_code")

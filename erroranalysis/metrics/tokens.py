@@ -310,6 +310,7 @@ def compute_token_metrics(gold_tags: Sequence[Sequence[str]], pred_tags: Sequenc
     overall = {"n": int(len(ok)), "n_failures": int((~ok).sum()), "accuracy": float(ok.mean()) if len(ok) else 0.0,
                "sentence_accuracy": float(ok.mean()) if len(ok) else 0.0,
                "micro_f1": head["micro"]["f1"], "macro_f1": head["macro"]["f1"],
+               "weighted_f1": head["weighted"]["f1"],
                "precision": head["micro"]["precision"], "recall": head["micro"]["recall"],
                "token_accuracy": tokens["accuracy"], "n_words": tokens["n_words"],
                "n_gold_spans": head["micro"]["support"], "n_error_spans": sum(errors[k] for k in ERROR_KINDS),

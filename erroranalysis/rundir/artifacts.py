@@ -45,7 +45,7 @@ TABLES = {PREDICTIONS: schemas.PREDICTIONS, CLUSTERS: schemas.CLUSTERS, ASSIGNME
 # time is removed at the commit, so no file outlives the stage run that made it.
 STAGE_ARTIFACTS = {
     "infer": (PREDICTIONS, PROBS, HIDDEN, TRAINER_STATE, SPANS),
-    "load_predictions": (PREDICTIONS, PROBS),
+    "load_predictions": (PREDICTIONS, PROBS, SPANS),
     "metrics": (METRICS,),
     "checks": (CHECKS, CHECKS_JSON),
     "slices": (SLICES, SLICE_MEMBERS),

@@ -101,6 +101,7 @@ def token_metrics(run: Run, preds) -> dict:
     spans = readers.read_spans(run, columns=["kind", "gold_type", "pred_type"])
     kind_types = [g if isinstance(g, str) else p for g, p in zip(spans["gold_type"], spans["pred_type"])]
     return compute_token_metrics([list(t) for t in preds["gold_tags"]], [list(t) for t in preds["pred_tags"]],
-                                 setup.get("scheme", "IOB2"), setup.get("types") or [], setup.get("span_mode", "default"),
-                                 spans["kind"].tolist(), kind_types, preds["correct"].to_numpy())
+                                 setup.get("scheme", "IOB2"), setup.get("types") or [],
+                                 setup.get("span_mode", "default"), spans["kind"].tolist(), kind_types,
+                                 preds["correct"].to_numpy())
 

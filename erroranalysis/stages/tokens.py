@@ -177,9 +177,9 @@ def tables(job: TokenJob, outs: list[dict]):
         sentence_rows.append({
             "example_id": ids[i], "text": job.sentences.texts[i] if job.sentences.raw else " ".join(words),
             "label": _types_of(g_spans), "pred": _types_of(p_spans), "correct": not errors,
-            "confidence": float(np.nanmin(out["confidence"])) if out["seen"].any() else float("nan"),
-            "loss": float(np.nanmean(out["loss"])) if out["seen"].any() else float("nan"),
-            "n_tokens": len(job.encoded[i].ids), "truncated": bool(job.encoded[i].truncated or frame["_cut"].iat[i]),
+            "confidence": _stat(np.nanmin, out["confidence"]), "loss": _stat(np.nanmean, out["loss"]),
+            "n_tokens": len(job.encoded[i].ids) or len(words),  # words when the tags came without a model
+            "truncated": bool(job.encoded[i].truncated or frame["_cut"].iat[i]),
             "tokens": list(words), "gold_tags": gold, "pred_tags": pred,
             "word_confidence": [float(c) for c in out["confidence"]], "n_words": len(words),
             "n_gold_spans": len(g_spans), "n_pred_spans": len(p_spans), "n_error_spans": len(errors),
@@ -198,6 +198,12 @@ def tables(job: TokenJob, outs: list[dict]):
     width = outs[0]["vectors"].shape[1] if outs else 0
     matrix = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), width)
     return preds, spans.astype({c: t for c, t in _span_dtypes().items() if c in spans.columns}), matrix
+
+
+def _stat(function, values) -> float:
+    """`function` (nanmin, nanmean) of the finite values, NaN when there are none (no model, or past the cut)."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(function(values)) if np.isfinite(values).any() else float("nan")
 
 
 def _types_of(spans) -> str:
@@ -225,8 +231,7 @@ def _span_row(job: TokenJob, i: int, sentence_id: str, k: int, r: dict, words, o
     seen = out["seen"][s:e]
     row = {"example_id": f"{sentence_id}#{k}", "text": surface, "label": r["gold_type"] or tm.OUTSIDE,
            "pred": r["pred_type"] or tm.OUTSIDE, "correct": r["kind"] == "correct",
-           "confidence": float(np.nanmean(out["confidence"][s:e])) if seen.any() else float("nan"),
-           "loss": float(np.nanmean(out["loss"][s:e])) if seen.any() else float("nan"),
+           "confidence": _stat(np.nanmean, out["confidence"][s:e]), "loss": _stat(np.nanmean, out["loss"][s:e]),
            "n_tokens": e - s, "truncated": not bool(seen.all()), "sentence_id": sentence_id,
            "char_start": char_start, "char_end": char_end, "context": context,
            **{key: r[key] for key in ("source", "kind", "start", "end", "gold_type", "pred_type", "match_start",

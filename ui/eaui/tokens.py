@@ -67,3 +67,51 @@ def span_markup(path: Path, example) -> str:
     kind = str(example.get("kind", "")).replace("_", " ")
     return (f"*{md(kind)}* · gold {md(example['label'])} → predicted {md(example['pred'])}  \n"
             f"**gold** {gold_line}  \n**predicted** {pred_line}")
+
+
+def token_overview(metrics: dict) -> None:
+    """The Overview of a token-classification run: entity scores, error spans by kind and by type, the word-level
+    confusion of types (O included)."""
+    import pandas as pd
+
+    from erroranalysis_ui.eaui import components as ui
+
+    o = metrics.get("overall", {})
+    cols = st.columns(5)
+    cols[0].metric("Entity micro F1", ui.pct(o.get("micro_f1")), border=True,
+                   help=f"Exact spans (boundaries and type), seqeval's {o.get('span_mode', 'default')} mode.")
+    cols[0].caption(f"P {ui.pct(o.get('precision'))} · R {ui.pct(o.get('recall'))}")
+    cols[1].metric("Entity macro F1", ui.pct(o.get("macro_f1")), border=True, help="Unweighted mean over types.")
+    cols[1].caption(f"weighted F1 {ui.pct(o.get('weighted_f1'))}")
+    cols[2].metric("Token accuracy", ui.pct(o.get("token_accuracy")), border=True, help="Words with the gold tag.")
+    cols[2].caption(f"of {ui.count(o.get('n_words'))} words")
+    cols[3].metric("Error spans", ui.count(o.get("n_error_spans")), border=True,
+                   help="Missed, spurious, wrong type, wrong boundary, wrong type and boundary.")
+    cols[3].caption(f"{ui.count(o.get('n_gold_spans'))} gold spans")
+    cols[4].metric("Sentences with errors", ui.count(o.get("n_failures")), border=True)
+    cols[4].caption(f"of {ui.count(o.get('n'))} sentences")
+    left, right = st.columns([3, 2], gap="large")
+    with left:
+        st.subheader("Per entity type")
+        rows = []
+        for r in metrics.get("per_class") or []:
+            errors = r.get("errors") or {}
+            rows.append({"type": r["label"], "precision": r["precision"] * 100, "recall": r["recall"] * 100,
+                         "f1": r["f1"] * 100, "support": r["support"],
+                         **{k.replace("_", " "): v for k, v in errors.items() if k != "correct"}})
+        if rows:
+            st.dataframe(pd.DataFrame(rows).sort_values("f1"), hide_index=True, column_config={
+                c: st.column_config.NumberColumn(c.capitalize() if c != "f1" else "F1", format="%.1f%%")
+                for c in ("precision", "recall", "f1")})
+        else:
+            st.caption("No entity types in metrics.json.")
+    with right:
+        st.subheader("Error spans by kind")
+        kinds = metrics.get("error_kinds") or {}
+        st.dataframe(pd.DataFrame({"kind": [k.replace("_", " ") for k in kinds], "spans": list(kinds.values())}),
+                     hide_index=True)
+    confusion = metrics.get("confusion") or {}
+    if confusion.get("labels"):
+        st.subheader("Words: gold type × predicted type")
+        st.caption("Each word's type (O outside any entity), rows gold, columns predicted.")
+        st.dataframe(pd.DataFrame(confusion["matrix"], index=confusion["labels"], columns=confusion["labels"]))

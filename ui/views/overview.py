@@ -1,12 +1,13 @@
 """Overview: headline metrics with intervals, per-class table, calibration, slices (worst first), top confusions; a
-multi-label run's per-label table and missed/spurious labels, a regression run's residual plot (`eaui.task_views`)."""
+multi-label run's per-label table and missed/spurious labels, a regression run's residual plot (`eaui.task_views`), a token-classification run's entity scores and error spans
+(`eaui.tokens`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from erroranalysis_ui.eaui import charts, data, labeled, state, task_views
+from erroranalysis_ui.eaui import charts, data, labeled, state, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -21,6 +22,8 @@ n, n_fail = overall.get("n"), overall.get("n_failures")
 task = task_views.task_of(data.manifest(current.path))
 if task == "multilabel":
     task_views.multilabel_overview(metrics)
+elif task == tokens.TASK:
+    tokens.token_overview(metrics)
 elif task == "regression":
     with ui.guard("The residual plot needs predictions.parquet."):
         task_views.regression_overview(metrics, labeled.base_table(current.path))
