@@ -45,7 +45,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--control", action="store_true", help="also the shuffled-answers control")
     parser.add_argument("--masked", action="store_true", help="then the same rows with every label -100")
     args = parser.parse_args()
