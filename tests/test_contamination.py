@@ -271,3 +271,25 @@ def test_the_python_api_takes_the_training_file(generation, tmp_path):
     run = ea.analyze(rows, task="generation", id="id", out=tmp_path / "api", generation={"output_checks": ("exact",)},
                      checks={"train": str(train), "embedder": "none", "ngram": 13}, slices=None, cluster=None)
     assert run.checks["in_train"].fillna(False).astype(bool).tolist() == [i < 20 for i in range(80)]
+
+
+def test_lengths_compare_train_and_eval_and_flag_long_prompts():
+    from scipy.stats import ks_2samp
+
+    from erroranalysis.datachecks.contamination_report import findings
+    from erroranalysis.datachecks.lengths import length_report
+
+    rng = random.Random(2)
+    train = [sentence(rng, rng.randint(5, 15)) for _ in range(500)]
+    evals = [sentence(rng, rng.randint(5, 15)) for _ in range(90)] + [sentence(rng, 60) for _ in range(10)]
+    report = length_report(train, evals, count_tokens=lambda texts: np.array([2 * len(t.split()) for t in texts]),
+                           tokenizer="fake")
+    words_train = [len(t.split()) for t in train]
+    words_eval = [len(t.split()) for t in evals]
+    assert report["words"]["train"]["p50"] == np.median(words_train) and report["words"]["eval"]["max"] == 60
+    assert report["words"]["ks"] == pytest.approx(ks_2samp(words_train, words_eval).statistic)
+    assert report["tokens"]["eval"]["max"] == 120 and report["words"]["eval_above_train_p99"] == pytest.approx(0.1)
+    section = {"n_contaminated": 0, "lengths": report, "near_duplicates": None}
+    assert [f.check for f in findings(section)] == ["eval_longer_than_train"]
+    same = length_report(train, train[:100])
+    assert findings({"n_contaminated": 0, "lengths": same}) == []

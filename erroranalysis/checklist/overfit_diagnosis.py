@@ -216,7 +216,10 @@ def diagnose_lm(result) -> list[Finding]:
                            f"{inputs['n_rows_without_trained_tokens']} of {result.n} rows have no labeled token "
                            f"(rows {preview(inputs['rows_without_trained_tokens'], 5)}): they cost compute and train "
                            "nothing", "Check their masking and length (the answer may lie past max_length)."))
-    out += parameter_findings(result.params, result.gradients, ok, what="the layers you mean to tune")
+    if not nothing:  # with no label there is no gradient either: nothing_trained says why
+        out += parameter_findings(result.params, result.gradients, ok, what="the layers you mean to tune")
+    elif not result.params["trainable"]:
+        out += parameter_findings(result.params, result.gradients, ok, what="the layers you mean to tune")
     if not ok and result.params["trainable"] and not nothing:
         if _prompt_only(c):
             out.append(Finding("prompt_trained", "error", (c.steps[-1],),
