@@ -86,6 +86,14 @@ def stages_params(**values):
     return SftParams(**values)
 
 
+def test_no_truncation(world, tmp_path):
+    result = cli("sft-check", "--model", world["tok"], "--data", world["data"], "--out", tmp_path / "whole",
+                 "--max-length", "64", "--no-truncation", "--json")
+    summary = json.loads(result.stdout)
+    assert result.exit_code == 0 and summary["max_length"] is None
+    assert summary["counts"]["too_long"] == 0 and summary["counts"]["answer_truncated"] == 0
+
+
 def test_two_mode_switches_are_refused(world):
     result = cli("sft-check", "--model", world["tok"], "--data", world["data"], "--out", world["root"] / "runs" / "x",
                  "--assistant-only", "--completion-only")

@@ -21,7 +21,8 @@ UI = Path(__file__).resolve().parent.parent / "ui"
 
 TITLES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
           "slices": "Slices", "compare": "Compare", "label": "Label", "taxonomy": "Taxonomy",
-          "review": "Review suggestions", "training": "Training", "data_checks": "Data checks"}
+          "review": "Review suggestions", "training": "Training", "data_checks": "Data checks",
+          "training_data": "Training data"}
 PAGES = list(TITLES)
 READS_PREDICTIONS = ["overview", "confusion", "clusters", "slices", "label", "taxonomy", "review", "data_checks"]
 

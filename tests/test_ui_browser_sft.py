@@ -4,6 +4,7 @@ on that run (which has no predictions) with a message, not a crash."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,11 @@ def page(app):
 
 
 def _goto(page, link: str, heading: str) -> None:
-    page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=link, exact=True).click()
+    nav = page.locator('[data-testid="stSidebarNav"]')
+    more = nav.get_by_text(re.compile(r"^View \d+ more$"))
+    if more.count():  # Streamlit folds a long navigation: unfold it first
+        more.first.click()
+    nav.get_by_role("link", name=link, exact=True).click()
     page.get_by_role("heading", name=heading, level=1).wait_for()
     settle(page, 400)
 
@@ -70,12 +75,14 @@ def test_training_data_page_highlights_trained_spans(app, page):
     assert not _problems(page)
     body = page.locator("body").inner_text()
     assert "Findings by kind" in body and "empty_answer" in body and "answer_truncated" in body
-    trained = page.get_by_text("The capital of France is Paris.<|im_end|>", exact=True).first
+    # rows with findings first: the empty answer's row trains its end-of-turn token alone
+    trained = page.get_by_text("<|im_end|>", exact=True).first
     trained.wait_for()
     colour = trained.evaluate("e => getComputedStyle(e).backgroundColor")
     assert colour not in ("rgba(0, 0, 0, 0)", "transparent"), colour
-    struck = page.locator("del, s").first  # text cut by max_length, struck through
-    assert struck.count() and "Paris." in struck.inner_text()
+    struck = page.locator("del, s").filter(has_text="Paris.")  # text cut by max_length, struck through
+    assert struck.count() >= 1
+    assert struck.first.evaluate("e => getComputedStyle(e).textDecorationLine") == "line-through"
     SCREENSHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "training-data.png"), full_page=True)
 

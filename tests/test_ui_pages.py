@@ -17,7 +17,8 @@ from erroranalysis.rundir.readers import read_checks_report
 
 PAGES = {"runs": "Runs", "overview": "Overview", "confusion": "Confusion matrix", "clusters": "Clusters",
          "slices": "Slices", "compare": "Compare", "label": "Label", "taxonomy": "Taxonomy",
-         "review": "Review suggestions", "training": "Training", "data_checks": "Data checks"}
+         "review": "Review suggestions", "training": "Training", "data_checks": "Data checks",
+         "training_data": "Training data"}
 
 # What a page must say about a run that lacks something (kind, page) -> words on the page.
 SAYS = {

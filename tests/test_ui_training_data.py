@@ -65,6 +65,13 @@ def test_the_kind_filter_lists_only_its_rows(workspace, tmp_path, monkeypatch):
     assert len([m for m in at.markdown if m.value.startswith("**Row ")]) == 7
 
 
+def test_rows_with_findings_come_first(workspace, tmp_path, monkeypatch):
+    at = open_page(workspace, tmp_path, monkeypatch, "sft")
+    assert at.selectbox(key=state.SFT_KIND).value == "*"
+    headings = [m.value.split("**")[1] for m in at.markdown if m.value.startswith("**Row ")]
+    assert headings == ["Row 4", "Row 5", "Row 6"]
+
+
 def test_a_run_without_the_check_says_how_to_make_one(workspace, tmp_path, monkeypatch):
     at = open_page(workspace, tmp_path, monkeypatch, "classifier")
     assert any("erroranalysis sft-check --model" in i.value for i in at.info)

@@ -23,7 +23,9 @@ class SftParams(Params):
                       "(TRL's assistant_only_loss, completion_only_loss, neither).", flag="--mode", switches=True,
                       panel="Masking")
     max_length: int | None = param(TRL_MAX_LENGTH, Int(1), "Longest sequence the trainer keeps (TRL's max_length); "
-                                   "longer rows are cut from the end.", none="no truncation", panel="Masking")
+                                   "longer rows are cut from the end.", none="no truncation",
+                                   none_flag="--no-truncation", none_help="Keep every row whole (TRL's "
+                                   "max_length=None).", panel="Masking")
     tokenized: str | None = param(None, File(), "The rows as your pipeline tokenized them (input_ids, labels, "
                                   "optional attention_mask): Parquet, JSONL or a save_to_disk folder; row i is row i "
                                   "of --data. Checked instead of a rendering of ours.", none="render --data with the "

@@ -67,7 +67,8 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
     tok = tokens.tokenizer
     convs = rows.conversations[start:stop]
     texts = _render(tok, convs, rows, start)
-    enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+    # the Rust tokenizer itself, as the fast tokenizer's __call__ runs it, without building Python dicts per row
+    enc = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
     masks = None
     if mode == "assistant-only" and tokens.generation_tags:
         got = tok.apply_chat_template(convs, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
@@ -81,13 +82,13 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
                          add_special_tokens=False)["input_ids"]
     out = []
     for i, conv in enumerate(convs):
-        ids = np.asarray(enc["input_ids"][i], dtype=np.int64)
-        offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int64).reshape(-1, 2)
+        ids = np.asarray(enc[i].ids, dtype=np.int64)
+        offsets = np.asarray(enc[i].offsets, dtype=np.int64).reshape(-1, 2)
         roles = token_roles(texts[i], offsets, ids, conv, tokens.stop_ids, lengths[i] if lengths else None,
                             stop_texts)
         trained = np.ones(len(ids), dtype=bool)
         if prompt_ids is not None and mode in ("completion-only", "assistant-only"):
-            trained[:common_prefix(prompt_ids[i], enc["input_ids"][i])] = False
+            trained[:common_prefix(prompt_ids[i], enc[i].ids)] = False
         if mode == "assistant-only":
             trained &= np.asarray(masks[i], dtype=bool) if masks is not None else roles == ANSWER
         out.append(Encoded(ids, trained, roles, texts[i], offsets))

@@ -56,12 +56,15 @@ if sources:
         "share_of_trained": st.column_config.NumberColumn("share of trained tokens", format="percent")})
 
 st.subheader("Rows", anchor=False)
-choices = [""] + list(counts)
+ANY = "*"  # rows with any finding: the first view when there are some
+choices = ([ANY] if counts else []) + [""] + list(counts)
 if st.session_state.get(state.SFT_KIND) not in choices:
-    st.session_state[state.SFT_KIND] = ""
-kind = st.selectbox("Show", choices, key=state.SFT_KIND,
-                    format_func=lambda k: "every row" if not k else f"rows with {k} ({counts[k]:,})")
-shown = rows if not kind else rows[rows["row"].isin(findings.loc[findings["kind"] == kind, "row"])]
+    st.session_state[state.SFT_KIND] = choices[0]
+labels = {ANY: f"rows with findings ({summary['rows_with_findings']:,})", "": f"every row ({len(rows):,})",
+          **{k: f"rows with {k} ({n:,})" for k, n in counts.items()}}
+kind = st.selectbox("Show", choices, key=state.SFT_KIND, format_func=labels.get)
+flagged = findings["row"] if kind == ANY else findings.loc[findings["kind"] == kind, "row"]
+shown = rows if not kind else rows[rows["row"].isin(flagged)]
 pages = max(1, -(-len(shown) // PER_PAGE))
 page = st.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key=state.SFT_PAGE) \
     if pages > 1 else 1
