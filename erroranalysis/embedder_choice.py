@@ -27,12 +27,13 @@ NAMES = ("auto", "static", "minilm", "hidden", "none")
 #: what the checks use vectors for, and clustering
 USES = ("label_issues", "duplicates", "leakage", "shift", "clustering")
 #: uses where the best static model costs more than 2 points against MiniLM (measured: docs/benchmarks.md)
-STATIC_WEAK = frozenset({"label_issues", "clustering"})
+STATIC_WEAK = frozenset({"label_issues", "shift", "clustering"})
 #: uses with no signal that needs no text vectors: above the MiniLM limit they take the static model
 NEEDS_VECTORS = frozenset({"clustering"})
 #: MiniLM embeds ~200 to 650 short texts/s on 2 cores: up to this many rows it costs under ~2 minutes
 MINILM_MAX_ROWS = 20_000
-WHAT_OFF = {"label_issues": "label issues from the model's confidence alone (no neighbour vote)"}
+WHAT_OFF = {"label_issues": "label issues from the model's confidence alone (no neighbour vote)",
+            "shift": "shift without the domain classifier (class balance, lengths, vocabulary, words stay)"}
 
 
 @dataclass(frozen=True)

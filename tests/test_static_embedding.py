@@ -173,12 +173,12 @@ def test_above_the_minilm_limit_label_issues_go_without_vectors_and_say_so(tmp_p
     checks_run(run.path, CheckParams(), progress=reporter)
     record = readers.read_checks_report(run)["params"]
     assert record["embedder"] == "static"
-    assert record["vectors"]["without_vectors"] == ["label_issues"]
+    assert record["vectors"]["without_vectors"] == ["label_issues", "shift"]
     assert "60 rows: above 10" in record["vectors"]["note"]
     assert readers.read_checks_report(run)["label_issues"]["neighbors"] is None
     assert any("label issues from the model's confidence alone" in n for n in notes)
     manifest = json.loads((run.path / "manifest.json").read_text())
-    assert manifest["stages"]["checks"]["params"]["vectors"]["without_vectors"] == ["label_issues"]
+    assert manifest["stages"]["checks"]["params"]["vectors"]["without_vectors"] == ["label_issues", "shift"]
     # forced: MiniLM at any size (here the tiny static folder stands for a model folder the user names)
     checks_run(run.path, CheckParams(embedder=str(folder)))
     report = readers.read_checks_report(run)
