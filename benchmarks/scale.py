@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from common import ROOT, load_average, sample_checkpoint, table
 
-EA = str(ROOT / ".venv/bin/erroranalysis")
+EA = str(ROOT / ".venv/bin/erroranalysis") if (ROOT / ".venv/bin/erroranalysis").exists() else "erroranalysis"
 STAGES = ("load + metrics", "checks", "slices", "cluster")
 
 
