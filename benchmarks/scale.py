@@ -13,6 +13,14 @@ compared.
     .venv/bin/python benchmarks/scale.py --features 20000 200000 1000000  # slice features: seconds, peak MB
     .venv/bin/python benchmarks/scale.py --ray-run 100000        # the checkpoint's inference: in-process vs Ray
     .venv/bin/python benchmarks/scale.py --sizes --ray-size 100000   # only analyze + checks, in-process vs Ray
+    .venv/bin/python benchmarks/scale.py --goal 200000           # one default `analyze`: wall, CPU, peak, stages
+
+`--goal N` is what a user runs: one `erroranalysis analyze` of N rows with every default (the default embedder
+rule included, not `--check-embedder none`), its stderr a log file (not a terminal), the static model already
+built (it is built once per machine). Printed: wall seconds, CPU seconds (user + sys: what the load of other jobs
+does not inflate), peak MB, each stage's seconds from the manifest, the progress lines the log got, and the
+static model's quality beside MiniLM's for each use (`benchmarks/static_embedder.py`, run here on the same
+planted sets).
 
 `--ray-run N` is the inference path itself: `erroranalysis run` of the sample checkpoint (max length 32) over N of
 the same short texts, metrics only (`--no-checks --no-slices --no-cluster`), in-process and `--engine ray` (a local
@@ -35,7 +43,7 @@ import numpy as np
 import pandas as pd
 from common import ROOT, load_average, sample_checkpoint, table
 
-EA = str(ROOT / ".venv/bin/erroranalysis")
+EA = str(ROOT / ".venv/bin/erroranalysis") if (ROOT / ".venv/bin/erroranalysis").exists() else "erroranalysis"
 STAGES = ("load + metrics", "checks", "slices", "cluster")
 
 
@@ -137,6 +145,69 @@ def run_stages(data: Path, out: Path, env: dict, engine: list[str], stages: tupl
     return result
 
 
+def goal(n: int, quality: bool = True) -> None:
+    """One default `analyze` of n rows, as a user runs it; see the module's docstring."""
+    import resource
+    import subprocess
+    import time
+
+    from erroranalysis.static_embedding import StaticEmbedder
+
+    StaticEmbedder().load()  # built once per machine; not part of the figure
+    with tempfile.TemporaryDirectory(prefix="ea_goal_") as tmp:
+        tmp = Path(tmp)
+        data = tmp / "predictions.parquet"
+        predictions(n).to_parquet(data, index=False)
+        log = tmp / "log.txt"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        with open(log, "w") as err:
+            proc = subprocess.Popen([EA, "analyze", "--predictions", str(data), "--out", str(tmp / "run"),
+                                     "--id-column", "id"], stdout=subprocess.DEVNULL, stderr=err)
+            peak = watch_peak(proc)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        lines = log.read_text().splitlines()
+        if proc.returncode:
+            raise SystemExit("analyze failed:\n" + "\n".join(lines[-20:]))
+        manifest = json.loads((tmp / "run" / "manifest.json").read_text())
+    stages = manifest["stages"]
+    print(f"erroranalysis analyze of {n:,} bring-your-own predictions, every default; {os.cpu_count()} CPU(s), "
+          f"{load_average()} at the end (a shared machine: wall time includes other jobs' share)")
+    print(table([[name, f"{info.get('seconds', float('nan')):.1f}"] for name, info in stages.items()],
+                ["stage", "seconds"]))
+    print(f"wall {wall:.1f} s (goal <= 180), CPU {cpu:.1f} s, peak {peak:.0f} MB (goal < 3,000); "
+          f"{len(lines)} progress lines in the log, e.g. {lines[len(lines) // 2]!r}")
+    vectors = stages.get("checks", {}).get("params", {}).get("vectors", {})
+    print(f"checks' vectors: {vectors.get('source')}, without vectors: {vectors.get('without_vectors')}; "
+          f"{vectors.get('note') or ''}")
+    if quality:
+        import static_embedder
+
+        rows = static_embedder.quality(["minilm", "static"])
+        print("\nThe static model beside MiniLM, per use (planted sets):")
+        print(table(static_embedder.verdicts(rows, ["static"]),
+                    ["use", "measure", "minilm", "static", "static - minilm", "holds (>= -0.02)"]))
+
+
+def watch_peak(proc) -> float:
+    """The peak VmHWM (MB) of a running process, sampled every 0.1 s until it exits."""
+    import time
+
+    peak = 0.0
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return peak
+
+
 def _status_mb(field: str) -> float:
     with open("/proc/self/status") as f:
         for line in f:
@@ -235,14 +306,19 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000],
                         help="rows of the per-stage table (none: only the Ray comparison)")
     parser.add_argument("--ray-size", type=int, default=100_000, help="rows of the Ray run (0: none)")
-    parser.add_argument("--check-embedder", choices=("auto", "none"), default="auto",
-                        help="checks' vectors (auto: MiniLM over every row for these predictions; none: skip them)")
+    parser.add_argument("--check-embedder", choices=("auto", "static", "minilm", "none"), default="auto",
+                        help="checks' vectors (auto: the default rule; none: skip them)")
     parser.add_argument("--cluster-vectors", action="store_true",
                         help="cluster precomputed stand-in vectors (cluster --embedder FILE.npy) instead of MiniLM")
     parser.add_argument("--features", type=int, nargs="+", help="only the slice features' memory at these sizes")
     parser.add_argument("--feature-worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ray-run", type=int, help="only the checkpoint's inference over N rows, in-process and Ray")
+    parser.add_argument("--goal", type=int, help="only one default `analyze` of N rows (see above)")
+    parser.add_argument("--no-quality", action="store_true", help="with --goal: skip the static vs MiniLM table")
     args = parser.parse_args()
+    if args.goal:
+        goal(args.goal, quality=not args.no_quality)
+        return
     if args.ray_run:
         ray_run(args.ray_run)
         return

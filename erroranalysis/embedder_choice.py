@@ -9,8 +9,8 @@ as MiniLM) or a saved model2vec model. Clustering also takes a `.npy` file of ve
 `auto` resolves by what was measured (docs/benchmarks.md, "Static embedder"): the checkpoint's hidden states when
 the run has them (the checks only: inference computed them anyway), else the static model for every use where it
 costs at most 2 points against MiniLM. A use where it costs more (`STATIC_WEAK`) takes MiniLM while MiniLM is cheap
-(at most `MINILM_MAX_ROWS` rows to embed) and above that the signals that need no text vectors, and the plan's note
-says so; `minilm` forces MiniLM at any size.
+(at most `MINILM_MAX_ROWS` rows to embed) and above that the signals that need no text vectors (clustering, which
+has none, the static model), and the plan's note says so; `minilm` forces MiniLM at any size.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ NAMES = ("auto", "static", "minilm", "hidden", "none")
 #: what the checks use vectors for, and clustering
 USES = ("label_issues", "duplicates", "leakage", "shift", "clustering")
 #: uses where the best static model costs more than 2 points against MiniLM (measured: docs/benchmarks.md)
-STATIC_WEAK = frozenset({"label_issues"})
+STATIC_WEAK = frozenset({"label_issues", "shift", "clustering"})
+#: uses with no signal that needs no text vectors: above the MiniLM limit they take the static model
+NEEDS_VECTORS = frozenset({"clustering"})
 #: MiniLM embeds ~200 to 650 short texts/s on 2 cores: up to this many rows it costs under ~2 minutes
 MINILM_MAX_ROWS = 20_000
 WHAT_OFF = {"label_issues": "label issues from the model's confidence alone (no neighbour vote)",
-            "clustering": "failures grouped by confusion pair"}
+            "shift": "shift without the domain classifier (class balance, lengths, vocabulary, words stay)"}
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,12 @@ def plan(choice: str, *, has_hidden: bool, n_rows: int, uses=USES, label: str = 
     if n_rows <= MINILM_MAX_ROWS:
         return Plan("minilm", note=f"minilm for {', '.join(weak)}: the static model is weaker there and "
                                    f"{n_rows} rows are cheap to embed (at most {MINILM_MAX_ROWS})")
-    off = tuple(weak)
-    what = "; ".join(WHAT_OFF.get(u, f"{u} without vectors") for u in off)
+    off = tuple(u for u in weak if u not in NEEDS_VECTORS)
+    kept = [u for u in weak if u in NEEDS_VECTORS]
+    what = "; ".join([*(WHAT_OFF.get(u, f"{u} without vectors") for u in off),
+                      *(f"{u} with the static model (it needs vectors)" for u in kept)])
     return Plan("static", off=off, note=f"{n_rows} rows: above {MINILM_MAX_ROWS}, MiniLM would take minutes and the "
-                                        f"static model is weaker for {', '.join(off)}, so {what}; "
+                                        f"static model is weaker for {', '.join(weak)}, so {what}; "
                                         f"{label} minilm forces MiniLM")
 
 

@@ -73,3 +73,24 @@ def test_below_max_fit_nothing_is_sampled(max_fit):
     model = FailureClustering(reducer="pca", error_aware=False, max_fit=max_fit, seed=0, parent_similarity=None)
     result = model.fit(vectors[small], None, frame.iloc[small].reset_index(drop=True)).result_
     assert ("fit_sample" in result.params) == (len(small) > max_fit)
+
+
+def test_the_manifest_records_the_sample(tmp_path):
+    import json
+
+    from fake_runs import inferred_run
+
+    from erroranalysis.stages.cluster import cluster_run
+
+    vectors, frame = planted()
+    rows = frame.groupby("group").head(150).index.to_numpy()
+    part = frame.iloc[rows].reset_index(drop=True)
+    table = pd.DataFrame({"example_id": [f"e{i}" for i in range(len(part))], "text": [f"text {i}" for i in range(len(part))],
+                          "label": part["label"], "pred": part["pred"]})
+    run = inferred_run(tmp_path / "run", table, labels=["a", "b", "c"], hidden=vectors[rows])
+    summary = cluster_run(run.path, embedder="hidden", reducer="pca", layout="none", error_aware=False, max_fit=200,
+                          seed=7)
+    resolved = json.loads((run.path / "manifest.json").read_text())["stages"]["cluster"]["resolved"]
+    assert resolved["fit_sample"] == 200 and resolved["fit_sample_seed"] == 7
+    assert resolved["fit_sample_strata"] == "label, pred"
+    assert "stratified by confusion pair" in summary["note"]

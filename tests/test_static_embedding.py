@@ -109,6 +109,11 @@ def test_plan_by_name_size_and_hidden_states():
     assert large.source == "static" and large.off == tuple(sorted(embedder_choice.STATIC_WEAK & set(large.off)))
     assert not large.uses("label_issues") and large.uses("duplicates")
     assert "--check-embedder minilm forces MiniLM" in large.note
+    # clustering has no signal without vectors: above the limit it takes the static model, and says so
+    clustering = plan("auto", has_hidden=True, n_rows=10**5, uses=("clustering",), label="--embedder")
+    assert clustering.source == "static" and clustering.uses("clustering")
+    assert "clustering with the static model" in clustering.note and "--embedder minilm" in clustering.note
+    assert plan("auto", has_hidden=False, n_rows=100, uses=("clustering",)).source == "minilm"
     assert plan("minilm", has_hidden=False, n_rows=10**6) == embedder_choice.Plan("minilm")
     assert plan("none", has_hidden=True, n_rows=5).uses("duplicates") is False
     assert plan("./my-model", has_hidden=False, n_rows=5).source == "./my-model"
@@ -168,12 +173,12 @@ def test_above_the_minilm_limit_label_issues_go_without_vectors_and_say_so(tmp_p
     checks_run(run.path, CheckParams(), progress=reporter)
     record = readers.read_checks_report(run)["params"]
     assert record["embedder"] == "static"
-    assert record["vectors"]["without_vectors"] == ["label_issues"]
+    assert record["vectors"]["without_vectors"] == ["label_issues", "shift"]
     assert "60 rows: above 10" in record["vectors"]["note"]
     assert readers.read_checks_report(run)["label_issues"]["neighbors"] is None
     assert any("label issues from the model's confidence alone" in n for n in notes)
     manifest = json.loads((run.path / "manifest.json").read_text())
-    assert manifest["stages"]["checks"]["params"]["vectors"]["without_vectors"] == ["label_issues"]
+    assert manifest["stages"]["checks"]["params"]["vectors"]["without_vectors"] == ["label_issues", "shift"]
     # forced: MiniLM at any size (here the tiny static folder stands for a model folder the user names)
     checks_run(run.path, CheckParams(embedder=str(folder)))
     report = readers.read_checks_report(run)

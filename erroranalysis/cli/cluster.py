@@ -50,8 +50,9 @@ def _print(out, summary: dict) -> None:
         out.print(f"{escape(summary['run'])}: {n_fail} failures of {summary['n_examples']} examples -> {n_clusters} clusters, "
                   f"{summary['noise_share']:.1%} unclustered (embedder {summary['embedder']}, "
                   f"min cluster size {summary['min_cluster_size']}, {summary['seconds']:.1f} s)")
-        if summary.get("note"):
-            out.print(f"note: {summary['note']}", markup=False)
+        for key in ("note", "embedder_note"):
+            if summary.get(key):
+                out.print(f"note: {summary[key]}", markup=False)
     if not summary["clusters"]:
         return
     table = Table(title="Error clusters, by failures they hold", title_justify="left")

@@ -63,6 +63,7 @@ class _Inputs:
     run: Any
     predictions: Any
     embedder: Any
+    plan: Any  # embedder_choice.Plan of `auto`, else None
     fail_rows: np.ndarray
     context_rows: np.ndarray  # correct examples embedded beside the failures (local error rate, layout)
     correct_rows: np.ndarray
@@ -104,6 +105,7 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
             "noise_share": summary["noise_share"], "method": result.method, "note": result.note,
             "resolved": {k: v for k, v in result.params.items() if k != "n_failures"},
             "embedder_key": getattr(inputs.embedder, "key", None), "n_embedded": int(len(embed_rows)),
+            "embedder_plan": inputs.plan.record() if inputs.plan else None,
             "timings": {k: round(v, 3) for k, v in timings.items()}})
     summary["seconds"] = round(time.perf_counter() - start, 3)
     return summary
@@ -111,7 +113,7 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
 
 def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     from erroranalysis import embedding
-    from erroranalysis.stages.embedders import resolve_embedder
+    from erroranalysis.stages.embedders import cluster_plan, resolve_embedder
 
     run = rundir.Run.open(run_dir)
     predictions = readers.read_units(run)
@@ -122,15 +124,17 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     if len(context_rows) > params.max_fit:
         rng = np.random.default_rng(params.seed)
         context_rows = np.sort(rng.choice(context_rows, params.max_fit, replace=False))
+    n_rows = len(fail_rows) + len(context_rows)
+    plan = cluster_plan(n_rows) if embedder is None and params.embedder == "auto" else None
     emb = embedder if embedder is not None else resolve_embedder(
-        params.embedder, run, predictions, cache=params.cache, batch_size=params.embed_batch_size,
-        n_rows=len(fail_rows) + len(context_rows))
+        plan.source if plan else params.embedder, run, predictions, cache=params.cache,
+        batch_size=params.embed_batch_size, n_rows=n_rows)
     if isinstance(emb, embedding.PrecomputedEmbedder):  # a file that names its rows may cover only the failures
         emb.rows_for(predictions.iloc[fail_rows])
         if emb.row_of is not None:
             known = predictions["example_id"].to_numpy()[context_rows]
             context_rows = context_rows[np.array([i in emb.row_of for i in known], dtype=bool)]
-    return _Inputs(run, predictions, emb, fail_rows, context_rows, correct_rows)
+    return _Inputs(run, predictions, emb, plan, fail_rows, context_rows, correct_rows)
 
 
 def _timed(timings: dict, name: str, function, *args):
@@ -214,6 +218,7 @@ def _summary(run, inputs: _Inputs, result, meta: dict, clusters) -> dict:
         "run": str(run.path), "n_examples": int(len(inputs.predictions)), "n_failures": int(len(inputs.fail_rows)),
         "n_clusters": int(result.n_clusters), "noise_share": round(result.noise_share, 4), "method": result.method,
         "note": result.note, "embedder": meta["embedder"]["name"],
+        "embedder_note": inputs.plan.note if inputs.plan else None,
         "min_cluster_size": int(result.params.get("min_cluster_size", 0)),
         "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}
                      for r in clusters.itertuples()],

@@ -193,7 +193,7 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
         if params.shift:
             say("distribution shift")
             report["shift"] = _shift(train_set, train_labels, texts, gold, ids, train_vectors, eval_vectors,
-                                     near, params.seed)
+                                     near and vectors.plan.uses("shift"), params.seed)
     report["findings"] = [f.to_dict() for f in checks_report.checks_findings(report)]
     return table, report
 
