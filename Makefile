@@ -6,7 +6,7 @@ SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
 RUNS    ?= runs
 PYTEST_ARGS ?=
 
-.PHONY: venv sample demo demo-batch demo-generation test test-quick browsers nginx bench clean
+.PHONY: venv sample demo demo-batch demo-generation test test-quick test-storage browsers nginx bench clean
 
 venv: .venv/.installed
 
@@ -55,6 +55,10 @@ test: venv sample browsers nginx
 
 test-quick: venv
 	.venv/bin/pytest -m "not slow" $(PYTEST_ARGS)
+
+# Object storage against a local S3 server: the tests start `moto_server -H 127.0.0.1` on a free port themselves.
+test-storage: venv
+	.venv/bin/pytest tests/test_object_storage.py $(PYTEST_ARGS)
 
 # Each benchmark prints its figures beside the peer a user would otherwise use. The full clustering quality and
 # speed runs take ~35 minutes; these settings take a few.

@@ -16,6 +16,7 @@ third of the group definitions); `--split tuned` runs only the others, which is 
     .venv/bin/python benchmarks/clustering_quality.py                 # the suite: 3 corpora x 24 scenarios
     .venv/bin/python benchmarks/clustering_quality.py --quick         # 3 corpora x 2 scenarios, a few minutes
     .venv/bin/python benchmarks/clustering_quality.py --split tuned --variants merge-0.5 --methods ours
+    .venv/bin/python benchmarks/clustering_quality.py --quick --methods ours --embedders minilm static
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def main(argv=None) -> None:
     parser.add_argument("--variants", nargs="+", default=[], choices=list(VARIANTS),
                         help="also run these variants of ours")
     parser.add_argument("--quick", action="store_true", help="2 scenarios per corpus")
+    parser.add_argument("--embedders", nargs="+", default=["minilm"],
+                        help="vectors every method sees: minilm, static, static-<pca dims> (each a method row)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out" / "clustering_quality.csv"))
     args = parser.parse_args(argv)
     if args.quick:
@@ -106,6 +109,7 @@ def main(argv=None) -> None:
             print(f"{name} skipped: not installed (pip install {module}).")
             wanted.remove(name)
     wanted += [f"ours {v}" for v in args.variants]
+    shown = [f"{m} [{e}]" if e != "minilm" else m for e in args.embedders for m in wanted]
 
     records = []
     warmed = False
@@ -113,6 +117,7 @@ def main(argv=None) -> None:
         frame = corpora.load(corpus)
         t = time.perf_counter()
         vectors = corpora.embeddings(corpus, frame)
+        by_embedder = {e: vectors if e == "minilm" else corpora.embeddings(corpus, frame, e) for e in args.embedders}
         hardness = corpora.hardness(corpus, frame)
         print(f"\n=== {corpus}: {len(frame)} texts, {frame['n_words'].mean():.0f} words on average "
               f"(embeddings and hardness in {time.perf_counter() - t:.1f} s, cached)")
@@ -131,9 +136,10 @@ def main(argv=None) -> None:
             print(f"\n[{sc.name}{' held-out' if sc.held_out else ''}] {int(failed.sum())} failures, background "
                   f"{sc.background:.0%}, groups fail at {sc.fail_rate:.0%}, label noise {sc.label_noise:.0%}: "
                   + ", ".join(f"{g.name} ({g.mechanism}, {g.mode}) {n}" for g, n in zip(sc.groups, sizes)))
-            for method in wanted:
+            for method, embedder in [(m, e) for e in args.embedders for m in wanted]:
                 t = time.perf_counter()
-                labels, parents, repeats = run_method(method, data, vectors, sc.seed)
+                labels, parents, repeats = run_method(method, data, by_embedder[embedder], sc.seed)
+                method = method if embedder == "minilm" else f"{method} [{embedder}]"
                 seconds = time.perf_counter() - t
                 s = scores.score(truth, np.asarray(labels), len(sc.groups))
                 top = scores.score(truth, upper_level(np.asarray(labels), parents), len(sc.groups))
@@ -152,7 +158,7 @@ def main(argv=None) -> None:
     table = pd.DataFrame(records)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)
-    report(table, wanted)
+    report(table, shown)
     print(f"\nper-group records: {args.out}")
 
 

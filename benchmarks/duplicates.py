@@ -1,6 +1,7 @@
 """Near-duplicate search: time and peak memory of erroranalysis.datachecks.duplicates beside the approaches a user would
 otherwise write, on synthetic 384-d embeddings (the size of all-MiniLM-L6-v2's), 10k and 100k rows; and, with
---texts, which vectors find planted near-duplicate texts (MiniLM, the sample checkpoint's hidden states, MinHash).
+--texts, which vectors find planted near-duplicate texts (MiniLM, the static model distilled from it, the sample
+checkpoint's hidden states, MinHash).
 
     .venv/bin/python benchmarks/duplicates.py                 # 10k and 100k
     .venv/bin/python benchmarks/duplicates.py --sizes 10000   # quicker
@@ -209,6 +210,17 @@ def planted_texts(n: int = 3000, n_copies: int = 300, seed: int = 0) -> None:
     for threshold in (0.95, 0.9):
         found = near_duplicate_pairs(minilm, threshold=threshold)
         score(f"MiniLM cosine >= {threshold}", zip(found["i"], found["j"]), seconds)
+    for dims in (256, 384):
+        from erroranalysis.static_embedding import StaticEmbedder
+
+        static = StaticEmbedder(pca_dims=dims)
+        static.load()  # distilled once and cached: the build is not the search's time
+        start = time.perf_counter()
+        vectors = static.embed_texts(texts)
+        seconds = time.perf_counter() - start
+        for threshold in (0.95, 0.9):
+            found = near_duplicate_pairs(vectors, threshold=threshold)
+            score(f"static (model2vec, pca {dims}) cosine >= {threshold}", zip(found["i"], found["j"]), seconds)
     start = time.perf_counter()
     hidden = ChunkPredictor(str(sample_checkpoint()), max_length=128, device="cpu")({"text": texts})["hidden"]
     seconds = time.perf_counter() - start

@@ -19,6 +19,7 @@ set finds), and the precision and recall of the flags. Every third scenario is h
     .venv/bin/python benchmarks/label_issues.py            # 3 corpora x 3 models x 2 noise rates x 2 seeds
     .venv/bin/python benchmarks/label_issues.py --quick    # one seed, 5% noise
     .venv/bin/python benchmarks/label_issues.py --scale 1000000   # the batched path at a million rows
+    .venv/bin/python benchmarks/label_issues.py --embedders minilm static static-384   # the static model beside
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def run(args) -> pd.DataFrame:
     for corpus in args.corpora:
         frame = corpora.load(corpus)
         vectors = corpora.embeddings(corpus, frame)
+        others = {e: corpora.embeddings(corpus, frame, e) for e in args.embedders if e != "minilm"}
         classes = sorted(frame["label"].unique())
         index = 0
         for seed in args.seeds:
@@ -109,6 +111,8 @@ def run(args) -> pd.DataFrame:
                     wrong = (np.array(classes)[probs.argmax(1)] != given) & ~flips  # the model's own errors
                     methods = {"self-confidence": dict(vectors=None)}
                     methods["combined"] = dict(vectors=v)
+                    for e, other in others.items():
+                        methods[f"combined {e}"] = dict(vectors=other[evals])
                     for w, k in GRID if args.grid else []:
                         methods[f"combined w={w} k={k}"] = dict(vectors=v, knn_weight=w, k=k)
                     results = {}
@@ -162,6 +166,9 @@ def report(table: pd.DataFrame) -> None:
         d = gain["combined"] - gain["self-confidence"]
         print(f"\ncombined - self-confidence: {d.mean():+.3f} on average (min {d.min():+.3f}, max {d.max():+.3f}; "
               f"default weight {KNN_WEIGHT}, k {KNN_K})")
+        for column in [c for c in gain.columns if c.startswith("combined ") and "w=" not in c]:
+            d = gain[column] - gain["combined"]
+            print(f"{column} - combined (MiniLM): {d.mean():+.3f} on average (min {d.min():+.3f}, max {d.max():+.3f})")
 
 
 def scale(rows: int, classes: int = 20, dim: int = 384) -> None:
@@ -226,6 +233,8 @@ def main(argv=None) -> None:
     parser.add_argument("--datalab", action="store_true", help="also cleanlab's Datalab label check")
     parser.add_argument("--quick", action="store_true", help="seed 0, 5% noise")
     parser.add_argument("--scale", type=int, default=0, help="only the batched path at this many rows")
+    parser.add_argument("--embedders", nargs="+", default=["minilm"],
+                        help="also the combined score with these vectors: static, static-<pca dims>")
     args = parser.parse_args(argv)
     if args.scale:
         scale(args.scale)

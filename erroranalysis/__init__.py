@@ -21,6 +21,7 @@ _API = {
     "SliceParams": "erroranalysis.stages", "ClusterParams": "erroranalysis.stages",
     "CompareParams": "erroranalysis.compare", "TrackerParams": "erroranalysis.integrations.trackers",
     "TaskParams": "erroranalysis.tasks",
+    "sft_check": "erroranalysis.api", "SftParams": "erroranalysis.sft",
 }
 
 __all__ = ["__version__", *_API]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis import files
+from erroranalysis import storage
 from erroranalysis.errors import DataError, preview, where
 from erroranalysis.gold import refuse_lists
 from erroranalysis.params import Int, Params, Text, param
@@ -60,9 +60,12 @@ class InMemory:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def as_source(data) -> Path | InMemory:
-    """A path (str or Path) as a Path; an `InMemory` table as it is."""
-    return data if isinstance(data, InMemory) else Path(data)
+def as_source(data) -> Path | InMemory | storage.ObjectPath:
+    """A path (str or Path) as a Path, an object-storage URL (s3://, gs://, az://) as a `storage.ObjectPath`; an
+    `InMemory` table as it is."""
+    if isinstance(data, (InMemory, storage.ObjectPath)):
+        return data
+    return storage.ObjectPath.parse(data) if storage.is_url(data) else Path(data)
 
 
 @dataclass
@@ -70,7 +73,7 @@ class EvalSet:
     """An eval set in a standard shape: example_id, text, label (may be absent), then metadata columns."""
 
     frame: pd.DataFrame
-    path: Path | InMemory
+    path: Path | InMemory | storage.ObjectPath
     format: str
     sha256: str
     columns: dict = field(default_factory=dict)  # {"text": ..., "label": ..., "id": ...} as mapped
@@ -85,14 +88,14 @@ class EvalSet:
         return int(self.frame["_line"].iat[row])
 
     def describe(self) -> dict:
-        """The manifest's `data` entry (the path absolute; an in-memory table by its name)."""
+        """The manifest's `data` entry (the path absolute, a URL as given: it holds no secret; a table by name)."""
         path = str(self.path.resolve()) if isinstance(self.path, Path) else str(self.path)
         return {"path": path, "sha256": self.sha256, "rows": len(self), "format": self.format,
                 "columns": self.columns, "metadata_columns": self.metadata_columns, "max_chars": self.max_chars,
                 "n_cut": int(self.frame["_cut"].sum())}
 
 
-def read_eval_set(path: str | Path | InMemory, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
+def read_eval_set(path: str | Path | InMemory | storage.ObjectPath, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
     """`load_eval_set` with the options as one object (what the stages pass)."""
     return load_eval_set(path, text_column=opts.text_column, label_column=opts.label_column,
                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split, required=required,
@@ -102,13 +105,15 @@ def read_eval_set(path: str | Path | InMemory, opts: DataOptions = DataOptions()
 def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", label_column: str | None = "label",
                   id_column: str | None = None, encoding: str = "utf-8", split: str | None = None,
                   required: tuple[str, ...] = (), max_chars: int = MAX_CHARS, keep_end: bool = False,
-                  strings_only: bool = True, table: tuple[pd.DataFrame, str] | None = None) -> EvalSet:
+                  strings_only: bool = True, table: tuple[pd.DataFrame, str] | None = None,
+                  sha256: str | None = None) -> EvalSet:
     """Read an eval set and map its columns to example_id, text, label; `required` columns are kept by name.
 
     Every other column becomes metadata (for slices); a name that clashes with a predictions column gets `meta_`.
     Texts longer than `max_chars` are cut (the end kept with `keep_end`, for prompts) and flagged in `_cut`;
     `strings_only=False` lets the text column hold other values (chat messages). `table`: the file already read
-    (frame with `_line`, format name), by a reader of another tool's format.
+    (frame with `_line`, format name), by a reader of another tool's format, or a block of rows of a file
+    (`erroranalysis.blocks`), with the file's `sha256` known.
     """
     check_int("max_chars", max_chars, 1)
     path = as_source(path)
@@ -138,13 +143,14 @@ def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", lab
         name = f"meta_{column}" if column in PREDICTIONS.columns or column in ("pred", "output") else str(column)
         frame[name] = raw[column].to_numpy()
         metadata.append(name)
-    sha256 = path.sha256() if isinstance(path, InMemory) else files.digest(path)["sha256"]
+    if sha256 is None:
+        sha256 = path.sha256() if isinstance(path, InMemory) else storage.digest(path)["sha256"]
     return EvalSet(frame=frame, path=path, format=fmt, sha256=sha256,
                    columns={"text": text_column, "label": label_column, "id": id_column},
                    metadata_columns=metadata, max_chars=max_chars)
 
 
-def read_table(path: Path | InMemory, *, encoding: str = "utf-8", split: str | None = None
+def read_table(path: Path | InMemory | storage.ObjectPath, *, encoding: str = "utf-8", split: str | None = None
                ) -> tuple[pd.DataFrame, str]:
     """Read any supported file (or an in-memory table) into a DataFrame with a `_line` column of user-facing
     line/row numbers."""
@@ -156,14 +162,16 @@ def read_table(path: Path | InMemory, *, encoding: str = "utf-8", split: str | N
         frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
         return frame, "in_memory"
     if not path.exists():
-        raise DataError(f"{path}: no such file; check the path.")
+        raise DataError(storage.missing(path) if isinstance(path, storage.ObjectPath) else
+                        f"{path}: no such file; check the path.")
     if path.is_dir():
+        storage.refuse_prefix(path)
         return _read_dataset_dir(path, split), "hf_dataset"
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise DataError(f"{path}: unknown file type {path.suffix!r}; use .jsonl, .csv, .parquet or a "
                         "folder saved with datasets' save_to_disk.")
-    if path.stat().st_size == 0:
+    if (path.size() if isinstance(path, storage.ObjectPath) else path.stat().st_size) == 0:
         raise DataError(f"{path}: the file is empty; it needs a header or at least one example.")
     reader = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}[fmt]
     frame = reader(path, encoding)
@@ -266,9 +274,9 @@ def _csv_problem(path: Path, text: str, sep: str) -> str | None:
     return None
 
 
-def _read_parquet(path: Path, encoding: str) -> pd.DataFrame:
+def _read_parquet(path: Path | storage.ObjectPath, encoding: str) -> pd.DataFrame:
     try:
-        frame = pd.read_parquet(path)
+        frame = storage.read_parquet(path).to_pandas()
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise DataError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}).") from None
     frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)

@@ -1,8 +1,9 @@
 """Embedders: vectors for the examples that clustering groups.
 
-Three sources, one interface (`embed(frame) -> float32 [n, d]` over rows of predictions.parquet):
+Sources, one interface (`embed(frame) -> float32 [n, d]` over rows of predictions.parquet):
 
-- `MiniLMEmbedder`: the packaged all-MiniLM-L6-v2 sentence model (mean pooling, L2-normalized); the default.
+- `static_embedding.StaticEmbedder`: a model2vec model distilled from the packaged MiniLM (~50x faster).
+- `MiniLMEmbedder`: the packaged all-MiniLM-L6-v2 sentence model (mean pooling, L2-normalized).
   Its vectors are cached on disk by embedder and text hash, so re-clustering a run, or clustering another run
   over the same eval set, never embeds a text twice (see `EmbeddingCache`).
 - `HiddenStatesEmbedder`: the checkpoint's own mean-pooled hidden states saved by inference
@@ -10,8 +11,8 @@ Three sources, one interface (`embed(frame) -> float32 [n, d]` over rows of pred
 - `PrecomputedEmbedder`: vectors from a `.npy` file, with rows in predictions order or matched by example id
   through a sidecar `<file>.json` (`{"example_ids": [...]}`, the format of a run's own `embeddings.json`).
 
-`erroranalysis.stages.embedders.resolve_embedder(spec, run)` turns a CLI spec (`minilm`, `hidden`, `FILE.npy`)
-into one of these and checks it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
+`erroranalysis.stages.embedders.resolve_embedder(spec, run)` turns a CLI spec (`static`, `minilm`, `hidden`, a
+folder, `FILE.npy`; `erroranalysis.embedder_choice`) into one of these and checks it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
 `MiniLMEmbedder.__call__` maps a batch of rows to a batch of vectors, the shape Ray Data's `map_batches` wants.
 """
 
@@ -35,32 +36,7 @@ from erroranalysis.validation import check_param
 
 Progress = Callable[[int, int], None]  # (done, total)
 
-EMBEDDER_NAMES = ("minilm", "hidden")
-
-# -- which vectors the data checks use ---------------------------------------------------------------------------
-
-CHECK_EMBEDDERS = ("auto", "hidden", "minilm", "none")
-
-
-def check_embedder(choice: str, has_hidden: bool) -> str:
-    """The one rule for the vectors of the data checks (near duplicates, leakage, the shift classifier and the
-    neighbour-based label-issue signal): the checkpoint's own hidden states when the run has them (inference
-    computed them anyway: no second model runs over every row), the packaged MiniLM otherwise (predictions brought
-    with `analyze`) or when asked; "none" turns the vector checks off. Returns "hidden", "minilm" or "none".
-
-    Measured on planted near-duplicate texts (benchmarks/duplicates.py --texts): the sample checkpoint's hidden
-    states find at least as many edited copies as MiniLM at the same cosine threshold, with the same precision.
-    """
-    from erroranalysis.errors import ParameterError
-
-    if choice not in CHECK_EMBEDDERS:
-        raise ParameterError("embedder", choice, "one of " + ", ".join(CHECK_EMBEDDERS))
-    if choice == "auto":
-        return "hidden" if has_hidden else "minilm"
-    if choice == "hidden" and not has_hidden:
-        raise DataError("--embedder hidden: this run has no hidden states (predictions brought with 'analyze' have "
-                        "none); use --embedder minilm or auto.")
-    return choice
+# which embedder each use takes: erroranalysis.embedder_choice (names, the rule, local folders)
 
 
 class Embedder(Protocol):
@@ -389,6 +365,8 @@ def _check_matrix(vectors: np.ndarray, path: Path) -> None:
 
 def describe(embedder: Embedder) -> dict:
     """What embeddings.json records about the embedder."""
+    if hasattr(embedder, "describe"):
+        return embedder.describe()
     if isinstance(embedder, MiniLMEmbedder):
         return {"name": "minilm", "key": embedder.key, "model": "sentence-transformers/all-MiniLM-L6-v2",
                 "pooling": "mean", "normalized": True, "max_length": embedder.max_length}

@@ -275,7 +275,9 @@ class Spec:
     `flag`: the option (default `--name-with-dashes`; a Flag rule gets `--x/--no-x` unless `flag` has a "/");
     `short`: a one-letter alias, used where the command has no other use for it; `none`: the default or value
     None is allowed and means `none` (said in the help); `none_flag`: a switch that sets None (`--keep-noise`);
-    `panel`: the help section; `advanced`: shown in the section's "(advanced)" part; `cli=False`: library only."""
+    `panel`: the help section; `advanced`: shown in the section's "(advanced)" part; `cli=False`: library only;
+    `switches`: a Choice whose every value but the default is also a switch of its own (`--assistant-only` for
+    `--mode assistant-only`), one at most given."""
 
     default: Any
     rule: Rule
@@ -288,6 +290,7 @@ class Spec:
     panel: str | None = None
     advanced: bool = False
     cli: bool = True
+    switches: bool = False
 
     def check(self, name: str, value) -> Any:
         """The stored form of `value`, or a ParameterError naming the parameter and its flag."""

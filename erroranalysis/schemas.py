@@ -74,7 +74,8 @@ SLICE_MEMBERS = Table(columns=("example_id", "slice_id"), required=("example_id"
 
 CHECKS = Table(
     columns=("example_id", "label_issue_score", "label_issue", "suggested_label", "duplicate_group", "duplicate_kind",
-             "duplicate_conflict", "in_train", "train_id", "train_similarity", "train_label_differs"),
+             "duplicate_conflict", "in_train", "train_id", "train_similarity", "train_label_differs",
+             "contaminated_fields", "train_row"),
     required=("example_id", "label_issue_score", "label_issue"))
 
 SUGGESTIONS = Table(
@@ -85,3 +86,32 @@ SUGGESTIONS = Table(
 
 CENTROIDS = Table(columns=("cluster_id", "embedder_key", "centroid"), required=("cluster_id", "centroid",
                                                                                "embedder_key"), lists=("centroid",))
+
+# predictions.parquet of a token-classification run: one row per sentence; these columns follow the core ones
+TOKEN_PREDICTION_COLUMNS = ("tokens", "gold_tags", "pred_tags", "word_confidence", "n_words", "n_gold_spans",
+                            "n_pred_spans", "n_error_spans", "error_kinds", "char_offsets")
+
+# spans.parquet (token classification): one row per gold span and per predicted span that is no gold span's match,
+# shaped as predictions (example_id is the span's id, label/pred its gold/predicted type or "O", correct its kind
+# being "correct"), so the slices and the clusters group error spans as they group failing examples
+SPAN_FEATURES = ("entity_type", "span_length", "position", "prev_word", "capitalization", "seen_in_train")
+SPANS = Table(
+    columns=("example_id", "text", "label", "pred", "correct", "confidence", "loss", "n_tokens", "truncated",
+             "sentence_id", "source", "kind", "start", "end", "char_start", "char_end", "gold_type", "pred_type",
+             "match_start", "match_end", "context", *SPAN_FEATURES),
+    required=("example_id", "text", "label", "pred", "correct", "sentence_id", "source", "kind", "start", "end"),
+    open=True,
+    dtypes={"example_id": "object", "sentence_id": "object", "start": "int32", "end": "int32",
+            "char_start": "int32", "char_end": "int32", "match_start": "int32", "match_end": "int32",
+            "span_length": "int32", "n_tokens": "int32"})
+# sft_findings.parquet: one row per finding of `erroranalysis sft-check` (row: 0-based row of the data file; line:
+# its line there; source: the --source-column value, when given)
+SFT_FINDINGS = Table(columns=("row", "line", "kind", "detail", "source"), required=("row", "kind", "detail"),
+                     dtypes={"row": "int64", "line": "int64", "kind": "object", "detail": "object"})
+
+# sft_rows.parquet: every row of the data file as the trainer sees it: its tokens before truncation, those with a
+# label, the kinds found, and its text in spans of one state each (segment_state: 0 masked, 1 trained, 2 cut)
+SFT_ROWS = Table(columns=("row", "line", "source", "n_tokens", "n_trained", "kinds", "segments", "segment_state"),
+                 required=("row", "n_tokens", "n_trained", "kinds", "segments", "segment_state"),
+                 lists=("kinds", "segments", "segment_state"),
+                 dtypes={"row": "int64", "line": "int64", "n_tokens": "int64", "n_trained": "int64"})

@@ -58,13 +58,13 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          outputs="erroranalysis.infer.heads:regression_outputs", metrics="erroranalysis.metrics.regression",
          failure="|prediction - gold| above --tolerance, or by default in the worst decile of |error|",
          sequence_head=True),
-    Task("generation", "causal LM generation (a folder or a .gguf file)", "AutoModelForCausalLM",
+    Task("generation", "generation by a causal LM (a folder or a .gguf file) or an encoder-decoder (T5, BART)",
+         "AutoModelForCausalLM or AutoModelForSeq2SeqLM",
          metrics="erroranalysis.metrics.generation", failure="an output check fails or the reference is not matched"),
-    # filled in by the token-classification and seq2seq work (helper 24b): declared so detection names them
     Task("token-classification", "token classification (NER, POS, chunking)", "AutoModelForTokenClassification",
-         failure="a sentence with any wrong entity span", available=False),
-    Task("seq2seq", "encoder-decoder generation (T5, BART)", "AutoModelForSeq2SeqLM",
-         failure="as generation", available=False),
+         metrics="erroranalysis.metrics.tokens",
+         failure="an error span (missed, spurious, wrong type, wrong boundary, wrong type and boundary); a sentence "
+                 "fails when it holds one"),
 )}
 
 CHOICES = ("auto", *TASKS)  # what --task takes: auto reads the checkpoint's config.json
@@ -130,7 +130,7 @@ def head_kind(architecture: str, config: dict) -> str:
     if architecture.endswith(GENERATIVE_HEADS):
         return "generation"
     if architecture.endswith(("ForConditionalGeneration", "ForSeq2SeqLM")) and config.get("is_encoder_decoder"):
-        return "seq2seq"
+        return "generation"  # an encoder-decoder LM (T5, BART) generates in the generation task
     for ending, what in REFUSED_HEADS:
         if architecture.endswith(ending):
             return f"refused:{what}"
@@ -171,7 +171,8 @@ def detect(config: dict, asked: str | None = None, *, source: str = "config.json
         what = "a bare backbone without a task head" if kind == "backbone" else "an architecture erroranalysis " \
                                                                                  "does not know"
         raise ModelError(f"{found} is {what}; supported: {supported()} (sequence classification, causal LM"
-                         + (", token classification, seq2seq" if TASKS["seq2seq"].available else "") + " heads).")
+                         + (", token classification" if TASKS["token-classification"].available else "")
+                         + ", seq2seq LM heads).")
     if kind == "sequence":
         return sequence_task(config, asked, source)
     if asked is not None and asked != kind:

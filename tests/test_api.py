@@ -16,7 +16,7 @@ from erroranalysis.errors import DataError, ParameterError
 
 PUBLIC = ["__version__", "analyze", "run", "open", "Run", "Metrics", "Comparison", "DataOptions", "SourceParams",
           "GenerationParams", "InferParams", "MetricsParams", "CheckParams", "SliceParams", "ClusterParams",
-          "CompareParams", "TrackerParams", "TaskParams"]
+          "CompareParams", "TrackerParams", "TaskParams", "sft_check", "SftParams"]
 QUICK = {"checks": None, "cluster": None}
 
 

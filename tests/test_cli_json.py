@@ -118,6 +118,16 @@ def test_watch_and_timeline(world, tmp_path):
     assert invoke("timeline", steps, "--json")["steps"][0]["step"] == 4
 
 
+def test_sft_check(tmp_path):
+    from sft_fixtures import CLEAN_MESSAGES, save_tokenizer
+    from sft_fixtures import write_jsonl as write_rows
+
+    tok = save_tokenizer(tmp_path / "tok")
+    data = write_rows(tmp_path / "train.jsonl", CLEAN_MESSAGES + CLEAN_MESSAGES[:1])
+    made = invoke("sft-check", "--model", tok, "--data", data, "--out", tmp_path / "sft", "--json")
+    assert made["rows"] == 5 and made["counts"]["duplicate_row"] == 1
+
+
 def test_every_command_is_covered_or_says_why_not():
     """A new command gets --json (and a line here) or a reason in WITHOUT_JSON."""
     import inspect

@@ -219,7 +219,7 @@ def test_name_run_needs_clustering(tmp_path):
     (dict(assign_noise=2.0), ParameterError, "^assign_noise="),
     (dict(pair_weight=-1), ParameterError, "^pair_weight="),
     (dict(seed=-3), ParameterError, "^seed="),
-    (dict(embedder="sbert"), ParameterError, "expected 'minilm', 'hidden'"),
+    (dict(embedder="sbert"), ParameterError, "expected auto, static, minilm, hidden or a local model folder"),
 ])
 def test_bad_input_leaves_previous_clustering(tmp_path, change, error, message):
     run = make_run(tmp_path / "run")

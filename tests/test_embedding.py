@@ -167,7 +167,7 @@ def test_precomputed_missing_or_wrong_kind(tmp_path):
 
 def test_unknown_embedder_name(tmp_path):
     run, df = make_run(tmp_path / "run")
-    with pytest.raises(ParameterError, match="expected 'minilm', 'hidden'"):
+    with pytest.raises(ParameterError, match="expected 'auto', 'static', 'minilm', 'hidden'"):
         resolve_embedder("sbert", run, df)
     with pytest.raises(ParameterError, match="^embedder="):
         resolve_embedder("", run, df)
@@ -223,16 +223,17 @@ def test_minilm_real_model():
 
 
 def test_check_vectors_rule():
-    from erroranalysis.embedding import check_embedder
+    from erroranalysis.embedder_choice import plan
 
-    assert check_embedder("auto", has_hidden=True) == "hidden"
-    assert check_embedder("auto", has_hidden=False) == "minilm"
-    assert check_embedder("minilm", has_hidden=True) == "minilm"
-    assert check_embedder("none", has_hidden=True) == "none"
+    checks = ("label_issues", "duplicates", "leakage", "shift")
+    assert plan("auto", has_hidden=True, n_rows=100, uses=checks).source == "hidden"
+    assert plan("auto", has_hidden=False, n_rows=100, uses=checks).source == "minilm"  # small: MiniLM is cheap
+    assert plan("minilm", has_hidden=True, n_rows=100).source == "minilm"
+    assert plan("none", has_hidden=True, n_rows=100).source == "none"
     with pytest.raises(DataError, match="no hidden states"):
-        check_embedder("hidden", has_hidden=False)
+        plan("hidden", has_hidden=False, n_rows=100)
     with pytest.raises(ParameterError, match="embedder='bert'"):
-        check_embedder("bert", has_hidden=True)
+        plan("bert", has_hidden=True, n_rows=100)
 
 
 def test_checks_use_the_runs_hidden_states_and_expose_them(tmp_path):

@@ -6,6 +6,7 @@ Predicted labels, metrics and clustering must be identical to the in-process run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -19,7 +20,7 @@ from conftest import eval_rows, write_jsonl
 from erroranalysis.data import DataOptions
 from erroranalysis.engines import Engine, EngineError
 from erroranalysis.engines.ray_data import check_coverage
-from erroranalysis.errors import RunError
+from erroranalysis.errors import ParameterError, RunError
 from erroranalysis.rundir import Run, formats, readers
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
@@ -37,9 +38,49 @@ def _small_chunks(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@contextlib.contextmanager
+def ray_warnings():
+    """The warnings Ray Data gives meanwhile, as Python warnings (its "the operator only received 1 input(s)" is
+    one) or log records."""
+    import logging
+    import warnings
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler, logger = Keep(logging.WARNING), logging.getLogger("ray.data")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield seen
+    finally:
+        logger.removeHandler(handler)
+        seen.extend(str(w.message) for w in caught)
+
+
+def assert_same(a, b, where: str) -> None:
+    """Equal structures; floats equal within 1e-6."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and not isinstance(b, str):
+        assert b == pytest.approx(a, abs=1e-6, nan_ok=True), where
+    else:
+        assert a == b, where
 
 
 def _run(checkpoint, data, out, engine: Engine, after: AfterParams):
@@ -52,10 +93,13 @@ def test_ray_gives_the_in_process_answers(local_ray, tiny_checkpoint, tmp_path):
     data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(240))
     after = AfterParams.with_seed(0, cluster_params={"layout": "pca"})
     local = _run(tiny_checkpoint, data, tmp_path / "local", Engine("local"), after)
-    distributed = _run(tiny_checkpoint, data, tmp_path / "ray", Engine("ray"), after)
+    with ray_warnings() as warned:
+        distributed = _run(tiny_checkpoint, data, tmp_path / "ray", Engine("ray"), after)
+    assert not [w for w in warned if "only received" in w], warned  # every actor got blocks
 
     assert (distributed.path / "predictions.parquet").is_dir()  # shards, one per chunk
-    assert len(list((distributed.path / "probs.npy").glob("part-*.npy"))) == 240 // CHUNK
+    block = Engine("ray").block_rows(240, 2, CHUNK)  # 2 actors, 4 blocks each at least: 30 rows, not 40
+    assert len(list((distributed.path / "probs.npy").glob("part-*.npy"))) == 240 // block == 8
     a, b = local.predictions(), distributed.predictions()
     assert a.columns.tolist() == b.columns.tolist()
     assert a["example_id"].tolist() == b["example_id"].tolist()
@@ -67,7 +111,8 @@ def test_ray_gives_the_in_process_answers(local_ray, tiny_checkpoint, tmp_path):
                                atol=1e-4)
     ma, mb = local.metrics(), distributed.metrics()
     for key in ("overall", "per_class", "confusion", "top_confusions", "by_metadata"):
-        assert ma[key] == mb[key], key
+        assert_same(ma[key], mb[key], key)  # counts equal; a float from probabilities within 1e-6 (the batching
+        # of a smaller block pads differently)
     infer = distributed.manifest["stages"]["infer"]
     assert infer["confusion_counts"] == ma["confusion"]["matrix"]  # summed on the workers, counted from rows
     assert infer["params"]["engine"] == "ray" and distributed.manifest["engine"] == {"engine": "ray"}
@@ -160,12 +205,28 @@ def test_without_ray_the_engine_says_how_to_install_it(monkeypatch, tiny_checkpo
 
 
 def test_engine_parameters():
-    from erroranalysis.errors import ParameterError
-
     with pytest.raises(ParameterError, match="engine='spark'"):
         Engine("spark")
     with pytest.raises(EngineError, match="--ray-address is only used with --engine ray"):
         Engine("local", "auto")
+
+
+def test_blocks_give_every_actor_work():
+    """Several blocks per actor at every size: Ray leaves an actor idle when it has fewer blocks than actors."""
+    import pyarrow as pa
+
+    from erroranalysis.engines.ray_data import plan
+
+    engine = Engine("ray")
+    assert engine.block_rows(3000, 2, 4096) == 375  # the sample: 8 blocks for 2 actors, not one of 3,000 rows
+    assert engine.block_rows(1_000_000, 2, 4096) == 4096  # a large set keeps the in-process chunk
+    assert Engine("ray", blocks_per_actor=1).block_rows(3000, 2, 4096) == 1500
+    for rows, actors in ((1, 2), (5, 2), (3000, 2), (3001, 3), (10_000, 16)):
+        blocks, used = plan(pa.table({"x": list(range(rows))}), engine, actors, 4096)
+        assert sum(b.num_rows for b in blocks) == rows
+        assert used == min(actors, rows) and len(blocks) >= min(rows, used * engine.blocks_per_actor)
+    with pytest.raises(ParameterError, match="blocks_per_actor=0"):
+        Engine("ray", blocks_per_actor=0)
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ from erroranalysis.stages import (
     run_checkpoint,
 )
 
-PAGES = ["runs", "overview", "confusion", "clusters", "slices", "label", "taxonomy", "checks"]
+PAGES = ["runs", "overview", "confusion", "clusters", "slices", "label", "taxonomy", "data_checks"]
 
 
 class WordsEmbedder:

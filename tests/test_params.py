@@ -19,6 +19,7 @@ from erroranalysis import stages
 from erroranalysis.checklist.overfit import OverfitParams
 from erroranalysis.cli import app as cli_app
 from erroranalysis.cli import options
+from erroranalysis.sft import SftParams
 from erroranalysis.cli import stage_groups as groups
 from erroranalysis.cluster import ClusteringParams, NamingParams
 from erroranalysis.compare import CompareParams
@@ -36,7 +37,8 @@ from erroranalysis.timeline import TrackParams
 
 DECLARED = [ClusteringParams, NamingParams, SearchParams, FeatureParams, stages.ClusterParams, stages.SliceParams,
             stages.CheckParams, stages.MetricsParams, stages.InferParams, GenerationParams, DataOptions, Engine,
-            OverfitParams, CompareParams, MatchParams, TrackParams, ScorerParams, SourceParams, TrackerParams]
+            OverfitParams, CompareParams, MatchParams, TrackParams, ScorerParams, SourceParams, TrackerParams,
+            SftParams]
 # The stages that follow the predictions, and where `run`, `analyze` and `watch` take their parameters.
 AFTER = {"metrics": stages.MetricsParams, "checks": stages.CheckParams, "slices": stages.SliceParams,
          "cluster": stages.ClusterParams}
@@ -240,3 +242,26 @@ def test_help_texts_reach_the_terminal_as_written():
     result = CliRunner().invoke(cli_app.app, ["run", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "pip install 'erroranalysis-ml[ray]'" in result.output
+
+
+def test_a_choice_with_switches_takes_one_switch_per_value():
+    """`--assistant-only` is `--mode assistant-only`; two of them, or one against --mode, are refused."""
+    import typer
+    from typer.testing import CliRunner
+
+    seen = {}
+    app = typer.Typer()
+
+    @app.command()
+    @options.takes(options.Group("sft", SftParams))
+    def main(*, sft) -> None:
+        seen["mode"] = sft.mode
+
+    runner = CliRunner()
+    for args, mode in [([], "trl"), (["--assistant-only"], "assistant-only"), (["--all-tokens"], "all-tokens"),
+                       (["--mode", "completion-only"], "completion-only"),
+                       (["--mode", "assistant-only", "--assistant-only"], "assistant-only")]:
+        assert runner.invoke(app, args).exit_code == 0 and seen["mode"] == mode, args
+    for args in (["--assistant-only", "--all-tokens"], ["--mode", "all-tokens", "--completion-only"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code != 0 and "at most one" in str(result.exception), args

@@ -71,7 +71,10 @@ def _doc_columns(doc: str, heading: str, which: int = 0) -> list[str]:
     (schemas.CHECKS, "run-directory.md", "## checks.parquet and checks.json", 0),
     (schemas.CLUSTERS, "run-directory.md", "## clusters.parquet", 0),
     (schemas.ASSIGNMENTS, "run-directory.md", "## assignments.parquet", 0),
+    (schemas.SPANS, "run-directory.md", "## spans.parquet", 0),
     (schemas.SUGGESTIONS, "compare.md", "`taxonomy_suggestions.parquet`, one row per failure", 0),
+    (schemas.SFT_FINDINGS, "run-directory.md", "## sft_findings.parquet, sft_rows.parquet and sft_summary.json", 0),
+    (schemas.SFT_ROWS, "run-directory.md", "## sft_findings.parquet, sft_rows.parquet and sft_summary.json", 1),
 ])
 def test_the_docs_list_each_tables_declared_columns(table, doc, heading, which):
     assert sorted(_doc_columns(doc, heading, which)) == sorted(table.columns)

@@ -58,6 +58,7 @@ pages = {
     "Checklist": [
         st.Page("views/training.py", title="Training", icon=":material/monitor_heart:"),
         st.Page("views/data_checks.py", title="Data checks", icon=":material/fact_check:"),
+        st.Page("views/training_data.py", title="Training data", icon=":material/dataset:"),
     ],
 }
 page = st.navigation(pages)

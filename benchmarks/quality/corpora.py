@@ -84,9 +84,15 @@ def _cache_file(name: str, texts: list[str], what: str) -> Path:
     return folder / f"{name}-{what}-{digest}.npy"
 
 
-def embeddings(name: str, frame: pd.DataFrame) -> np.ndarray:
-    """all-MiniLM-L6-v2 vectors of the corpus's texts, computed once per corpus and machine."""
+def embeddings(name: str, frame: pd.DataFrame, embedder: str = "minilm") -> np.ndarray:
+    """The vectors of the corpus's texts, computed once per corpus and machine: all-MiniLM-L6-v2 ("minilm"), the
+    static model distilled from it ("static"; "static-<pca dims>" for other settings)."""
     texts = frame["text"].tolist()
+    if embedder.startswith("static"):
+        from erroranalysis.static_embedding import PCA_DIMS, StaticEmbedder
+
+        dims = int(embedder.split("-")[1]) if "-" in embedder else PCA_DIMS
+        return StaticEmbedder(pca_dims=dims).embed_texts(texts)  # ~10,000 texts/s: not worth a file
     file = _cache_file(name, texts, "minilm")
     if file.exists():
         return np.load(file)

@@ -23,7 +23,15 @@ from erroranalysis.api.results import Comparison, Metrics, Run
 from erroranalysis.data import DataOptions, InMemory
 from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GenerationParams
-from erroranalysis.stages import AfterParams, CheckParams, ClusterParams, InferParams, MetricsParams, SliceParams
+from erroranalysis.stages import (
+    AfterParams,
+    CheckParams,
+    ClusterParams,
+    InferParams,
+    MetricsParams,
+    SliceParams,
+    TokenParams,
+)
 from erroranalysis.tasks import CHOICES as RUN_TASKS
 from erroranalysis.tasks import TaskParams
 
@@ -78,14 +86,15 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
         text: str = "text", label: str = "label", id: str | None = None,  # noqa: A002
         data_options: DataOptions | None = None, infer: InferParams | dict | None = None,
         task_options: TaskParams | dict | None = None,
-        generation: GenerationParams | dict | None = None, metrics: Stage = None, checks: Stage = CheckParams(),
-        slices: Stage = SliceParams(), cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None,
-        progress: bool = False) -> Run:
+        generation: GenerationParams | dict | None = None, tokens: TokenParams | dict | None = None,
+        metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
+        cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False) -> Run:
     """A checkpoint over an eval set (`erroranalysis run`): `data` as for `analyze`; `task` "auto" reads the head
     from the checkpoint's config.json (classification, multilabel, regression; a causal LM or a .gguf file is
     generation, run with its output checks), or names it (refused when the config contradicts it). `infer`
-    (InferParams), `task_options` (TaskParams: multi-label threshold and gold layout, regression tolerance) and
-    `generation` (GenerationParams) say how it runs."""
+    (InferParams), `task_options` (TaskParams: multi-label threshold and gold layout, regression tolerance),
+    `generation` (GenerationParams) and `tokens` (TokenParams: a token classifier's columns, aggregation, tag scheme;
+    its error spans are what slices and clusters group) say how it runs."""
     from erroranalysis import stages
     from erroranalysis.validation import check_choice
 
@@ -98,12 +107,33 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
         made = stages.run_generation(model, _source(data), out, data_opts=options,
                                      gen_opts=_params(GenerationParams, generation), after=after,
                                      overwrite=overwrite, progress=_progress(progress), embedder=embedder)
+    elif task == "token-classification":
+        made = stages.run_token_classification(model, _source(data), out, data_opts=options,
+                                               token_opts=_params(TokenParams, tokens), after=after,
+                                               overwrite=overwrite, progress=_progress(progress))
     else:
         made = stages.run_checkpoint(model, _source(data), out, data_opts=options,
                                      infer_opts=_params(InferParams, infer), after=after, overwrite=overwrite,
                                      progress=_progress(progress), embedder=embedder, task=task,
                                      task_opts=_params(TaskParams, task_options))
     return Run(made.path)
+
+
+def sft_check(model: str | Path, data, *, out: str | Path | None = None, params=None, overwrite: bool = False,
+              progress: bool = False):
+    """Check SFT training data as TRL's SFTTrainer prepares it (`erroranalysis sft-check`; docs/sft-check.md):
+    `model` a tokenizer or checkpoint folder or a .gguf file; `data` a file path, a DataFrame, a
+    `datasets.Dataset` or a list of dicts (`messages`, `prompt`/`completion` or `text`); `params` an
+    `erroranalysis.sft.SftParams` or a dict of its fields. Returns the `erroranalysis.sft.SftResult`: `findings`,
+    `rows` (DataFrames) and `summary`; the run directory `out` (default runs/sft-<time>) holds the same."""
+    from erroranalysis import stages
+    from erroranalysis.sft import SftParams
+
+    reporter = _progress(progress)
+    phases = reporter.phases("sft-check") if reporter is not None else None
+    _, result = stages.sft_check(model, _source(data), _out(out, "sft"), _params(SftParams, params),
+                                 overwrite=overwrite, progress=phases)
+    return result
 
 
 def _check_task(task: str) -> None:
@@ -171,4 +201,4 @@ def _progress(show: bool):
     return reporter() if show else None
 
 
-__all__ = ["Comparison", "Metrics", "Run", "analyze", "open", "run"]
+__all__ = ["Comparison", "Metrics", "Run", "analyze", "open", "run", "sft_check"]

@@ -26,7 +26,7 @@ def markdown() -> str:
     from erroranalysis import api
 
     lines = []
-    for name in ("analyze", "run", "open"):
+    for name in ("analyze", "run", "open", "sft_check"):
         func = getattr(api, name)
         lines += [f"### `ea.{name}{_signature(func)}`", "", _doc(func), ""]
     for cls in (api.Run, api.Metrics, api.Comparison):

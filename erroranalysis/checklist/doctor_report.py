@@ -335,3 +335,7 @@ def _num(value) -> str:
     except (TypeError, ValueError):
         return "-"
     return f"{value:.4g}" if math.isfinite(value) else "-"
+
+
+# The helpers the causal-LM sections (checklist.doctor_llm) share with these.
+status_of, findings_summary, md_table, snippet, num = _status, _findings_summary, _table, _snippet, _num

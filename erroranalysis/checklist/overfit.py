@@ -35,6 +35,9 @@ from erroranalysis.findings import Finding
 from erroranalysis.infer import runtime
 from erroranalysis.params import SEED, Flag, Float, Int, Params, Text, param, spec_field
 
+TASKS = ("classification", "generation")
+DEFAULT_MAX_LENGTH = {"classification": 64, "generation": 512}
+
 
 @dataclass
 class Curve:
@@ -104,22 +107,27 @@ class OverfitResult:
         out["steps_to_memorize"] = self.curve.steps_to_memorize()
         if self.control is not None:
             out["control"]["steps_to_memorize"] = self.control.steps_to_memorize()
-        return _finite_json(out)
+        return finite_json(out)
 
 
 @dataclass(frozen=True)
 class OverfitParams(Params):
-    """The memorization check: how many examples, how long, how fast, and the control run."""
+    """The memorization check: how many examples, how long, how fast, and the control run. They mean the same for
+    a causal LM (`overfit_check(..., task="generation")`, `checklist.overfit_lm`)."""
 
     n: int = param(100, Int(2), "Examples to memorize (a seeded random sample).")
     steps: int | None = param(None, Int(1), "Optimizer steps.", none="20 epochs over the n examples, at least 30")
     lr: float = param(1e-4, Float(0, 10, low_open=True, high_open=True), "AdamW learning rate.")
     batch_size: int = param(16, Int(1), "Examples per step.")
-    max_length: int = param(64, Int(2), "Tokens per example; longer texts are cut.")
+    max_length: int | None = param(None, Int(2), "Tokens per example; longer texts are cut.",
+                                   none=f"{DEFAULT_MAX_LENGTH['classification']} (classification) or "
+                                        f"{DEFAULT_MAX_LENGTH['generation']} (generation: prompt and answer)")
     freeze: str | None = param(None, Text(), "Regex of parameter names to freeze, to mirror a training setup that "
                                "freezes them (e.g. '^bert\\.').", none="nothing frozen")
-    control: bool = param(True, Flag(), "A control run on permuted labels (the shuffled-labels check; twice the "
-                          "time).")
+    control: bool = param(True, Flag(), "A control run on permuted labels (generation: answers permuted across "
+                          "prompts): the shuffled-labels check; twice the time.")
+    lora: bool = param(False, Flag(), "Generation: train LoRA adapters (peft; rank 16 on every linear layer) instead "
+                       "of every weight, for larger models; raise --lr with it (1e-3 is usual).")
     device: str = spec_field(runtime.DEVICE)
     trust_remote_code: bool = spec_field(runtime.TRUST_REMOTE_CODE)
     seed: int = spec_field(SEED)
@@ -133,9 +141,12 @@ class OverfitParams(Params):
 
 
 def overfit_check(model, data, params: OverfitParams = OverfitParams(), *, data_opts=None,
-                  progress: Callable[[int, int], None] | None = None, **values) -> OverfitResult:
+                  progress: Callable[[int, int], None] | None = None, task: str = "classification",
+                  **values) -> OverfitResult:
     """Fine-tune a copy of `model` (a checkpoint folder, or a loaded `inference.Classifier`) on `n` examples of
     `data` (an eval-set file) and report whether it memorizes them, with likely causes when it does not.
+    `task="generation"`: a causal LM (folder, .gguf file or loaded `CausalLM`) on SFT rows, loss on the answer
+    only (`checklist.overfit_lm.overfit_lm_check`, which returns an `LMOverfitResult`).
 
     `steps` defaults to 20 epochs over the n examples; `freeze` is a regex of parameter names to freeze, to
     mirror a training setup that freezes them (e.g. "^bert\\." for a BERT encoder). `params` (keyword values
@@ -144,10 +155,19 @@ def overfit_check(model, data, params: OverfitParams = OverfitParams(), *, data_
     from erroranalysis.data import DataOptions, map_labels, read_eval_set
     from erroranalysis.infer.classifier import Classifier, load_classifier
 
+    from erroranalysis.validation import check_choice
+
+    check_choice("task", task, TASKS)
     params = params.replace(**values) if values else params
-    n, steps, lr, batch_size, max_length, seed, control, freeze = (
-        params.n, params.steps, params.lr, params.batch_size, params.max_length, params.seed, params.control,
-        params.freeze)
+    if params.lora and task != "generation":
+        params.fail("lora", params.lora, "off unless the task is generation (LoRA adapters are for causal LMs here)")
+    if task == "generation":
+        from erroranalysis.checklist.overfit_lm import overfit_lm_check
+
+        return overfit_lm_check(model, data, params, data_opts=data_opts, progress=progress)
+    n, steps, lr, batch_size, seed, control, freeze = (
+        params.n, params.steps, params.lr, params.batch_size, params.seed, params.control, params.freeze)
+    max_length = params.max_length or DEFAULT_MAX_LENGTH["classification"]
     data_opts = data_opts if data_opts is not None else DataOptions()
     label_column = data_opts.label_column
     eval_set = read_eval_set(data, data_opts)
@@ -326,12 +346,12 @@ def _tokenize(clf, texts: list[str], label_ids: np.ndarray, max_length: int) -> 
     }
 
 
-def _finite_json(value: Any) -> Any:
+def finite_json(value: Any) -> Any:
     """NaN/inf become None, so the result serializes as strict JSON."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite_json(v) for k, v in value.items()}
+        return {k: finite_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite_json(v) for v in value]
+        return [finite_json(v) for v in value]
     return value

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -21,8 +20,9 @@ def register(app: typer.Typer) -> None:
     @options.takes(groups.DATA, groups.TASK, groups.SOURCE, groups.OUTPUT_CHECKS, groups.ENGINE, groups.METRICS,
                    CHECKS, groups.SLICES, groups.CLUSTER, groups.TRACKERS)
     def analyze_command(
-        predictions: Annotated[Path, typer.Option(
-            "--predictions", "-p", help="File with text, label, pred and optional prob_<label> columns; with --task "
+        predictions: Annotated[str, typer.Option(
+            "--predictions", "-p", help="File (or s3://, gs://, az:// URL) with text, label, pred and optional prob_<label> "
+                                        "columns; with --task "
                                         "generation: prompts and outputs (see --source-format).")],
         out: common.OutDir,
         task: Annotated[str, typer.Option("--task", help="classification (predicted labels), multilabel (predicted "

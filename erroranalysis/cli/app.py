@@ -30,6 +30,7 @@ COMMANDS = {
     "export": "Export a run's labeled error taxonomy as JSON, CSV or a Markdown report.",
     "training": "Check a training log: loss trend, NaN/inf, grad-norm spikes, LR schedule, overfitting.",
     "overfit": "Can the checkpoint memorize a few examples? If not, the likely causes.",
+    "sft-check": "Check SFT training data as the trainer sees it: masks, truncation, EOS, BOS, chat template.",
     "doctor": "The whole debugging checklist, in order, in one report (doctor.md).",
     "compare": "Compare a baseline run with candidates: deltas with intervals, fixed and broken examples.",
     "report": "Write a run as one self-contained HTML file to share (metrics, clusters, slices, checks, taxonomy).",

@@ -16,7 +16,8 @@ import typer
 
 # Shared option aliases, so every command spells the same thing the same way.
 RunDir = Annotated[Path, typer.Argument(help="A run directory made by 'erroranalysis run' or 'analyze'.")]
-OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")]
+OutDir = Annotated[str, typer.Option("--out", "-o", help="Run directory to write: a folder, or an s3://, gs://, az:// "
+                                                         "URL (built locally, published with the manifest last).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing run at --out.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout (progress and notes go to "
                                                    "stderr).")]

@@ -62,6 +62,8 @@ def _print(out, run: Path, summary: dict) -> None:
                  "conflicting labels)")
     if summary["n_in_train"] is not None:
         parts.append(f"{summary['n_in_train']} also in train")
+    if summary.get("n_contaminated") is not None:
+        parts.append(_contamination_part(summary))
     if summary["domain_auc"] is not None:
         parts.append(f"domain-classifier AUC {summary['domain_auc']:.2f}")
     out.print(f"[bold]{escape(str(run))}[/bold]: " + ", ".join(parts), soft_wrap=True)
@@ -72,3 +74,14 @@ def _print(out, run: Path, summary: dict) -> None:
         out.print(f"  what to do: {escape(f['advice'])}", soft_wrap=True)
     out.print(f"\nper example: {Path(run) / 'checks.parquet'}   |   report: {Path(run) / 'checks.json'}",
               soft_wrap=True, markup=False)
+
+
+def _contamination_part(summary: dict) -> str:
+    text = f"{summary['n_contaminated']} sharing a {summary['ngram']}-gram with train"
+    clean, dirty = summary["pass_rate_clean"], summary["pass_rate_contaminated"]
+    if dirty is not None and clean is not None:
+        text += f" (pass rate {dirty:.1%} on them, {clean:.1%} on the clean ones)"
+    groups = summary.get("n_train_near_duplicate_groups")
+    if groups:
+        text += f", {groups} near-duplicate groups of training prompts"
+    return text

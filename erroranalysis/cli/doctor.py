@@ -22,36 +22,48 @@ def register(app: typer.Typer) -> None:
                                "report, doctor.md, in the run directory.")(doctor)
 
 
-OVERFIT = options.Group("overfit", OverfitParams, exclude=("batch_size", "max_length"), panel="Memorization check",
+OVERFIT = options.Group("overfit", OverfitParams, exclude=("batch_size", "max_length", "lora"), panel="Memorization check",
                         switch="--overfit/--no-overfit", switch_help="Check that the model can memorize a few examples.")
 CHECKS = options.Group("checks", groups.CHECKS.params, panel="Data checks")
 CLUSTER = replace(groups.CLUSTER, on=False, switch_help="Also cluster the failures (slower).")
 
 
 @common.handle_errors
-@options.takes(groups.DATA, groups.INFER, OVERFIT, CHECKS, CLUSTER)
+@options.takes(groups.DATA, groups.INFER, groups.GENERATION_GROUP, OVERFIT, CHECKS, CLUSTER)
 def doctor(
-    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors).")],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder.")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors); "
+                                        "with --task generation a causal LM folder or a .gguf file.")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder "
+                                       "(--task generation: the prompt set).")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write (default: "
                                                 "runs/<checkpoint name>-doctor).")] = None,
     log: Annotated[Optional[Path], typer.Option("--log", help="Training log: trainer_state.json, TensorBoard "
                                                 "events or a CSV/JSONL log (default: found in the checkpoint).")] = None,
+    task: Annotated[str, typer.Option("--task", help="classification (a sequence classifier) or generation (a "
+                                      "causal LM: memorize the --train SFT rows, a generation run over --data, "
+                                      "contamination against --train).")] = "classification",
     overwrite: common.Overwrite = False,
     as_json: common.Json = False,
-    *, data_options, infer, overfit, checks, cluster,
+    *, data_options, infer, generation, overfit, checks, cluster,
 ) -> None:
     """Walk the debugging checklist and write doctor.md."""
     from rich.markup import escape
 
     from erroranalysis.progress import reporter
-    from erroranalysis.stages import run_doctor
+    from erroranalysis.stages import run_doctor, run_doctor_generation
+    from erroranalysis.validation import check_choice
 
+    check_choice("--task", task, ("classification", "generation"))
     out = out if out is not None else Path("runs") / f"{Path(model).resolve().name}-doctor"
     notes = reporter()
-    result = run_doctor(model, data, out, log=log, data_opts=data_options, infer_opts=infer, overfit=overfit,
-                        checks=checks, cluster=cluster, seed=checks.seed, overwrite=overwrite,
-                        progress=lambda m: notes.note(f"doctor: {m}"))
+    if task == "generation":
+        result = run_doctor_generation(model, data, out, log=log, data_opts=data_options, gen_opts=generation,
+                                       overfit=overfit, checks=checks, seed=checks.seed, overwrite=overwrite,
+                                       progress=lambda m: notes.note(f"doctor: {m}"))
+    else:
+        result = run_doctor(model, data, out, log=log, data_opts=data_options, infer_opts=infer, overfit=overfit,
+                            checks=checks, cluster=cluster, seed=checks.seed, overwrite=overwrite,
+                            progress=lambda m: notes.note(f"doctor: {m}"))
     if as_json:
         common.print_json(result.to_dict())
         return

@@ -48,6 +48,7 @@ class _Option:
     spec: Spec | None
     targets: list[tuple[str, str]]  # (group, field) this option sets
     kind: str = "value"  # value | none (sets None when given) | switch (turns a group off) | off | deprecated
+    #                      | choice (a switch for one value of a Choice)
 
 
 def takes(*groups: Group):
@@ -107,6 +108,8 @@ def _options(groups, taken: set[str]) -> tuple[dict[str, _Option], list[inspect.
             option = options[key] = by_flag[flag] = _Option(key, spec, [(group.name, name)])
             parameters.append(_value_parameter(key, name, spec, taken, group.panel))
             taken.update(_decls(option))
+            if spec.switches:
+                parameters.extend(_choice_switches(options, key, name, spec, group, taken))
             if spec.none_flag:
                 none_key = f"{key}__none"
                 options[none_key] = _Option(none_key, spec, [(group.name, name)], "none")
@@ -120,6 +123,23 @@ def _options(groups, taken: set[str]) -> tuple[dict[str, _Option], list[inspect.
                                          f"Old name of {spec.option(name)}; removed in the next release.",
                                          None, hidden=True))
     return options, parameters
+
+
+def _choice_switches(options, key: str, name: str, spec: Spec, group: Group, taken: set[str]) -> list:
+    """`--assistant-only` for `--mode assistant-only`: one switch per value of a Choice but its default."""
+    made = []
+    for value in spec.rule.values:
+        if value == spec.default:
+            continue
+        flag = f"--{value}"
+        if flag in taken:
+            raise TypeError(f"{flag} (a value of {group.params.__name__}.{name}) is also another option's flag")
+        switch_key = f"{key}__is__{str(value).replace('-', '_')}"
+        options[switch_key] = _Option(switch_key, spec, [(group.name, name)], "choice")
+        made.append(_parameter(switch_key, bool, False, (flag,), f"The same as {spec.option(name)} {value}.",
+                               spec.panel or group.panel))
+        taken.add(flag)
+    return made
 
 
 def _value_parameter(key: str, name: str, spec: Spec, taken: set[str], panel: str | None) -> inspect.Parameter:
@@ -201,6 +221,9 @@ def _build(groups, options: dict[str, _Option], given: dict[str, Any]) -> dict[s
             elif option.kind == "none":
                 if value:
                     values[group][name] = None
+            elif option.kind == "choice":
+                if value:
+                    _choose(values[group], name, option.spec, key.rsplit("__is__", 1)[1].replace("_", "-"))
             elif option.kind == "deprecated":
                 if value is not None:
                     _warn(_old_flag(key, groups), option.spec.option(name))
@@ -208,6 +231,18 @@ def _build(groups, options: dict[str, _Option], given: dict[str, Any]) -> dict[s
             elif name not in values[group]:
                 values[group][name] = _stored(option.spec, value)
     return {g.name: None if g.name in off else g.params(**values[g.name]) for g in groups}
+
+
+def _choose(values: dict, name: str, spec: Spec, chosen: str) -> None:
+    """A value switch given (`--assistant-only`): it sets the parameter, and refuses a second switch or a different
+    value of the option itself."""
+    from erroranalysis.errors import ParameterError
+
+    value = next(v for v in spec.rule.values if str(v).replace("_", "-") == chosen)
+    if values.get(name, spec.default) not in (spec.default, value):
+        raise ParameterError(name, f"--{value} with {values[name]}", "one of " + ", ".join(
+            f"--{v}" for v in spec.rule.values if v != spec.default) + ", at most one", flag=f"--{value}")
+    values[name] = value
 
 
 def _stored(spec: Spec, value):

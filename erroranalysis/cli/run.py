@@ -17,7 +17,8 @@ from erroranalysis.tasks import CHOICES
 
 Model = Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors), or "
                                                           "a .gguf file for --task generation.")]
-Data = Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder.")]
+Data = Annotated[str, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder; "
+                                                        "or an s3://, gs://, az:// URL of a file (docs/scale.md).")]
 TASKS = CHOICES  # auto reads the head from the checkpoint's config.json (erroranalysis.tasks)
 GENERATION = replace(groups.GENERATION_GROUP, deprecated={"--checks": "output_checks", "--labels": "labels"})
 CHECKS = replace(groups.CHECKS, deprecated_off="--no-checks")
@@ -26,7 +27,7 @@ CHECKS = replace(groups.CHECKS, deprecated_off="--no-checks")
 def summary(run) -> dict:
     """What `run` and `analyze` print, and print as JSON: where the run is, its headline metrics, its stages."""
     metrics = run.metrics()
-    return {"run": str(run.path), "task": run.task, "overall": metrics["overall"],
+    return {"run": run.location, "task": run.task, "overall": metrics["overall"],
             "output_checks": metrics.get("output_checks"),
             "stages": {name: {"status": s["status"], "seconds": s.get("seconds")}
                        for name, s in run.manifest["stages"].items()}}
@@ -42,7 +43,7 @@ def report(run, as_json: bool = False) -> None:
         return
     overall = facts["overall"]
     out = common.console()
-    out.print(f"[bold]{escape(str(run.path))}[/bold]: {overall['n']} examples, {headline(run.task, overall)}, "
+    out.print(f"[bold]{escape(run.location)}[/bold]: {overall['n']} examples, {headline(run.task, overall)}, "
               f"{overall['n_failures']} failures")
     checks = facts["output_checks"]
     if checks:
@@ -51,6 +52,9 @@ def report(run, as_json: bool = False) -> None:
                   f"{(checks.get('loss') or {}).get('low_loss_failures')}")
     out.print("stages: " + ", ".join(f"{name} {s['status']} ({s['seconds'] or 0:.1f}s)"
                                      for name, s in facts["stages"].items()), markup=False)
+    if run.remote:
+        out.print(f"published to {run.remote} (manifest last, docs/scale.md); the local copy: {run.path}",
+                  markup=False)
     out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}", markup=False)
 
 
@@ -58,6 +62,9 @@ def headline(task: str, overall: dict) -> str:
     """The task's headline metrics, for the one line `run` prints."""
     if task == "regression":
         return f"MAE {overall['mae']:.4g}, RMSE {overall['rmse']:.4g}, R² {overall['r2']:.3f}"
+    if task == "token-classification":
+        return (f"entity micro F1 {overall['micro_f1']:.3f}, macro F1 {overall['macro_f1']:.3f}, token accuracy "
+                f"{overall['token_accuracy']:.3f}, {overall['n_error_spans']} error spans")
     if task == "multilabel":
         return (f"subset accuracy {overall['subset_accuracy']:.3f}, micro F1 {overall['micro_f1']:.3f}, "
                 f"macro F1 {overall['macro_f1']:.3f}, Hamming loss {overall['hamming_loss']:.3f}")
@@ -77,19 +84,22 @@ def log_to(trackers, path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("run")
     @common.handle_errors
-    @options.takes(groups.DATA, groups.INFER, groups.TASK, GENERATION, groups.ENGINE, groups.METRICS, CHECKS,
-                   groups.SLICES, groups.CLUSTER, groups.TRACKERS)
+    @options.takes(groups.DATA, groups.INFER, groups.TASK, GENERATION, groups.TOKENS, groups.ENGINE, groups.METRICS,
+                   CHECKS, groups.SLICES, groups.CLUSTER, groups.TRACKERS)
     def run_command(
         model: Model,
         data: Data,
         out: common.OutDir,
         task: Annotated[str, typer.Option("--task", help="auto (read the head from the checkpoint's config.json: "
                                                          "architectures, problem_type, num_labels), classification, "
-                                                         "multilabel, regression, or generation (a causal LM or "
-                                                         ".gguf).", metavar="|".join(TASKS))] = "auto",
+                                                         "multilabel, regression, token-classification (NER, POS), "
+                                                         "or generation (a causal LM, a .gguf, or a seq2seq LM: "
+                                                         "T5, BART).",
+                                          metavar="|".join(TASKS))] = "auto",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, infer, task_options, generation, engine, metrics, checks, slices, cluster, trackers,
+        *, data_options, infer, task_options, generation, tokens, engine, metrics, checks, slices, cluster,
+        trackers,
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, data checks, error slices and failure clusters."""
         from erroranalysis import stages
@@ -101,7 +111,13 @@ def register(app: typer.Typer) -> None:
         task = stages.resolve_task(model, task)
         after = groups.after(metrics, checks, slices, cluster)
         progress = reporter()
-        if task != "generation":
+        if task == "token-classification":
+            check_param("--engine", engine.engine, not engine.distributed, "local (token classification runs "
+                        "in-process)")
+            result = stages.run_token_classification(model, data, out, data_opts=data_options, token_opts=tokens,
+                                                     after=after, overwrite=overwrite, progress=progress,
+                                                     log=progress.note)
+        elif task != "generation":
             result = stages.run_checkpoint(model, data, out, data_opts=data_options, infer_opts=infer, after=after,
                                            overwrite=overwrite, progress=progress, engine=engine, log=progress.note,
                                            task=task, task_opts=task_options)

@@ -93,6 +93,16 @@ def register(app: typer.Typer) -> None:
         from erroranalysis.rundir import Run
 
         run = Run.open(run_dir)
+        if run.task == "sft":  # a training-data check (`sft-check`): its summary, not metrics
+            from erroranalysis.cli.sft_check import print_summary as print_sft
+            from erroranalysis.rundir import readers
+
+            summary, _, _ = readers.read_sft(run)
+            if as_json:
+                common.print_json({"run": str(run.path), "task": run.task, **summary})
+            else:
+                print_sft(run.path, summary)
+            return
         if as_json:
             common.print_json(as_document(run, clusters))
             return

@@ -10,6 +10,7 @@ from erroranalysis.engines import Engine
 from erroranalysis.generations import PANEL as SOURCE_PANEL
 from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GENERATION, GenerationParams
+from erroranalysis.infer.tokens import PANEL as TOKENS_PANEL
 from erroranalysis.integrations.trackers import PANEL as TRACKERS_PANEL
 from erroranalysis.integrations.trackers import TrackerParams
 from erroranalysis.tasks import PANEL as TASK_PANEL
@@ -19,6 +20,7 @@ DATA = Group("data_options", DataOptions, panel="Eval set")
 INFER = Group("infer", stages.InferParams, panel="Inference")
 TASK = Group("task_options", TaskParams, panel=TASK_PANEL)  # multi-label and regression heads
 GENERATION_GROUP = Group("generation", GenerationParams, panel=GENERATION)
+TOKENS = Group("tokens", stages.TokenParams, panel=TOKENS_PANEL)  # token classification (NER, POS)
 # What `analyze --task generation` takes of a generation run's parameters: the output checks, not the decoding.
 DECODING = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed", "stop", "batch_size",
             "max_prompt_tokens", "chat_template", "precision", "device", "trust_remote_code")

@@ -53,4 +53,5 @@ def place_the_rest(X, fit_rows, fitted: Assigned, Y, params: dict) -> tuple[Assi
     weights = 1.0 / np.maximum(dist, 1e-6)
     placed.coords[rest] = (Y[near] * weights[..., None]).sum(axis=1) / weights.sum(axis=1, keepdims=True)
     params["fit_sample"] = m
-    return placed, f"fitted on a sample of {m} of {n} failures; the rest joined their nearest neighbours"
+    how = " stratified by confusion pair" if params.get("fit_sample_strata") == "label, pred" else ""
+    return placed, f"fitted on a sample of {m} of {n} failures{how}; the rest joined their nearest neighbours"

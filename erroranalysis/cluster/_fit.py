@@ -26,7 +26,8 @@ The pipeline, like BERTopic's but small:
 
 Edges: no failures (nothing to do), fewer than `min_failures` (grouped by confusion pair, and the result says
 so), identical vectors (one cluster). Above `max_fit` failures the reducer and clusterer are fitted on a seeded
-sample and the rest join their nearest fitted neighbours, so memory and time stay bounded.
+sample stratified by confusion pair (`_sample`: each (gold, pred) pair keeps its share, and at least twice the
+minimum cluster size) and the rest join their nearest fitted neighbours, so memory and time stay bounded.
 
 Heavy imports (umap, hdbscan, sklearn) happen inside functions. `import_umap()` turns on numba's on-disk cache
 for UMAP, so only the first process on a machine pays the ~30 s of compilation.
@@ -47,6 +48,7 @@ from erroranalysis.cluster._hierarchy import cluster_parents
 from erroranalysis.cluster._neighbors import assign_noise_by_vote, local_error_rate
 from erroranalysis.cluster._params import ClusteringParams
 from erroranalysis.cluster._reduce import make_reducer
+from erroranalysis.cluster._sample import strata_of, stratified_sample
 from erroranalysis.errors import DataError
 
 SYSTEMATIC, SCATTERED, BY_PAIR, SINGLE, SLICE = "systematic", "scattered", "confusion_pair", "single", "slice"
@@ -150,7 +152,7 @@ class FailureClustering:
         if self.result_ is not None:
             return self
         rng = np.random.default_rng(self.params.seed)
-        fit_rows = np.arange(n) if n <= self.params.max_fit else np.sort(rng.choice(n, self.params.max_fit, replace=False))
+        fit_rows = self._fit_rows(frame, n, mcs, rng, params)
         rate, systematic = self._local_tiers(vectors, failed, fit_rows, rng, params)
         Y, Z = self._coordinates(X, fit_rows, self._feature_matrix(frame, n))
         fitted = self._cluster_tiers(Z, None if systematic is None else systematic[fit_rows], mcs, params)
@@ -178,6 +180,15 @@ class FailureClustering:
                                 note=f"all {n} failures have the same vector; one cluster", params=params,
                                 tier=np.full(n, SINGLE, dtype=object))
         return None
+
+    def _fit_rows(self, frame, n: int, mcs: int, rng, params: dict) -> np.ndarray:
+        """All failures, or above `max_fit` a seeded sample stratified by confusion pair (`_sample`)."""
+        if n <= self.params.max_fit:
+            return np.arange(n)
+        strata = strata_of(frame, n)
+        params.update(fit_sample_seed=self.params.seed, fit_sample_strata="label, pred" if strata.any() else "none",
+                      fit_sample_floor=2 * mcs)
+        return stratified_sample(strata, self.params.max_fit, rng, floor=2 * mcs)
 
     def _local_tiers(self, vectors, failed, fit_rows, rng, params: dict):
         """(local error rate, systematic?) per failure from the correct examples around it; (NaN, None) without

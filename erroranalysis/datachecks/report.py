@@ -124,5 +124,17 @@ def summary(report: dict) -> dict:
         "n_conflict_groups": report["duplicates"]["n_conflict_groups"],
         "n_in_train": leak["n_in_train"] if leak else None,
         "domain_auc": domain.get("auc"),
+        **_contamination_summary(report.get("contamination")),
         "findings": report["findings"],
     }
+
+
+def _contamination_summary(section: dict | None) -> dict:
+    """The counts of a generation run's contamination section (None without one)."""
+    if not section:
+        return {"n_contaminated": None}
+    metrics = section["metrics"]
+    return {"n_contaminated": section["n_contaminated"], "ngram": section["ngram"],
+            "pass_rate_clean": metrics["clean"]["pass_rate"],
+            "pass_rate_contaminated": metrics["contaminated"]["pass_rate"],
+            "n_train_near_duplicate_groups": (section.get("near_duplicates") or {}).get("n_groups")}

@@ -1,8 +1,9 @@
 """The Ray engine: the eval set as a Ray Dataset, `map_batches` over actors that load the model once each.
 
 The driver reads and validates the eval set with `erroranalysis.data` (the same rules and one-line errors as
-in-process, before any worker starts), then hands Ray one block per chunk of rows (`chunk_size`, the in-process
-chunk too, so every chunk is tokenized, length-sorted and batched exactly as in-process). Each actor
+in-process, before any worker starts), then hands Ray the rows in blocks: the in-process chunk (`chunk_size`), or
+smaller so that every actor gets at least `Engine.blocks_per_actor` blocks (`--ray-blocks-per-actor`); each block
+is tokenized, length-sorted and batched as an in-process chunk is. Each actor
 (`ShardPredictor`) runs `ChunkPredictor` on its chunks and writes one shard per chunk of predictions, probabilities
 and hidden states (`sinks.ShardSink`) into the staging area the stage gave, which must be on a filesystem every
 worker sees; it sends back only (first row, rows, confusion counts). The driver sums the confusion counts and
@@ -119,11 +120,69 @@ class ShardPredictor:
                 "batching": np.tile([self.predict.batch_size, self.predict.max_tokens], (n, 1)).astype(np.int64)}
 
 
+class SourcePredictor(ShardPredictor):
+    """`ShardPredictor` over row ranges (start, rows) of a Parquet eval set that each worker reads itself
+    (`erroranalysis.blocks`: the in-process validation, per block): the driver sends two integers per block and
+    gets back counts, never rows."""
+
+    def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32",
+                 source=None, options=None, sources: dict | None = None, sha256: str = ""):
+        super().__init__(predictor_kwargs, labels, paths, hidden_dtype)
+        from erroranalysis import blocks
+
+        self.source, self.options, self.sources, self.sha256 = source, options, sources or {}, sha256
+        self.file = blocks.parquet_file(source)
+
+    def __call__(self, batch):
+        from erroranalysis import blocks
+        from erroranalysis.infer.predictions import confusion, input_table, output_table
+
+        from erroranalysis.errors import UserError
+
+        k = len(self.labels)
+        found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "ids": [], "error": []}
+        for start, rows in zip(batch.column("start").to_pylist(), batch.column("rows").to_pylist()):
+            try:
+                eval_set, gold = blocks.block(self.source, start, rows, self.options, self.labels,
+                                              sha256=self.sha256, file=self.file)
+            except UserError as exc:  # a bad value in this block: sent back as data (Ray would keep only its text
+                # inside a traceback), so the driver raises the in-process one-line error
+                found["start"].append(start)
+                found["rows"].append(0)
+                found["confusion"].append(np.zeros(k * k, np.int64))
+                found["n_cut"].append(0)
+                found["ids"].append(np.zeros(0, np.uint64))
+                found["error"].append(f"{type(exc).__name__}\t{exc}")
+                continue
+            chunk = blocks.conform(input_table(eval_set.frame, gold, self.labels, eval_set.metadata_columns),
+                                   self.file.schema_arrow, self.sources)
+            out = self.predict(chunk)
+            self.sink.write(start, output_table(chunk, self.labels, out), out)
+            found["start"].append(start)
+            found["rows"].append(rows)
+            found["confusion"].append(confusion(chunk, out, k).ravel())
+            found["n_cut"].append(int(eval_set.frame["_cut"].sum()))
+            found["ids"].append(blocks.id_hashes(eval_set.frame["example_id"]) if self.options.id_column
+                                else np.zeros(0, np.uint64))
+            found["error"].append("")
+        n = len(found["start"])
+        return {"start": np.asarray(found["start"], np.int64), "rows": np.asarray(found["rows"], np.int64),
+                "confusion": np.stack(found["confusion"]), "n_cut": np.asarray(found["n_cut"], np.int64),
+                "ids": found["ids"], "error": np.asarray(found["error"], dtype=object),
+                "batching": np.tile([self.predict.batch_size, self.predict.max_tokens], (n, 1)).astype(np.int64)}
+
+
 def _blocks(table, chunk_size: int) -> list:
     import pyarrow as pa
 
     table = table.append_column(ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     return [table.slice(start, chunk_size) for start in range(0, table.num_rows, chunk_size)]
+
+
+def plan(table, engine: Engine, actors: int, chunk_size: int) -> tuple[list, int]:
+    """(blocks, actors): `table` cut into blocks of `engine.block_rows` rows, and no more actors than blocks."""
+    blocks = _blocks(table, engine.block_rows(table.num_rows, actors, chunk_size))
+    return blocks, max(1, min(actors, len(blocks)))
 
 
 def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
@@ -135,15 +194,8 @@ def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
     return engine.concurrency or count, 1.0 if gpus else 0.0
 
 
-def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
-            chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
-            hidden_dtype: str = "float32", reading=None) -> np.ndarray:
-    """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
-    the summed confusion counts and the (rows, tokens) batching the workers ran, each distinct one once."""
-    connect(engine)
-    import ray
-    import ray.data
-
+def _start(ray, engine: Engine, predictor_kwargs: dict, paths: tuple) -> tuple[int, float]:
+    """The shard folders made, and (actors, GPUs per actor) for the device asked."""
     for folder in paths:
         if folder is not None:
             Path(folder).mkdir(parents=True, exist_ok=True)
@@ -152,8 +204,22 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
     if device.startswith("cuda") and not gpus:
         raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
                           "workers.")
+    return actors, gpus
+
+
+def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
+            chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
+            hidden_dtype: str = "float32", reading=None) -> np.ndarray:
+    """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
+    the summed confusion counts and the (rows, tokens) batching the workers ran, each distinct one once."""
+    ray = connect(engine)
+    import ray.data
+
+    actors, gpus = _start(ray, engine, predictor_kwargs, paths)
     kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
-    ds = ray.data.from_arrow(_blocks(inputs, chunk_size))
+    blocks, actors = plan(inputs, engine, actors, chunk_size)
+    chunk_size = blocks[0].num_rows
+    ds = ray.data.from_arrow(blocks)
     done = bounded_map(ds, ShardPredictor, fn_constructor_kwargs={"predictor_kwargs": kwargs, "labels": labels,
                                                                   "paths": tuple(p and str(p) for p in paths),
                                                                   "hidden_dtype": hidden_dtype,
@@ -176,6 +242,69 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
                           "run the command again.") from None
     check_coverage(covered, inputs.num_rows, paths)
     return counts, sorted(ran)
+
+
+def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
+                   chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
+                   hidden_dtype: str = "float32") -> tuple[np.ndarray, list, int]:
+    """`predict` with the workers reading the eval set (`scanned`, an `erroranalysis.blocks.Scanned` Parquet file)
+    themselves: the driver holds its row ranges, the summed counts and, with an id column, 8 bytes per row to
+    check that ids are unique. Returns (confusion counts, batching, texts cut)."""
+    from erroranalysis import blocks
+
+    ray = connect(engine)
+    import ray.data
+
+    actors, gpus = _start(ray, engine, predictor_kwargs, paths)
+    n_rows = scanned.n_rows
+    size = engine.block_rows(n_rows, actors, chunk_size)
+    starts = list(range(0, n_rows, size))
+    actors = max(1, min(actors, len(starts)))
+    ranges = [{"start": s, "rows": min(size, n_rows - s)} for s in starts]
+    ds = ray.data.from_items(ranges, override_num_blocks=len(ranges))
+    kwargs = {"predictor_kwargs": {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}, "labels": labels,
+              "paths": tuple(p and str(p) for p in paths), "hidden_dtype": hidden_dtype, "source": scanned.path,
+              "options": options, "sources": scanned.sources, "sha256": scanned.sha256}
+    done = bounded_map(ds, SourcePredictor, fn_constructor_kwargs=kwargs, batch_size=1, batch_format="pyarrow",
+                       num_cpus=1, num_gpus=gpus or None, compute=ray.data.ActorPoolStrategy(size=actors))
+    k = len(labels)
+    counts = np.zeros((k, k), dtype=np.int64)
+    hashes = np.zeros(n_rows if options.id_column else 0, dtype=np.uint64)
+    covered: dict[int, int] = {}
+    ran: set[tuple[int, int]] = set()
+    n_cut = 0
+    try:
+        for row in done.iter_rows():
+            if row["error"]:
+                raise _block_error(row["error"])
+            start, rows = int(row["start"]), int(row["rows"])
+            covered[start] = rows
+            counts += np.asarray(row["confusion"], dtype=np.int64).reshape(k, k)
+            ran.add(tuple(int(v) for v in row["batching"]))
+            n_cut += int(row["n_cut"])
+            if options.id_column:
+                hashes[start:start + rows] = np.asarray(row["ids"], dtype=np.uint64)
+            if progress:
+                progress(rows)
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: the inference job failed ({_reason(exc)}); nothing was committed, "
+                          "run the command again.") from None
+    check_coverage(covered, n_rows, paths)
+    if options.id_column:
+        blocks.duplicate_ids(hashes, scanned.path, options)
+    return counts, sorted(ran), n_cut
+
+
+def _block_error(sent: str):
+    """The UserError a worker sent back for its block ("ClassName\tmessage"), as that class of erroranalysis.errors
+    (DataError when it is another)."""
+    from erroranalysis import errors
+
+    name, _, message = sent.partition("\t")
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, errors.UserError)) or kind is errors.ParameterError:
+        kind = errors.DataError
+    return kind(message)
 
 
 def check_coverage(covered: dict[int, int], n_rows: int, paths) -> None:
@@ -210,8 +339,10 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
     if not texts:
         return embedder.embed_texts(texts)
     table = pa.table({"text": pa.array(texts, pa.string())})
-    ds = ray.data.from_arrow(_blocks(table, chunk_size))
     actors, gpus = _actors(ray, engine, embedder.device)
+    blocks, actors = plan(table, engine, actors, chunk_size)
+    chunk_size = blocks[0].num_rows
+    ds = ray.data.from_arrow(blocks)
     embedded = bounded_map(ds, type(embedder), fn_constructor_kwargs=embedder.constructor_kwargs(),
                            batch_size=chunk_size, batch_format="numpy", num_cpus=1, num_gpus=gpus or None,
                            compute=ray.data.ActorPoolStrategy(size=actors))

@@ -1,4 +1,8 @@
-"""Causal language models: loading a local folder or a GGUF file, offline, from safetensors only.
+"""Language models that generate: decoder-only (causal) models from a local folder or a GGUF file, and
+encoder-decoder (seq2seq: T5, BART, mT5, Flan-T5) models from a local folder, offline, from safetensors only.
+
+A folder whose config says `is_encoder_decoder` loads as `AutoModelForSeq2SeqLM` (`infer.seq2seq` generates with
+it); any other as `AutoModelForCausalLM`.
 
 A GGUF file is read by transformers once (dequantized, 13 to 17 s for SmolLM2-135M) and written as a safetensors
 folder under `<cache>/gguf/<sha256 prefix>/`; every later load reads that folder (well under a second).
@@ -42,6 +46,10 @@ class CausalLM:
     eos_ids: tuple[int, ...] = ()
     pad_id: int = 0
     cache_kwarg: str = field(default="past_key_values", repr=False)  # the forward argument of the KV cache
+    # encoder-decoder models: the decoder starts from these tokens (decoder_start_token_id, then the
+    # generation config's forced_bos_token_id when it has one, as transformers' generate does)
+    encoder_decoder: bool = False
+    decoder_prefix: tuple[int, ...] = ()
 
     @property
     def has_chat_template(self) -> bool:
@@ -51,7 +59,8 @@ class CausalLM:
         return {"path": str(Path(self.path).resolve()), "format": self.format, "weights_sha256": self.weights_sha256,
                 "converted_folder": str(self.folder) if self.format == "gguf" else None,
                 "precision": self.precision, "context_length": self.context_length,
-                "chat_template": self.has_chat_template, "architecture": type(self.model).__name__}
+                "chat_template": self.has_chat_template, "architecture": type(self.model).__name__,
+                "encoder_decoder": self.encoder_decoder}
 
 
 def cache_root() -> Path:
@@ -164,8 +173,9 @@ def convert_gguf(file: str | Path, *, log: Callable[[str], None] | None = None) 
 
 def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "auto",
                    trust_remote_code: bool = False, log: Callable[[str], None] | None = None) -> CausalLM:
-    """Load a local causal LM from a safetensors folder or a `.gguf` file (converted once, then cached)."""
-    from erroranalysis.infer.classifier import check_checkpoint, resolve_device, weights_sha256
+    """Load a local causal LM from a safetensors folder or a `.gguf` file (converted once, then cached), or an
+    encoder-decoder model from a folder whose config says `is_encoder_decoder`."""
+    from erroranalysis.infer.classifier import check_checkpoint, read_config, resolve_device, weights_sha256
 
     check_precision(precision)
     path = Path(path)
@@ -186,17 +196,19 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", precision: str = "
         sha = weights_sha256(files)
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
+    seq2seq = bool(read_config(folder).get("is_encoder_decoder"))
+    kind = "an encoder-decoder (seq2seq)" if seq2seq else "a causal"
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
                                                       trust_remote_code=trust_remote_code)
-            model = AutoModelForCausalLM.from_pretrained(
+            model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_pretrained(
                 folder, local_files_only=True, use_safetensors=True, trust_remote_code=trust_remote_code,
                 dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     except (OSError, ValueError, KeyError) as exc:
-        raise ModelError(f"{folder}: cannot load it as a causal language model ({str(exc).splitlines()[0]}).") from None
+        raise ModelError(f"{folder}: cannot load it as {kind} language model ({str(exc).splitlines()[0]}).") from None
     model.eval().to(resolved)
     return wrap_causal_lm(model, tokenizer, path=path, folder=folder, device=resolved, precision=precision,
                           weights_sha256=sha, fmt=fmt)
@@ -217,10 +229,27 @@ def wrap_causal_lm(model, tokenizer, *, path: str | Path, folder: str | Path | N
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = eos[0] if eos else 0
+    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     return CausalLM(model=model, tokenizer=tokenizer, path=Path(path), folder=Path(folder or path), device=device,
                     precision=precision, weights_sha256=weights_sha256, format=fmt,
                     context_length=_context_length(model, tokenizer), eos_ids=eos, pad_id=int(pad),
-                    cache_kwarg=_cache_argument(model))
+                    cache_kwarg=_cache_argument(model), encoder_decoder=seq2seq,
+                    decoder_prefix=_decoder_prefix(model, path) if seq2seq else ())
+
+
+def _decoder_prefix(model, path) -> tuple[int, ...]:
+    """The tokens an encoder-decoder's decoder starts from: its start token, then a forced BOS (BART)."""
+    config = model.config
+    generation = getattr(model, "generation_config", None)
+    start = getattr(generation, "decoder_start_token_id", None)
+    start = start if start is not None else getattr(config, "decoder_start_token_id", None)
+    if isinstance(start, (list, tuple)):
+        start = start[0] if start else None
+    if start is None:
+        raise ModelError(f"{path}: the config of this encoder-decoder model sets no decoder_start_token_id, so "
+                         "generation cannot start; set it in config.json.")
+    forced = getattr(generation, "forced_bos_token_id", None)
+    return (int(start),) + ((int(forced),) if forced is not None else ())
 
 
 def _eos_ids(model, tokenizer) -> tuple[int, ...]:

@@ -27,6 +27,7 @@ import numpy as np
 from erroranalysis.errors import DataError, ModelError
 from erroranalysis.infer import runtime
 from erroranalysis.infer.causal_lm import CausalLM
+from erroranalysis.infer.decoding import decode
 from erroranalysis.infer.output_checks import CHECKERS
 from erroranalysis.infer.scorers import ScorerParams
 from erroranalysis.params import SEED, Flag, Float, Int, Strings, Text, param, spec_field
@@ -162,8 +163,9 @@ def encode_answers(lm: CausalLM, answers: Sequence[str | None]) -> list[list[int
 
 
 def prompt_budget(lm: CausalLM, opts: GenerationParams) -> int:
-    """Most prompt tokens kept: --max-prompt-tokens, within the context minus the room for new tokens."""
-    room = lm.context_length - opts.max_new_tokens
+    """Most prompt tokens kept: --max-prompt-tokens, within the context minus the room for new tokens (an
+    encoder-decoder's prompt has the encoder's whole context)."""
+    room = lm.context_length - (0 if lm.encoder_decoder else opts.max_new_tokens)
     if room < 1:
         raise DataError(f"--max-new-tokens {opts.max_new_tokens} leaves no room for a prompt in the model's "
                         f"{lm.context_length}-token context; lower it.")
@@ -191,10 +193,15 @@ def generate(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: Generation
                               "stop_reason": [""] * n, "output_loss": np.full(n, np.nan, np.float32),
                               "reference_loss": np.full(n, np.nan, np.float32),
                               "n_output_tokens": np.zeros(n, np.int32)}
+    batch = generate_batch
+    if lm.encoder_decoder:
+        from erroranalysis.infer import seq2seq
+
+        batch = seq2seq.generate_batch
     for start in range(0, n, opts.rows_per_batch):
         rows = order[start:start + opts.rows_per_batch]
         refs = None if reference_ids is None else [reference_ids[i] for i in rows]
-        outs = generate_batch(lm, [prompt_ids[i] for i in rows], opts, reference_ids=refs, generator=generator)
+        outs = batch(lm, [prompt_ids[i] for i in rows], opts, reference_ids=refs, generator=generator)
         for i, out in zip(rows, outs):
             result["output"][i] = out["output"]
             result["output_ids"][i] = out["output_ids"]
@@ -231,8 +238,27 @@ def generate_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: Gene
         ref_loss = np.full(b, np.nan, np.float32)
         if reference_ids is not None and any(reference_ids):
             ref_loss = _reference_loss(lm, cache, last, mask, positions[:, -1], reference_ids)
-        rows = _decode(lm, cache, last, mask, positions[:, -1], opts, generator)
+        rows = decode(lm, last, opts, generator, _causal_step(lm, cache, mask, positions[:, -1]))
     return [{**row, "reference_loss": float(ref_loss[r])} for r, row in enumerate(rows)]
+
+
+def _causal_step(lm: CausalLM, cache, mask, last_pos):
+    """The next-token logits of a decoder-only model, given each running row's last token (see `decode`)."""
+    import torch
+
+    state = {"mask": mask, "positions": last_pos.clone()}
+
+    def step(chosen, keep):
+        if keep is not None:
+            cache.batch_select_indices(keep)
+            state["mask"], state["positions"] = state["mask"][keep], state["positions"][keep]
+        state["positions"] = state["positions"] + 1
+        ones = torch.ones((len(chosen), 1), dtype=state["mask"].dtype, device=chosen.device)
+        state["mask"] = torch.cat([state["mask"], ones], dim=1)
+        out = _forward_step(lm, cache, chosen[:, None], state["mask"], state["positions"][:, None], keep=1)
+        return out.logits[:, -1, :].float()
+
+    return step
 
 
 def _cache_of(out):
@@ -295,85 +321,17 @@ def _reference_loss(lm: CausalLM, cache, last_logits, mask, last_pos, reference_
     return loss
 
 
-def _decode(lm: CausalLM, cache, logits, mask, last_pos, opts: GenerationParams, generator) -> list[dict]:
-    """Greedy or sampled decoding from a prefilled cache; rows leave the batch as they finish."""
-    import torch
-
-    b = logits.shape[0]
-    device = logits.device
-    eos = torch.as_tensor(lm.eos_ids or (-1,), device=device)
-    active = torch.arange(b, device=device)  # original row of each row still in the batch
-    tokens: list[list[int]] = [[] for _ in range(b)]
-    logps: list[list[float]] = [[] for _ in range(b)]
-    reason = ["length"] * b
-    stops = opts.stop
-    tail_tokens = max((len(s) for s in stops), default=0) + 2
-    positions = last_pos.clone()
-    for step in range(opts.max_new_tokens):
-        logp = torch.log_softmax(logits, dim=-1)
-        chosen = _choose(logits, opts, generator) if opts.do_sample else logits.argmax(-1)
-        chosen_logp = logp.gather(1, chosen[:, None])[:, 0]
-        done = torch.isin(chosen, eos)
-        chosen_list, logp_list, done_list = chosen.tolist(), chosen_logp.tolist(), done.tolist()
-        keep = []
-        for k, row in enumerate(active.tolist()):
-            if done_list[k]:
-                reason[row] = "eos"
-                continue
-            tokens[row].append(chosen_list[k])
-            logps[row].append(logp_list[k])
-            if stops and any(s in lm.tokenizer.decode(tokens[row][-tail_tokens:], skip_special_tokens=True)
-                             for s in stops):
-                reason[row] = "stop"
-                continue
-            keep.append(k)
-        if not keep or step == opts.max_new_tokens - 1:
-            break
-        if len(keep) < len(active):
-            index = torch.as_tensor(keep, device=device)
-            cache.batch_select_indices(index)
-            active, chosen, mask, positions = active[index], chosen[index], mask[index], positions[index]
-        positions = positions + 1
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
-        out = _forward_step(lm, cache, chosen[:, None], mask, positions[:, None], keep=1)
-        logits = out.logits[:, -1, :].float()
-        del out
-    results = []
-    for row in range(b):
-        text = lm.tokenizer.decode(tokens[row], skip_special_tokens=True)
-        if stops:
-            cut = min((text.find(s) for s in stops if s in text), default=-1)
-            if cut >= 0:
-                text = text[:cut]
-        loss = -float(np.mean(logps[row])) if logps[row] else float("nan")
-        results.append({"output": text, "output_ids": tokens[row], "stop_reason": reason[row], "output_loss": loss})
-    return results
-
-
-def _choose(logits, opts: GenerationParams, generator):
-    """Sample one token per row: temperature, then top-k, then top-p (nucleus)."""
-    import torch
-
-    scores = logits / opts.temperature
-    if opts.top_k and opts.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, opts.top_k, dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if opts.top_p < 1.0:
-        sorted_scores, sorted_idx = torch.sort(scores, descending=True, dim=-1)
-        cum = torch.softmax(sorted_scores, dim=-1).cumsum(-1)
-        remove = cum - torch.softmax(sorted_scores, dim=-1) > opts.top_p  # keep the smallest set reaching top_p
-        sorted_scores = sorted_scores.masked_fill(remove, float("-inf"))
-        scores = torch.full_like(scores, float("-inf")).scatter(1, sorted_idx, sorted_scores)
-    probs = torch.softmax(scores, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
-
-
 def answer_losses(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], answer_ids: Sequence[Sequence[int] | None], *,
                   batch_size: int = 8) -> np.ndarray:
     """Mean negative log-likelihood per answer token given its prompt, by plain teacher forcing (one forward pass
     over prompt + answer per example, batched with left padding). NaN where the answer is empty. An answer that
     does not fit in the context after its prompt counts only its first tokens, as in `generate`."""
     import torch
+
+    if lm.encoder_decoder:
+        from erroranalysis.infer import seq2seq
+
+        return seq2seq.answer_losses(lm, prompt_ids, answer_ids, batch_size=batch_size)
 
     n = len(prompt_ids)
     loss = np.full(n, np.nan, np.float32)

@@ -25,7 +25,11 @@ ASSIGNMENTS = "assignments.parquet"
 SUGGESTIONS = "taxonomy_suggestions.parquet"
 DOCTOR_MD = "doctor.md"
 DOCTOR_JSON = "doctor.json"
+SPANS = "spans.parquet"  # token classification: one row per gold or predicted span, with its error kind
 CENTROIDS = "cluster_centroids.parquet"  # what `timeline --prune` keeps of embeddings.npy: one vector per cluster
+SFT_FINDINGS = "sft_findings.parquet"  # `erroranalysis sft-check`: one row per finding
+SFT_ROWS = "sft_rows.parquet"  # each training row's text as trained / masked / cut spans
+SFT_SUMMARY = "sft_summary.json"  # counts per kind, tokens per row, trained tokens per row and per source
 
 from erroranalysis import schemas  # noqa: E402
 
@@ -34,12 +38,13 @@ CORE_COLUMNS = schemas.PREDICTIONS.columns  # predictions.parquet's own columns;
 # artifact -> its columns, declared once in erroranalysis.schemas; writes and reads are checked against them
 TABLES = {PREDICTIONS: schemas.PREDICTIONS, CLUSTERS: schemas.CLUSTERS, ASSIGNMENTS: schemas.ASSIGNMENTS,
           SLICES: schemas.SLICES, SLICE_MEMBERS: schemas.SLICE_MEMBERS, CHECKS: schemas.CHECKS,
-          SUGGESTIONS: schemas.SUGGESTIONS, CENTROIDS: schemas.CENTROIDS}
+          SUGGESTIONS: schemas.SUGGESTIONS, CENTROIDS: schemas.CENTROIDS, SPANS: schemas.SPANS,
+          SFT_FINDINGS: schemas.SFT_FINDINGS, SFT_ROWS: schemas.SFT_ROWS}
 
 # stage -> the artifacts it owns. A stage's artifacts are committed together; one it owns but did not write this
 # time is removed at the commit, so no file outlives the stage run that made it.
 STAGE_ARTIFACTS = {
-    "infer": (PREDICTIONS, PROBS, HIDDEN, TRAINER_STATE),
+    "infer": (PREDICTIONS, PROBS, HIDDEN, TRAINER_STATE, SPANS),
     "load_predictions": (PREDICTIONS, PROBS),
     "metrics": (METRICS,),
     "checks": (CHECKS, CHECKS_JSON),
@@ -48,6 +53,7 @@ STAGE_ARTIFACTS = {
     "cluster_names": (CLUSTERS,),
     "apply_taxonomy": (SUGGESTIONS,),
     "doctor": (DOCTOR_MD, DOCTOR_JSON),
+    "sft_check": (SFT_FINDINGS, SFT_ROWS, SFT_SUMMARY),  # a run of its own: training data, no predictions
     # `erroranalysis timeline --prune`: an old step of a training run drops its bulky artifacts (committing their
     # removal, so the manifest says they are gone) and keeps its clusters' centroids for matching across steps
     "prune": (PROBS, HIDDEN, EMBEDDINGS, CENTROIDS),

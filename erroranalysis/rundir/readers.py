@@ -31,9 +31,13 @@ from erroranalysis.rundir.artifacts import (
     METRICS,
     PREDICTIONS,
     PROBS,
+    SFT_FINDINGS,
+    SFT_ROWS,
+    SFT_SUMMARY,
     SLICE_MEMBERS,
     SLICES,
     SOURCE_STAGES,
+    SPANS,
     STAGE_ARTIFACTS,
     SUGGESTIONS,
     TABLES,
@@ -160,8 +164,34 @@ def read_predictions(run, columns=None):
     """predictions.parquet with ids as strings, `correct` as booleans and texts as strings, checked once here:
     the core columns present, ids unique, no missing `correct`. `columns` limits what is read (the checked
     columns are always read)."""
-    file = artifact_path(run, PREDICTIONS)
-    checked = TABLES[PREDICTIONS].required
+    return _examples(run, PREDICTIONS, columns)
+
+
+@_optional
+def read_spans(run, columns=None):
+    """spans.parquet of a token-classification run (one row per gold or predicted span, shaped as predictions),
+    checked as `read_predictions` checks predictions."""
+    return _examples(run, SPANS, columns)
+
+
+UNITS_OF = {"token-classification": SPANS}  # task -> the table its slices and clusters group, if not predictions
+
+
+def units_artifact(run) -> str:
+    """The table whose rows a run's slices and clusters group: predictions.parquet, or spans.parquet for token
+    classification (its error spans are the failures)."""
+    return UNITS_OF.get(run.task, PREDICTIONS)
+
+
+@_optional
+def read_units(run, columns=None):
+    """The rows the slices and clusters group (`units_artifact`), read as `read_predictions` reads predictions."""
+    return _examples(run, units_artifact(run), columns)
+
+
+def _examples(run, name: str, columns=None):
+    file = artifact_path(run, name)
+    checked = TABLES[name].required
     wanted = None if columns is None else list(dict.fromkeys([*checked, *columns]))
     if wanted is not None:
         available = parquet_columns(file)
@@ -211,11 +241,11 @@ def read_prediction_rows(run, ids, columns=("example_id", "text", "label", "pred
     return frame
 
 
-def n_predictions(run) -> int:
-    """Rows of predictions.parquet, from the file's metadata (nothing else is read)."""
+def n_predictions(run, name: str = PREDICTIONS) -> int:
+    """Rows of predictions.parquet (or of the table `name`), from the file's metadata (nothing else is read)."""
     import pyarrow.parquet as pq
 
-    file = artifact_path(run, PREDICTIONS)
+    file = artifact_path(run, name)
     parts = sorted(file.glob("*.parquet")) if file.is_dir() else [file]
     try:
         return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
@@ -244,8 +274,8 @@ def read_hidden(run) -> np.ndarray | None:
     file = artifact_path(run, HIDDEN, required=False)
     if file is None:
         return None
-    states = npy(file)
-    if states.ndim != 2 or states.shape[0] != n_predictions(run):
+    states = npy(file)  # one row per unit: per prediction, or per span of a token-classification run
+    if states.ndim != 2 or states.shape[0] != n_predictions(run, units_artifact(run)):
         raise RunError(f"{file}: shape {tuple(states.shape)} does not have one row per prediction; run the stage "
                        "that writes it again.")
     return states
@@ -380,3 +410,21 @@ def read_doctor(run) -> tuple[str, dict]:
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"{md}: unreadable ({type(exc).__name__}); run erroranalysis doctor again.") from None
     return text, json_doc(artifact_path(run, DOCTOR_JSON))
+
+
+@_optional
+def read_sft(run) -> tuple[dict, object, object]:
+    """(sft_summary.json, sft_findings.parquet, sft_rows.parquet) of an sft-check run; the rows' list columns as
+    Python lists."""
+    summary_file, findings_file, rows_file = (artifact_path(run, name) for name in (SFT_SUMMARY, SFT_FINDINGS,
+                                                                                    SFT_ROWS))
+    summary = json_doc(summary_file)
+    if not isinstance(summary, dict) or not {"rows", "counts"} <= set(summary):
+        raise RunError(f"{summary_file}: not an sft-check summary (rows, counts); run sft-check again "
+                       f"({run.resume_command('sft_check')}).")
+    findings, rows = parquet(findings_file), parquet(rows_file)
+    require_columns(findings_file, findings, TABLES[SFT_FINDINGS].required)
+    require_columns(rows_file, rows, TABLES[SFT_ROWS].required)
+    for column in TABLES[SFT_ROWS].lists:
+        rows[column] = [_as_list(v) for v in rows[column]]
+    return summary, findings, rows

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from erroranalysis import __version__, files
+from erroranalysis import __version__, files, storage
 from erroranalysis.errors import RunError
 from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import COMMANDS, INPUTS, MANIFEST, SOURCE_STAGES, STAGE_ARTIFACTS, STAGING
@@ -46,6 +46,12 @@ class Run:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.remote: str | None = None  # the URL a run built in a local mirror is published to (rundir.remote)
+
+    @property
+    def location(self) -> str:
+        """Where the run lives, for messages: its URL when it is published to object storage, else its folder."""
+        return self.remote or str(self.path)
 
     @classmethod
     def open(cls, path: str | Path) -> Run:
@@ -314,7 +320,14 @@ def create_run(path: str | Path, *, overwrite: bool = False, **manifest: Any) ->
     """Create a run and hold it for writing while the block runs.
 
     With `overwrite`, an existing run is replaced only when the block succeeds: the new one is built beside it and
-    the two trade places at the end, so a failed or killed overwrite leaves the old run intact."""
+    the two trade places at the end, so a failed or killed overwrite leaves the old run intact. A URL (s3://, gs://,
+    az://) is built in a local mirror and published when the block succeeds (`rundir.remote`)."""
+    if storage.is_url(path):
+        from erroranalysis.rundir import remote
+
+        with remote.create_remote_run(path, overwrite=overwrite, create_local=create_run, **manifest) as run:
+            yield run
+        return
     final = Path(path)
     existing = check_out(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)

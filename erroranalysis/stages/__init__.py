@@ -12,7 +12,7 @@ from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.cluster import ClusterParams, cluster_run, name_run
 from erroranalysis.stages.compare import compare_runs, read_run, write_report
 from erroranalysis.stages.data_checks import CheckParams, check_vectors, checks_run, label_issue_share
-from erroranalysis.stages.doctor import run_doctor
+from erroranalysis.stages.doctor import run_doctor, run_doctor_generation
 from erroranalysis.stages.export import (
     attach_labels,
     base_table,
@@ -46,6 +46,7 @@ from erroranalysis.stages.steps import (
     same_predictions,
 )
 from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
+from erroranalysis.stages.tokens import TokenParams, run_token_classification
 from erroranalysis.stages.timeline import (
     build_timeline,
     experiment_folder,
@@ -55,3 +56,4 @@ from erroranalysis.stages.timeline import (
     step_runs,
     write_timeline,
 )
+from erroranalysis.stages.sft_check import read_sft_run, sft_check

@@ -19,13 +19,14 @@ import numpy as np
 from erroranalysis import rundir
 from erroranalysis.cluster import REDUCERS, ClusteringParams, NamingParams
 from erroranalysis.errors import DataError, RunError
-from erroranalysis.params import Choice, Flag, Int, Object, Text, param
+from erroranalysis.embedder_choice import EmbedderName
+from erroranalysis.params import Choice, Flag, Int, Object, param
 from erroranalysis.rundir import readers
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
 MISLABELED = 0.5  # ...and is "probably mislabeled" when this share of its failures are suspected label issues
-EMBEDDERS = ("minilm", "hidden")  # by name; or a .npy file of vectors (stages.embedders.resolve_embedder)
+EMBEDDERS = ("auto", "static", "minilm", "hidden")  # by name; or a folder or .npy file (embedder_choice)
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,11 @@ class ClusterParams(NamingParams, ClusteringParams):
     (`cluster.ClusteringParams`, `cluster.NamingParams`) and what only the stage needs: the embedder, the 2-D
     layout, slice groups, the embedding cache."""
 
-    embedder: Any = param("minilm", Text() | Object(("embed",), "an object with embed(frame) and key"),
-                          "minilm (packaged sentence model, cached), hidden (the checkpoint's own hidden states) or "
+    embedder: Any = param("auto", EmbedderName(EMBEDDERS, npy=True) | Object(("embed",), "an object with "
+                                                                            "embed(frame) and key"),
+                          "auto (the static model, as measured in docs/benchmarks.md), static (model2vec distilled "
+                          "from the packaged MiniLM, cached), minilm (the packaged sentence model), hidden (the "
+                          "checkpoint's own hidden states), a local sentence-transformers or model2vec folder, or "
                           "FILE.npy (one row per prediction, or rows named by FILE.json {\"example_ids\": [...]}).",
                           short="-e")
     layout: str = param("umap", Choice(*REDUCERS), "2-D map of all examples: umap, pca or none.")
@@ -44,11 +48,6 @@ class ClusterParams(NamingParams, ClusteringParams):
                                "slice.")
     cache: bool = param(True, Flag(), "Read and write the embedding cache.")
     embed_batch_size: int = param(32, Int(1), "Texts per embedding batch.", advanced=True)
-
-    def validate(self) -> None:
-        named = self.embedder if isinstance(self.embedder, str) else None
-        if named is not None and named not in EMBEDDERS and not (named.endswith(".npy") or "/" in named):
-            self.fail("embedder", named, "'minilm', 'hidden' or a path to a .npy file")
 
     def model(self, clusterer=None, features: Sequence = ()):
         """The FailureClustering these parameters describe (unfitted)."""
@@ -115,9 +114,7 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     from erroranalysis.stages.embedders import resolve_embedder
 
     run = rundir.Run.open(run_dir)
-    predictions = readers.read_predictions(run)
-    emb = embedder if embedder is not None else resolve_embedder(params.embedder, run, predictions,
-                                                                 cache=params.cache, batch_size=params.embed_batch_size)
+    predictions = readers.read_units(run)
     failed = ~predictions["correct"].to_numpy()
     fail_rows, correct_rows = np.flatnonzero(failed), np.flatnonzero(~failed)
     want_context = len(fail_rows) > 0 and (params.error_aware or params.layout != "none")
@@ -125,6 +122,9 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     if len(context_rows) > params.max_fit:
         rng = np.random.default_rng(params.seed)
         context_rows = np.sort(rng.choice(context_rows, params.max_fit, replace=False))
+    emb = embedder if embedder is not None else resolve_embedder(
+        params.embedder, run, predictions, cache=params.cache, batch_size=params.embed_batch_size,
+        n_rows=len(fail_rows) + len(context_rows))
     if isinstance(emb, embedding.PrecomputedEmbedder):  # a file that names its rows may cover only the failures
         emb.rows_for(predictions.iloc[fail_rows])
         if emb.row_of is not None:
@@ -308,7 +308,7 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
 
     params = params.project(NamingParams).replace(**overrides) if overrides else params.project(NamingParams)
     run = rundir.Run.open(run_dir)
-    predictions = readers.read_predictions(run)
+    predictions = readers.read_units(run)
     assignments = readers.read_assignments(run)
     if len(assignments) != len(predictions) or not (
             assignments["example_id"].to_numpy() == predictions["example_id"].to_numpy()).all():

@@ -23,8 +23,10 @@ import pandas as pd
 
 from erroranalysis import rundir, schemas
 from erroranalysis.datachecks import report as checks_report
+from erroranalysis.datachecks.contamination import DEFAULT_N
 from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
-from erroranalysis.embedding import CHECK_EMBEDDERS as EMBEDDERS
+from erroranalysis.embedder_choice import EmbedderName
+from erroranalysis.findings import SEVERITIES
 from erroranalysis.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 
@@ -32,15 +34,19 @@ from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 @dataclass(frozen=True)
 class CheckParams(Params):
     """The data checks (`erroranalysis data-checks --help`): label issues, duplicates, and with a training file leakage
-    and shift. `embedder` picks the vectors of near duplicates, leakage and the shift classifier by the rule
-    `embedding.check_embedder`; the train file is read with the eval set's column names unless `train_*_column`
+    and shift. `embedder` picks the vectors of near duplicates, leakage, the shift classifier and the label-issue
+    neighbour vote by the rule `embedder_choice.plan`; the train file is read with the eval set's column names unless `train_*_column`
     say otherwise."""
 
     train: str | None = param(None, File(), "Training data (.jsonl, .csv, .parquet or a save_to_disk folder): adds "
-                              "train/eval leakage and distribution shift.", none="no leakage or shift checks")
-    embedder: str = param("auto", Choice(*EMBEDDERS), "Vectors of near duplicates, leakage and shift: auto (the "
-                          "checkpoint's hidden states when the run has them, else MiniLM), hidden, minilm or none "
-                          "(exact duplicates only, no domain classifier).", flag="--check-embedder")
+                              "train/eval leakage and distribution shift; on a generation run, SFT rows (messages, "
+                              "prompt/completion or text) and n-gram contamination, near-duplicate training prompts "
+                              "and lengths.", none="no leakage or shift checks")
+    embedder: str = param("auto", EmbedderName(), "Vectors of the label-issue neighbour vote, near duplicates, "
+                          "leakage and shift: auto (the checkpoint's hidden states when the run has them, else the "
+                          "static model, with MiniLM where it is weaker up to 20,000 rows), static, minilm (at any "
+                          "size), hidden, none (exact duplicates only, no domain classifier) or a local "
+                          "sentence-transformers or model2vec folder.", flag="--check-embedder")
     label_issue_neighbors: float = param(KNN_WEIGHT, Float(0, 1), "Weight of the neighbours' labels in the "
                                          "label-issue score (0: the model's confidence alone).", advanced=True)
     label_issue_k: int = param(KNN_K, Int(1, 500), "Neighbours whose labels vote in the label-issue score.",
@@ -64,6 +70,13 @@ class CheckParams(Params):
     encoding: str = param("utf-8", Text(), "Text encoding of a CSV/JSONL training file.", flag="--train-encoding")
     split: str | None = param(None, Text(), "Split of a saved DatasetDict training file.", flag="--train-split",
                               none="the only split")
+    ngram: int = param(DEFAULT_N, Int(1, 100), "Generation runs with --train: words per n-gram of the contamination "
+                       "check (13 as GPT-3 and lm-evaluation-harness; 8 as Tulu 3).")
+    train_near_threshold: float = param(0.8, Float(0, 1, low_open=True), "Generation runs with --train: Jaccard "
+                                        "similarity (word 3-grams, MinHash) at or above which two training prompts "
+                                        "are near duplicates.")
+    minhash_perm: int = param(128, Int(16, 1024), "Permutations of the MinHash signatures (more: better recall, "
+                              "slower).", advanced=True)
     seed: int = spec_field(SEED)
 
 
@@ -85,20 +98,48 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     preds = readers.read_predictions(run, columns=["example_id", "text", "label", "pred", "correct"])
     probs = readers.read_probs(run)
     _check_probs(run, preds, probs)
-    if train_set is None and params.train is not None:
+    sft_train = None
+    if run.task == "generation" and train_set is None and params.train is not None:
+        from erroranalysis.stages.contamination import read_train_texts
+
+        sft_train = read_train_texts(params)  # SFT rows: contamination instead of the classifier's leakage
+    elif train_set is None and params.train is not None:
         train_set = load_train(run, params)
-    vectors = _Vectors.custom(embed) if embed is not None else _Vectors.of(run, params.embedder, engine)
-    record = {**params.record(), "train": str(Path(train_set.path).resolve()) if train_set is not None else None,
-              "embedder": vectors.source, "shift": params.shift and train_set is not None}
+    n_rows = len(preds) + (len(train_set) if train_set is not None else 0)
+    vectors = _Vectors.custom(embed) if embed is not None else _Vectors.of(run, params.embedder, engine, n_rows)
+    trained = train_set if train_set is not None else sft_train
+    record = {**params.record(), "train": str(Path(trained.path).resolve()) if trained is not None else None,
+              "embedder": vectors.source, "vectors": vectors.plan.record(),
+              "shift": params.shift and train_set is not None}
+    if vectors.plan.note:
+        reporter.note(f"checks: {vectors.plan.note}")
 
     with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
         vectors.advance = advance
         table, report = _compute(run, preds, probs, train_set, vectors, params, record, say)
+        if sft_train is not None:
+            _contamination(run, table, report, sft_train, params, say, advance)
         staging.write_parquet(CHECKS, table[list(schemas.CHECKS.columns)])
         staging.write_json(CHECKS_JSON, report)
         summary = checks_report.summary(report)
         staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
     return summary
+
+
+def _contamination(run, table, report, train, params: CheckParams, say, advance) -> None:
+    from erroranalysis.datachecks.contamination_report import findings
+    from erroranalysis.stages.contamination import contamination_checks
+
+    columns, section = contamination_checks(run, train, params, say, advance)
+    table["in_train"] = pd.array(columns["in_train"], dtype="boolean")
+    table["train_id"] = pd.array(columns["train_id"], dtype="string")
+    table["train_similarity"] = columns["train_similarity"]
+    table["contaminated_fields"] = pd.array(columns["contaminated_fields"], dtype="string")
+    table["train_row"] = pd.array(np.where(columns["in_train"], columns["train_row"], None), dtype="Int64")
+    report["contamination"] = section
+    extra = [f.to_dict() for f in findings(section)]
+    ranked = sorted(report["findings"] + extra, key=lambda f: SEVERITIES.index(f["severity"]))
+    report["findings"] = ranked
 
 
 def _check_probs(run, preds, probs) -> None:
@@ -128,7 +169,8 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
             train_vectors = vectors.train(train_set.frame["text"].tolist())
 
     say("label issues")
-    issues = _label_issues(gold, probs, run.labels, params, run, eval_vectors)
+    issues = _label_issues(gold, probs, run.labels, params, run,
+                           eval_vectors if vectors.plan.uses("label_issues") else None)
     for column in ("label_issue_score", "label_issue", "suggested_label"):
         table[column] = issues[column].to_numpy()
     report["label_issues"] = checks_report.label_issue_summary(
@@ -136,7 +178,8 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
     if run.task == "regression":  # cleanlab's regression label issues refit a model (CleanLearning): not here
         report["label_issues"] = {"available": False, "reason": "label issues are not computed for a regression "
                                   "run (cleanlab's regression check refits a model on the data)"}
-    report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors else {
+    report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors or \
+        not vectors.plan.uses("label_issues") else {
         "weight": params.label_issue_neighbors, "k": params.label_issue_k, "vectors": vectors.source}
 
     say("duplicates")
@@ -167,6 +210,9 @@ def _duplicates(table, report, texts, gold, ids, vectors, near: bool, params: Ch
 
 def _no_leakage(table, report) -> None:
     n = len(table)
+    table["contaminated_fields"] = pd.array([None] * n, dtype="string")
+    table["train_row"] = pd.array([None] * n, dtype="Int64")
+    report["contamination"] = None
     table["in_train"] = pd.array([None] * n, dtype="boolean")
     table["train_id"] = pd.array([None] * n, dtype="string")
     table["train_similarity"] = np.full(n, np.nan, dtype=np.float32)
@@ -225,11 +271,15 @@ def _train_labels(values: np.ndarray, labels: list[str]) -> np.ndarray:
 
 
 class _Vectors:
-    """The check vectors of a run, by the one rule `embedding.check_embedder`: eval rows from hidden_states.npy
-    (or MiniLM), train texts through the same model (the run's checkpoint, or MiniLM)."""
+    """The check vectors of a run, by the one rule `embedder_choice.plan`: eval rows from hidden_states.npy (or a
+    text embedder), train texts through the same model (the run's checkpoint, or the text embedder)."""
 
-    def __init__(self, source: str, eval_fn: Callable | None, train_fn: Callable | None, reports: bool = False):
+    def __init__(self, source: str, eval_fn: Callable | None, train_fn: Callable | None, reports: bool = False,
+                 plan=None):
+        from erroranalysis.embedder_choice import Plan
+
         self.source, self._eval, self._train = source, eval_fn, train_fn
+        self.plan = plan if plan is not None else Plan(source)
         self.reports = reports  # the functions take progress=(done, total): rows embedded show in the log
         self.advance: Callable[[int], None] | None = None  # a Reporter stage's advance(rows)
 
@@ -249,25 +299,28 @@ class _Vectors:
         return cls(getattr(embed, "__name__", "custom"), embed, embed)
 
     @classmethod
-    def of(cls, run, choice: str, engine=None) -> "_Vectors":
-        from erroranalysis import embedding
+    def of(cls, run, choice: str, engine=None, n_rows: int = 0) -> "_Vectors":
+        from erroranalysis import embedder_choice
 
-        source = embedding.check_embedder(choice, readers.usable(run, rundir.HIDDEN))
-        if source == "none":
-            return cls("none", None, None)
-        if source == "hidden":
+        plan = embedder_choice.plan(choice, has_hidden=readers.usable(run, rundir.HIDDEN), n_rows=n_rows,
+                                    uses=("label_issues", "duplicates", "leakage", "shift"))
+        if plan.source == "none":
+            return cls("none", None, None, plan=plan)
+        if plan.source == "hidden":
             states = readers.read_hidden(run)
-            return cls("hidden", lambda texts: states, _checkpoint_embed(run))
-        embedding.minilm_path()  # fail before the stage starts when the package is missing
-        embed, reports = _minilm_embed(engine)
-        return cls("minilm", embed, embed, reports)
+            return cls("hidden", lambda texts: states, _checkpoint_embed(run), plan=plan)
+        # fails before the stage starts when the model is missing
+        embedder = embedder_choice.text_embedder(plan.source)
+        embed, reports = _text_embed(embedder, engine)
+        name = plan.source if plan.source in embedder_choice.NAMES else str(getattr(embedder, "key", plan.source))
+        return cls(name, embed, embed, reports, plan=plan)
 
 
-def _minilm_embed(engine) -> tuple[Callable, bool]:
+def _text_embed(embedder, engine) -> tuple[Callable, bool]:
     from erroranalysis.embedding import MiniLMEmbedder
 
-    embedder = MiniLMEmbedder()
-    if engine is not None and engine.distributed:
+    # the static model embeds ~10,000 texts/s in-process: shipping them to Ray would cost more than it saves
+    if engine is not None and engine.distributed and isinstance(embedder, MiniLMEmbedder):
         from erroranalysis.engines import ray_data
 
         return (lambda texts: ray_data.embed_texts(list(texts), embedder, engine)), False
@@ -308,14 +361,14 @@ def _checkpoint_embed(run) -> Callable:
 
 
 def check_vectors(run_dir: str | Path, embedder: str = "auto", *, engine=None) -> tuple[np.ndarray | None, str]:
-    """The check vectors of a run's eval rows (predictions order) and where they come from ("hidden", "minilm"
-    or "none": then None), by the rule every check shares (`embedding.check_embedder`). For signals that need
-    neighbours of every example, such as the neighbour-based label-issue score."""
+    """The check vectors of a run's eval rows (predictions order) and where they come from ("hidden", "static",
+    "minilm", a folder's key, or "none": then None), by the rule every check shares (`embedder_choice.plan`). For
+    signals that need neighbours of every example, such as the neighbour-based label-issue score."""
     run = rundir.Run.open(run_dir)
-    vectors = _Vectors.of(run, embedder, engine)
+    texts = readers.read_predictions(run, columns=["text"])["text"].tolist()
+    vectors = _Vectors.of(run, embedder, engine, len(texts))
     if vectors.source == "none":
         return None, "none"
-    texts = readers.read_predictions(run, columns=["text"])["text"].tolist()
     return vectors.eval(texts), vectors.source
 
 

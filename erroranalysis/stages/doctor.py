@@ -97,6 +97,67 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, log: str
     return result
 
 
+def run_doctor_generation(model: str | Path, data: str | Path, out: str | Path, *, log: str | Path | None = None,
+                          data_opts=None, gen_opts=None, overfit=OverfitParams(), checks=None, seed: int = 0,
+                          overwrite: bool = False, progress: Callable[[str], None] | None = None) -> DoctorResult:
+    """The checklist for a causal LM (a folder or a .gguf file): memorize SFT answers (the training file,
+    `checks.train`), the training log, a generation run over the prompt set `data` (which outputs and examples
+    fail), then the data checks with contamination against the training file; doctor.md / doctor.json in `out`."""
+    from erroranalysis.checklist import doctor_llm
+    from erroranalysis.checklist.overfit import overfit_check
+    from erroranalysis.data import DataOptions
+    from erroranalysis.infer.causal_lm import check_gguf, is_gguf
+    from erroranalysis.infer.classifier import read_config
+    from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.stages.after import AfterParams
+    from erroranalysis.stages.contamination import read_train_texts
+    from erroranalysis.stages.data_checks import CheckParams, checks_run
+    from erroranalysis.stages.generate import check_parameters, prepare_eval_set, run_generation
+    from erroranalysis.stages.metrics import MetricsParams
+
+    say = progress or (lambda message: None)
+    data_opts, gen_opts = data_opts or DataOptions(), gen_opts or GenerationParams()
+    check = (checks or CheckParams()).replace(seed=seed)
+    out, model = Path(out), Path(model)
+    # -- every input checked before any work ------------------------------------------------------------------
+    rundir.check_out(out, overwrite)
+    check_gguf(model) if is_gguf(model) else read_config(model)
+    check_parameters(gen_opts)
+    prepare_eval_set(data, data_opts, gen_opts)
+    if check.train is not None:
+        read_train_texts(check)
+    training_log, log_note = _training_log(model if model.is_dir() else model.parent, log)
+
+    sections: list[Section] = []
+    if overfit is not None and check.train is not None:
+        say(f"1/6 can it memorize {overfit.n} SFT answers?")
+        memorized = overfit_check(model, check.train, overfit.replace(seed=seed), task="generation",
+                                  data_opts=DataOptions(encoding=check.encoding, split=check.split))
+        sections.append(doctor_llm.memorize_section(memorized))
+    else:
+        why = "skipped (--no-overfit)" if overfit is None else "skipped: no training file (--train sft.jsonl)"
+        sections.append(Section("memorize", "Can it memorize a few SFT answers?", "skipped", why,
+                                body="Run `erroranalysis overfit --task generation --model ... --data sft.jsonl`."))
+    say("2/6 training log")
+    sections.extend(report.training_sections(training_log, log_note))
+    say("4/6 generation and output checks")
+    after = AfterParams(metrics=MetricsParams(seed=seed), checks=None, slices=None, cluster=None)
+    run = run_generation(model, data, out, data_opts=data_opts, gen_opts=gen_opts, after=after, overwrite=overwrite)
+    metrics = readers.read_metrics(run)
+    sections.append(doctor_llm.outputs_section(metrics))
+    say("5/6 failing examples")
+    preds = readers.read_predictions(run, columns=["reference_loss", "failure_reason", "output"])
+    sections.append(doctor_llm.failures_section(preds, metrics))
+    say("6/6 data checks and contamination")
+    checks_run(run.path, check)
+    sections.append(doctor_llm.data_section(readers.read_checks_report(run), check.train))
+    result = _write_report(run, sections, model, Path(data), {
+        "task": "generation", "train": check.train, "log": training_log.path if training_log is not None else None,
+        "overfit": overfit.record() if overfit is not None else None, "seed": seed})
+    result.run, result.report = run.path, run.file(REPORT_MD)
+    return result
+
+
 def _write_report(run, sections: list[Section], model: Path, data: Path, params: dict) -> DoctorResult:
     next_steps = report.next_steps(sections, run.path)
     with run.stage("doctor", params) as staging:

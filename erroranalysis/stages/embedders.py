@@ -1,33 +1,51 @@
-"""Which embedder a stage uses for a run: a CLI spec (`minilm`, `hidden`, `FILE.npy`) or the one the run's
-clustering used, checked before anything is computed."""
+"""Which embedder a stage uses for a run: a CLI spec (`auto`, `static`, `minilm`, `hidden`, a local model folder,
+`FILE.npy`; `erroranalysis.embedder_choice`) or the one the run's clustering used, checked before anything is
+computed."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from erroranalysis import embedding, rundir
+from erroranalysis import embedder_choice, embedding, rundir
 from erroranalysis.errors import ParameterError, RunError
 from erroranalysis.rundir import readers
 from erroranalysis.validation import check_param
 
 
+SPEC = "'auto', 'static', 'minilm', 'hidden', a local model folder or a path to a .npy file"
+
+
 def resolve_embedder(spec, run: rundir.Run, predictions, *, cache: bool = True, cache_dir: str | Path | None = None,
-                     batch_size: int = 32, device: str = "auto") -> embedding.Embedder:
-    """`minilm` | `hidden` | a path to a .npy file | an object with `embed(frame)` and `key`."""
+                     batch_size: int = 32, device: str = "auto", n_rows: int | None = None) -> embedding.Embedder:
+    """`auto` | `static` | `minilm` | `hidden` | a model folder | a .npy file | an object with `embed(frame)` and
+    `key`. `auto` for clustering is the rule `embedder_choice.plan` over `n_rows` texts (default: all rows)."""
     if hasattr(spec, "embed"):
         return spec
-    check_param("embedder", spec, isinstance(spec, (str, Path)) and str(spec) != "",
-                "'minilm', 'hidden' or a path to a .npy file")
+    check_param("embedder", spec, isinstance(spec, (str, Path)) and str(spec) != "", SPEC)
     text = str(spec)
-    if text == "minilm":
-        embedding.minilm_path()  # fail early when the package is missing
-        return embedding.MiniLMEmbedder(cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device)
+    if text == "auto":
+        text = cluster_plan(len(predictions) if n_rows is None else n_rows).source
+    if text in ("static", "minilm"):
+        return embedder_choice.text_embedder(text, cache=cache, cache_dir=cache_dir, batch_size=batch_size,
+                                             device=device)
     if text == "hidden":
         return hidden_states_embedder(run)
-    if text.endswith(".npy") or os.sep in text or Path(text).suffix:
+    if text.endswith(".npy") or Path(text).suffix == ".npy":
         return file_embedder(text, predictions["example_id"].astype(str).tolist())
-    raise ParameterError("embedder", text, "'minilm', 'hidden' or a path to a .npy file")
+    if embedder_choice.is_path(text):
+        if Path(text).expanduser().is_file():
+            return file_embedder(text, predictions["example_id"].astype(str).tolist())
+        return embedder_choice.text_embedder(text, cache=cache, cache_dir=cache_dir, batch_size=batch_size,
+                                             device=device)
+    if Path(text).suffix:
+        return file_embedder(text, predictions["example_id"].astype(str).tolist())
+    raise ParameterError("embedder", text, SPEC)
+
+
+def cluster_plan(n_rows: int) -> embedder_choice.Plan:
+    """The clustering's part of the one rule: hidden states are not its default (measured for the checks only)."""
+    return embedder_choice.plan("auto", has_hidden=False, n_rows=n_rows, uses=("clustering",), label="--embedder")
 
 
 def file_embedder(path, example_ids) -> embedding.PrecomputedEmbedder:
@@ -59,12 +77,15 @@ def run_embedder(run: rundir.Run, predictions, spec=None):
                          f"{recorded.get('name')!r}, so its stored vectors are not used")
         return emb, f"matching with {embedding.describe(emb)['name']}"
     if not recorded:
-        return resolve_embedder("minilm", run, predictions), \
-            "the run is not clustered; matching with minilm (the default embedder)"
+        default = cluster_plan(len(predictions)).source
+        return resolve_embedder(default, run, predictions), \
+            f"the run is not clustered; matching with {default} (the default embedder)"
     name = recorded.get("name")
     if name == "minilm":
         embedding.minilm_path()
         emb = embedding.MiniLMEmbedder(max_length=int(recorded.get("max_length") or 256))
+    elif name == "static":
+        emb = _recorded_static(recorded)
     elif name == "hidden":
         emb = hidden_states_embedder(run)
     elif name == "file":
@@ -78,3 +99,15 @@ def run_embedder(run: rundir.Run, predictions, spec=None):
         note += (f"; its key changed since clustering ({recorded.get('key')!r} -> {emb.key!r}), so the failures are "
                  "embedded again")
     return emb, note
+
+
+def _recorded_static(recorded: dict):
+    """The static model a clustering used: the packaged one (rebuilt from its settings) or a model2vec folder."""
+    from erroranalysis import static_embedding
+
+    if recorded.get("method") == "model2vec.distill":
+        static_embedding.check_model2vec()
+        return static_embedding.StaticEmbedder(pca_dims=int(recorded.get("pca_dims") or static_embedding.PCA_DIMS))
+    folder = recorded.get("folder", "")
+    readers.check_allowed(folder)
+    return embedder_choice.folder_embedder(Path(folder))

@@ -24,11 +24,12 @@ from erroranalysis.validation import check_param
 
 def base_table(run: Run):
     """One row per example, in eval-set order: predictions.parquet plus cluster_id (-1 when unclustered or the run
-    has no clusters), cluster_name, membership, x and y (NaN without a layout)."""
+    has no clusters), cluster_name, membership, x and y (NaN without a layout). A token-classification run's
+    examples are its spans (spans.parquet: the rows its clusters group and its labels name)."""
     import numpy as np
     import pandas as pd
 
-    df = readers.read_predictions(run)
+    df = readers.read_units(run)
     for col in ("confidence", "loss"):
         if col not in df.columns:
             df[col] = np.nan

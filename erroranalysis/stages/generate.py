@@ -1,4 +1,5 @@
-"""`erroranalysis run --task generation`: a causal LM over a prompt set, output checks, losses, then the usual stages.
+"""`erroranalysis run --task generation`: a causal or seq2seq LM over a prompt set, output checks, losses, then the
+usual stages.
 
 Everything the user can get wrong (columns, schema and tools cells, check names, the model, the chat template,
 the context budget) is checked before the run directory is created, so a bad call leaves nothing behind; the

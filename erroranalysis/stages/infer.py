@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
+from erroranalysis.data import DataOptions, EvalSet, InMemory, map_labels, read_eval_set
 from erroranalysis.engines import LOCAL, Engine
 from erroranalysis.infer import runtime
 from erroranalysis.infer.classifier import cpu_bf16_note
@@ -57,7 +57,7 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
     checkpoint's config.json; classification, multilabel or regression) and `task_opts` say how its head reads.
     `engine` says where inference runs; `progress` is a `erroranalysis.progress.Reporter` or a function (rows done,
     total) for inference alone; `log` gets notes for the user (bf16 emulated on this CPU)."""
-    job = prepare(model, data, data_opts, infer_opts, task=task, task_opts=task_opts)
+    job = prepare(model, data, data_opts, infer_opts, engine, task=task, task_opts=task_opts)
     if engine.distributed:
         check_engine(job, engine)
         from erroranalysis.engines import ray_data
@@ -106,6 +106,7 @@ class InferJob:
     training_state: dict | None = None
     reading: Reading = CLASSIFICATION
     task_params: TaskParams = TaskParams()
+    data_opts: DataOptions = DataOptions()
 
     @property
     def task(self) -> str:
@@ -143,24 +144,32 @@ class InferJob:
         return {**given, **{k: v for k, v in self.reading.record().items() if v is not None and k not in given}}
 
 
-def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams, *,
-            task: str | None = None, task_opts: TaskParams = TaskParams()) -> InferJob:
+def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams,
+            engine: Engine = LOCAL, *, task: str | None = None, task_opts: TaskParams = TaskParams()) -> InferJob:
     """Load and check the eval set and the checkpoint (nothing is written): the task is read from the checkpoint's
-    config.json and checked against `task` before anything heavy loads, the gold is read as that task takes it."""
+    config.json and checked against `task` before anything heavy loads, the gold is read as that task takes it. On
+    Ray, a classifier's Parquet eval set is only scanned (its footer, a digest and its first rows, validated): the
+    workers read and validate its blocks."""
+    from erroranalysis import blocks
     from erroranalysis.infer.classifier import check_checkpoint, load_classifier, read_config, sequence_task
 
     check_checkpoint(Path(model), params.trust_remote_code)
     task = sequence_task(model, task)
     config = read_config(Path(model))
     labels = config_labels(config)
-    if task == "classification":
+    reading = CLASSIFICATION
+    if task == "classification" and engine.distributed and not isinstance(data, InMemory) and blocks.readable(data):
+        eval_set = blocks.scan(data, data_opts, labels)
+        gold = map_labels(eval_set.frame["label"].to_numpy(), labels, source=str(eval_set.path),
+                          lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
+    elif task == "classification":
         eval_set, gold = _single_label(data, data_opts, labels, config, model)
-        reading = CLASSIFICATION
     else:
         eval_set, gold, reading = _task_gold(task, data, data_opts, task_opts, labels)
     clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code,
                           precision=params.precision, task=task)
-    return InferJob(Path(model), clf, eval_set, gold, params, reading=reading, task_params=task_opts)
+    return InferJob(Path(model), clf, eval_set, gold, params, reading=reading, task_params=task_opts,
+                    data_opts=data_opts)
 
 
 def config_labels(config: dict) -> list[str]:
@@ -239,6 +248,8 @@ def infer_stage(run: Run, job: InferJob, progress=None, engine: Engine = LOCAL) 
             staging.write_json(rundir.TRAINER_STATE, job.training_state)
         else:
             copy_training_log(job.model, staging)
+    if "n_cut" in (run.state("infer") or {}):  # read by the workers: what the data entry could not say before
+        run.update_manifest(data={**run.manifest["data"], "n_cut": run.state("infer")["n_cut"]})
 
 
 def copy_training_log(checkpoint: Path, staging) -> None:
@@ -251,10 +262,10 @@ def copy_training_log(checkpoint: Path, staging) -> None:
 def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndarray:
     """Run the checkpoint over the eval set with `engine`, streaming predictions.parquet, probs.npy and
     hidden_states.npy into the staging area (single files in-process, folders of shards on Ray)."""
+    from erroranalysis.blocks import Scanned
     from erroranalysis.infer.classifier import ChunkPredictor
     from erroranalysis.infer.predictions import input_table
 
-    inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns, job.reading)
     p = job.params
     hidden = staging.file(rundir.HIDDEN) if p.hidden != "none" else None
     paths = (staging.file(rundir.PREDICTIONS), staging.file(rundir.PROBS), hidden)
@@ -265,10 +276,20 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
                   "max_length": p.max_length,
                   "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code,
                   "task": job.task}
-        counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
-                                       progress=advance, hidden_dtype=p.hidden, reading=job.reading)
+        if isinstance(job.eval_set, Scanned):  # the workers read the rows: the driver holds none
+            counts, ran, n_cut = ray_data.predict_source(job.eval_set, job.data_opts, kwargs, job.clf.labels, paths,
+                                                         engine, chunk_size=CHUNK_ROWS, progress=advance,
+                                                         hidden_dtype=p.hidden)
+            staging.facts["read_by"] = "workers"
+            staging.facts["n_cut"] = n_cut  # texts cut at --max-chars, counted by the workers
+        else:
+            inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns,
+                                 job.reading)
+            counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
+                                           progress=advance, hidden_dtype=p.hidden, reading=job.reading)
         staging.facts["batching"] = [list(b) for b in ran]  # each worker resolves it for its own device
         return counts
+    inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns, job.reading)
     from erroranalysis.engines import local
     from erroranalysis.engines.sinks import FileSink
 

@@ -29,6 +29,11 @@ def compute_run_metrics(run: Run, params: MetricsParams = MetricsParams(), **ove
     preds = readers.read_predictions(run)
     probs = readers.read_probs(run)
     metadata_columns = metadata_of(run, preds.columns)
+    if run.task == "token-classification":
+        with run.stage("metrics", params.record()) as staging:
+            result = token_metrics(run, preds)
+            staging.write_json(rundir.METRICS, result)
+        return result
     if run.task in ("multilabel", "regression"):
         with run.stage("metrics", params.record()) as staging:
             result = task_metrics(run, preds, probs, metadata_columns, params)
@@ -85,3 +90,17 @@ def task_metrics(run: Run, preds, probs, metadata_columns: list[str], params: Me
                                       preds["pred"].to_numpy(), bin_labels(edges) if edges else None,
                                       metadata=metadata, texts=texts, tolerance=tolerance, seed=params.seed,
                                       n_resamples=params.n_resamples)
+
+
+def token_metrics(run: Run, preds) -> dict:
+    """metrics.json of a token-classification run, from the tags in predictions.parquet and the kinds in
+    spans.parquet (the scheme, types and span mode as the manifest records them)."""
+    from erroranalysis.metrics.tokens import compute_token_metrics
+
+    setup = run.manifest.get("tokens") or {}
+    spans = readers.read_spans(run, columns=["kind", "gold_type", "pred_type"])
+    kind_types = [g if isinstance(g, str) else p for g, p in zip(spans["gold_type"], spans["pred_type"])]
+    return compute_token_metrics([list(t) for t in preds["gold_tags"]], [list(t) for t in preds["pred_tags"]],
+                                 setup.get("scheme", "IOB2"), setup.get("types") or [], setup.get("span_mode", "default"),
+                                 spans["kind"].tolist(), kind_types, preds["correct"].to_numpy())
+

@@ -36,7 +36,7 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
 
     params = params.replace(**overrides) if overrides else params
     run = rundir.Run.open(run_dir)
-    frame = readers.read_predictions(run)
+    frame = readers.read_units(run)
     listed = (run.manifest.get("data") or {}).get("metadata_columns") or []
     absent = [c for c in listed if c not in frame.columns]
     support = sl.default_min_support(len(frame)) if params.min_support is None else int(params.min_support)
@@ -48,7 +48,7 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
         start = time.perf_counter()
         features = sl.extract_features(
             frame["text"].tolist(), frame[meta_cols] if meta_cols else None,
-            labels=frame["label"].tolist() if run.task == "classification" else None,
+            labels=frame["label"].tolist() if run.task in ("classification", "token-classification") else None,
             truncated=frame["truncated"].tolist() if "truncated" in frame.columns else None,
             min_support=support, params=params.project(sl.FeatureParams))
         feature_seconds = time.perf_counter() - start

@@ -113,7 +113,9 @@ def _list_runs(root: str, stamps: tuple):
             row["problem"] = str(exc).splitlines()[0]
             rows.append(row)
             continue
-        if metrics is None:
+        if metrics is None and row["task"] == "sft":  # a training-data check: no predictions to score
+            row["examples"] = row["examples"] or (manifest.get("data") or {}).get("rows")
+        elif metrics is None:
             row["problem"] = row["problem"] or "no metrics yet"
         else:
             overall = metrics.get("overall", {})
@@ -275,3 +277,19 @@ def doctor_report(path: Path) -> str | None:
     """doctor.md written by `erroranalysis doctor` into this run, or None."""
     found = readers.read_doctor(open_run(path), optional=True)
     return found[0] if found else None
+
+
+# -- training data: sft-check runs (issue 25) ---------------------------------------------------------------------
+
+
+def sft(path: Path):
+    """(summary, findings, rows) of an sft-check run (sft_summary.json, sft_findings.parquet, sft_rows.parquet),
+    or None when the run has no sft_check stage done. Shared, read-only."""
+    from erroranalysis.rundir import SFT_FINDINGS, SFT_ROWS, SFT_SUMMARY
+
+    return _sft(str(path), file_stamps(path, SFT_SUMMARY, SFT_FINDINGS, SFT_ROWS, MANIFEST))
+
+
+@st.cache_resource(show_spinner="Reading the training rows…", max_entries=4)
+def _sft(path: str, stamps):
+    return readers.read_sft(open_run(path), optional=True)

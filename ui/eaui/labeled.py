@@ -18,10 +18,10 @@ from erroranalysis import stages, summaries
 from erroranalysis.errors import UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis.labels.workspace import keyed_by_path
-from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, PREDICTIONS
+from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, PREDICTIONS, SPANS
 from erroranalysis_ui.eaui.data import clusters, file_stamps, open_run, slice_stamps, slices
 
-TABLE_FILES = (PREDICTIONS, ASSIGNMENTS, CLUSTERS)  # what the example table is made of
+TABLE_FILES = (PREDICTIONS, SPANS, ASSIGNMENTS, CLUSTERS)  # what the example table is made of (spans: token runs)
 
 
 def base_table(path: Path):

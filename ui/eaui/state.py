@@ -105,6 +105,10 @@ SLICE_OVERWRITE = "ea_slice_overwrite"  # "make an error type" also moves failur
 # Training page
 TRAINING_LOG = "ea_training_log"     # a log path typed by the user (empty: the checkpoint folder's log)
 
+# Training data page (sft-check runs)
+SFT_KIND = "ea_sft_kind"             # the finding kind whose rows are listed ("" for every row)
+SFT_PAGE = "ea_sft_page"             # the page of rows shown (1-based)
+
 # Messages carried over a rerun: list of (kind, text), kind in success/info/warning/error
 FLASH = "ea_flash"
 

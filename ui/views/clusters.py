@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from erroranalysis import summaries
-from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views
+from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -163,7 +163,10 @@ with detail_col:
             conf = f" · confidence {ex['confidence']:.2f}" if charts.finite(ex["confidence"]) else ""
             st.caption(f"{ui.md(ex_id)} · true **{ui.md(ex['label'])}** → predicted **{ui.md(ex['pred'])}**{conf}"
                        + ui.md(task_views.example_errors(ex)))
-            st.markdown(ui.md(charts.snippet(ex["text"], 400)))
+            if tokens.is_token_run(current.path):  # a span: its sentence, gold and predicted spans marked
+                st.markdown(tokens.span_markup(current.path, ex))
+            else:
+                st.markdown(ui.md(charts.snippet(ex["text"], 400)))
 
 with map_col:
     st.markdown("**Map of failures**")

@@ -1,8 +1,11 @@
 """Data checks: is the label or the data wrong? Findings of the checks stage (label issues, duplicates, train/eval
-leakage, shift), the examples whose gold label is most probably wrong, and the doctor's report when there is one."""
+leakage, shift; on a generation run checked with a training file, contamination with the metrics on clean and
+contaminated examples, near-duplicate training prompts and lengths), the examples whose gold label is most probably
+wrong, and the doctor's report when there is one."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from erroranalysis.errors import UserError
@@ -29,6 +32,32 @@ else:
                 st.caption(ui.md(finding["advice"]))
     if not report.get("findings"):
         st.success("No data problem found.", icon=":material/check_circle:")
+
+    if report.get("contamination"):
+        section = report["contamination"]
+        st.subheader("Contamination with the training data", anchor=False)
+        st.caption(f"{ui.count(section['n_contaminated'])} of {ui.count(section['n_examples'])} eval examples "
+                   f"share a {section['ngram']}-gram (lowercased, punctuation removed) with one of the "
+                   f"{ui.count(section['n_train'])} training rows. Does the score come from leaks?")
+        parts = section["metrics"]
+        st.dataframe(pd.DataFrame([{"examples": name, "n": parts[name]["n"],
+                                    "pass rate": ui.pct(parts[name]["pass_rate"]),
+                                    "mean reference loss": parts[name].get("mean_reference_loss"),
+                                    "mean score": parts[name].get("mean_score")}
+                                   for name in ("all", "clean", "contaminated")]), hide_index=True)
+        if section["examples"]:
+            st.dataframe(pd.DataFrame(section["examples"]), hide_index=True, height=300)
+        near = section.get("near_duplicates") or {}
+        if near.get("groups"):
+            st.markdown(f"**Near-duplicate training prompts**: {ui.count(near['n_rows_in_groups'])} rows in "
+                        f"{ui.count(near['n_groups'])} groups (Jaccard >= {near['threshold']}, MinHash LSH)")
+            st.dataframe(pd.DataFrame(near["groups"]), hide_index=True, height=240)
+        lengths = section.get("lengths") or {}
+        rows = [{"unit": unit, "side": side, **lengths[unit][side]} for unit in ("words", "tokens")
+                if lengths.get(unit) for side in ("train", "eval")]
+        if rows:
+            st.markdown("**Prompt lengths, training against eval**")
+            st.dataframe(pd.DataFrame(rows), hide_index=True)
 
     st.subheader("Probable label issues", anchor=False)
     issues = report.get("label_issues") or {}

@@ -9,7 +9,7 @@ import streamlit as st
 
 from erroranalysis.errors import UserError
 from erroranalysis.labels import SEVERITIES
-from erroranalysis_ui.eaui import actions, charts, data, labeled, state, tables
+from erroranalysis_ui.eaui import actions, charts, data, labeled, state, tables, tokens
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -231,7 +231,10 @@ with examples_col:
         if len(selected) == 1:
             ex = shown.set_index("example_id").loc[selected[0]]
             st.markdown(f"**{ui.md(selected[0])}** · true {ui.md(ex['label'])} → predicted {ui.md(ex['pred'])}")
-            st.text(str(ex["text"])[:4000])
+            if tokens.is_token_run(current.path):  # a span: its sentence, gold and predicted spans marked
+                st.markdown(tokens.span_markup(current.path, ex))
+            else:
+                st.text(str(ex["text"])[:4000])
             if st.session_state.get(state.LABEL_NOTE_FOR) != selected[0]:
                 st.session_state[state.LABEL_NOTE] = ex["note"]
                 st.session_state[state.LABEL_NOTE_FOR] = selected[0]

@@ -1,0 +1,167 @@
+"""SFT rows in the formats TRL documents: `messages` (conversational), `prompt`/`completion` (plain strings or
+lists of messages) and `text`; each row checked when it is read, a bad one named by file, line and column.
+
+A `text` column beside `messages` (or beside conversational prompt/completion) is kept as the rendering the user's
+pipeline made: it is compared with the tokenizer's chat template (`template_mismatch`); the masks follow TRL,
+which trains on the conversation when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+import numpy as np
+
+from erroranalysis.errors import DataError, preview, where
+
+FORMATS = ("messages", "prompt_completion", "text")
+
+
+@dataclass
+class SftRows:
+    """The rows of one file. `conversations[i]`: row i's messages (for prompt/completion rows, prompt then
+    completion); `prompt_lengths[i]`: how many of them are the prompt (conversational prompt/completion), else
+    None; `prompts`/`completions`: plain prompt/completion strings; `texts`: the `text` column, when there is one;
+    `lines`: each row's 1-based line (row) in the file, for messages."""
+
+    path: str
+    format: str
+    conversational: bool
+    lines: np.ndarray
+    conversations: list[list[dict]] | None = None
+    prompt_lengths: list[int] | None = None
+    prompts: list[str] | None = None
+    completions: list[str] | None = None
+    texts: list[str] | None = None
+    sources: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def answers(self) -> list[list[str]]:
+        """Each row's answer texts: its assistant turns (the completion's, for prompt/completion rows), the plain
+        completion, or nothing for text rows."""
+        if self.conversations is not None:
+            starts = self.prompt_lengths or [0] * len(self)
+            return [[m["content"] for m in conv[start:] if m["role"] == "assistant"]
+                    for conv, start in zip(self.conversations, starts)]
+        if self.completions is not None:
+            return [[c] for c in self.completions]
+        return [[] for _ in range(len(self))]
+
+
+def read_rows(path, *, source_column: str | None = None, encoding: str = "utf-8") -> SftRows:
+    """The SFT rows of `path` (.jsonl, .csv, .parquet or a save_to_disk folder), validated."""
+    from erroranalysis.data import as_source, read_table
+
+    source = as_source(path)
+    frame, _ = read_table(source, encoding=encoding)
+    return rows_of(frame, str(source), source_column)
+
+
+def rows_of(frame, name: str, source_column: str | None = None) -> SftRows:
+    """SftRows from a table with a `_line` column (what `erroranalysis.data.read_table` returns)."""
+    columns = [c for c in frame.columns if c != "_line"]
+    lines = frame["_line"].to_numpy(dtype=np.int64)
+    fmt = detect_format(columns, name)
+    texts = _strings(frame, "text", name, lines) if "text" in columns else None
+    if fmt == "messages":
+        conversations = [_messages(v, name, int(n), "messages") for v, n in zip(frame["messages"], lines)]
+        rows = SftRows(name, fmt, True, lines, conversations=conversations, texts=texts)
+    elif fmt == "prompt_completion":
+        rows = _prompt_completion(frame, name, lines, texts)
+    else:
+        rows = SftRows(name, fmt, False, lines, texts=texts)
+    if source_column is not None:
+        if source_column not in columns:
+            raise DataError(f"{name}: no source column {source_column!r}; columns found: {preview(columns)}; fix "
+                            "--source-column.")
+        rows.sources = ["" if _missing(v) else str(v) for v in frame[source_column]]
+    return rows
+
+
+def detect_format(columns: list[str], name: str) -> str:
+    """TRL's order: a prompt column makes prompt/completion rows, then messages, then text."""
+    if "prompt" in columns or "completion" in columns:
+        missing = "completion" if "prompt" in columns else "prompt"
+        if missing not in columns:
+            raise DataError(f"{name}: a {'prompt' if missing == 'completion' else 'completion'!r} column without "
+                            f"{missing!r}; TRL's prompt/completion format needs both columns.")
+        return "prompt_completion"
+    if "messages" in columns:
+        return "messages"
+    if "text" in columns:
+        return "text"
+    raise DataError(f"{name}: no 'messages', 'prompt'/'completion' or 'text' column (columns found: "
+                    f"{preview(columns)}); write the rows in one of TRL's SFT formats.")
+
+
+def _prompt_completion(frame, name: str, lines: np.ndarray, texts) -> SftRows:
+    first = frame["prompt"].iloc[0]
+    conversational = not isinstance(first, str) and not _missing(first)
+    if not conversational:
+        return SftRows(name, "prompt_completion", False, lines, prompts=_strings(frame, "prompt", name, lines),
+                       completions=_strings(frame, "completion", name, lines), texts=texts)
+    conversations, lengths = [], []
+    for prompt, completion, line in zip(frame["prompt"], frame["completion"], lines):
+        head = _messages(prompt, name, int(line), "prompt")
+        tail = _messages(completion, name, int(line), "completion")
+        conversations.append(head + tail)
+        lengths.append(len(head))
+    return SftRows(name, "prompt_completion", True, lines, conversations=conversations, prompt_lengths=lengths,
+                   texts=texts)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def _strings(frame, column: str, name: str, lines: np.ndarray) -> list[str]:
+    values = frame[column].tolist()
+    for value, line in zip(values, lines):
+        if not isinstance(value, str):
+            shown = "nothing" if _missing(value) else f"a {type(value).__name__}"
+            raise DataError(f"{where(name, int(line), column)}: holds {shown}, not text; every row needs a string "
+                            f"in {column!r}.")
+    return values
+
+
+def _messages(value, name: str, line: int, column: str) -> list[dict]:
+    """One conversation: a list of {"role": str, "content": str} objects (other keys kept for the template)."""
+    if isinstance(value, np.ndarray):  # Parquet lists come back as arrays
+        value = value.tolist()
+    if isinstance(value, str) and value.lstrip().startswith("["):  # a CSV cell holds the list as JSON
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where(name, line, column)}: not valid JSON ({exc.msg} at character {exc.colno}); "
+                            "write the messages as a JSON list.") from None
+    if not isinstance(value, list) or not value:
+        shown = "an empty list" if isinstance(value, list) else "nothing" if _missing(value) else \
+            f"a {type(value).__name__}"
+        raise DataError(f"{where(name, line, column)}: holds {shown}; expected a list of messages like "
+                        '[{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}].')
+    out = []
+    for k, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise DataError(f"{where(name, line, column)}: message {k} is a {type(message).__name__}, not an object "
+                            'with "role" and "content".')
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not role:
+            raise DataError(f"{where(name, line, column)}: message {k} has no \"role\" string; give each message a "
+                            "role (system, user, assistant).")
+        if not isinstance(content, str):
+            shown = "no" if content is None else f"a {type(content).__name__}"
+            raise DataError(f"{where(name, line, column)}: message {k} ({role}) has {shown} \"content\"; each "
+                            "message needs its text as a string.")
+        out.append({key: _plain(v) for key, v in message.items()})
+    return out
+
+
+def _plain(value):
+    """Parquet gives nested lists as arrays; templates expect Python lists."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

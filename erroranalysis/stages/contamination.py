@@ -1,0 +1,129 @@
+"""The data checks of a generation run with a training file (`data-checks RUN --train sft.jsonl`): n-gram
+contamination of each eval prompt and reference with the training rows, the run's metrics on clean and
+contaminated examples apart, near-duplicate training prompts (MinHash LSH) and train/eval length distributions.
+
+The training file is read (and refused, with the line and column of a bad cell) before the checks stage starts;
+`checks_run` calls `contamination_checks` inside it and commits the columns into checks.parquet and the section
+into checks.json ("contamination").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from erroranalysis import rundir
+from erroranalysis.rundir import readers
+
+LENGTH_SAMPLE = 100_000  # training prompts whose lengths are measured, at most
+
+
+@dataclass
+class TrainTexts:
+    """A training file's rows as texts (`sft_texts`: prompt, answer, text) with their ids."""
+
+    path: Path
+    frame: pd.DataFrame
+    ids: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def read_train_texts(params) -> TrainTexts:
+    """The training file of `params` (CheckParams) as SFT texts; ids from `train_id_column` or the 0-based row."""
+    from erroranalysis.data import read_table
+    from erroranalysis.datachecks.train_texts import sft_texts
+    from erroranalysis.errors import DataError, preview
+
+    path = Path(params.train)
+    raw, _ = read_table(path, encoding=params.encoding, split=params.split)
+    frame = sft_texts(raw, str(path), params.train_text_column)
+    if params.train_id_column is not None:
+        if params.train_id_column not in raw.columns:
+            raise DataError(f"{path}: no id column {params.train_id_column!r} (columns found: "
+                            f"{preview([c for c in raw.columns if c != '_line'], 8)}); fix --train-id-column.")
+        ids = raw[params.train_id_column].astype(str).to_numpy(dtype=object)
+    else:
+        ids = np.array([str(i) for i in range(len(raw))], dtype=object)
+    return TrainTexts(path, frame, ids)
+
+
+def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Callable[[str], None],
+                         advance: Callable[[int], None] | None = None) -> tuple[dict, dict]:
+    """The per-example columns and the "contamination" section of a generation run against `train`."""
+    from erroranalysis.datachecks import contamination_report as report
+    from erroranalysis.datachecks.contamination import chunked, find_contamination
+    from erroranalysis.datachecks.lengths import length_report
+
+    preds = readers.read_predictions(run, columns=["prompt", "reference", "reference_loss", "score"])
+    prompts = _strings(preds, "prompt", fallback="text")
+    references = _strings(preds, "reference")
+    train_texts = train.frame["text"].tolist()
+    fields = {}
+    for field, texts in (("prompt", prompts), ("reference", references)):
+        if any(texts):
+            say(f"{params.ngram}-gram overlap of eval {field}s with {len(train):,} training rows")
+            fields[field] = find_contamination(texts, chunked(train_texts), n=params.ngram, progress=advance)
+    loss = preds["reference_loss"].to_numpy(dtype=np.float64) if "reference_loss" in preds else None
+    score = preds["score"].to_numpy(dtype=np.float64) if "score" in preds else None
+    section, columns = report.contamination_section(
+        fields, preds["example_id"].to_numpy(dtype=object), train.ids, len(preds), str(train.path.resolve()),
+        len(train), preds["correct"].to_numpy(dtype=bool), loss, score)
+    section["ngram"] = params.ngram
+    say(f"near-duplicate training prompts (MinHash LSH, Jaccard >= {params.train_near_threshold})")
+    section["near_duplicates"] = _near_duplicates(train, params)
+    say("train/eval lengths")
+    count, tokenizer = _token_counter(run)
+    train_prompts = train.frame["prompt"].tolist()
+    if len(train_prompts) > LENGTH_SAMPLE:  # a seeded sample estimates the quantiles well and bounds tokenizing
+        keep = np.sort(np.random.default_rng(params.seed).choice(len(train_prompts), LENGTH_SAMPLE, replace=False))
+        train_prompts = [train_prompts[i] for i in keep]
+    section["lengths"] = length_report(train_prompts, prompts, count, tokenizer)
+    section["lengths"]["n_train_measured"] = len(train_prompts)
+    return columns, section
+
+
+def _strings(preds: pd.DataFrame, column: str, fallback: str | None = None) -> list[str]:
+    if column not in preds and fallback:
+        column = fallback
+    if column not in preds:
+        return [""] * len(preds)
+    return ["" if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
+            for v in preds[column].tolist()]
+
+
+def _near_duplicates(train: TrainTexts, params) -> dict:
+    from erroranalysis.datachecks.contamination_report import near_duplicate_section
+    from erroranalysis.datachecks.near_duplicates import groups, minhash_pairs
+
+    prompts = train.frame["prompt"].tolist()
+    pairs = minhash_pairs(prompts, threshold=params.train_near_threshold, num_perm=params.minhash_perm,
+                          seed=params.seed + 1)
+    return near_duplicate_section(prompts, pairs, groups(len(prompts), pairs), train.ids,
+                                  params.train_near_threshold, params.minhash_perm)
+
+
+def _token_counter(run) -> tuple[Callable | None, str | None]:
+    """Token counts with the run's own tokenizer, when its model folder is still there (else words only)."""
+    path = (run.manifest.get("model") or {}).get("path")
+    if not path or not Path(path).is_dir():
+        return None, None
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception:  # a folder without a tokenizer (or one transformers cannot read): words only
+        return None, None
+
+    def count(texts) -> np.ndarray:
+        if not len(texts):
+            return np.zeros(0, dtype=np.int64)
+        encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return np.array([len(ids) for ids in encoded], dtype=np.int64)
+
+    return count, str(path)

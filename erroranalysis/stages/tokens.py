@@ -1,0 +1,247 @@
+"""`erroranalysis run --task token-classification`: a token classifier (NER, POS, chunking) over sentences, then
+metrics, slices and clusters over its error spans.
+
+Everything the user can get wrong (the model's head and tag scheme, the columns, tags not one per token, unknown
+tags, spans out of range) is checked before the run directory exists. The infer stage then commits together:
+
+- `predictions.parquet`: one row per sentence (`correct`: no error span; `label`/`pred`: the entity types present,
+  gold and predicted, joined with `+`, or `O`), with its words, gold and predicted tags;
+- `spans.parquet`: one row per gold span and per predicted span that is no gold span's match, with its error kind
+  (`metrics.tokens.KINDS`) and the features slices read (type, length, position, capitalization, seen in training);
+- `hidden_states.npy`: one vector per span (the mean of its words' last hidden states), for `--embedder hidden`.
+
+The slices and clusters stages group the rows of `spans.parquet` (`rundir.readers.read_units`): the failures are
+the error spans. See docs/tasks/token-classification.md.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from erroranalysis import rundir
+from erroranalysis.data import DataOptions
+from erroranalysis.errors import ModelError, where
+from erroranalysis.infer.tokens import TokenParams
+from erroranalysis.metrics import tokens as tm
+from erroranalysis.progress import as_reporter
+from erroranalysis.rundir import Run, create_run
+from erroranalysis.schemas import SPAN_FEATURES
+from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.token_data import Sentences, gold_from_spans, read_sentences
+
+TASK = "token-classification"
+
+
+@dataclass
+class TokenJob:
+    """A token classifier and its sentences, loaded and checked: what the infer stage needs."""
+
+    model: Path
+    clf: object
+    sentences: Sentences
+    encoded: list
+    words: list[list[str]]
+    gold: list[list[str]]
+    scheme: str
+    types: list[str]
+    params: TokenParams
+    snapped: int = 0
+    train_surfaces: set[str] | None = None
+
+    def manifest(self, **extra) -> dict:
+        entry = self.sentences.eval_set.describe()
+        meta = [c for c in entry["metadata_columns"]]
+        features = [f for f in SPAN_FEATURES if f != "seen_in_train" or self.train_surfaces is not None]
+        entry["metadata_columns"] = features + [_meta_name(c) for c in meta]
+        entry["sentence_metadata_columns"] = meta
+        p = self.params
+        return {"task": TASK, "labels": [*self.types, tm.OUTSIDE],
+                "model": {**self.clf.describe(), "tags": self.clf.labels, "max_length": p.max_length,
+                          "batch_size": p.rows_per_batch},
+                "data": entry, "device": self.clf.device,
+                "tokens": {"scheme": self.scheme, "types": self.types, "aggregation": p.aggregation,
+                           "span_mode": p.span_mode, "input": "text+spans" if self.sentences.raw else "tokens+tags",
+                           "snapped_spans": self.snapped}, **extra}
+
+
+def run_token_classification(model: str | Path, data, out: str | Path, *, data_opts: DataOptions = DataOptions(),
+                             token_opts: TokenParams = TokenParams(), after: AfterParams = AfterParams(),
+                             train: str | Path | None = None, overwrite: bool = False, progress=None,
+                             log: Callable[[str], None] | None = None) -> Run:
+    """Run a token classifier over `data`, write the run at `out`, then metrics, slices and clusters over its
+    error spans. `train` (default: the data checks' --train) marks spans whose surface is a gold entity there.
+    The data checks (label issues, duplicates) are sentence-classification checks and do not run here."""
+    if train is None and after.checks is not None:
+        train = after.checks.train
+    job = prepare_tokens(model, data, data_opts, token_opts, train)
+    if after.checks is not None and log:
+        log("data checks (label issues, duplicates) do not apply to token classification; skipped")
+    after = after.replace(checks=None)
+    embedder = None
+    if after.cluster is not None and after.cluster.embedder == "minilm":
+        after = after.replace(cluster=after.cluster.replace(embedder="hidden"))  # the span in its context
+    reporter = as_reporter(progress)
+    with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
+        token_stage(run, job, reporter)
+        after_predictions(run, after, embedder=embedder, progress=reporter)
+    return run
+
+
+def prepare_tokens(model: str | Path, data, data_opts: DataOptions, params: TokenParams,
+                   train: str | Path | None = None) -> TokenJob:
+    """Load the checkpoint, read its tag scheme, read and check the sentences and tokenize them (nothing written)."""
+    from erroranalysis.infer.tokens import encode, load_token_classifier
+
+    params.validate()
+    clf = load_token_classifier(model, device=params.device, precision=params.precision,
+                                trust_remote_code=params.trust_remote_code)
+    try:
+        scheme = tm.detect_scheme(clf.labels, params.tag_scheme)
+    except ValueError as exc:
+        raise ModelError(f"{model}: the model's tags ({', '.join(clf.labels[:6])}...): {exc}; pass --tag-scheme "
+                         "to match them.") from None
+    types = tm.entity_types(clf.labels, scheme)
+    if not types:
+        raise ModelError(f"{model}: the model's tags {clf.labels} name no entity type besides O; nothing to "
+                         "analyze.")
+    sentences = read_sentences(data, data_opts, params.tokens_column, params.tags_column, params.spans_column,
+                               clf.labels, types)
+    encoded = encode(clf.tokenizer, sentences.texts if sentences.raw else sentences.words, params.max_length)
+    words, gold, snapped = sentences.words, sentences.gold, 0
+    if sentences.raw:
+        words, gold = [], []
+        for i, (text, enc, spans) in enumerate(zip(sentences.texts, encoded, sentences.char_spans)):
+            tags, cut = gold_from_spans(enc.offsets, spans, scheme,
+                                        where(sentences.source, int(sentences.lines[i]), sentences.column))
+            words.append([text[s:e] for s, e in enc.offsets])
+            gold.append(tags)
+            snapped += cut
+    surfaces = train_surfaces(train, data_opts, params, clf.labels, types, scheme) if train else None
+    return TokenJob(Path(model), clf, sentences, encoded, words, gold, scheme, types, params, snapped, surfaces)
+
+
+def train_surfaces(train, data_opts: DataOptions, params: TokenParams, labels, types, scheme) -> set[str]:
+    """The surfaces of the training file's gold entities (words and tags in the eval set's columns)."""
+    sentences = read_sentences(train, data_opts.replace(id_column=None), params.tokens_column, params.tags_column,
+                               params.spans_column, labels, types)
+    if sentences.raw:
+        return {text[s:e] for text, spans in zip(sentences.texts, sentences.char_spans) for s, e, _ in spans}
+    return {" ".join(w[s:e]) for w, g in zip(sentences.words, sentences.gold)
+            for s, e, _ in tm.spans_of(g, scheme, params.span_mode)}
+
+
+def token_stage(run: Run, job: TokenJob, progress=None) -> None:
+    """The infer stage: predict every word, classify the spans, commit predictions, spans and span vectors."""
+    from erroranalysis.infer.tokens import predict
+
+    index = {name: i for i, name in enumerate(job.clf.labels)}
+    gold_ids = [[index[t] for t in tags] for tags in job.gold]
+    p = job.params
+    record = {**p.record(), "device": job.clf.device, "scheme": job.scheme}
+    n = len(job.words)
+    with run.stage("infer", record) as staging, as_reporter(progress).stage("infer", n) as advance:
+        start = time.perf_counter()
+        outs = predict(job.clf, job.encoded, gold_ids, aggregation=p.aggregation, batch_size=p.rows_per_batch,
+                       progress=advance)
+        staging.facts["examples_per_second"] = round(n / max(time.perf_counter() - start, 1e-9), 1)
+        preds, spans, vectors = tables(job, outs)
+        staging.facts["n_error_spans"] = int((~spans["correct"]).sum())
+        staging.facts["truncated_sentences"] = int(preds["truncated"].sum())
+        staging.write_parquet(rundir.PREDICTIONS, preds)
+        staging.write_parquet(rundir.SPANS, spans)
+        staging.write_npy(rundir.HIDDEN, vectors)
+
+
+def tables(job: TokenJob, outs: list[dict]):
+    """(predictions, spans, span vectors) from the per-sentence outputs of `infer.tokens.predict`."""
+    import pandas as pd
+
+    frame = job.sentences.eval_set.frame
+    ids = frame["example_id"].astype(str).to_numpy()
+    meta = job.sentences.eval_set.metadata_columns
+    sentence_rows, span_rows, vectors = [], [], []
+    for i, out in enumerate(outs):
+        words, gold = job.words[i], job.gold[i]
+        pred = [job.clf.labels[k] for k in out["pred"]]
+        g_spans = tm.spans_of(gold, job.scheme, job.params.span_mode)
+        p_spans = tm.spans_of(pred, job.scheme, job.params.span_mode)
+        records = tm.classify_spans(g_spans, p_spans)
+        kinds = [r["kind"] for r in records]
+        errors = [k for k in kinds if k != "correct"]
+        offsets = job.encoded[i].offsets
+        sentence_rows.append({
+            "example_id": ids[i], "text": job.sentences.texts[i] if job.sentences.raw else " ".join(words),
+            "label": _types_of(g_spans), "pred": _types_of(p_spans), "correct": not errors,
+            "confidence": float(np.nanmin(out["confidence"])) if out["seen"].any() else float("nan"),
+            "loss": float(np.nanmean(out["loss"])) if out["seen"].any() else float("nan"),
+            "n_tokens": len(job.encoded[i].ids), "truncated": bool(job.encoded[i].truncated or frame["_cut"].iat[i]),
+            "tokens": list(words), "gold_tags": gold, "pred_tags": pred,
+            "word_confidence": [float(c) for c in out["confidence"]], "n_words": len(words),
+            "n_gold_spans": len(g_spans), "n_pred_spans": len(p_spans), "n_error_spans": len(errors),
+            "error_kinds": sorted(set(errors)), "char_offsets": [list(o) for o in offsets] if offsets else None})
+        for k, r in enumerate(records):
+            span_rows.append(_span_row(job, i, ids[i], k, r, words, out, offsets))
+            vectors.append(out["vectors"][r["start"]:r["end"]].mean(0))
+    preds = pd.DataFrame(sentence_rows)
+    spans = pd.DataFrame(span_rows, columns=_span_columns(job))
+    row_of = {sid: r for r, sid in enumerate(ids)}
+    rows = np.array([row_of[s] for s in spans["sentence_id"]], dtype=np.int64)
+    for column in meta:  # the sentence's own columns, on the sentence and on each of its spans
+        values = frame[column].to_numpy()
+        preds[_meta_name(column)] = values
+        spans[_meta_name(column)] = values[rows]
+    width = outs[0]["vectors"].shape[1] if outs else 0
+    matrix = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), width)
+    return preds, spans.astype({c: t for c, t in _span_dtypes().items() if c in spans.columns}), matrix
+
+
+def _types_of(spans) -> str:
+    return "+".join(sorted({t for _, _, t in spans})) or tm.OUTSIDE
+
+
+def _span_columns(job: TokenJob) -> list[str]:
+    from erroranalysis.schemas import SPANS
+
+    return [c for c in SPANS.columns if c != "seen_in_train" or job.train_surfaces is not None]
+
+
+def _span_dtypes() -> dict:
+    from erroranalysis.schemas import SPANS
+
+    return SPANS.dtypes
+
+
+def _span_row(job: TokenJob, i: int, sentence_id: str, k: int, r: dict, words, out, offsets) -> dict:
+    s, e = r["start"], r["end"]
+    raw = job.sentences.raw
+    char_start, char_end = (offsets[s][0], offsets[e - 1][1]) if raw else (-1, -1)
+    surface = job.sentences.texts[i][char_start:char_end] if raw else " ".join(words[s:e])
+    context = " ".join([*words[:s], "[[", *words[s:e], "]]", *words[e:]])
+    seen = out["seen"][s:e]
+    row = {"example_id": f"{sentence_id}#{k}", "text": surface, "label": r["gold_type"] or tm.OUTSIDE,
+           "pred": r["pred_type"] or tm.OUTSIDE, "correct": r["kind"] == "correct",
+           "confidence": float(np.nanmean(out["confidence"][s:e])) if seen.any() else float("nan"),
+           "loss": float(np.nanmean(out["loss"][s:e])) if seen.any() else float("nan"),
+           "n_tokens": e - s, "truncated": not bool(seen.all()), "sentence_id": sentence_id,
+           "char_start": char_start, "char_end": char_end, "context": context,
+           **{key: r[key] for key in ("source", "kind", "start", "end", "gold_type", "pred_type", "match_start",
+                                      "match_end")},
+           "entity_type": r["gold_type"] or r["pred_type"], "span_length": e - s,
+           "position": "first" if s == 0 else ("last" if e == len(words) else "inside"),
+           "prev_word": words[s - 1].lower() if s > 0 else "<start>",  # the context a type error often hangs on
+           "capitalization": tm.capitalization(surface)}
+    if job.train_surfaces is not None:
+        row["seen_in_train"] = "seen" if surface in job.train_surfaces else "unseen"
+    return row
+
+
+def _meta_name(column: str) -> str:
+    from erroranalysis.schemas import SPANS, TOKEN_PREDICTION_COLUMNS
+
+    return f"meta_{column}" if column in SPANS.columns or column in TOKEN_PREDICTION_COLUMNS else column
+

@@ -1,0 +1,154 @@
+"""A real two-node Ray cluster on this machine (`ray.cluster_utils.Cluster`, one CPU per node, so one actor on
+each), with the eval set in Parquet on a local S3 server (moto, tests/object_store.py) that the workers read
+themselves: the in-process answers; a bad value in a later block is the in-process one-line error and the stage
+ends failed; a worker killed mid-run is retried or the run ends failed, never complete.
+
+The cluster starts after the S3 server, so its nodes (and their workers) see the same AWS_* environment, as the
+nodes of a real cluster are given theirs. Ray holds ~1.6 GB: this module starts one cluster for all its tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import eval_rows
+from object_store import s3, upload  # noqa: F401 (s3: the fixture)
+from test_engines import assert_same, ray_warnings
+
+from erroranalysis.data import DataOptions
+from erroranalysis.engines import Engine, EngineError
+from erroranalysis.errors import DataError, RunError
+from erroranalysis.rundir import Run, readers
+from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
+
+pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+pytestmark = pytest.mark.slow
+
+AFTER = AfterParams(checks=None, slices=None, cluster=None)
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):  # noqa: F811
+    from ray.cluster_utils import Cluster
+
+    import ray
+
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    nodes.add_node(num_cpus=1)
+    nodes.wait_for_nodes()
+    ray.init(address=nodes.address, log_to_driver=False)
+    try:
+        yield Engine("ray", address=nodes.address)
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _run(checkpoint, data, out, engine: Engine):
+    return run_checkpoint(checkpoint, data, out, data_opts=DataOptions(id_column="id"),
+                          infer_opts=InferParams(batch_size=8, max_length=32), after=AFTER, engine=engine)
+
+
+def _parquet(tmp_path, rows, name="eval.parquet"):
+    path = tmp_path / name
+    pd.DataFrame(rows).to_parquet(path, row_group_size=50)
+    return path, upload(path, f"s3://evals/{tmp_path.name}/{name}")
+
+
+def test_two_nodes_reading_s3_give_the_in_process_answers(cluster, tiny_checkpoint, tmp_path):
+    import ray
+
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    local_file, url = _parquet(tmp_path, eval_rows(240))
+    local = _run(tiny_checkpoint, local_file, tmp_path / "local", Engine("local"))
+    with ray_warnings() as warned:
+        distributed = _run(tiny_checkpoint, url, tmp_path / "ray", cluster)
+    assert not [w for w in warned if "only received" in w], warned  # both actors got blocks
+
+    infer = distributed.manifest["stages"]["infer"]
+    assert infer["read_by"] == "workers" and infer["n_cut"] == 0
+    assert len(list((distributed.path / "probs.npy").glob("part-*.npy"))) == 240 // cluster.block_rows(240, 2, 4096)
+    a, b = local.predictions(), distributed.predictions()
+    assert a.columns.tolist() == b.columns.tolist()
+    for column in ("example_id", "text", "label", "pred", "correct", "n_tokens", "truncated", "source", "stars"):
+        assert a[column].tolist() == b[column].tolist(), column
+    np.testing.assert_allclose(np.asarray(distributed.probs()), np.asarray(local.probs()), atol=1e-5)
+    for key in ("overall", "per_class", "confusion", "by_metadata"):
+        assert_same(local.metrics()[key], distributed.metrics()[key], key)
+    data, here = distributed.manifest["data"], local.manifest["data"]
+    assert data["path"] == url and (data["sha256"], data["rows"], data["n_cut"]) == (here["sha256"], 240, 0)
+    assert data["metadata_columns"] == here["metadata_columns"]
+
+
+@pytest.mark.parametrize("bad, says", [
+    ({"label": "nonsense"}, r"eval.parquet, line 201, column 'label': label 'nonsense' is not one the model knows"),
+    ({"id": "ex003"}, r"eval.parquet, line 201, column 'id': duplicate id 'ex003' \(first on line 4\)"),
+])
+def test_a_bad_value_in_a_later_block_is_the_in_process_error(cluster, tiny_checkpoint, tmp_path, monkeypatch,
+                                                              bad, says):
+    from erroranalysis import blocks
+
+    monkeypatch.setattr(blocks, "HEAD_ROWS", 20)  # the driver checks 20 rows first; a worker finds row 201
+    rows = eval_rows(240)
+    rows[200] = {**rows[200], **bad}
+    local_file, url = _parquet(tmp_path, rows)
+    with pytest.raises(DataError, match=says):
+        _run(tiny_checkpoint, local_file, tmp_path / "local", Engine("local"))
+    with pytest.raises(DataError, match=says) as caught:
+        _run(tiny_checkpoint, url, tmp_path / "ray", cluster)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def _actors() -> list:
+    """Our predictor's workers: descendants of this test process (the cluster's nodes are its children)."""
+    found = []
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if "SourcePredictor" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_worker_killed_mid_run_is_retried_or_the_run_fails(cluster, tiny_checkpoint, tmp_path):
+    local_file, url = _parquet(tmp_path, eval_rows(1600))
+    out, killed = tmp_path / "ray", []
+
+    def kill_one_after_the_first_shard():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            shards = list(out.glob(".staging/infer-*/predictions.parquet/part-*.parquet"))
+            workers = _actors()
+            if shards and workers:
+                os.kill(workers[0].pid, signal.SIGKILL)
+                killed.append(len(shards))
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_one_after_the_first_shard, daemon=True)
+    killer.start()
+    try:
+        run = _run(tiny_checkpoint, url, out, cluster)
+    except EngineError:
+        run = Run.open(out)
+        assert run.stage_status("infer") == "failed"
+        with pytest.raises(RunError):
+            readers.read_predictions(run)
+    else:
+        local = _run(tiny_checkpoint, local_file, tmp_path / "local", Engine("local"))
+        assert run.predictions()["pred"].tolist() == local.predictions()["pred"].tolist()
+        np.testing.assert_allclose(np.asarray(run.probs()), np.asarray(local.probs()), atol=1e-5)
+    killer.join()
+    blocks = 1600 // cluster.block_rows(1600, 2, 4096)
+    assert killed and killed[0] < blocks, "the worker was killed before the last shard was written"
