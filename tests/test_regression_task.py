@@ -117,9 +117,10 @@ def test_bad_target_refused_before_anything_is_written(rg_checkpoint, tmp_path):
 def test_planted_bias_group_found(rg_checkpoint, tmp_path):
     """Gold = the model's own prediction, except that texts about refurbished items are scored 3 points higher:
     the failures (|error| > 1) are that group, and the slice search finds it."""
-    import erroranalysis as ea
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    import erroranalysis as ea
 
     texts = [f"{'refurbished' if i % 6 == 0 else 'new'} laptop review {i} " + "fine " * (i % 3) for i in range(90)]
     tok = AutoTokenizer.from_pretrained(rg_checkpoint)

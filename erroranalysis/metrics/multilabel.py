@@ -9,7 +9,7 @@ of errors that occur together: gold A missed while B was predicted without gold 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
