@@ -48,12 +48,12 @@ def model2vec_version() -> str:
 
 
 def check_model2vec() -> None:
-    """model2vec (with its distill extra) is installed, or a one-line error says how to get it."""
+    """model2vec (and skeletoken, which its distill uses) is installed, or a one-line error says how to get it."""
     try:
         import model2vec  # noqa: F401
     except ImportError:
-        raise ModelError("the static embedder needs model2vec; run 'pip install \"model2vec[distill]\"' "
-                         "(erroranalysis-ml's extras include it) or pass --embedder minilm.") from None
+        raise ModelError("the static embedder needs model2vec and skeletoken (erroranalysis-ml depends on both); "
+                         "run 'pip install model2vec skeletoken' or pass --embedder minilm.") from None
 
 
 def weights_file(source: Path) -> Path:

@@ -61,7 +61,7 @@ pages = {
         st.Page("views/training_data.py", title="Training data", icon=":material/dataset:"),
     ],
 }
-page = st.navigation(pages)
+page = st.navigation(pages, expanded=True)  # 13 pages: folded, Streamlit hides the checklist behind "View 3 more"
 
 with st.sidebar:
     if cfg.problem:
