@@ -60,3 +60,28 @@ def table(rows: list[list], header: list[str]) -> str:
 
 def python() -> str:
     return sys.executable
+
+
+def edited(texts: list[str], vocab: list[str], n: int, rng) -> list[tuple[int, str]]:
+    """n planted near duplicates as (source index, edited text): a word replaced, deleted, inserted, two swapped, a
+    prefix or four words added, in turn (`rng` a random.Random)."""
+    kinds = ["replace", "delete", "insert", "swap", "prefix", "suffix"]
+    out = []
+    for j in range(n):
+        source, kind = rng.randrange(len(texts)), kinds[j % len(kinds)]
+        words = texts[source].split()
+        i = rng.randrange(len(words) - 1)
+        if kind == "replace":
+            words[i] = rng.choice(vocab)
+        elif kind == "delete":
+            del words[i]
+        elif kind == "insert":
+            words.insert(i, rng.choice(vocab))
+        elif kind == "swap":
+            words[i], words[i + 1] = words[i + 1], words[i]
+        elif kind == "prefix":
+            words = [rng.choice(["Update:", "Breaking:", "Report:", "BBC:"])] + words
+        else:
+            words += rng.sample(vocab, 4)
+        out.append((source, " ".join(words)))
+    return out

@@ -165,7 +165,7 @@ def planted_texts(n: int = 3000, n_copies: int = 300, seed: int = 0) -> None:
     import random
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from common import corpus_sentences, sample_checkpoint
+    from common import corpus_sentences, edited, sample_checkpoint
 
     from erroranalysis.datachecks.duplicates import near_duplicate_pairs, normalize_text
     from erroranalysis.embedding import MiniLMEmbedder
@@ -175,25 +175,9 @@ def planted_texts(n: int = 3000, n_copies: int = 300, seed: int = 0) -> None:
     pool = list(dict.fromkeys(corpus_sentences()))
     rng.shuffle(pool)
     texts, vocab = pool[:n], [w for t in pool[n:2 * n] for w in t.split()]
-    kinds = ["replace", "delete", "insert", "swap", "prefix", "suffix"]
     planted = []
-    for j in range(n_copies):
-        source, kind = rng.randrange(n), kinds[j % len(kinds)]
-        words = texts[source].split()
-        i = rng.randrange(len(words) - 1)
-        if kind == "replace":
-            words[i] = rng.choice(vocab)
-        elif kind == "delete":
-            del words[i]
-        elif kind == "insert":
-            words.insert(i, rng.choice(vocab))
-        elif kind == "swap":
-            words[i], words[i + 1] = words[i + 1], words[i]
-        elif kind == "prefix":
-            words = [rng.choice(["Update:", "Breaking:", "Report:", "BBC:"])] + words
-        else:
-            words += rng.sample(vocab, 4)
-        texts.append(" ".join(words))
+    for j, (source, text) in enumerate(edited(texts, vocab, n_copies, rng)):
+        texts.append(text)
         planted.append((source, n + j))
     truth = set(planted)
     rows = []

@@ -110,16 +110,7 @@ def run_measured(args: list[str], env: dict) -> tuple[float, float]:
 
     start = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
-    peak = 0.0
-    status = Path(f"/proc/{proc.pid}/status")
-    while proc.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak = max(peak, int(line.split()[1]) / 1024)
-        except OSError:
-            pass
-        time.sleep(0.1)
+    peak = watch_peak(proc)
     seconds = time.perf_counter() - start
     if proc.returncode:
         raise SystemExit(f"benchmark step failed: {' '.join(args)}\n{proc.stderr.read().decode()[-2000:]}")

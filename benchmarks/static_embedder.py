@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import load_average, table  # noqa: E402
+from common import edited, load_average, table  # noqa: E402
 from quality import corpora  # noqa: E402
 
 HOLDS = 0.02
@@ -79,29 +79,6 @@ def label_issues(embedders: list[str], seed: int = 0, noise: float = 0.05) -> li
         score = find_label_issues(given, probs, classes, vectors=v)["label_issue_score"].to_numpy()
         rows.append(("label issues", "flips in top 10%, with vectors", name, top_share(score, flips)))
     return rows
-
-
-def edited(texts: list[str], vocab: list[str], n: int, rng: random.Random) -> list[tuple[int, str]]:
-    kinds = ["replace", "delete", "insert", "swap", "prefix", "suffix"]
-    out = []
-    for j in range(n):
-        source, kind = rng.randrange(len(texts)), kinds[j % len(kinds)]
-        words = texts[source].split()
-        i = rng.randrange(len(words) - 1)
-        if kind == "replace":
-            words[i] = rng.choice(vocab)
-        elif kind == "delete":
-            del words[i]
-        elif kind == "insert":
-            words.insert(i, rng.choice(vocab))
-        elif kind == "swap":
-            words[i], words[i + 1] = words[i + 1], words[i]
-        elif kind == "prefix":
-            words = [rng.choice(["Update:", "Breaking:", "Report:", "BBC:"])] + words
-        else:
-            words += rng.sample(vocab, 4)
-        out.append((source, " ".join(words)))
-    return out
 
 
 def precision_of(pairs, truth, texts_a, texts_b) -> float:

@@ -192,6 +192,24 @@ def hash_files(paths, root: Path | None = None) -> dict:
     return {"sha256": sha.hexdigest(), "bytes": size}
 
 
+def remembered_sha256(file: str | Path, memo_dir: Path) -> str:
+    """The file's SHA-256, remembered under `memo_dir` by (path, size, mtime) so later calls do not re-read a large
+    file. An unwritable memo folder only costs the hash next time."""
+    file = Path(file).resolve()
+    stat = file.stat()
+    memo = memo_dir / hashlib.blake2b(f"{file}|{stat.st_size}|{stat.st_mtime_ns}".encode(), digest_size=16).hexdigest()
+    if memo.is_file():
+        value = memo.read_text().strip()
+        if len(value) == 64:
+            return value
+    value = hash_files([file])["sha256"]
+    try:
+        write_text(memo, value + "\n")
+    except OSError:
+        pass
+    return value
+
+
 def size_of(path: str | Path) -> int:
     path = Path(path)
     if path.is_dir():

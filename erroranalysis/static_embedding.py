@@ -67,20 +67,7 @@ def source_sha256(source: Path) -> str:
     """The source weights' SHA-256, remembered by (path, size, mtime) so later runs do not re-read 90 MB."""
     from erroranalysis.embedding import cache_root
 
-    file = weights_file(source).resolve()
-    stat = file.stat()
-    key = hashlib.blake2b(f"{file}|{stat.st_size}|{stat.st_mtime_ns}".encode(), digest_size=16).hexdigest()
-    memo = cache_root() / "static" / "hashes" / key
-    if memo.is_file():
-        value = memo.read_text().strip()
-        if len(value) == 64:
-            return value
-    value = files.hash_files([file])["sha256"]
-    try:
-        files.write_text(memo, value + "\n")
-    except OSError:
-        pass  # an unwritable cache only costs the hash next time
-    return value
+    return files.remembered_sha256(weights_file(source), cache_root() / "static" / "hashes")
 
 
 def settings(pca_dims: int = PCA_DIMS) -> dict:

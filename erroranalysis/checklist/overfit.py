@@ -22,7 +22,7 @@ import copy
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -49,6 +49,18 @@ class Curve:
     eval_steps: list[int] = field(default_factory=list)
     eval_loss: list[float] = field(default_factory=list)
     eval_accuracy: list[float] = field(default_factory=list)
+
+    def record(self, step: int, loss: float, grad_norm: float) -> None:
+        self.steps.append(step)
+        self.loss.append(loss)
+        self.grad_norm.append(grad_norm)
+
+    def record_eval(self, step: int, loss: float, accuracy: float) -> bool:
+        """Add an evaluation on all examples; True once they are memorized (the early stop)."""
+        self.eval_steps.append(step)
+        self.eval_loss.append(loss)
+        self.eval_accuracy.append(accuracy)
+        return accuracy >= ACCURACY_TARGET and loss <= LOSS_TARGET
 
     @property
     def initial_loss(self) -> float:
@@ -222,52 +234,32 @@ def train_copy(clf, input_ids: list[list[int]], label_ids: np.ndarray, *, steps:
         for name, p in model.named_parameters():
             if pattern.search(name):
                 p.requires_grad_(False)
-    named = list(model.named_parameters())
-    trainable = [(name, p) for name, p in named if p.requires_grad]
-    n_total = sum(p.numel() for _, p in named)
-    n_train = sum(p.numel() for _, p in trainable)
-    params = {"total": int(n_total), "trainable": int(n_train),
-              "trainable_share": n_train / n_total if n_total else 0.0,
-              "frozen": [name for name, p in named if not p.requires_grad][:10],
-              "n_frozen_tensors": sum(not p.requires_grad for _, p in named)}
-    gradients = {"tensors_without_gradient": [], "n_tensors_without_gradient": 0, "total_norm_first_step": None}
+    trainable, params = parameter_counts(model)
+    gradients = no_gradients_yet()
     pad = clf.tokenizer.pad_token_id if clf.tokenizer.pad_token_id is not None else 0
     labels_t = torch.as_tensor(label_ids, device=clf.device)
     curve = Curve()
     eval_every = eval_every or max(1, math.ceil(len(input_ids) / batch_size))
 
     def measure(step: int) -> bool:
-        loss, acc = _evaluate(model, input_ids, labels_t, pad, clf.device)
-        curve.eval_steps.append(step)
-        curve.eval_loss.append(loss)
-        curve.eval_accuracy.append(acc)
-        return acc >= ACCURACY_TARGET and loss <= LOSS_TARGET
+        return curve.record_eval(step, *_evaluate(model, input_ids, labels_t, pad, clf.device))
 
     measure(0)
     if not trainable:
         return curve, params, gradients
     optimizer = torch.optim.AdamW([p for _, p in trainable], lr=lr, weight_decay=0.0)
-    order_rng = np.random.default_rng(seed)
-    order: list[int] = []
+    batches = batch_order(len(input_ids), batch_size, seed)
     for step in range(1, steps + 1):
-        if len(order) < batch_size:
-            order += order_rng.permutation(len(input_ids)).tolist()
-        batch, order = order[:batch_size], order[batch_size:]
+        batch = next(batches)
         model.train()
         ids_t, mask_t = _pad([input_ids[i] for i in batch], pad, clf.device)
         logits = model(input_ids=ids_t, attention_mask=mask_t).logits.float()
         loss = torch.nn.functional.cross_entropy(logits, labels_t[batch])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norms = [p.grad.detach().norm().item() if p.grad is not None else None for _, p in trainable]
-        if step == 1:
-            missing = [name for (name, _), g in zip(trainable, norms) if g is None or g == 0.0]
-            gradients.update(tensors_without_gradient=missing[:10], n_tensors_without_gradient=len(missing),
-                             total_norm_first_step=float(math.sqrt(sum(g * g for g in norms if g is not None))))
+        grad_norm = record_gradients(trainable, step, gradients)
         optimizer.step()
-        curve.steps.append(step)
-        curve.loss.append(float(loss.item()))
-        curve.grad_norm.append(float(math.sqrt(sum(g * g for g in norms if g is not None))))
+        curve.record(step, float(loss.item()), grad_norm)
         if progress:
             progress(step)
         if not math.isfinite(curve.loss[-1]):
@@ -279,6 +271,43 @@ def train_copy(clf, input_ids: list[list[int]], label_ids: np.ndarray, *, steps:
     model.zero_grad(set_to_none=True)
     del optimizer  # the copy goes with this frame; the optimizer's state first
     return curve, params, gradients
+
+
+def parameter_counts(model) -> tuple[list, dict]:
+    """(the trainable named parameters, their counts and the frozen ones, as the result reports them)."""
+    named = list(model.named_parameters())
+    trainable = [(name, p) for name, p in named if p.requires_grad]
+    n_total, n_train = sum(p.numel() for _, p in named), sum(p.numel() for _, p in trainable)
+    return trainable, {"total": int(n_total), "trainable": int(n_train),
+                       "trainable_share": n_train / n_total if n_total else 0.0,
+                       "frozen": [name for name, p in named if not p.requires_grad][:10],
+                       "n_frozen_tensors": sum(not p.requires_grad for _, p in named)}
+
+
+def no_gradients_yet() -> dict:
+    return {"tensors_without_gradient": [], "n_tensors_without_gradient": 0, "total_norm_first_step": None}
+
+
+def batch_order(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Batches of indices into n examples, forever, each pass over them in a new random order."""
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    while True:
+        if len(order) < batch_size:
+            order += rng.permutation(n).tolist()
+        batch, order = order[:batch_size], order[batch_size:]
+        yield batch
+
+
+def record_gradients(trainable: list, step: int, gradients: dict) -> float:
+    """This step's total gradient norm; on the first step, which tensors got no gradient (the gradient-flow check)."""
+    norms = [p.grad.detach().norm().item() if p.grad is not None else None for _, p in trainable]
+    total = float(math.sqrt(sum(g * g for g in norms if g is not None)))
+    if step == 1:
+        missing = [name for (name, _), g in zip(trainable, norms) if g is None or g == 0.0]
+        gradients.update(tensors_without_gradient=missing[:10], n_tensors_without_gradient=len(missing),
+                         total_norm_first_step=total)
+    return total
 
 
 def _pad(seqs: list[list[int]], pad: int, device):

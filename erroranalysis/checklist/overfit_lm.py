@@ -32,7 +32,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from erroranalysis.checklist.overfit import DEFAULT_MAX_LENGTH, Curve, OverfitParams, finite_json
+from erroranalysis.checklist.overfit import (
+    DEFAULT_MAX_LENGTH,
+    Curve,
+    OverfitParams,
+    batch_order,
+    finite_json,
+    no_gradients_yet,
+    parameter_counts,
+    record_gradients,
+)
 from erroranalysis.checklist.overfit_diagnosis import ACCURACY_TARGET, LOSS_TARGET
 from erroranalysis.checklist.sft_rows import IGNORE, Example, encode_row, input_facts, shuffle_answers, through_eos
 from erroranalysis.findings import Finding
@@ -149,48 +158,31 @@ class _Trainer:
 
         torch.manual_seed(self.params.seed)
         model = self.copy()
-        named = list(model.named_parameters())
-        trainable = [(name, p) for name, p in named if p.requires_grad]
-        n_total, n_train = sum(p.numel() for _, p in named), sum(p.numel() for _, p in trainable)
-        counts = {"total": int(n_total), "trainable": int(n_train),
-                  "trainable_share": n_train / n_total if n_total else 0.0,
-                  "frozen": [name for name, p in named if not p.requires_grad][:10],
-                  "n_frozen_tensors": sum(not p.requires_grad for _, p in named), "adapters": self.params.lora}
-        gradients = {"tensors_without_gradient": [], "n_tensors_without_gradient": 0, "total_norm_first_step": None}
+        trainable, counts = parameter_counts(model)
+        counts["adapters"] = self.params.lora
+        gradients = no_gradients_yet()
         curve = Curve()
 
         def measure(step: int) -> bool:
             losses, exact = answer_scores(self.lm, model, examples)
-            curve.eval_steps.append(step)
-            curve.eval_loss.append(float(np.mean(losses)) if len(losses) else math.nan)
-            curve.eval_accuracy.append(float(np.mean(exact)) if len(exact) else 0.0)
-            return curve.eval_accuracy[-1] >= ACCURACY_TARGET and curve.eval_loss[-1] <= LOSS_TARGET
+            return curve.record_eval(step, float(np.mean(losses)) if len(losses) else math.nan,
+                                     float(np.mean(exact)) if len(exact) else 0.0)
 
         measure(0)
         if not trainable:
             return curve, counts, gradients, model
         optimizer = torch.optim.AdamW([p for _, p in trainable], lr=self.params.lr, weight_decay=0.0)
-        rng = np.random.default_rng(self.params.seed)
-        order: list[int] = []
-        batch_size = self.params.batch_size
+        batches = batch_order(len(examples), self.params.batch_size, self.params.seed)
         for step in range(1, self.steps + 1):
-            if len(order) < batch_size:
-                order += rng.permutation(len(examples)).tolist()
-            batch, order = order[:batch_size], order[batch_size:]
+            batch = next(batches)
             model.train()
             loss = _batch_loss(self.lm, model, [examples[i] for i in batch])
             optimizer.zero_grad(set_to_none=True)
             if torch.isfinite(loss) and loss.requires_grad:
                 loss.backward()
-            norms = [p.grad.detach().norm().item() if p.grad is not None else None for _, p in trainable]
-            if step == 1:
-                missing = [name for (name, _), g in zip(trainable, norms) if g is None or g == 0.0]
-                gradients.update(tensors_without_gradient=missing[:10], n_tensors_without_gradient=len(missing),
-                                 total_norm_first_step=float(math.sqrt(sum(g * g for g in norms if g is not None))))
+            grad_norm = record_gradients(trainable, step, gradients)
             optimizer.step()
-            curve.steps.append(step)
-            curve.loss.append(float(loss.item()))
-            curve.grad_norm.append(float(math.sqrt(sum(g * g for g in norms if g is not None))))
+            curve.record(step, float(loss.item()), grad_norm)
             if progress:
                 progress(step)
             if not math.isfinite(curve.loss[-1]) or (step == 1 and curve.loss[-1] == 0.0):

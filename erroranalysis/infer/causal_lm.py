@@ -11,7 +11,6 @@ folder under `<cache>/gguf/<sha256 prefix>/`; every later load reads that folder
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
 import json
 import os
@@ -94,17 +93,7 @@ def check_gguf(file: Path) -> None:
 
 def gguf_sha256(file: Path) -> str:
     """The file's SHA-256, remembered by (path, size, mtime) so later loads do not re-read a large file."""
-    file = Path(file).resolve()
-    stat = file.stat()
-    key = hashlib.blake2b(f"{file}|{stat.st_size}|{stat.st_mtime_ns}".encode(), digest_size=16).hexdigest()
-    memo = cache_root() / "gguf" / "hashes" / key
-    if memo.is_file():
-        value = memo.read_text().strip()
-        if len(value) == 64:
-            return value
-    value = files.hash_files([file])["sha256"]
-    files.write_text(memo, value + "\n")
-    return value
+    return files.remembered_sha256(file, cache_root() / "gguf" / "hashes")
 
 
 def converted_folder(file: Path, sha256: str | None = None) -> Path:

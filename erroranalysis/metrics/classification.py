@@ -6,7 +6,7 @@ and stay fast on millions of rows. Scores follow scikit-learn with `zero_divisio
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -231,15 +231,28 @@ def brier_score(t: np.ndarray, probs: np.ndarray) -> float:
 
 
 def _by_metadata(t, p, k, metadata, texts, max_values) -> dict:
-    out = {}
+    return {key: group_metrics(t, p, k, codes, names)
+            for key, codes, names in metadata_groups(metadata, texts, max_values)}
+
+
+def metadata_groups(metadata: pd.DataFrame | None, texts, max_values: int) -> Iterator[tuple[str, np.ndarray, list]]:
+    """(key, codes, value names) for each metadata column, then text length in words: what every task's
+    `by_metadata` reports on. A metadata column itself named text_length becomes meta_text_length."""
     if metadata is not None:
         for column in metadata.columns:
             key = f"meta_{column}" if str(column) == "text_length" and texts is not None else str(column)
-            codes, names = bucket_values(metadata[column], max_values)
-            out[key] = group_metrics(t, p, k, codes, names)
+            yield key, *bucket_values(metadata[column], max_values)
     if texts is not None:
-        codes, names = bucket_values(word_counts(texts), max_values, numeric=True)
-        out["text_length"] = group_metrics(t, p, k, codes, names)
+        yield "text_length", *bucket_values(word_counts(texts), max_values, numeric=True)
+
+
+def metadata_rows(metadata: pd.DataFrame | None, texts, max_values: int, describe: Callable[[np.ndarray], dict]
+                  ) -> dict[str, list[dict]]:
+    """{key: [{"value", "n", **describe(mask)} for each non-empty value]} over `metadata_groups`."""
+    out = {}
+    for key, codes, names in metadata_groups(metadata, texts, max_values):
+        masks = ((value, codes == i) for i, value in enumerate(names))
+        out[key] = [{"value": value, "n": int(mask.sum()), **describe(mask)} for value, mask in masks if mask.any()]
     return out
 
 

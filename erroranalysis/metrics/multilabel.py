@@ -18,8 +18,7 @@ from erroranalysis.errors import DataError
 from erroranalysis.metrics.classification import (
     CI_LEVEL,
     TOP_CONFUSIONS,
-    bucket_values,
-    word_counts,
+    metadata_rows,
 )
 from erroranalysis.validation import check_int
 
@@ -215,24 +214,13 @@ def calibration(t: np.ndarray, probs: np.ndarray, labels: list[str], n_bins: int
 
 def by_metadata(t, p, metadata, texts, max_values) -> dict:
     """Per value of each metadata column (and of text length): n, subset accuracy, error rate, micro F1."""
-    out = {}
-    columns = [] if metadata is None else [
-        (f"meta_{c}" if str(c) == "text_length" and texts is not None else str(c), metadata[c], None)
-        for c in metadata.columns]
-    if texts is not None:
-        columns.append(("text_length", word_counts(texts), True))
-    for name, values, numeric in columns:
-        codes, names = bucket_values(values, max_values, numeric=numeric)
-        rows = []
-        for i, value in enumerate(names):
-            mask = codes == i
-            if not mask.any():
-                continue
-            tm, pm = t[mask], p[mask]
-            exact = float((tm == pm).all(axis=1).mean())
-            c = counts(tm, pm)
-            rows.append({"value": value, "n": int(mask.sum()), "accuracy": exact, "error_rate": 1 - exact,
-                         "micro_f1": float(scores({key: v.sum() for key, v in c.items()})["f1"]),
-                         "macro_f1": float(scores(c)["f1"].mean())})
-        out[name] = rows
-    return out
+
+    def describe(mask):
+        tm, pm = t[mask], p[mask]
+        exact = float((tm == pm).all(axis=1).mean())
+        c = counts(tm, pm)
+        return {"accuracy": exact, "error_rate": 1 - exact,
+                "micro_f1": float(scores({key: v.sum() for key, v in c.items()})["f1"]),
+                "macro_f1": float(scores(c)["f1"].mean())}
+
+    return metadata_rows(metadata, texts, max_values, describe)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.errors import DataError
-from erroranalysis.metrics.classification import CI_LEVEL, bucket_values, confusion_counts, encode_labels, word_counts
+from erroranalysis.metrics.classification import CI_LEVEL, confusion_counts, encode_labels, metadata_rows
 from erroranalysis.validation import check_int
 
 QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
@@ -146,21 +146,9 @@ def residual_summary(t, p, n_bins: int = 10) -> dict:
 
 def by_metadata(t, p, ok, metadata, texts, max_values) -> dict:
     """Per value of each metadata column (and of text length): n, failure rate, MAE, bias."""
-    out = {}
-    columns = [] if metadata is None else [
-        (f"meta_{c}" if str(c) == "text_length" and texts is not None else str(c), metadata[c], None)
-        for c in metadata.columns]
-    if texts is not None:
-        columns.append(("text_length", word_counts(texts), True))
-    for name, values, numeric in columns:
-        codes, names = bucket_values(values, max_values, numeric=numeric)
-        rows = []
-        for i, value in enumerate(names):
-            mask = codes == i
-            if mask.any():
-                rate = float((~ok[mask]).mean())
-                rows.append({"value": value, "n": int(mask.sum()), "accuracy": 1 - rate, "error_rate": rate,
-                             "mae": float(np.abs(p[mask] - t[mask]).mean()),
-                             "bias": float((p[mask] - t[mask]).mean())})
-        out[name] = rows
-    return out
+
+    def describe(mask):
+        rate, r = float((~ok[mask]).mean()), p[mask] - t[mask]
+        return {"accuracy": 1 - rate, "error_rate": rate, "mae": float(np.abs(r).mean()), "bias": float(r.mean())}
+
+    return metadata_rows(metadata, texts, max_values, describe)

@@ -9,12 +9,10 @@ instead of raising when the artifact cannot be used.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from erroranalysis import files
 from erroranalysis.errors import RunError, preview
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
@@ -27,7 +25,6 @@ from erroranalysis.rundir.artifacts import (
     EMBEDDINGS,
     EMBEDDINGS_META,
     HIDDEN,
-    MANIFEST,
     METRICS,
     PREDICTIONS,
     PROBS,
@@ -36,13 +33,10 @@ from erroranalysis.rundir.artifacts import (
     SFT_SUMMARY,
     SLICE_MEMBERS,
     SLICES,
-    SOURCE_STAGES,
     SPANS,
-    STAGE_ARTIFACTS,
     SUGGESTIONS,
     TABLES,
     TRAINER_STATE,
-    owner,
 )
 from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co. are the readers' public API)
     OutsideError,
@@ -52,114 +46,9 @@ from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co
     real_roots,
 )
 from erroranalysis.rundir.formats import json_doc, npy, parquet, parquet_columns, require_columns
+from erroranalysis.rundir.resolve import NotCommitted, optional_reader, artifact_path, usable  # noqa: F401  (public API)
 
-VERIFY_LIMIT = 256 << 20  # sha256 checked for artifacts up to this size (sizes are always checked)
-
-
-_VERIFIED: dict[tuple, str] = {}  # (realpath, mtime_ns, size) -> sha256, so the app does not re-hash on every rerun
-
-
-def artifact_path(run, name: str, required: bool = True, *, allowed_roots=None) -> Path | None:
-    """The file of artifact `name` as its stage last committed it, checked against the recorded size and sha256.
-
-    An artifact never committed is refused with the reason (its stage was not run, is running, was interrupted or
-    failed, or an input stage is not done) and the command to run. A later attempt of the stage that is running,
-    failed or was interrupted leaves the committed artifacts usable (they are a whole, consistent set); only a
-    stage caught while moving its files into place (`committing`) makes them unusable until it is finished. When
-    the stage is done but did not write `name`: None if not `required` (probabilities of a run without them),
-    else a RunError.
-
-    The run's manifest and the file are opened only inside `allowed_roots` (default: those of `confined`, if
-    any): a symlink that leads out of them is refused (OutsideError) before anything is read."""
-    check_allowed(run.path / MANIFEST, allowed_roots)
-    manifest = run.manifest
-    entry = manifest.get("artifacts", {}).get(name)
-    if entry is None:
-        stage = _expected_stage(run, manifest, name)
-        reason = run.explain(stage, manifest)
-        if reason:
-            raise NotCommitted(f"{run.path}: {name} is not available: {reason}")
-        if required and _pruned(run, manifest, name):
-            raise NotCommitted(f"{run.path}: {name} was removed by 'erroranalysis timeline --prune' (an old step "
-                               f"of a training run); run: {run.resume_command(stage)}")
-        if required:
-            raise NotCommitted(f"{run.path}: stage {stage!r} wrote no {name}; run: {run.resume_command(stage)}")
-        return None
-    stage = entry["stage"]
-    state = run.state(stage, manifest) or {}
-    if state.get("status") == "committing" or state.get("recorded_status") == "committing":
-        raise NotCommitted(f"{run.path}: {name} is not available: stage {stage!r} was stopped while saving its files; "
-                       f"run: {run.resume_command(stage)}")
-    file = run.path / name
-    check_tree(file, allowed_roots)
-    _verify(run, file, entry, stage)
-    return file
-
-
-def usable(run, name: str) -> bool:
-    """Whether artifact `name` is committed (damage is not checked: readers report it)."""
-    try:
-        return artifact_path(run, name, required=False) is not None
-    except RunError:
-        return False
-
-
-def _expected_stage(run, manifest: dict, name: str) -> str:
-    stages = owner(name)
-    if set(stages) & set(SOURCE_STAGES):
-        return run.source_stage(manifest)
-    ran = [s for s in stages if s in manifest.get("stages", {})]
-    return ran[0] if ran else stages[0]
-
-
-def _pruned(run, manifest: dict, name: str) -> bool:
-    return name in STAGE_ARTIFACTS["prune"] and (run.state("prune", manifest) or {}).get("status") == "done"
-
-
-def _verify(run, file: Path, entry: dict, stage: str) -> None:
-    command = run.resume_command(stage)
-    if not file.exists():
-        raise RunError(f"{file}: missing, though stage {stage!r} recorded it; run: {command}")
-    size = files.size_of(file)
-    if "bytes" in entry and size != entry["bytes"]:
-        raise RunError(f"{file}: {size} bytes, but stage {stage!r} wrote {entry['bytes']} (damaged or replaced "
-                       f"since); run: {command}")
-    if "sha256" not in entry or size > VERIFY_LIMIT:
-        return
-    key = (os.path.realpath(file), _mtime(file), size)
-    sha = _VERIFIED.get(key) or files.digest(file)["sha256"]
-    if sha != entry["sha256"]:
-        raise RunError(f"{file}: does not match the checksum stage {stage!r} recorded (damaged or changed since); "
-                       f"run: {command}")
-    _VERIFIED[key] = sha
-
-
-def _mtime(file: Path) -> int:
-    if file.is_dir():
-        return max((p.stat().st_mtime_ns for p in file.rglob("*")), default=file.stat().st_mtime_ns)
-    return file.stat().st_mtime_ns
-
-
-class NotCommitted(RunError):
-    """The artifact has no commit yet (its stage was not run, is running, was interrupted or failed first)."""
-
-
-def _optional(read):
-    """Give a reader `optional=`: None instead of a RunError when its artifact was never committed. A committed
-    artifact that is damaged is still an error: a page must say so, not show nothing."""
-    def wrapper(run, *args, optional: bool = False, **kwargs):
-        try:
-            return read(run, *args, **kwargs)
-        except NotCommitted:
-            if optional:
-                return None
-            raise
-
-    wrapper.__name__, wrapper.__doc__ = read.__name__, read.__doc__
-    return wrapper
-
-
-@_optional
+@optional_reader
 def read_predictions(run, columns=None):
     """predictions.parquet with ids as strings, `correct` as booleans and texts as strings, checked once here:
     the core columns present, ids unique, no missing `correct`. `columns` limits what is read (the checked
@@ -167,7 +56,7 @@ def read_predictions(run, columns=None):
     return _examples(run, PREDICTIONS, columns)
 
 
-@_optional
+@optional_reader
 def read_spans(run, columns=None):
     """spans.parquet of a token-classification run (one row per gold or predicted span, shaped as predictions),
     checked as `read_predictions` checks predictions."""
@@ -183,7 +72,7 @@ def units_artifact(run) -> str:
     return UNITS_OF.get(run.task, PREDICTIONS)
 
 
-@_optional
+@optional_reader
 def read_units(run, columns=None):
     """The rows the slices and clusters group (`units_artifact`), read as `read_predictions` reads predictions."""
     return _examples(run, units_artifact(run), columns)
@@ -223,7 +112,7 @@ def _examples(run, name: str, columns=None):
     return frame
 
 
-@_optional
+@optional_reader
 def read_prediction_rows(run, ids, columns=("example_id", "text", "label", "pred", "correct")):
     """The predictions of the examples `ids` alone (a report's exemplars), without loading every row: the file
     is checked as `read_predictions` checks it and filtered on `example_id` as it is read."""
@@ -254,7 +143,7 @@ def n_predictions(run, name: str = PREDICTIONS) -> int:
                        "again.") from None
 
 
-@_optional
+@optional_reader
 def read_probs(run) -> np.ndarray | None:
     """probs.npy [n, n_classes] (class order = the manifest's labels), or None for a run without probabilities."""
     file = artifact_path(run, PROBS, required=False)
@@ -268,7 +157,7 @@ def read_probs(run) -> np.ndarray | None:
     return probs
 
 
-@_optional
+@optional_reader
 def read_hidden(run) -> np.ndarray | None:
     """hidden_states.npy [n, d] (the checkpoint's mean-pooled last hidden state), or None when not kept."""
     file = artifact_path(run, HIDDEN, required=False)
@@ -281,13 +170,13 @@ def read_hidden(run) -> np.ndarray | None:
     return states
 
 
-@_optional
+@optional_reader
 def read_trainer_state(run) -> Path | None:
     """The checkpoint's trainer_state.json as copied into the run by inference, or None."""
     return artifact_path(run, TRAINER_STATE, required=False)
 
 
-@_optional
+@optional_reader
 def read_metrics(run) -> dict:
     file = artifact_path(run, METRICS)
     metrics = json_doc(file)
@@ -297,7 +186,7 @@ def read_metrics(run) -> dict:
     return metrics
 
 
-@_optional
+@optional_reader
 def read_checks(run):
     """checks.parquet: one row per example (predictions order) with label-issue, duplicate and leakage columns."""
     file = artifact_path(run, CHECKS)
@@ -310,13 +199,13 @@ def read_checks(run):
     return frame
 
 
-@_optional
+@optional_reader
 def read_checks_report(run) -> dict:
     """checks.json: counts, top suspects, duplicate groups, leakage, shift and findings."""
     return json_doc(artifact_path(run, CHECKS_JSON))
 
 
-@_optional
+@optional_reader
 def read_slices(run):
     """(slices, members): slices.parquet and slice_members.parquet with string example ids."""
     slices_file, members_file = artifact_path(run, SLICES), artifact_path(run, SLICE_MEMBERS)
@@ -327,7 +216,7 @@ def read_slices(run):
     return slices, members
 
 
-@_optional
+@optional_reader
 def read_embeddings(run):
     """(vectors [n_failures, d], meta): embeddings.npy and embeddings.json (embedder, example ids)."""
     meta_file = artifact_path(run, EMBEDDINGS_META)
@@ -342,7 +231,7 @@ def read_embeddings(run):
     return vectors, meta
 
 
-@_optional
+@optional_reader
 def read_clusters(run):
     """clusters.parquet sorted by size (largest first), list columns as lists."""
     file = artifact_path(run, CLUSTERS)
@@ -365,7 +254,7 @@ def _as_list(value) -> list:
     return list(value)
 
 
-@_optional
+@optional_reader
 def read_centroids(run):
     """cluster_centroids.parquet (kept by `timeline --prune` in place of embeddings.npy): (cluster ids [k], unit
     centroids [k, d] float32, the embedder key)."""
@@ -380,7 +269,7 @@ def read_centroids(run):
     return ids, vectors.reshape(len(ids), -1), key
 
 
-@_optional
+@optional_reader
 def read_assignments(run):
     """assignments.parquet: one row per example (predictions order): cluster_id (-1 none), failure, membership, x, y."""
     file = artifact_path(run, ASSIGNMENTS)
@@ -391,7 +280,7 @@ def read_assignments(run):
     return frame
 
 
-@_optional
+@optional_reader
 def read_suggestions(run):
     """taxonomy_suggestions.parquet: apply-taxonomy's suggestion for each failure."""
     file = artifact_path(run, SUGGESTIONS)
@@ -401,7 +290,7 @@ def read_suggestions(run):
     return frame
 
 
-@_optional
+@optional_reader
 def read_doctor(run) -> tuple[str, dict]:
     """(doctor.md, doctor.json) of a run made by `erroranalysis doctor`."""
     md = artifact_path(run, DOCTOR_MD)
@@ -412,7 +301,7 @@ def read_doctor(run) -> tuple[str, dict]:
     return text, json_doc(artifact_path(run, DOCTOR_JSON))
 
 
-@_optional
+@optional_reader
 def read_sft(run) -> tuple[dict, object, object]:
     """(sft_summary.json, sft_findings.parquet, sft_rows.parquet) of an sft-check run; the rows' list columns as
     Python lists."""

@@ -4,7 +4,6 @@ computed."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from erroranalysis import embedder_choice, embedding, rundir

@@ -65,15 +65,22 @@ def _labels_column(frame, column: str, eval_set: EvalSet) -> np.ndarray:
     return values.astype(str).to_numpy(dtype=object)
 
 
-def _probabilities(frame, columns: list[str], eval_set: EvalSet) -> np.ndarray:
+def probability_columns(frame, columns: list[str], source) -> np.ndarray:
+    """The prob_<label> columns as floats, or a one-line error at the first that is not a number in [0, 1]."""
     import pandas as pd
 
     values = frame[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (values < 0) | (values > 1)
     if bad.any():
         r, c = np.argwhere(bad)[0]
-        raise DataError(f"{where(eval_set.path, int(frame['_line'].iat[r]), columns[c])}: probability "
+        raise DataError(f"{where(source, int(frame['_line'].iat[r]), columns[c])}: probability "
                         f"{frame[columns[c]].iat[r]!r} is not a number in [0, 1].")
+    return values
+
+
+def _probabilities(frame, columns: list[str], eval_set: EvalSet) -> np.ndarray:
+    """Single-label probabilities: each row's also sum to 1."""
+    values = probability_columns(frame, columns, eval_set.path)
     sums = values.sum(1)
     off = np.abs(sums - 1) > 1e-3
     if off.any():

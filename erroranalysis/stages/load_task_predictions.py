@@ -22,6 +22,7 @@ from erroranalysis.infer import predictions as rows
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
+from erroranalysis.stages.load_predictions import probability_columns
 from erroranalysis.tasks import TaskParams
 
 PROB_PREFIX = "prob_"
@@ -94,7 +95,7 @@ def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskPar
     else:
         gold = golds.multilabel_gold(frame[gold_columns[0]].to_numpy(dtype=object), labels, sep=opts.label_sep,
                                      source=source, lines=lines, column=gold_columns[0])
-    probs = _probabilities(frame, prob_columns, source) if prob_columns else None
+    probs = probability_columns(frame, prob_columns, source) if prob_columns else None
     if has_pred:
         pred = golds.multilabel_gold(frame[pred_column].to_numpy(dtype=object), labels, sep=opts.label_sep,
                                      source=source, lines=lines, column=pred_column)
@@ -132,15 +133,3 @@ def _names(frame, gold_column, pred_column, opts: TaskParams, source, has_pred) 
                                 "give prob_<label> columns (their order is the ids'), or write names.")
             found.update(items)
     return sorted(found)
-
-
-def _probabilities(frame, columns: list[str], source) -> np.ndarray:
-    import pandas as pd
-
-    values = frame[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values) | (values < 0) | (values > 1)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(f"{where(source, int(frame['_line'].iat[r]), columns[c])}: probability "
-                        f"{frame[columns[c]].iat[r]!r} is not a number in [0, 1].")
-    return values

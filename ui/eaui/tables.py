@@ -1,9 +1,13 @@
-"""Example tables: searching and showing rows of the joined example table the same way on every page."""
+"""Example tables: searching and showing rows of the joined example table the same way on every page; the
+per-class score table every task's Overview shows."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import streamlit as st
+
+from erroranalysis_ui.eaui import components as ui
 
 TEXT_LIMIT = 400
 # Rows a table sends to the browser, at most: more than anyone scrolls, and each rerun sends them all again
@@ -124,3 +128,24 @@ def type_tree(types, counts) -> list:
 
     walk(None, 0)
     return out
+
+
+def scores_table(per: pd.DataFrame, label_title: str, extra: dict | None = None) -> None:
+    """Precision, recall and F1 (with its interval) and support per class or label, worst F1 first; `extra` maps
+    further columns of `per` to their column config."""
+    extra = extra or {}
+    shown = pd.DataFrame({"label": per["label"].astype(str)})
+    for col in ("precision", "recall", "f1"):
+        shown[col] = per[col].astype(float) * 100 if col in per.columns else float("nan")
+    shown["f1_ci"] = [ui.ci_text(ci).replace("95% CI ", "") if ui.ci_text(ci) else ""
+                      for ci in per.get("f1_ci", pd.Series([None] * len(per)))]
+    shown["support"] = per.get("support")
+    for col in extra:
+        shown[col] = per.get(col)
+    st.dataframe(shown.sort_values("f1"), hide_index=True, column_config={
+        "label": st.column_config.TextColumn(label_title),
+        "precision": st.column_config.NumberColumn("Precision", format="%.1f%%"),
+        "recall": st.column_config.NumberColumn("Recall", format="%.1f%%"),
+        "f1": st.column_config.ProgressColumn("F1", format="%.1f%%", min_value=0, max_value=100),
+        "f1_ci": st.column_config.TextColumn("F1 95% CI"),
+        "support": st.column_config.NumberColumn("Support", format="localized"), **extra})

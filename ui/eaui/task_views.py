@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from erroranalysis_ui.eaui import charts
+from erroranalysis_ui.eaui import charts, tables
 from erroranalysis_ui.eaui import components as ui
 
 
@@ -42,19 +42,10 @@ def multilabel_overview(metrics: dict) -> None:
         if per.empty:
             st.caption("No per-label metrics in metrics.json.")
         else:
-            shown = per.reindex(columns=["label", "precision", "recall", "f1", "roc_auc", "average_precision",
-                                         "support", "fn", "fp", "threshold"])
-            for col in ("precision", "recall", "f1"):
-                shown[col] = shown[col].astype(float) * 100
-            shown["f1_ci"] = [ui.ci_text(ci).replace("95% CI ", "") if ui.ci_text(ci) else ""
-                              for ci in per.get("f1_ci", pd.Series([None] * len(per)))]
-            st.dataframe(shown.sort_values("f1"), hide_index=True, column_config={
-                "label": "Label", "precision": st.column_config.NumberColumn("Precision", format="%.1f%%"),
-                "recall": st.column_config.NumberColumn("Recall", format="%.1f%%"),
-                "f1": st.column_config.ProgressColumn("F1", format="%.1f%%", min_value=0, max_value=100),
-                "f1_ci": "F1 95% CI", "roc_auc": st.column_config.NumberColumn("ROC-AUC", format="%.3f"),
+            tables.scores_table(per, "Label", {
+                "roc_auc": st.column_config.NumberColumn("ROC-AUC", format="%.3f"),
                 "average_precision": st.column_config.NumberColumn("AP", format="%.3f"),
-                "support": "Support", "fn": "Missed", "fp": "Spurious", "threshold": "Threshold"})
+                "fn": "Missed", "fp": "Spurious", "threshold": "Threshold"})
             st.caption("Worst F1 first. Missed: gold but not predicted; spurious: predicted without gold.")
         st.subheader("Labels read instead of others")
         top = pd.DataFrame(metrics.get("top_confusions") or [])

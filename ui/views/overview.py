@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from erroranalysis_ui.eaui import charts, data, labeled, state, task_views, tokens
+from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -52,23 +52,7 @@ else:
         if per_class.empty:
             st.caption("No per-class metrics in metrics.json.")
         else:
-            shown = pd.DataFrame({"label": per_class["label"].astype(str)})
-            for col in ("precision", "recall", "f1"):
-                shown[col] = per_class[col].astype(float) * 100 if col in per_class.columns else float("nan")
-            shown["f1_ci"] = [ui.ci_text(ci).replace("95% CI ", "") if ui.ci_text(ci) else ""
-                              for ci in per_class.get("f1_ci", pd.Series([None] * len(per_class)))]
-            shown["support"] = per_class.get("support")
-            st.dataframe(
-                shown.sort_values("f1"), hide_index=True,
-                column_config={
-                    "label": st.column_config.TextColumn("Class"),
-                    "precision": st.column_config.NumberColumn("Precision", format="%.1f%%"),
-                    "recall": st.column_config.NumberColumn("Recall", format="%.1f%%"),
-                    "f1": st.column_config.ProgressColumn("F1", format="%.1f%%", min_value=0, max_value=100),
-                    "f1_ci": st.column_config.TextColumn("F1 95% CI"),
-                    "support": st.column_config.NumberColumn("Support", format="localized"),
-                },
-            )
+            tables.scores_table(per_class, "Class")
             st.caption("Worst F1 first; click a column header to sort.")
         st.subheader("Top confusions")
         top = pd.DataFrame(metrics.get("top_confusions") or [])
