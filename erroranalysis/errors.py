@@ -58,5 +58,10 @@ def where(path: str | Path, line: int | None = None, column: str | None = None) 
 def preview(values, limit: int = 5) -> str:
     """A short, readable list of values for error messages."""
     values = list(values)
-    shown = ", ".join(repr(v) for v in values[:limit])
+    shown = ", ".join(repr(_plain(v)) for v in values[:limit])
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it holds, so a message says 1.5, not np.float64(1.5)."""
+    return value.item() if getattr(value, "ndim", None) == 0 and hasattr(value, "item") else value

@@ -272,3 +272,21 @@ def test_analyze_predictions_made_elsewhere(tmp_path):
     preds = pd.read_parquet(out / "predictions.parquet")
     assert preds["pred"].unique().tolist() == ["a | b"]
     assert preds["correct"].tolist() == (t == [1, 1, 0]).all(1).tolist()
+
+
+@pytest.mark.parametrize("task", ["multilabel", "classification"])
+def test_a_probability_outside_0_1_is_one_line_naming_line_and_column(tmp_path, task):
+    """Bring-your-own prob_<label> columns of either task go through one reader: a value that is not a
+    probability is refused at its line and column, exit 2, and no run is left behind."""
+    rows = [{"text": f"text {i}", "label": "a" if task == "classification" else "a|b",
+             **({"pred": "a"} if task == "classification" else {}), "prob_a": 0.9, "prob_b": 0.1} for i in range(6)]
+    rows[3]["prob_b"] = 1.5
+    path = tmp_path / "preds.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = tmp_path / "run"
+    result = invoke("analyze", "--predictions", path, "--task", task, "--label-sep", "|", "--out", out,
+                    "--no-cluster", "--no-slices", "--no-data-checks")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"error: {path}, line 5, column 'prob_b': probability 1.5 is not a number in [0, 1]."
+    assert "Traceback" not in result.output
+    assert not out.exists()

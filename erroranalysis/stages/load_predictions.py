@@ -9,7 +9,7 @@ import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
-from erroranalysis.errors import DataError, where
+from erroranalysis.errors import DataError, preview, where
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
@@ -74,7 +74,7 @@ def probability_columns(frame, columns: list[str], source) -> np.ndarray:
     if bad.any():
         r, c = np.argwhere(bad)[0]
         raise DataError(f"{where(source, int(frame['_line'].iat[r]), columns[c])}: probability "
-                        f"{frame[columns[c]].iat[r]!r} is not a number in [0, 1].")
+                        f"{preview([frame[columns[c]].iat[r]])} is not a number in [0, 1].")
     return values
 
 
