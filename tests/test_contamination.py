@@ -162,7 +162,7 @@ def test_sft_formats_split_prompt_and_answer():
                           "_line": [1, 2]})
     assert sft_texts(frame, "f")["text"].tolist() == ["P\nC", "Q\nD"]
     assert sft_texts(pd.DataFrame({"text": ["T"], "_line": [1]}), "f")["prompt"].tolist() == ["T"]
-    with pytest.raises(DataError, match=r"f, line 2, column 'messages': message 0 is not an object"):
+    with pytest.raises(DataError, match=r"f, line 2, column 'messages': message 0 has no \"role\" string"):
         sft_texts(pd.DataFrame({"messages": [[{"role": "user", "content": "x"}], [{"role": 1}]], "_line": [1, 2]}),
                   "f")
     with pytest.raises(DataError, match="no column of a training format .*'body'"):

@@ -180,12 +180,14 @@ def test_render_prompt_with_and_without_template(lm, plain_lm_dir):
 
 
 def test_parse_messages():
-    from erroranalysis.infer.generation import parse_messages
+    from erroranalysis.chat import parse_messages
 
-    assert parse_messages('[{"role": "user", "content": "hi"}]') == [{"role": "user", "content": "hi"}]
-    for bad, why in [("[]", "non-empty list"), ("{", "not valid JSON"), ('[{"role": "user"}]', "message 0")]:
-        with pytest.raises(ValueError, match=why):
-            parse_messages(bad)
+    assert parse_messages('[{"role": "user", "content": "hi"}]', "f") == [{"role": "user", "content": "hi"}]
+    for bad, why in [("[]", "f: holds an empty list"), ("[{", "f: not valid JSON"), ("hi", "f: holds a str"),
+                     ('[{"role": "user"}]', 'f: message 0 \\(user\\) has no "content"'),
+                     ('[{"content": "x"}]', 'f: message 0 has no "role"'), ("[3]", "f: message 0 is a int")]:
+        with pytest.raises(DataError, match=why):
+            parse_messages(bad, "f")
 
 
 def test_left_truncation_is_flagged(lm):
@@ -470,7 +472,7 @@ def test_unreadable_gguf_fails_before_writing(tmp_path):
     ([{"prompt": "x", "reference": "y"}], {"output_checks": ("json_schema",)}, "check 'json_schema' needs a 'schema' column"),
     ([{"prompt": "x", "reference": "y", "checks": "exact,nope"}], {}, "line 1, column 'checks': unknown check 'nope'"),
     ([{"prompt": "x", "label": "unparseable"}], {}, "the label 'unparseable' is reserved"),
-    ([{"messages": "[]", "reference": "y"}], {}, "line 1, column 'messages': expected a non-empty list"),
+    ([{"messages": "[]", "reference": "y"}], {}, "line 1, column 'messages': holds an empty list; expected a list"),
     ([{"prompt": "x", "tools": [{"parameters": {}}]}], {}, "column 'tools': tool 0 has no 'name'"),
 ])
 def test_bad_prompt_sets_fail_before_writing(tiny_lm_dir, tmp_path, rows, kwargs, message):

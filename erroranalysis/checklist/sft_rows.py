@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from erroranalysis.chat import parse_messages
 from erroranalysis.errors import DataError, preview, where
 
 IGNORE = -100
@@ -66,7 +67,7 @@ def render(lm, row, source: str, line: int) -> tuple[list[int], list[int], str]:
     row, rendered as TRL renders it."""
     tok = lm.tokenizer
     if "messages" in row:
-        messages = _messages(row["messages"], source, line, "messages")
+        messages = parse_messages(row["messages"], where(source, line, "messages"))
         if messages[-1]["role"] != "assistant":
             raise DataError(f"{where(source, line, 'messages')}: the last message is {messages[-1]['role']!r}, not "
                             "the assistant's; the last assistant turn is the answer to memorize.")
@@ -81,8 +82,8 @@ def render(lm, row, source: str, line: int) -> tuple[list[int], list[int], str]:
         return prompt_ids, answer_ids, completion
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
-    turns = _messages(prompt, source, line, "prompt")
-    answer = _messages(completion, source, line, "completion") if not isinstance(completion, str) else (
+    turns = parse_messages(prompt, where(source, line, "prompt"))
+    answer = parse_messages(completion, where(source, line, "completion")) if not isinstance(completion, str) else (
         [{"role": "assistant", "content": completion}])
     return _chat(lm, turns, answer[-1]["content"], source, line)
 
@@ -133,15 +134,6 @@ def _ids(value, source, line, column) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise DataError(f"{where(source, line, column)}: {preview([value], 1)} is not a list of integers.")
     return value
-
-
-def _messages(value, source, line, column) -> list[dict]:
-    from erroranalysis.infer.generation import parse_messages
-
-    try:
-        return parse_messages(value)
-    except ValueError as exc:
-        raise DataError(f"{where(source, line, column)}: {exc}.") from None
 
 
 def input_facts(examples: list[Example], max_length: int) -> dict:

@@ -9,11 +9,11 @@ n-gram checks compare words, not tokens. (The sft-check command renders rows the
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pandas as pd
 
+from erroranalysis.chat import parse_messages
 from erroranalysis.errors import DataError, preview, where
 
 FORMATS = ("messages", "prompt/completion", "prompt", "text")
@@ -87,21 +87,8 @@ def _either(value, source, line, column) -> tuple[str, str]:
 
 def _turns(value, source, line, column) -> tuple[str, str]:
     """(the non-assistant contents, the assistant contents) of a list of {"role", "content"} messages."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where(source, int(line), column)}: not valid JSON ({exc.msg}); write a list of "
-                            "{\"role\", \"content\"} objects.") from None
-    if hasattr(value, "tolist"):  # a numpy array from Parquet
-        value = value.tolist()
-    if not isinstance(value, list):
-        raise DataError(f"{where(source, int(line), column)}: {preview([value], 1)} is not a list of "
-                        "{\"role\", \"content\"} objects.")
+    value = parse_messages(value, where(source, int(line), column))
     prompt, answer = [], []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise DataError(f"{where(source, int(line), column)}: message {i} is not an object with string 'role' "
-                            "and 'content'.")
+    for m in value:
         (answer if m["role"] in ANSWER_ROLES else prompt).append(m["content"])
     return "\n".join(prompt), "\n".join(answer)

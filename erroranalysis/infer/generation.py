@@ -18,7 +18,6 @@ kept) and flagged `truncated`.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -84,25 +83,6 @@ class GenerationParams(ScorerParams):
                 "seed": self.seed, "stop": list(self.stop), "batch_size": self.rows_per_batch,
                 "max_prompt_tokens": self.max_prompt_tokens, "chat_template": self.chat_template,
                 "regex": self.regex, "extra_labels": list(self.labels), **self.project(ScorerParams).record()}
-
-
-def parse_messages(value) -> list[dict]:
-    """A `messages` cell (a list of {"role", "content"} or its JSON text) as a list; ValueError says what is wrong."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not valid JSON ({exc.msg}); write a list of {{\"role\", \"content\"}} objects") from None
-    if hasattr(value, "tolist"):  # a numpy array from Parquet
-        value = value.tolist()
-    if not isinstance(value, list) or not value:
-        raise ValueError("expected a non-empty list of {\"role\", \"content\"} objects")
-    messages = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise ValueError(f"message {i} is not an object with string 'role' and 'content'")
-        messages.append({"role": m["role"], "content": m["content"]})
-    return messages
 
 
 def render_prompt(lm: CausalLM, prompt: str | None = None, messages: list[dict] | None = None,

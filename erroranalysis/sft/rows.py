@@ -8,10 +8,10 @@ which trains on the conversation when there is one.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 import numpy as np
 
+from erroranalysis.chat import is_missing, parse_messages
 from erroranalysis.errors import DataError, preview, where
 
 FORMATS = ("messages", "prompt_completion", "text")
@@ -66,7 +66,8 @@ def rows_of(frame, name: str, source_column: str | None = None) -> SftRows:
     fmt = detect_format(columns, name)
     texts = _strings(frame, "text", name, lines) if "text" in columns else None
     if fmt == "messages":
-        conversations = [_messages(v, name, int(n), "messages") for v, n in zip(frame["messages"], lines)]
+        conversations = [parse_messages(v, where(name, int(n), "messages"))
+                         for v, n in zip(frame["messages"], lines)]
         rows = SftRows(name, fmt, True, lines, conversations=conversations, texts=texts)
     elif fmt == "prompt_completion":
         rows = _prompt_completion(frame, name, lines, texts)
@@ -76,7 +77,7 @@ def rows_of(frame, name: str, source_column: str | None = None) -> SftRows:
         if source_column not in columns:
             raise DataError(f"{name}: no source column {source_column!r}; columns found: {preview(columns)}; fix "
                             "--source-column.")
-        rows.sources = ["" if _missing(v) else str(v) for v in frame[source_column]]
+        rows.sources = ["" if is_missing(v) else str(v) for v in frame[source_column]]
     return rows
 
 
@@ -98,70 +99,25 @@ def detect_format(columns: list[str], name: str) -> str:
 
 def _prompt_completion(frame, name: str, lines: np.ndarray, texts) -> SftRows:
     first = frame["prompt"].iloc[0]
-    conversational = not isinstance(first, str) and not _missing(first)
+    conversational = not isinstance(first, str) and not is_missing(first)
     if not conversational:
         return SftRows(name, "prompt_completion", False, lines, prompts=_strings(frame, "prompt", name, lines),
                        completions=_strings(frame, "completion", name, lines), texts=texts)
     conversations, lengths = [], []
     for prompt, completion, line in zip(frame["prompt"], frame["completion"], lines):
-        head = _messages(prompt, name, int(line), "prompt")
-        tail = _messages(completion, name, int(line), "completion")
+        head = parse_messages(prompt, where(name, int(line), "prompt"))
+        tail = parse_messages(completion, where(name, int(line), "completion"))
         conversations.append(head + tail)
         lengths.append(len(head))
     return SftRows(name, "prompt_completion", True, lines, conversations=conversations, prompt_lengths=lengths,
                    texts=texts)
 
 
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value))
-
-
 def _strings(frame, column: str, name: str, lines: np.ndarray) -> list[str]:
     values = frame[column].tolist()
     for value, line in zip(values, lines):
         if not isinstance(value, str):
-            shown = "nothing" if _missing(value) else f"a {type(value).__name__}"
+            shown = "nothing" if is_missing(value) else f"a {type(value).__name__}"
             raise DataError(f"{where(name, int(line), column)}: holds {shown}, not text; every row needs a string "
                             f"in {column!r}.")
     return values
-
-
-def _messages(value, name: str, line: int, column: str) -> list[dict]:
-    """One conversation: a list of {"role": str, "content": str} objects (other keys kept for the template)."""
-    if isinstance(value, np.ndarray):  # Parquet lists come back as arrays
-        value = value.tolist()
-    if isinstance(value, str) and value.lstrip().startswith("["):  # a CSV cell holds the list as JSON
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where(name, line, column)}: not valid JSON ({exc.msg} at character {exc.colno}); "
-                            "write the messages as a JSON list.") from None
-    if not isinstance(value, list) or not value:
-        shown = "an empty list" if isinstance(value, list) else "nothing" if _missing(value) else \
-            f"a {type(value).__name__}"
-        raise DataError(f"{where(name, line, column)}: holds {shown}; expected a list of messages like "
-                        '[{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}].')
-    out = []
-    for k, message in enumerate(value):
-        if not isinstance(message, dict):
-            raise DataError(f"{where(name, line, column)}: message {k} is a {type(message).__name__}, not an object "
-                            'with "role" and "content".')
-        role, content = message.get("role"), message.get("content")
-        if not isinstance(role, str) or not role:
-            raise DataError(f"{where(name, line, column)}: message {k} has no \"role\" string; give each message a "
-                            "role (system, user, assistant).")
-        if not isinstance(content, str):
-            shown = "no" if content is None else f"a {type(content).__name__}"
-            raise DataError(f"{where(name, line, column)}: message {k} ({role}) has {shown} \"content\"; each "
-                            "message needs its text as a string.")
-        out.append({key: _plain(v) for key, v in message.items()})
-    return out
-
-
-def _plain(value):
-    """Parquet gives nested lists as arrays; templates expect Python lists."""
-    if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value

@@ -177,14 +177,10 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
 
     message_lists = None
     if messages:
-        from erroranalysis.infer.generation import parse_messages
+        from erroranalysis.chat import parse_messages
 
-        message_lists = []
-        for i, cell in enumerate(frame[prompt_column].to_numpy(dtype=object)):
-            try:
-                message_lists.append(parse_messages(cell))
-            except ValueError as exc:
-                raise DataError(f"{where(source, int(lines[i]), prompt_column)}: {exc}.") from None
+        message_lists = [parse_messages(cell, where(source, int(lines[i]), prompt_column))
+                         for i, cell in enumerate(frame[prompt_column].to_numpy(dtype=object))]
         prompts = [_show_messages(m) for m in message_lists]
     else:
         prompts = frame["text"].tolist()
