@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from erroranalysis import files
+from erroranalysis.files import cache_root  # noqa: F401  (embedding.cache_root, as before)
 from erroranalysis.errors import DataError, ModelError
 from erroranalysis.libraries import import_model_libraries, quiet_transformers
 from erroranalysis.validation import check_param
@@ -50,15 +50,6 @@ class Embedder(Protocol):
 
 
 # -- cache ----------------------------------------------------------------------------------------------------
-
-
-def cache_root() -> Path:
-    """`$ERRORANALYSIS_CACHE_DIR`, else `$XDG_CACHE_HOME/erroranalysis`, else `~/.cache/erroranalysis`."""
-    explicit = os.environ.get("ERRORANALYSIS_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "erroranalysis"
 
 
 def text_hashes(texts: Sequence[str]) -> np.ndarray:

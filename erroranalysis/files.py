@@ -192,6 +192,15 @@ def hash_files(paths, root: Path | None = None) -> dict:
     return {"sha256": sha.hexdigest(), "bytes": size}
 
 
+def cache_root() -> Path:
+    """Where erroranalysis keeps what it builds once (embeddings, GGUF conversions, the static model, remote-run
+    mirrors): `$ERRORANALYSIS_CACHE_DIR`, else `$XDG_CACHE_HOME/erroranalysis`, else `~/.cache/erroranalysis`."""
+    explicit = os.environ.get("ERRORANALYSIS_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "erroranalysis"
+
+
 def remembered_sha256(file: str | Path, memo_dir: Path) -> str:
     """The file's SHA-256, remembered under `memo_dir` by (path, size, mtime) so later calls do not re-read a large
     file. An unwritable memo folder only costs the hash next time."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from erroranalysis import files
+from erroranalysis.files import cache_root  # noqa: F401  (causal_lm.cache_root, as before)
 from erroranalysis.errors import ModelError
 from erroranalysis.infer.runtime import check_precision
 from erroranalysis.libraries import import_model_libraries, quiet_transformers
@@ -60,17 +61,6 @@ class CausalLM:
                 "precision": self.precision, "context_length": self.context_length,
                 "chat_template": self.has_chat_template, "architecture": type(self.model).__name__,
                 "encoder_decoder": self.encoder_decoder}
-
-
-def cache_root() -> Path:
-    """`$ERRORANALYSIS_CACHE_DIR`, else `$XDG_CACHE_HOME/erroranalysis`, else `~/.cache/erroranalysis`.
-
-    The same convention as the embedding cache.
-    """
-    explicit = os.environ.get("ERRORANALYSIS_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "erroranalysis"
 
 
 def is_gguf(path: str | Path) -> bool:

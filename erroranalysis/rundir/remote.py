@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,8 +40,7 @@ OBJECTS = "objects"
 
 def mirror_of(url: storage.ObjectPath) -> Path:
     """The local folder a remote run is built in (and fetched into): a cache, keyed by the URL."""
-    root = Path(os.environ.get("ERRORANALYSIS_CACHE_DIR", Path.home() / ".cache" / "erroranalysis"))
-    return root / "remote-runs" / hashlib.sha256(str(url).encode()).hexdigest()[:16]
+    return files.cache_root() / "remote-runs" / hashlib.sha256(str(url).encode()).hexdigest()[:16]
 
 
 def remote_manifest(url: storage.ObjectPath) -> dict | None:
