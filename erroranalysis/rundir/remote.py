@@ -3,7 +3,7 @@
 Object stores have no atomic rename and no directories: what they do guarantee is that one PUT of one object is
 atomic (a reader sees the old object or the new one, whole). So a run is written in three steps:
 
-1. the run is built, stage by stage, in a local mirror (`ERRORANALYSIS_CACHE_DIR/remote-runs/<hash of the URL>`),
+1. the run is built, stage by stage, in a local mirror (`remote-runs/<hash of the URL>` under `files.cache_root()`),
    with the local commit protocol (docs/run-directory.md);
 2. every file of the finished run is uploaded under a fresh staging prefix, `URL/objects/<generation>/...`,
    which no reader looks at yet;
