@@ -105,6 +105,9 @@ def test_a_run_published_to_s3_commits_with_its_manifest_and_is_fetched_whole(s3
     again = remote.fetch(url, tmp_path / "again")
     assert not (again / "stray.txt").exists()
     pd.testing.assert_frame_equal(Run.open(again).predictions(), local.predictions())
+    shown = invoke("show", url, "--json")  # read-only commands take the URL: fetched into its mirror
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["metrics"]["overall"] == local.metrics()["overall"]
 
     refused = invoke(*args, "--out", url)
     assert refused.exit_code == 2 and "a run already exists here; pass --overwrite" in refused.stderr

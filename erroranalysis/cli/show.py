@@ -85,14 +85,13 @@ def register(app: typer.Typer) -> None:
     @app.command("show")
     @common.handle_errors
     def show_command(
-        run_dir: common.RunDir,
+        run_dir: Annotated[str, typer.Argument(help="A run directory made by 'erroranalysis run' or 'analyze', or "
+                                                    "the s3://, gs:// or az:// URL of one published with --out.")],
         clusters: Annotated[int, typer.Option("--clusters", help="How many error clusters to list.")] = 10,
         as_json: common.Json = False,
     ) -> None:
         """Print a run's overall metrics, per-class table, confusion matrix and top error clusters."""
-        from erroranalysis.rundir import Run
-
-        run = Run.open(run_dir)
+        run = open_shown(run_dir)
         if run.task == "sft":  # a training-data check (`sft-check`): its summary, not metrics
             from erroranalysis.cli.sft_check import print_summary as print_sft
             from erroranalysis.rundir import readers
@@ -107,6 +106,17 @@ def register(app: typer.Typer) -> None:
             common.print_json(as_document(run, clusters))
             return
         print_summary(run.metrics(), run, clusters)
+
+
+def open_shown(run_dir: str):
+    """The run at a path, or at a URL: fetched (only what its manifest names, each object hash-checked) into its
+    local mirror, which this read-only command may use; a writing command on a URL publishes instead."""
+    from erroranalysis import storage
+    from erroranalysis.rundir import Run, remote
+
+    if storage.is_url(run_dir):
+        return Run.open(remote.fetch(run_dir))
+    return Run.open(run_dir)
 
 
 def as_document(run, top_clusters: int) -> dict:
