@@ -166,16 +166,18 @@ def test_cli_json_and_bad_input(tiny, tmp_path):
 @pytest.mark.slow
 def test_smollm2_memorizes_16_sft_examples_on_cpu(tmp_path, monkeypatch):
     """SmolLM2-135M-Instruct (the packaged GGUF, converted once and cached) memorizes 16 arbitrary short answers with
-    the loss on the answer only, and greedy decoding then writes each answer exactly. 16, not the 32 the checklist
-    asks for, to keep the suite near 20 minutes (~5 minutes here on 2 cores; measured: 96 of at most 160 steps);
-    `benchmarks/overfit_lm.py` memorizes 32 (~8 minutes)."""
+    the loss on the answer only, and greedy decoding then writes each answer exactly. 16 rows with a short system
+    prompt (31 tokens a row instead of 45 under SmolLM2's default one), not the checklist's 32, to keep the suite
+    near 20 minutes: ~5 minutes on 2 cores (memorized at step 96 of at most 160); `benchmarks/overfit_lm.py`
+    memorizes the 32 (~8 minutes)."""
     from test_generation import _smollm2
 
     gguf = _smollm2()
     monkeypatch.delenv("ERRORANALYSIS_CACHE_DIR", raising=False)  # share the user's conversion cache
     words = [f"{a}{b}" for a in ("amber", "basil", "cedar", "delta") for b in ("fox", "gull", "hawk", "ibis", "jay",
                                                                                "kite", "lark", "mole")]
-    rows = [{"messages": [{"role": "user", "content": f"Code word number {i}?"},
+    rows = [{"messages": [{"role": "system", "content": "Answer."},
+                          {"role": "user", "content": f"Code word number {i}?"},
                           {"role": "assistant", "content": f"The code word is {w}."}]} for i, w in enumerate(words)]
     data = write_jsonl(tmp_path / "sft.jsonl", rows)
     result = check(gguf, data, OverfitParams(n=16, batch_size=8, lr=3e-4, steps=160,
