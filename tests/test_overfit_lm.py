@@ -168,7 +168,7 @@ def test_smollm2_memorizes_16_sft_examples_on_cpu(tmp_path, monkeypatch):
     """SmolLM2-135M-Instruct (the packaged GGUF, converted once and cached) memorizes 16 arbitrary short answers with
     the loss on the answer only, and greedy decoding then writes each answer exactly. 16 rows with a short system
     prompt (31 tokens a row instead of 45 under SmolLM2's default one), not the checklist's 32, to keep the suite
-    near 20 minutes: ~5 minutes on 2 cores (memorized at step 96 of at most 160); `benchmarks/overfit_lm.py`
+    near 20 minutes: 5 to 8 minutes on 2 cores (memorized at step 96 of at most 160); `benchmarks/overfit_lm.py`
     memorizes the 32 (~8 minutes)."""
     from test_generation import _smollm2
 
