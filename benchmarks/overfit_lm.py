@@ -41,7 +41,8 @@ def rows() -> list[dict]:
 
 
 def main() -> None:
-    from erroranalysis.checklist.overfit import OverfitParams, overfit_check
+    from erroranalysis.checklist.memorize import OverfitParams
+from erroranalysis.checklist.overfit import overfit_check
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--lr", type=float, default=3e-4)

@@ -14,10 +14,11 @@ from conftest import write_jsonl
 from test_generation import build_tiny_causal_lm
 from typer.testing import CliRunner
 
-from erroranalysis.checklist.overfit import OverfitParams, overfit_check
+from erroranalysis.checklist.memorize import OverfitParams
+from erroranalysis.checklist.overfit import overfit_check
 from erroranalysis.checklist.sft_rows import IGNORE, encode_row
 from erroranalysis.cli.app import app
-from erroranalysis.errors import ParameterError
+from erroranalysis.core.errors import ParameterError
 
 ANIMALS = ["fox", "dog", "cat", "cow", "owl", "bee", "elk", "ram"]
 

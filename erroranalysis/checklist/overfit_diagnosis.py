@@ -9,17 +9,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from erroranalysis.errors import preview
-from erroranalysis.findings import SEVERITIES, Finding
+from erroranalysis.checklist.memorize import ACCURACY_TARGET, LOSS_TARGET
+from erroranalysis.core.errors import preview
+from erroranalysis.core.findings import SEVERITIES, Finding
 
-ACCURACY_TARGET = 0.99
-LOSS_TARGET = 0.1
 FLAT_RATIO = 0.9          # final/initial loss above this: the loss did not move
 DIVERGED_RATIO = 1.5      # final/initial loss above this (or NaN): the loss diverged
 SHUFFLED_RATIO = 0.85     # real/control mean loss above this: real labels learned no faster than random ones
 
 if TYPE_CHECKING:
-    from erroranalysis.checklist.overfit import Curve, OverfitResult
+    from erroranalysis.checklist.memorize import Curve, OverfitResult
 
 
 # Below this many examples random labels are nearly as easy to memorize, so the control is weak evidence: on MiniLM

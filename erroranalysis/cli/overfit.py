@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from erroranalysis.checklist.overfit import OverfitParams
+from erroranalysis.checklist.memorize import OverfitParams
 from erroranalysis.cli import common, options
 from erroranalysis.cli import stage_groups as groups
 
@@ -43,9 +43,10 @@ def overfit(
     *, overfit, data_options,
 ) -> None:
     """Can the model memorize a tiny dataset?"""
-    from erroranalysis.checklist.overfit import TASKS, overfit_check
-    from erroranalysis.progress import reporter
-    from erroranalysis.validation import check_choice
+    from erroranalysis.checklist.memorize import TASKS
+    from erroranalysis.checklist.overfit import overfit_check
+    from erroranalysis.core.progress import reporter
+    from erroranalysis.core.validation import check_choice
 
     check_choice("--task", task, TASKS)
     common.check_json_out(json_out)

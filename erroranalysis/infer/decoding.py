@@ -11,11 +11,11 @@ import numpy as np
 
 if TYPE_CHECKING:
     from erroranalysis.infer.causal_lm import CausalLM
-    from erroranalysis.infer.generation import GenerationParams
 
 
-def decode(lm: CausalLM, logits, opts: GenerationParams, generator, step) -> list[dict]:
-    """Greedy or sampled decoding from the first step's logits; rows leave the batch as they finish.
+def decode(lm: CausalLM, logits, opts, generator, step) -> list[dict]:
+    """Greedy or sampled decoding (`opts`: the run's GenerationParams) from the first step's logits; rows leave the
+    batch as they finish.
 
     `step(chosen, keep)` feeds each running row's chosen token to the model and returns the next logits; `keep`
     (None when every row runs on) indexes the rows still running, for the model's state to drop the others. The
@@ -68,7 +68,7 @@ def decode(lm: CausalLM, logits, opts: GenerationParams, generator, step) -> lis
     return results
 
 
-def choose_tokens(logits, opts: GenerationParams, generator):
+def choose_tokens(logits, opts, generator):
     """Sample one token per row: temperature, then top-k, then top-p (nucleus)."""
     import torch
 

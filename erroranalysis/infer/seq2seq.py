@@ -19,7 +19,6 @@ import numpy as np
 
 from erroranalysis.infer.causal_lm import CausalLM
 from erroranalysis.infer.decoding import decode
-from erroranalysis.infer.generation import GenerationParams
 
 
 def encode_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]]):
@@ -35,9 +34,10 @@ def encode_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]]):
     return ids.to(lm.device), mask.to(lm.device)
 
 
-def generate_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts: GenerationParams, *,
+def generate_batch(lm: CausalLM, prompt_ids: Sequence[Sequence[int]], opts, *,
                    reference_ids: Sequence[Sequence[int] | None] | None = None, generator=None) -> list[dict]:
-    """One batch: encode, reference loss, then decoding. Returns one dict per prompt, as `generation.generate_batch`."""
+    """One batch: encode, reference loss, then decoding (`opts`: the run's GenerationParams). Returns one dict per
+    prompt, as `generation.generate_batch`."""
     import torch
 
     b = len(prompt_ids)
@@ -83,7 +83,7 @@ def _decoder_step(lm: CausalLM, cache, encoded, mask):
 
 
 def raise_no_cache(lm: CausalLM) -> None:
-    from erroranalysis.errors import ModelError
+    from erroranalysis.core.errors import ModelError
 
     raise ModelError(f"{lm.path}: the decoder returned no cache; erroranalysis generates with encoder-decoder "
                      "transformers that keep one (T5, BART, mT5).")
