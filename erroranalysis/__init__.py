@@ -26,6 +26,45 @@ _API = {
 
 __all__ = ["__version__", *_API]
 
+# Public import paths that 0.3 moved (docs up to 0.2 showed `from erroranalysis.data import DataOptions`): they
+# still import, for one release, with a DeprecationWarning naming the new place. 0.4 removes them.
+_MOVED = {"erroranalysis.data": "erroranalysis.sources.table",
+          "erroranalysis.generations": "erroranalysis.sources.generations"}
+
+
+class _MovedModules:
+    """Finds a moved module's old name and answers with the module at its new place (the same object)."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name not in _MOVED:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, cls())
+
+    def create_module(self, spec):
+        import importlib
+        import warnings
+
+        warnings.warn(f"{spec.name} moved to {_MOVED[spec.name]} in erroranalysis 0.3 (the names the Python API "
+                      "exports are also `erroranalysis.<Name>`); the old path goes in 0.4.", DeprecationWarning,
+                      stacklevel=2)
+        return importlib.import_module(_MOVED[spec.name])
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+def _install_moved_finder() -> None:
+    import sys
+
+    if not any(isinstance(f, type) and f.__name__ == "_MovedModules" for f in sys.meta_path):
+        sys.meta_path.append(_MovedModules)
+
+
+_install_moved_finder()
+
 
 def __getattr__(name: str):
     if name in _API:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from erroranalysis import tasks
@@ -72,11 +74,39 @@ def test_contradictions_refused(config, asked, needle):
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
-def test_declared_but_unavailable_task_refused():
-    if tasks.TASKS["token-classification"].available:
-        pytest.skip("token classification runs in this version")
-    with pytest.raises(ModelError, match="not supported by this version"):
-        tasks.detect({"architectures": ["BertForTokenClassification"]})
+def test_declared_but_unavailable_task_refused(monkeypatch):
+    """A head declared for a later version (available=False) is refused in one line, by name and by config."""
+    declared = dataclasses.replace(tasks.TASKS["token-classification"], available=False)
+    monkeypatch.setitem(tasks.TASKS, "token-classification", declared)
+    for ask in (lambda: tasks.detect({"architectures": ["BertForTokenClassification"]}),
+                lambda: tasks.get("token-classification")):
+        with pytest.raises(ModelError, match="not supported by this version") as info:
+            ask()
+        assert "\n" not in str(info.value) and "token-classification" not in tasks.supported()
+
+
+def test_every_task_names_a_loader_the_analyze_stage_finds():
+    """`analyze` asks the registry: each task's loader imports and takes the one signature."""
+    import inspect
+
+    from erroranalysis import stages
+
+    for name, task in tasks.TASKS.items():
+        loader = task.loader_function()
+        params = inspect.signature(loader).parameters
+        assert list(params)[1:3] == ["out", "reading"], name
+        assert {"task", "after", "overwrite", "embedder", "progress", "engine"} <= set(params), name
+    assert stages.Reading().pred_column_of(tasks.TASKS["token-classification"]) == "pred_tags"
+    assert stages.Reading(pred_column="tags").pred_column_of(tasks.TASKS["token-classification"]) == "tags"
+
+
+def test_a_task_without_a_loader_is_refused_by_analyze(monkeypatch, tmp_path):
+    from erroranalysis import stages
+
+    monkeypatch.setitem(tasks.TASKS, "regression", dataclasses.replace(tasks.TASKS["regression"], loader=None))
+    with pytest.raises(ModelError, match="--task regression: cannot read predictions made elsewhere"):
+        stages.analyze("regression", tmp_path / "p.jsonl", tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_threshold_rule_and_params():

@@ -175,15 +175,14 @@ def analyze_frame(path: str | Path, frame, *, seed: int = 0, checks: bool = True
     """`erroranalysis analyze` on `frame` (id, text, label, pred, optional prob_<label>, metadata), written beside
     the run under `.inputs/` (a hidden folder, which the app does not list), then the stages that follow."""
     from erroranalysis.sources.table import DataOptions
-    from erroranalysis.stages import AfterParams, MetricsParams, analyze_predictions
+    from erroranalysis.stages import AfterParams, MetricsParams, Reading, analyze
 
     path = Path(path)
     source = path.parent / ".inputs" / f"{path.name}.parquet"
     source.parent.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(source, index=False)
-    run = analyze_predictions(source, path, data_opts=DataOptions(id_column="id"), overwrite=True,
-                              after=AfterParams(metrics=MetricsParams(seed=seed), checks=None, slices=None,
-                                                cluster=None))
+    run = analyze("classification", source, path, Reading(data=DataOptions(id_column="id")), overwrite=True,
+                  after=AfterParams(metrics=MetricsParams(seed=seed), checks=None, slices=None, cluster=None))
     finish_run(run.path, seed=seed, checks=checks, slices=slices, cluster=cluster)
     return run
 

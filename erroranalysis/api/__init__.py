@@ -33,9 +33,10 @@ from erroranalysis.stages import (
     TokenParams,
 )
 from erroranalysis.tasks import CHOICES as RUN_TASKS
+from erroranalysis.tasks import TASKS as ALL_TASKS
 from erroranalysis.tasks import TaskParams
 
-TASKS = ("classification", "multilabel", "regression", "generation", "token-classification")  # what analyze takes
+TASKS = tuple(name for name, task in ALL_TASKS.items() if task.loader)  # what analyze takes: what the registry reads
 Stage = Any  # an instance of the stage's Params, a dict of its fields, or None / False to skip the stage
 
 
@@ -44,7 +45,7 @@ def open(path: str | Path) -> Run:  # noqa: A001 (ea.open, as the issue's quicks
     return Run(path)
 
 
-def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str = "pred",
+def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str | None = None,
             id: str | None = None, task: str = "classification", data_options: DataOptions | None = None,  # noqa: A002
             task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None,
             generation: GenerationParams | dict | None = None, tokens: TokenParams | dict | None = None,
@@ -59,7 +60,7 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     `task="generation"`: outputs an LLM wrote (`prompt` or `messages`, `output`, and the columns of
     docs/generation.md), with `source` (SourceParams: the file's format, the output column, your judge's score)
     and `generation` (GenerationParams: the output checks and scorers). `task="token-classification"`: words,
-    gold and predicted tags per row (`tokens`: TokenParams' columns and scheme; `pred` defaults to `pred_tags`).
+    gold and predicted tags per row (`tokens`: TokenParams' columns and scheme; `pred` defaults to the task's own: `pred`, `pred_tags` for tokens).
     `text`, `label` and `id` are DataOptions' `text_column`, `label_column`, `id_column` (or pass `data_options`). `out`: the run directory (default
     runs/analysis-<time>)."""
     from erroranalysis import stages
@@ -68,24 +69,11 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     options = _data_options(data_options, text, label, id)
     after = _after(metrics, checks, slices, cluster)
     out = _out(out, "analysis")
-    if task == "generation":
-        made = stages.analyze_generations(_source(data), out, data_opts=options,
-                                          gen_opts=_params(GenerationParams, generation),
-                                          source=_params(SourceParams, source), after=after, overwrite=overwrite,
-                                          embedder=embedder, progress=_progress(progress))
-    elif task == "token-classification":
-        made = stages.analyze_token_predictions(_source(data), out, data_opts=options,
-                                                token_opts=_params(TokenParams, tokens),
-                                                pred_column="pred_tags" if pred == "pred" else pred, after=after,
-                                                overwrite=overwrite, progress=_progress(progress))
-    elif task in ("multilabel", "regression"):
-        made = stages.analyze_task_predictions(_source(data), out, task=task, data_opts=options,
-                                               task_opts=_params(TaskParams, task_options), pred_column=pred,
-                                               after=after, overwrite=overwrite, embedder=embedder,
-                                               progress=_progress(progress))
-    else:
-        made = stages.analyze_predictions(_source(data), out, data_opts=options, pred_column=pred, after=after,
-                                          overwrite=overwrite, embedder=embedder, progress=_progress(progress))
+    reading = stages.Reading(data=options, task=_params(TaskParams, task_options),
+                             source=_params(SourceParams, source), generation=_params(GenerationParams, generation),
+                             tokens=_params(TokenParams, tokens), pred_column=pred)
+    made = stages.analyze(task, _source(data), out, reading, after=after, overwrite=overwrite, embedder=embedder,
+                          progress=_progress(progress))
     return Run(made.path)
 
 

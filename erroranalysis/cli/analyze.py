@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
+from erroranalysis import tasks
 from erroranalysis.cli import common, options
 from erroranalysis.cli import stage_groups as groups
 from erroranalysis.cli.run import CHECKS, log_to, report
 
-TASKS = ("classification", "multilabel", "regression", "generation", "token-classification")
+TASKS = tuple(name for name, task in tasks.TASKS.items() if task.loader)  # what the registry can read
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +32,9 @@ def register(app: typer.Typer) -> None:
                                                          "checked and scored) or token-classification (predicted "
                                                          "tags per word, --pred-column pred_tags).",
                                           metavar="|".join(TASKS))] = "classification",
-        pred_column: Annotated[str, typer.Option("--pred-column", help="Column holding the predicted label.")] = "pred",
+        pred_column: Annotated[str | None, typer.Option(
+            "--pred-column", help="Column holding the predictions.",
+            show_default="pred; pred_tags for token-classification")] = None,
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
         *, data_options, task_options, source, generation, tokens, engine, metrics, checks, slices, cluster,
@@ -45,22 +48,9 @@ def register(app: typer.Typer) -> None:
         check_choice("--task", task, TASKS)
         trackers.require()
         after = groups.after(metrics, checks, slices, cluster)
-        if task == "generation":
-            run = stages.analyze_generations(predictions, out, data_opts=data_options, gen_opts=generation,
-                                             source=source, after=after, overwrite=overwrite, progress=reporter(),
-                                             engine=engine)
-        elif task == "token-classification":
-            progress = reporter()
-            run = stages.analyze_token_predictions(
-                predictions, out, data_opts=data_options, token_opts=tokens,
-                pred_column="pred_tags" if pred_column == "pred" else pred_column, after=after, overwrite=overwrite,
-                progress=progress, log=progress.note)
-        elif task in ("multilabel", "regression"):
-            run = stages.analyze_task_predictions(predictions, out, task=task, data_opts=data_options,
-                                                  task_opts=task_options, pred_column=pred_column, after=after,
-                                                  overwrite=overwrite, progress=reporter(), engine=engine)
-        else:
-            run = stages.analyze_predictions(predictions, out, data_opts=data_options, pred_column=pred_column,
-                                             after=after, overwrite=overwrite, progress=reporter(), engine=engine)
+        reading = stages.Reading(data=data_options, task=task_options, source=source, generation=generation,
+                                 tokens=tokens, pred_column=pred_column)
+        run = stages.analyze(task, predictions, out, reading, after=after, overwrite=overwrite, progress=reporter(),
+                             engine=engine)
         report(run, as_json)
         log_to(trackers, run.path)

@@ -9,6 +9,7 @@ app call the names below; the modules behind them are internal.
 from __future__ import annotations
 
 from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.analyze import Reading, analyze
 from erroranalysis.stages.cluster import ClusterParams, cluster_run, name_run
 from erroranalysis.stages.compare import compare_runs, read_run, write_report
 from erroranalysis.stages.data_checks import CheckParams, check_vectors, checks_run, label_issue_share
@@ -29,10 +30,6 @@ from erroranalysis.stages.generate import prepare_eval_set as prepare_prompts
 from erroranalysis.stages.generate import run_generation
 from erroranalysis.stages.infer import InferParams, resolve_task, run_checkpoint
 from erroranalysis.stages.infer import prepare as prepare_checkpoint
-from erroranalysis.stages.load_generations import analyze_generations
-from erroranalysis.stages.load_predictions import analyze_predictions
-from erroranalysis.stages.load_task_predictions import analyze_task_predictions
-from erroranalysis.stages.load_token_predictions import analyze_token_predictions
 from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics
 from erroranalysis.stages.report import Limits as ReportLimits
 from erroranalysis.stages.report import run_document, write_compare_html, write_run_report

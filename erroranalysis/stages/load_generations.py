@@ -20,18 +20,20 @@ from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources.generations import SourceParams, read_generations
 from erroranalysis.sources.table import DataOptions, InMemory, as_source
 from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.analyze import Reading
 from erroranalysis.stages.generate import prediction_table, prepare_eval_set
+from erroranalysis.tasks import Task
 
 UNKNOWN_STOP = "unknown"  # a file that does not say why generation stopped
 GIVEN = ("stop_reason", "n_output_tokens")  # what a file may say about each generation, kept as the run's columns
 
 
-def analyze_generations(data: str | Path | InMemory, out: str | Path, *, data_opts: DataOptions = DataOptions(),
-                        gen_opts: GenerationParams = GenerationParams(), source: SourceParams = SourceParams(),
+def analyze_generations(data: str | Path | InMemory, out: str | Path, reading: Reading, *, task: Task,
                         after: AfterParams = AfterParams(), overwrite: bool = False, embedder=None, progress=None,
                         engine=None) -> Run:
     """Check and score the outputs in `data` (a table, an lm-eval samples file, an Inspect log, chat JSONL; see
     `erroranalysis.sources.generations`), write the run at `out`, then metrics and the stages `after` names."""
+    data_opts, gen_opts, source = reading.data, reading.generation, reading.source
     prepared = prepare_generations(data, data_opts, gen_opts, source)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data

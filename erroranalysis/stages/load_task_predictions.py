@@ -21,18 +21,19 @@ from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources import gold as golds
 from erroranalysis.sources.table import DataOptions, load_eval_set
 from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.analyze import Reading
 from erroranalysis.stages.common import data_entry
 from erroranalysis.stages.load_predictions import probability_columns
-from erroranalysis.tasks import TaskParams
+from erroranalysis.tasks import Task, TaskParams
 
 PROB_PREFIX = "prob_"
 
 
-def analyze_task_predictions(file: str | Path, out: str | Path, *, task: str, data_opts: DataOptions = DataOptions(),
-                             task_opts: TaskParams = TaskParams(), pred_column: str = "pred",
+def analyze_task_predictions(file: str | Path, out: str | Path, reading: Reading, *, task: Task,
                              after: AfterParams = AfterParams(), overwrite: bool = False, embedder=None,
                              progress=None, engine=None) -> Run:
     """A run of multi-label or regression predictions made elsewhere (see the module's docstring)."""
+    data_opts, task_opts, pred_column, task = reading.data, reading.task, reading.pred_column_of(task), task.name
     eval_set, table, probs, labels, reading = read_task_predictions(file, task, data_opts, task_opts, pred_column)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core.errors import DataError, preview
+from erroranalysis.core.errors import DataError, ParameterError, preview
 from erroranalysis.core.progress import as_reporter
 from erroranalysis.infer.tokens import Encoded, TokenParams
 from erroranalysis.metrics import tokens as tm
@@ -23,18 +23,22 @@ from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources.table import DataOptions, as_source, read_table
 from erroranalysis.sources.tokens import read_sentences
 from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.analyze import Reading
 from erroranalysis.stages.tokens import TokenJob, tables, train_surfaces
+from erroranalysis.tasks import Task
 
-PRED_COLUMN = "pred_tags"
 
-
-def analyze_token_predictions(data, out: str | Path, *, data_opts: DataOptions = DataOptions(),
-                              token_opts: TokenParams = TokenParams(), pred_column: str = PRED_COLUMN,
-                              after: AfterParams = AfterParams(), train: str | Path | None = None,
-                              overwrite: bool = False, progress=None, log=None) -> Run:
-    """Analyze predicted tags made elsewhere; see the module's docstring."""
-    if train is None and after.checks is not None:
-        train = after.checks.train
+def analyze_token_predictions(data, out: str | Path, reading: Reading, *, task: Task,
+                              after: AfterParams = AfterParams(), overwrite: bool = False, embedder=None,
+                              progress=None, engine=None) -> Run:
+    """Analyze predicted tags made elsewhere; see the module's docstring. The data checks do not apply (said
+    through `progress`); the clusters embed error spans with the default embedder (`embedder` is not used)."""
+    if engine is not None and engine.distributed:
+        raise ParameterError("--engine ray: token classification is analyzed in-process in this version; drop "
+                             "--engine ray.")
+    data_opts, token_opts, pred_column = reading.data, reading.tokens, reading.pred_column_of(task)
+    train = after.checks.train if after.checks is not None else None
+    log = getattr(progress, "note", None)
     job, pred = prepare(data, data_opts, token_opts, pred_column, train)
     if after.checks is not None and log:
         log("data checks (label issues, duplicates) do not apply to token classification; skipped")
