@@ -238,6 +238,18 @@ metric_list:
   - metric: exact_match
     aggregation: mean
     higher_is_better: true
+filter_list:
+  - name: strict-match
+    filter:
+      - function: regex
+        regex_pattern: '#### (\\-?[0-9\\.\\,]+)'
+      - function: take_first
+  - name: flexible-extract
+    filter:
+      - function: regex
+        group_select: -1
+        regex_pattern: '(-?[$0-9.,]{{2,}})|(-?[0-9]+)'
+      - function: take_first
 """
 
 
@@ -260,17 +272,22 @@ def test_a_samples_file_lm_eval_wrote_offline(tmp_path):
                            "--batch_size", "4"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     samples = next((tmp_path / "out").rglob("samples_tinyqa_*.jsonl"))
+    reported = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())["results"]["tinyqa"]
     records = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert {r["filter"] for r in records} == {"strict-match", "flexible-extract"}  # each document twice in the file
     made = cli("analyze", "--task", "generation", "-p", samples, "--out", tmp_path / "run", "--output-checks",
                "judge,numeric", *FAST)
     assert made.exit_code == 0, made.output
     run = Run.open(tmp_path / "run")
     assert run.manifest["generation"]["source"] == "lm-eval" and run.manifest["generation"]["judge"] == "exact_match"
+    scores = {f["filter"]: f["value"] for f in run.manifest["data"]["filters"]}
+    assert scores == pytest.approx({name: reported[f"exact_match,{name}"] for name in scores})  # lm-eval's table
     preds = readers.read_predictions(run).set_index("example_id")
-    for r in records:
+    assert len(preds) == 10 and set(preds["filter"]) == {"strict-match"}  # the first filter; no document twice
+    for r in (r for r in records if r["filter"] == "strict-match"):
         row = preds.loc[str(r["doc_id"])]
-        assert row["output"] == r["filtered_resps"][0] and row["reference"] == r["target"]
-        assert row["prompt"] == r["arguments"]["gen_args_0"]["arg_0"]
+        assert row["output"] == r["resps"][0][0] and row["filtered_output"] == r["filtered_resps"][0]
+        assert row["reference"] == r["target"] and row["prompt"] == r["arguments"]["gen_args_0"]["arg_0"]
         assert bool(row["check_judge"]) == (r["exact_match"] >= 0.5)
         assert row["task"] == "tinyqa" and row["doc_level"] == r["doc"]["level"]
 

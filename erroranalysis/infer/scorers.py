@@ -152,6 +152,9 @@ def check_judge(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | No
     threshold = row.get("pass_threshold", 0.5)
     if float(score) >= threshold:
         return True, ""
+    detail = row.get("judge_detail")  # a reader's words for it (lm-eval: the filter extracted nothing, or what)
+    if isinstance(detail, str) and detail:
+        return False, f"judge: {detail} ({row.get('judge', 'score')} {float(score):g})"
     return False, f"judge: below the pass threshold ({row.get('judge', 'score')} {float(score):g} < {threshold:g})"
 
 

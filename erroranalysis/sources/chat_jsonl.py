@@ -16,6 +16,20 @@ import pandas as pd
 from erroranalysis.core.errors import DataError, where
 from erroranalysis.sources.table import jsonl_records
 
+NAME = "chat"
+
+
+def detect(path: Path, first) -> str | None:
+    """A `messages` list and no `output`: a conversation, whichever turn it ends on (the reader says when the last
+    message is not the assistant's answer)."""
+    if isinstance(first, dict) and "output" not in first and isinstance(first.get("messages"), list):
+        return None
+    return "no 'messages' list without an 'output' (a conversation a line)"
+
+
+def read(path: Path, params=None, *, encoding: str = "utf-8", split=None) -> pd.DataFrame:
+    return read_chat(path, encoding=encoding)
+
 
 def read_chat(path: Path, *, encoding: str = "utf-8") -> pd.DataFrame:
     """The conversations as a table with `_line` (the file's line numbers)."""

@@ -21,6 +21,23 @@ from erroranalysis.core.errors import DataError, UserError
 
 GRADES = {"C": 1.0, "P": 0.5, "I": 0.0, "N": 0.0}  # inspect_ai.scorer CORRECT, PARTIAL, INCORRECT, NOANSWER
 STOP_REASONS = {"stop": "eos", "max_tokens": "length", "model_length": "length"}
+NAME = "inspect"
+
+
+def detect(path: Path, first) -> str | None:
+    """An `.eval` file, or a `.json` log: one indented object whose first keys are version, status, eval."""
+    if path.suffix.lower() == ".eval":
+        return None
+    if path.suffix.lower() == ".json" and isinstance(path, Path):
+        with path.open("rb") as handle:
+            head = handle.read(8192).decode("utf-8", "replace")
+        if head.lstrip().startswith("{") and '"eval"' in head:
+            return None
+    return "not an .eval file or a .json log with an 'eval' header"
+
+
+def read(path: Path, params=None, *, encoding: str = "utf-8", split=None) -> pd.DataFrame:
+    return read_log(path)
 
 
 def read_log(path: Path) -> pd.DataFrame:

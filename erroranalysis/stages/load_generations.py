@@ -17,7 +17,7 @@ from erroranalysis import rundir
 from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.rundir import Run, create_run
-from erroranalysis.sources.generations import SourceParams, read_generations
+from erroranalysis.sources.generations import SourceParams, not_a_format, read_generations
 from erroranalysis.sources.table import DataOptions, InMemory, as_source
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.analyze import Reading
@@ -25,7 +25,9 @@ from erroranalysis.stages.generate import prediction_table, prepare_eval_set
 from erroranalysis.tasks import Task
 
 UNKNOWN_STOP = "unknown"  # a file that does not say why generation stopped
-GIVEN = ("stop_reason", "n_output_tokens")  # what a file may say about each generation, kept as the run's columns
+# What a file may say about each generation (`sources.completions`, the lm-eval reader), kept as the run's columns
+# and never metadata groups.
+GIVEN = ("stop_reason", "n_output_tokens", "stop_sequence", "max_tokens", "filtered_output", "judge_detail")
 
 
 def analyze_generations(data: str | Path | InMemory, out: str | Path, reading: Reading, *, task: Task,
@@ -39,8 +41,11 @@ def analyze_generations(data: str | Path | InMemory, out: str | Path, reading: R
         from erroranalysis.engines import ray_data
 
         ray_data.connect(engine)  # fail before the run directory exists when Ray is missing or unreachable
+    if prepared["excluded"] and progress is not None and hasattr(progress, "note"):
+        progress.note(_excluded_note(prepared["excluded"]))
     manifest = {"task": "generation", "labels": prepared["labels"], "seed": after.seed,
-                "data": {**prepared["data_entry"], "source_format": prepared["source_format"]},
+                "data": {**prepared["data_entry"], "source_format": prepared["source_format"],
+                         **{k: prepared[k] for k in ("filters", "filter", "excluded", "lengths") if prepared[k]}},
                 "generation": {"source": prepared["source_format"], "output_checks": prepared["checks"],
                                "allowed_labels": prepared["allowed"], "extra_labels": list(gen_opts.labels),
                                "regex": gen_opts.regex, **prepared["scoring"].record(),
@@ -59,8 +64,10 @@ def prepare_generations(data, data_opts: DataOptions, gen_opts: GenerationParams
     frame, fmt = read_generations(data, source, encoding=data_opts.encoding, split=data_opts.split)
     columns = [c for c in frame.columns if c != "_line"]
     if source.output_column not in columns:
-        raise DataError(f"{data}: no output column {source.output_column!r}; columns found: {preview(columns)}; "
-                        "name it with --output-column.")
+        tried = not_a_format(frame.attrs.get("tried") or {})
+        raise DataError(f"{data}: read as a {fmt}, it has no output column {source.output_column!r}; columns found: "
+                        f"{preview(columns)}; name it with --output-column"
+                        + (f" (formats tried: {tried}; or pass --source-format)." if tried else "."))
     judge = source.judge_column(columns, frame.attrs.get("judge"))
     if judge is not None and judge not in columns:
         raise DataError(f"{data}: no score column {judge!r}; columns found: {preview(columns)}; fix --score-column.")
@@ -72,7 +79,23 @@ def prepare_generations(data, data_opts: DataOptions, gen_opts: GenerationParams
                                 pass_threshold=source.pass_threshold)
     prepared["outputs"] = _outputs(prepared, source.output_column)
     prepared["source_format"] = fmt
+    if "judge_detail" in given:  # the reader's words for a failing judge (lm-eval: no answer extracted, or which)
+        for row, detail in zip(prepared["rows"], prepared["eval_set"].frame["judge_detail"]):
+            row["judge_detail"] = detail
+    reading = set(frame.attrs.get("reading_columns") or ()) | set(GIVEN)
+    entry = prepared["data_entry"]
+    entry["metadata_columns"] = [c for c in entry["metadata_columns"] if c not in reading]
+    entry["reading_columns"] = [c for c in prepared["metadata"] if c in reading]
+    prepared["filters"], prepared["filter"] = frame.attrs.get("filters"), frame.attrs.get("filter")
+    prepared["excluded"] = frame.attrs.get("excluded") if (frame.attrs.get("excluded") or {}).get("errors") or \
+        (frame.attrs.get("excluded") or {}).get("unanswered") else None
+    prepared["lengths"] = "tokens" if "n_output_tokens" in columns else "words"
     return prepared
+
+
+def _excluded_note(excluded: dict) -> str:
+    return (f"{excluded['errors']} request(s) answered with an error and {excluded['unanswered']} without a "
+            f"response are not analyzed (first: {'; '.join(excluded['first'])}); the manifest lists them.")
 
 
 def _outputs(prepared: dict, column: str) -> list[str]:
@@ -99,7 +122,11 @@ def imported_table(prepared: dict):
     result = {"output": outputs, "stop_reason": stop, "output_loss": np.full(n, np.nan, dtype=np.float32),
               "reference_loss": np.full(n, np.nan, dtype=np.float32), "n_output_tokens": counts}
     n_tokens = [len(str(p).split()) for p in prepared["prompts"]]
-    return prediction_table(prepared, result, n_tokens, frame["_cut"].to_numpy(dtype=bool))
+    table = prediction_table(prepared, result, n_tokens, frame["_cut"].to_numpy(dtype=bool))
+    for column in ("stop_sequence", "max_tokens", "filtered_output"):
+        if column in frame.columns:
+            table[column] = frame[column].to_numpy()
+    return table
 
 
 def _counts(frame, column: str, outputs: list[str]) -> np.ndarray:
