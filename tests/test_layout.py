@@ -202,3 +202,25 @@ def test_no_module_uses_another_modules_private_names():
 ])
 def test_the_private_name_scan_finds_each_form(source, where, expected):
     assert len(private_uses(source, ROOT / where)) == expected
+
+
+def test_the_package_root_shows_the_pipeline():
+    """The root holds the registry only; everything else lives in the folder of the layer it belongs to."""
+    files = sorted(p.name for p in (ROOT / "erroranalysis").glob("*.py"))
+    assert files == ["__init__.py", "tasks.py"], f"move these into their layer's folder: {files}"
+
+
+def test_moved_public_paths_still_import_with_a_warning():
+    """`from erroranalysis.data import DataOptions` (the 0.2 docs) works for one more release, with a warning naming
+    the new place, and gives the very same class."""
+    import importlib
+
+    from erroranalysis.sources.table import DataOptions
+
+    for old, new in (("erroranalysis.data", "erroranalysis.sources.table"),
+                     ("erroranalysis.generations", "erroranalysis.sources.generations")):
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=new):
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new)
+    assert sys.modules["erroranalysis.data"].DataOptions is DataOptions
