@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from erroranalysis.cli.common import handle_errors
+from erroranalysis.core import storage
 
 # The app's look, passed as Streamlit options so `erroranalysis ui` looks the same from any working directory.
 THEME = {
@@ -49,7 +50,7 @@ LOOPBACK_NAMES = ("localhost",)
 MIN_SECRET = 16  # characters of the proxy secret; `openssl rand -hex 32` makes 64
 
 
-def streamlit_command(app: Path, target: Path, *, port: int, host: str, user: str | None, open_run: str | None,
+def streamlit_command(app: Path, target: Path | str, *, port: int, host: str, user: str | None, open_run: str | None,
                       labels_db: Path | None, browser: bool = False, allow_paths: tuple[Path, ...] = (),
                       trusted_user_header: str | None = None, proxy_secret_file: Path | None = None,
                       read_only: bool = False, viewers: tuple[str, ...] = ()) -> list[str]:
@@ -200,10 +201,56 @@ def _login(app: Path, header: str | None, secret_file: Path | None, user: str | 
     return None
 
 
+def _local_runs(target: Path, open_run: str | None) -> tuple[Path, Path, str | None]:
+    """(the folder, the runs folder, the run key to open) of a local target, checked."""
+    from erroranalysis.core.errors import UserError
+    from erroranalysis.rundir import MANIFEST
+
+    if not target.exists():
+        raise UserError(f"{target}: no such folder; pass a runs folder or a run made by 'erroranalysis run'.")
+    if not target.is_dir():
+        raise UserError(f"{target}: not a folder; pass a runs folder or a run directory.")
+    target = target.resolve()
+    root = target.parent if (target / MANIFEST).is_file() else target
+    if open_run is not None:
+        candidate = Path(open_run)
+        resolved = candidate.resolve() if candidate.exists() else (root / open_run).resolve()
+        try:
+            resolved.relative_to(root)
+        except ValueError:
+            raise UserError(f"--open {open_run}: not inside the runs folder {root}; the app reads only there.") \
+                from None
+        if not (resolved / MANIFEST).is_file():
+            raise UserError(f"--open {open_run}: not a run directory (no {MANIFEST}) in {root}.")
+        open_run = resolved.relative_to(root).as_posix()
+    elif target != root:
+        open_run = target.name
+    return target, root, open_run
+
+
+def _remote_runs(url: str, open_run: str | None, labels_db: Path | None) -> tuple[str, str | None]:
+    """(the prefix, the run key to open) of runs on object storage, listed before the app starts."""
+    from erroranalysis.core.errors import UserError
+    from erroranalysis.rundir import remote_tree
+
+    prefix = storage.ObjectPath.parse(url)
+    if labels_db is None:
+        raise UserError(f"{prefix}: the labels of runs on object storage live in a local or shared-disk SQLite file "
+                        "(SQLite needs file locks, which object stores lack); pass --labels-db PATH.")
+    keys = remote_tree.list_runs(prefix)
+    if not keys:
+        raise UserError(f"{prefix}: no runs here (no <run>/manifest.json under it); publish one with "
+                        f"'erroranalysis run ... --out {prefix}/NAME'.")
+    if open_run is not None and open_run.strip("/") not in keys:
+        raise UserError(f"--open {open_run}: not a run under {prefix}; runs there: {', '.join(keys[:5])}.")
+    return str(prefix), open_run.strip("/") if open_run else None
+
+
 @handle_errors
 def ui(
-    target: Annotated[Optional[Path], typer.Argument(help="A runs folder, or one run (its folder becomes the "
-                                                     "workspace). Default: ./runs")] = None,
+    target: Annotated[Optional[str], typer.Argument(help="A runs folder, or one run (its folder becomes the "
+                                                    "workspace), or runs on object storage (s3://, gs://, az:// "
+                                                    "prefix; needs --labels-db). Default: ./runs")] = None,
     port: Annotated[int, typer.Option("--port", "-p", help="Port to serve on.")] = 8501,
     host: Annotated[str, typer.Option("--host", help="Address to bind. Another address than loopback needs a login "
                                       "(--trusted-user-header, or OIDC in secrets.toml) or --insecure-no-auth.")
@@ -242,31 +289,14 @@ def ui(
 
     from erroranalysis.core.errors import UserError
     from erroranalysis.core.validation import check_param
-    from erroranalysis.rundir import MANIFEST
-
     check_param("--port", port, 1 <= port <= 65535, "an integer from 1 to 65535")
-    if target is None:
-        target = Path("runs")
-    if not target.exists():
-        raise UserError(f"{target}: no such folder; pass a runs folder or a run made by 'erroranalysis run'.")
-    if not target.is_dir():
-        raise UserError(f"{target}: not a folder; pass a runs folder or a run directory.")
-    target = target.resolve()
-    root = target.parent if (target / MANIFEST).is_file() else target
-    if open_run is not None:
-        candidate = Path(open_run)
-        resolved = candidate.resolve() if candidate.exists() else (root / open_run).resolve()
-        try:
-            resolved.relative_to(root)
-        except ValueError:
-            raise UserError(f"--open {open_run}: not inside the runs folder {root}; the app reads only there.") \
-                from None
-        if not (resolved / MANIFEST).is_file():
-            raise UserError(f"--open {open_run}: not a run directory (no {MANIFEST}) in {root}.")
-        open_run = resolved.relative_to(root).as_posix()
-    elif target != root:
-        open_run = target.name
+    if target is not None and storage.is_url(target):
+        root, open_run = _remote_runs(target, open_run, labels_db)
+        target = root
+    else:
+        target, root, open_run = _local_runs(Path(target or "runs"), open_run)
     if labels_db is not None and labels_db.exists() and not labels_db.is_file():
+
         raise UserError(f"--labels-db {labels_db}: is a folder; pass a file such as {labels_db / 'labels.sqlite'}.")
     folders = []
     for folder in allow_path or []:
@@ -293,7 +323,7 @@ def ui(
     url = f"http://{shown_host}:{port}/" + (f"?run={open_run}" if open_run else "")
     typer.echo(f"erroranalysis app: {url}")
     typer.echo(f"  runs folder {root}")
-    typer.echo(f"  labels      {labels_db.resolve() if labels_db else _default_labels(root)}")
+    typer.echo(f"  labels      {labels_db.resolve() if labels_db else _default_labels(Path(root))}")
     for folder in folders:
         typer.echo(f"  also reads  {folder}")
     typer.echo(f"  identity    {login or 'one local user, named in the app (--user)'}")

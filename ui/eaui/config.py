@@ -18,8 +18,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from erroranalysis.core import storage
 from erroranalysis.labels import default_user, labels_db_for, workspace_db
-from erroranalysis.rundir import MANIFEST
+from erroranalysis.rundir import MANIFEST, remote_tree
 from erroranalysis_ui.eaui.workspace import Workspace
 
 
@@ -77,15 +78,23 @@ def parse(argv: list[str] | None = None, env: dict | None = None) -> AppConfig:
     open_run = args.open_run or env.get("ERRORANALYSIS_OPEN") or None
     labels_db = args.labels_db or env.get("ERRORANALYSIS_LABELS_DB") or None
 
-    path = Path(target).expanduser().resolve()
+    remote = None
+    if storage.is_url(target):  # runs on object storage, read from their local mirror
+        remote = storage.ObjectPath.parse(target)
+        path = remote_tree.mirror_root(remote)
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        path = Path(target).expanduser().resolve()
     problem = None
-    if (path / MANIFEST).is_file():  # a single run: its folder is the workspace, and it opens first
+    if remote is not None:
+        root = path
+    elif (path / MANIFEST).is_file():  # a single run: its folder is the workspace, and it opens first
         root, open_run = path.parent, open_run or path.name
     else:
         root = path
         if not path.is_dir():
             problem = f"{target}: no such folder; start the app on a runs folder: erroranalysis ui runs/"
-    open_key = _open_key(root, open_run) if open_run else None
+    open_key = _open_key(root, open_run) if open_run and remote is None else (open_run or None)
     db = Path(labels_db).expanduser().resolve() if labels_db else workspace_db(root)
     allow = args.allow_path or [p for p in env.get("ERRORANALYSIS_ALLOW_PATHS", "").split(os.pathsep) if p]
     header = (args.trusted_user_header or env.get("ERRORANALYSIS_TRUSTED_USER_HEADER") or "").strip() or None
@@ -93,7 +102,7 @@ def parse(argv: list[str] | None = None, env: dict | None = None) -> AppConfig:
     secret, blocked = _secret_digest(header, secret_file)
     viewers = args.viewers if args.viewers is not None else env.get("ERRORANALYSIS_VIEWERS", "")
     workspace = Workspace.of(root, allow_paths=[Path(p).expanduser() for p in allow],
-                             files=(db,) if labels_db else ())
+                             files=(db,) if labels_db else (), remote=str(remote) if remote else None)
     return AppConfig(runs_root=root, labels_db=db, user=user.strip() or "unknown", open_run=open_key,
                      problem=problem, labels_db_given=bool(labels_db), workspace=workspace,
                      trusted_user_header=header, proxy_secret_sha256=secret,

@@ -1,5 +1,8 @@
 """Which files the app may open: the one rule, and every path the app opens goes through it.
 
+Runs on object storage (`erroranalysis ui s3://bucket/runs/`) are read from a local mirror of what was opened
+(`erroranalysis.rundir.remote_tree`), which is then the runs folder of the rule.
+
 The allowed folders are the runs folder and each folder named with `--allow-path DIR`, resolved (every symlink
 followed) when the app starts; the labels database named with `--labels-db` is allowed as one file. A path may be
 opened when its real path (`os.path.realpath`: symlinks followed, `..` collapsed) lies inside one of them, checked
@@ -20,8 +23,9 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
+from erroranalysis.core import storage
 from erroranalysis.core.errors import RunError
-from erroranalysis.rundir import MANIFEST, Run, readers
+from erroranalysis.rundir import MANIFEST, Run, readers, remote_tree
 from erroranalysis.rundir.readers import OutsideError
 
 __all__ = ["OutsideError", "Workspace"]
@@ -36,12 +40,13 @@ class Workspace:
     runs_root: Path
     allowed: tuple[Path, ...] = ()    # --allow-path folders
     files: tuple[Path, ...] = ()      # single files named on the command line (--labels-db)
+    remote: str | None = None         # runs on object storage (s3://...): runs_root is their local mirror
 
     @classmethod
-    def of(cls, runs_root: Path, allow_paths=(), files=()) -> Workspace:
+    def of(cls, runs_root: Path, allow_paths=(), files=(), remote: str | None = None) -> Workspace:
         real = [Path(r) for r in readers.real_roots([runs_root, *allow_paths, *files])]
         n = 1 + len(tuple(allow_paths))
-        return cls(real[0], tuple(real[1:n]), tuple(real[n:]))
+        return cls(real[0], tuple(real[1:n]), tuple(real[n:]), remote)
 
     @property
     def roots(self) -> tuple[Path, ...]:
@@ -49,7 +54,7 @@ class Workspace:
 
     def describe(self) -> str:
         """The allowed folders, for messages: the runs folder, then the --allow-path folders."""
-        folders = [f"the runs folder {self.runs_root}"] + [str(p) for p in self.allowed]
+        folders = [f"the runs folder {self.remote or self.runs_root}"] + [str(p) for p in self.allowed]
         return ", ".join(folders)
 
     # -- the rule ---------------------------------------------------------------------------------------------
@@ -88,7 +93,10 @@ class Workspace:
 
     def discover(self) -> list[str]:
         """Run keys (paths relative to the runs folder, posix) of every run under it, sorted. A folder or manifest
-        that leads outside the allowed folders is left out, whether or not its target exists."""
+        that leads outside the allowed folders is left out, whether or not its target exists. Runs on object
+        storage: those committed under the prefix (`erroranalysis.rundir.remote_tree`)."""
+        if self.remote is not None:
+            return remote_tree.list_runs(storage.ObjectPath(self.remote))
         root = self.runs_root
         keys: set[str] = set()
         level = [root]
@@ -110,7 +118,9 @@ class Workspace:
         manifest that is, or became, a symlink out)."""
         root = self.runs_root
         if not key or Path(key).is_absolute() or ".." in Path(key).parts:
-            raise RunError(f"{key!r}: not a run in {root}; pick a run on the Runs page.")
+            raise RunError(f"{key!r}: not a run in {self.remote or root}; pick a run on the Runs page.")
+        if self.remote is not None:  # fetched into the mirror unless it holds the run's committed generation
+            remote_tree.open_run(storage.ObjectPath(self.remote), key, root)
         path = root / key
         if not self.allows(path) or not self.allows(path / MANIFEST):
             raise OutsideError(f"{key!r}: leads outside the folders this app may read; pick a run on the Runs page.")

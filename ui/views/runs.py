@@ -10,7 +10,7 @@ from erroranalysis_ui.eaui import data, state
 
 cfg = ui.config()
 st.title("Runs")
-st.caption(f"Workspace `{cfg.runs_root}` · labels in `{cfg.labels_db}`")
+st.caption(f"Workspace `{cfg.workspace.remote or cfg.runs_root}` · labels in `{cfg.labels_db}`")
 
 runs = data.list_runs(cfg.workspace)
 if runs.empty:
