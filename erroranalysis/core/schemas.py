@@ -50,7 +50,8 @@ CLUSTER_NAMING_COLUMNS = (
 _CLUSTER_LISTS = ("keywords", "keyword_scores", "exemplar_ids", "top_confusions", "top_confusion_counts",
                   "top_confusion_shares", "gold_labels", "gold_shares", "pred_labels", "pred_shares", "slices")
 CLUSTERS = Table(
-    columns=CLUSTER_NAMING_COLUMNS + ("slice_id", "slice", "slices", "label_issue_share", "probably_mislabeled"),
+    columns=CLUSTER_NAMING_COLUMNS + ("slice_id", "slice", "slices", "label_issue_share", "probably_mislabeled",
+                                      "keyword_name"),
     required=("cluster_id", "size", "name"), lists=_CLUSTER_LISTS,
     dtypes={"cluster_id": "int32", "size": "int32", "reassigned": "int32", "parent_id": "Int32",
             "parent_name": "string", "name": "object", "kind": "object", "summary": "object",

@@ -30,6 +30,7 @@ CENTROIDS = "cluster_centroids.parquet"  # what `timeline --prune` keeps of embe
 SFT_FINDINGS = "sft_findings.parquet"  # `erroranalysis sft-check`: one row per finding
 SFT_ROWS = "sft_rows.parquet"  # each training row's text as trained / masked / cut spans
 SFT_SUMMARY = "sft_summary.json"  # counts per kind, tokens per row, trained tokens per row and per source
+LLM_NAMES = "cluster_names_llm.json"  # the --namer endpoint's answers, by prompt (the cache of LLM names)
 
 from erroranalysis.core import schemas
 
@@ -49,8 +50,8 @@ STAGE_ARTIFACTS = {
     "metrics": (METRICS,),
     "checks": (CHECKS, CHECKS_JSON),
     "slices": (SLICES, SLICE_MEMBERS),
-    "cluster": (EMBEDDINGS, EMBEDDINGS_META, CLUSTERS, ASSIGNMENTS),
-    "cluster_names": (CLUSTERS,),
+    "cluster": (EMBEDDINGS, EMBEDDINGS_META, CLUSTERS, ASSIGNMENTS, LLM_NAMES),
+    "cluster_names": (CLUSTERS, LLM_NAMES),
     "apply_taxonomy": (SUGGESTIONS,),
     "doctor": (DOCTOR_MD, DOCTOR_JSON),
     "sft_check": (SFT_FINDINGS, SFT_ROWS, SFT_SUMMARY),  # a run of its own: training data, no predictions

@@ -18,10 +18,12 @@ import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.cluster import REDUCERS, ClusteringParams, NamingParams
+from erroranalysis.cluster.llm_naming import NamerParams
 from erroranalysis.core.errors import DataError, RunError
 from erroranalysis.core.params import Choice, Flag, Int, Object, param
 from erroranalysis.embed.choice import EmbedderName
 from erroranalysis.rundir import readers
+from erroranalysis.stages.llm_names import named_by_llm
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 SLICE_OVERLAP = 0.5  # a cluster "overlaps" a slice when at least this share of its failures is in the slice
@@ -30,7 +32,7 @@ EMBEDDERS = ("auto", "static", "minilm", "hidden")  # by name; or a folder or .n
 
 
 @dataclass(frozen=True)
-class ClusterParams(NamingParams, ClusteringParams):
+class ClusterParams(NamerParams, NamingParams, ClusteringParams):
     """The cluster stage (`erroranalysis cluster --help`): the clustering's and the naming's parameters
     (`cluster.ClusteringParams`, `cluster.NamingParams`) and what only the stage needs: the embedder, the 2-D
     layout, slice groups, the embedding cache."""
@@ -93,6 +95,7 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
         fail_vectors = vectors[:len(inputs.fail_rows)]
         clusters = _timed(timings, "name", _describe, run, inputs, failures, result, fail_vectors, slice_names,
                           params)
+        clusters = named_by_llm(run, staging, clusters, failures, result.labels, params)
         xy = _timed(timings, "layout", _layout, inputs, vectors, embed_rows, params, progress)
         meta = _embeddings_meta(inputs.embedder, vectors, fail_vectors, failures)
         staging.write_npy(rundir.EMBEDDINGS, np.ascontiguousarray(fail_vectors, dtype=np.float32))
@@ -311,6 +314,7 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
     """Rewrite clusters.parquet (names, keywords, exemplars, diagnostics) from the stored clustering."""
     from erroranalysis import cluster
 
+    namer = params.project(NamerParams) if isinstance(params, NamerParams) else NamerParams()
     params = params.project(NamingParams).replace(**overrides) if overrides else params.project(NamingParams)
     run = rundir.Run.open(run_dir)
     predictions = readers.read_units(run)
@@ -324,7 +328,7 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
     part = assignments[fail]
     labels = part["cluster_id"].to_numpy(dtype=np.int64)
     cluster_group, slice_names, parents = _stored_slices(run)
-    with run.stage("cluster_names", params.record()) as staging:
+    with run.stage("cluster_names", {**params.record(), **namer.record()}) as staging:
         clusters = cluster.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=_stored_vectors(run, failures),
             correct_texts=predictions.loc[predictions["correct"], "text"].tolist(), kinds=_stored_kinds(part, labels),
@@ -332,6 +336,7 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
             reassigned=part["reassigned"].to_numpy(dtype=bool), naming=params, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)
         clusters = _with_slice(clusters, cluster_group, slice_names)
         clusters = with_other_stages(run, clusters, failures["example_id"].to_numpy(), labels)
+        clusters = named_by_llm(run, staging, clusters, failures, labels, namer)
         staging.write_parquet(rundir.CLUSTERS, clusters)
     return {"run": str(run.path), "n_clusters": int(len(clusters)),
             "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}
