@@ -19,7 +19,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from erroranalysis import files
 from erroranalysis.errors import UserError
+from erroranalysis.labels.connection import share
 
 
 def _stamp() -> str:
@@ -67,7 +69,10 @@ def _copy(source: sqlite3.Connection, dest: Path) -> None:
         source.backup(target)
     finally:
         target.close()
+    share(tmp)
+    files.sync_file(tmp)
     os.replace(tmp, dest)
+    files.sync_dir(dest.parent)
 
 
 def _check_copy(path: Path) -> None:
@@ -252,4 +257,5 @@ def _keep_current(db: Path) -> Path:
         side = Path(f"{db}{suffix}")
         if side.exists():
             shutil.move(side, Path(f"{kept}{suffix}"))
+    files.sync_dir(db.parent)
     return kept

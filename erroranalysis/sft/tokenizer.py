@@ -6,13 +6,11 @@ of one), and the special tokens the checks need.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from erroranalysis import files
 from erroranalysis.errors import ModelError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -133,15 +131,6 @@ def gguf_tokenizer(file: Path) -> Path:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelError(f"{file}: transformers cannot read the tokenizer of this GGUF file ({first}); pass a "
                          "tokenizer folder instead.") from None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
-    try:
+    with files.folder_build(target, done="tokenizer_config.json") as tmp:
         tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process saved it first
-            if not (target / "tokenizer_config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
