@@ -55,7 +55,7 @@ def _row(record, path: Path, number: int, task: str | None) -> dict:
                         f"resps, filtered_resps; found {found}).")
     output = _output(record.get("filtered_resps"), path, number)
     raw = _output(record.get("resps"), path, number, nested=True)
-    row = {"example_id": str(record["doc_id"]), "prompt": _prompt(record.get("arguments"), path, number),
+    row = {"example_id": _doc_id(record["doc_id"], path, number), "prompt": _prompt(record.get("arguments"), path, number),
            "output": output, "raw_output": raw, "reference": _text(record.get("target")), "task": task,
            "filter": record.get("filter"), "_line": number}
     metrics = [m for m in record.get("metrics") or [] if m in record]
@@ -66,6 +66,16 @@ def _row(record, path: Path, number: int, task: str | None) -> dict:
         if isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= DOC_TEXT_LIMIT):
             row[f"doc_{key}"] = value
     return row
+
+
+def _doc_id(value, path: Path, number: int) -> str:
+    """lm-eval writes the document's index: an integer (or a string id); null or an object would become the id
+    'None' or "{'a': 1}"."""
+    if (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.strip()):
+        return str(value)
+    shown = "null" if value is None else repr(value)[:60]
+    raise DataError(f"{where(path, number)}: doc_id is {shown}, not a document index; lm-eval writes an integer "
+                    "there: fix that line or write the file again with lm-eval.")
 
 
 def _prompt(arguments, path: Path, number: int) -> str:
