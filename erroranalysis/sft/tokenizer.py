@@ -80,6 +80,17 @@ def facts(tokenizer, path: str = "") -> Tokens:
                   frozenset(stops), bool(template), "generation" in template_text and "endgeneration" in template_text)
 
 
+def template_file(path: str) -> str:
+    """Where the chat template of the tokenizer at `path` is written: `chat_template.jinja` (transformers >= 4.54
+    saves it there), else `tokenizer_config.json` (its `chat_template` key), else the path itself (a .gguf)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return str(path)
+    if (folder / "chat_template.jinja").is_file():
+        return str(folder / "chat_template.jinja")
+    return f"{folder / 'tokenizer_config.json'} (its chat_template)"
+
+
 def end_of_turn(tokenizer) -> int | None:
     """The special token the chat template puts right after an assistant message's text (`<|im_end|>`,
     `<|eot_id|>`), found by rendering a probe conversation; None when what follows is not a special token."""
