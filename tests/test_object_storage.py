@@ -227,4 +227,9 @@ def test_a_fetch_that_fails_half_way_leaves_the_old_mirror_and_a_good_one_replac
     s3fs.pipe(f"{url}/objects/{generation}/{last}", real)
     (mirror / "stale.txt").write_text("left by an older fetch")
     assert remote.fetch(url) == mirror and not (mirror / "stale.txt").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a folder of the user's, not a run")
+    with pytest.raises(RunError, match="holds files but no run, which the fetch would replace"):
+        remote.fetch(url, tmp_path / "mine")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
     assert Run.open(mirror).predictions()["example_id"].tolist() == [f"e{i}" for i in range(8)]

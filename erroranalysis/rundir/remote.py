@@ -123,6 +123,9 @@ def fetch(url, local: str | Path | None = None) -> Path:
     if not isinstance(generation, str) or not isinstance(named, dict):
         raise RunError(f"{url / MANIFEST}: names no objects; publish the run again.")
     local = Path(local) if local is not None else mirror_of(url)
+    if local.is_dir() and not (local / MANIFEST).is_file() and any(local.iterdir()):
+        raise RunError(f"{local}: holds files but no run, which the fetch would replace; fetch into a new folder "
+                       "(or one an earlier fetch made).")
     confine.entry(local, f"{OBJECTS}/{generation}", "generation")  # a plain name, before it becomes a key
     check_listing(url, local, named)
     local.parent.mkdir(parents=True, exist_ok=True)
