@@ -337,7 +337,8 @@ def test_a_csv_judge_column_names_the_physical_line_and_the_bad_value(tmp_path):
 @pytest.mark.parametrize("output, found", [({"answer": 4}, "holds a dict (a JSON object, a struct), not text"),
                                            ([4], "holds a list (a JSON array), not text")])
 def test_a_struct_output_with_no_reference_names_its_type(tmp_path, output, found):
-    data = write_jsonl(tmp_path / "structs.jsonl", [{"prompt": "a", "output": "fine"}, {"prompt": "b", "output": output}])
+    rows = [{"prompt": "a", "output": "fine"}, {"prompt": "b", "output": output}]
+    data = write_jsonl(tmp_path / "structs.jsonl", rows)
     result = cli("analyze", "--task", "generation", "-p", data, "--out", tmp_path / "run")
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert f"{data}, line 2, column 'output': {found}" in result.output and "no check applies" not in result.output

@@ -55,7 +55,8 @@ def _row(record, path: Path, number: int, task: str | None) -> dict:
                         f"resps, filtered_resps; found {found}).")
     output = _output(record.get("filtered_resps"), path, number)
     raw = _output(record.get("resps"), path, number, nested=True)
-    row = {"example_id": _doc_id(record["doc_id"], path, number), "prompt": _prompt(record.get("arguments"), path, number),
+    row = {"example_id": _doc_id(record["doc_id"], path, number),
+           "prompt": _prompt(record.get("arguments"), path, number),
            "output": output, "raw_output": raw, "reference": _text(record.get("target")), "task": task,
            "filter": record.get("filter"), "_line": number}
     metrics = [m for m in record.get("metrics") or [] if m in record]
