@@ -79,7 +79,7 @@ def one(mode: str, steps: int, evals: int, reducer: str, eval_name: str, work: P
     callback = None
     if mode in ("callback", "instead"):
         from erroranalysis import stages
-        from erroranalysis.data import DataOptions
+        from erroranalysis.sources.table import DataOptions
         from erroranalysis.integrations import attach
 
         after = stages.AfterParams(checks=None, cluster=stages.ClusterParams(reducer=reducer, layout=reducer))

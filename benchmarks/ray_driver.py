@@ -74,7 +74,7 @@ def hwm_mb() -> float:
 
 def driver(checkpoint: str, data: str, out: str, engine: str, actors: int | None, metrics: bool) -> None:
     """One driver: infer, then (when asked) metrics without the bootstrap; prints JSON (seconds, peaks)."""
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.engines import Engine
     from erroranalysis.rundir import create_run
     from erroranalysis.stages import InferParams, MetricsParams, compute_run_metrics, prepare_checkpoint

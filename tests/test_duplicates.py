@@ -16,7 +16,7 @@ from erroranalysis.datachecks.duplicates import (
     text_keys,
     top_k_neighbors,
 )
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
 
 
 def bow_embed(texts, dim=256):

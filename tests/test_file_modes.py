@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import eval_rows, write_jsonl
 
-from erroranalysis import files, stages
-from erroranalysis.data import DataOptions
+from erroranalysis import stages
+from erroranalysis.core import files
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.labels import LabelStore
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from erroranalysis import rundir
 from erroranalysis.cli.app import app
-from erroranalysis.data import DataOptions
-from erroranalysis.errors import RunError
+from erroranalysis.sources.table import DataOptions
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import Run, readers
 from erroranalysis.stages import (
     AfterParams,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from erroranalysis.datachecks.label_issues import COLUMNS, find_label_issues, neighbor_label_probs, precision_at_k
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
 
 CLASSES = ["business", "sport", "tech"]
 

@@ -14,7 +14,7 @@ import pytest
 from fake_runs import commit, inferred_run
 
 from erroranalysis import rundir
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import Run
 
 LABELS = ["a", "b"]
@@ -115,7 +115,7 @@ def test_a_commit_is_on_disk_before_the_manifest_names_it(tmp_path, monkeypatch)
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads fsync's file from /proc")
 def test_a_labels_backup_and_a_cache_folder_are_on_disk_after_their_rename(tmp_path, monkeypatch):
-    from erroranalysis import files
+    from erroranalysis.core import files
     from erroranalysis.labels import LabelStore
 
     store = LabelStore(tmp_path / "labels.sqlite", user="alice")

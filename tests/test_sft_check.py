@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from erroranalysis import sft
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
 from sft_fixtures import (
     CLEAN_CONV_PAIRS,
     CLEAN_MESSAGES,

@@ -149,7 +149,7 @@ def test_the_trainer_callback_reaches_mlflow_grouped_as_elsewhere(tmp_path, trac
     from test_trainer_callback import FAST, make_trainer
 
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.integrations import attach
 
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "trainer")

@@ -9,7 +9,7 @@ from app_session import app_env, go, open_app, texts
 from test_ui_apptest import button, select_rows
 from ui_fixtures import label_key, make_run
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis_ui.eaui import state
 

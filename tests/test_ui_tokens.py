@@ -16,7 +16,7 @@ PAGES = ("runs", "overview", "confusion", "clusters", "slices", "compare", "labe
 @pytest.fixture(scope="module")
 def token_run(tmp_path_factory) -> Path:
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
 
     folder = tmp_path_factory.mktemp("tokui")
     model = build_tiny_token_classifier(folder / "model")

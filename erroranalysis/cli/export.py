@@ -30,7 +30,7 @@ def export(
 ) -> None:
     from erroranalysis import stages
     from erroranalysis.labels import taxonomy
-    from erroranalysis.validation import check_param
+    from erroranalysis.core.validation import check_param
 
     fmt = format.strip().lower()
     if fmt == "md":

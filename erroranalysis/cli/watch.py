@@ -62,7 +62,7 @@ def watch(
     """Analyze checkpoints as they land."""
     from erroranalysis.integrations.trackers import StepLogger
     from erroranalysis.integrations.watch import Watcher
-    from erroranalysis.validation import check_choice, check_number
+    from erroranalysis.core.validation import check_choice, check_number
 
     trackers.require()
     check_choice("--task", task, ("classification", "generation"))

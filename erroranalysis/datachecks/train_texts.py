@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from erroranalysis.chat import parse_messages
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.sources.messages import parse_messages
+from erroranalysis.core.errors import DataError, preview, where
 
 FORMATS = ("messages", "prompt/completion", "prompt", "text")
 ANSWER_ROLES = ("assistant",)

@@ -19,8 +19,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from erroranalysis import files
-from erroranalysis.errors import UserError
+from erroranalysis.core import files
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels.connection import share
 
 

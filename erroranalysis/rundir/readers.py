@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis.errors import RunError, preview
+from erroranalysis.core.errors import RunError, preview
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
     CENTROIDS,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from erroranalysis.errors import DataError, ModelError
+from erroranalysis.core.errors import DataError, ModelError
 from erroranalysis.sft.tokenizer import template_file
 
 TEMPLATE, SYSTEM, PROMPT, ANSWER, TEXT = 0, 1, 2, 3, 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from erroranalysis.data import EvalSet
+from erroranalysis.sources.table import EvalSet
 from erroranalysis.rundir import CORE_COLUMNS, Run
 
 
