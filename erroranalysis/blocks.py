@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.core import storage
-from erroranalysis.sources.table import FORMATS, DataOptions, EvalSet, as_source, load_eval_set, map_labels
 from erroranalysis.core.errors import DataError, where
+from erroranalysis.sources.table import FORMATS, DataOptions, EvalSet, as_source, load_eval_set, map_labels
 
 HEAD_ROWS = 1000  # rows the driver reads and validates before the run starts
 

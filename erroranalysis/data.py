@@ -17,10 +17,10 @@ import pandas as pd
 
 from erroranalysis.core import storage
 from erroranalysis.core.errors import DataError, preview, where
-from erroranalysis.sources.gold import refuse_lists
 from erroranalysis.core.params import Int, Params, Text, param
 from erroranalysis.core.schemas import PREDICTIONS
 from erroranalysis.core.validation import check_int
+from erroranalysis.sources.gold import refuse_lists
 
 # Texts are cut at this many characters when they are read (flagged `truncated`): every model reads far fewer,
 # and one 50 MB line would otherwise cost minutes and gigabytes in every stage that tokenizes or splits words.

@@ -29,8 +29,8 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from erroranalysis.core import files
-from erroranalysis.core.files import cache_root  # noqa: F401  (embedding.cache_root, as before)
 from erroranalysis.core.errors import DataError, ModelError
+from erroranalysis.core.files import cache_root  # noqa: F401  (embedding.cache_root, as before)
 from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
 from erroranalysis.core.validation import check_param
 

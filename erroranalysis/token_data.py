@@ -15,9 +15,9 @@ from typing import Sequence
 
 import numpy as np
 
-from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, load_eval_set, read_table
 from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.metrics.tokens import encode_spans
+from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, load_eval_set, read_table
 
 
 @dataclass

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import LABELS, eval_rows
 
-from erroranalysis.sources import blocks
-from erroranalysis.sources.table import DataOptions, read_eval_set
 from erroranalysis.core.errors import DataError
 from erroranalysis.infer.predictions import input_table
+from erroranalysis.sources import blocks
+from erroranalysis.sources.table import DataOptions, read_eval_set
 
 
 def _parquet(path, rows):

@@ -12,11 +12,11 @@ from fake_runs import commit, inferred_run
 from typer.testing import CliRunner
 
 from erroranalysis import compare, rundir, stages
-from erroranalysis.report import compare_markdown as compare_report
 from erroranalysis.cli.app import app
 from erroranalysis.core.errors import DataError, ParameterError, UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis.metrics import confusion_counts
+from erroranalysis.report import compare_markdown as compare_report
 
 LABELS = ["business", "sport", "tech"]
 

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from fake_runs import inferred_run
 
+from erroranalysis.core.errors import DataError, ParameterError, RunError
 from erroranalysis.embed.models import (
     EmbeddingCache,
     HiddenStatesEmbedder,
@@ -14,7 +15,6 @@ from erroranalysis.embed.models import (
     describe,
     text_hashes,
 )
-from erroranalysis.core.errors import DataError, ParameterError, RunError
 from erroranalysis.stages.embedders import resolve_embedder
 
 

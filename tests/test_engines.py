@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from conftest import eval_rows, write_jsonl
 
-from erroranalysis.sources.table import DataOptions
+from erroranalysis.core.errors import ParameterError, RunError
 from erroranalysis.engines import Engine, EngineError
 from erroranalysis.engines.ray_data import check_coverage
-from erroranalysis.core.errors import ParameterError, RunError
 from erroranalysis.rundir import Run, formats, readers
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
 CHUNK = 40  # rows per chunk (and Ray block): several shards per actor on a small eval set

@@ -17,8 +17,8 @@ from conftest import eval_rows, write_jsonl
 
 from erroranalysis import stages
 from erroranalysis.core import files
-from erroranalysis.sources.table import DataOptions
 from erroranalysis.labels import LabelStore
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
 NOBODY = 65534

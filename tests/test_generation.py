@@ -330,8 +330,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _run(model, data, out, **gen):
-    from erroranalysis.sources.table import DataOptions
     from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams
     from erroranalysis.stages.generate import run_generation
 

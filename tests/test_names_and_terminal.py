@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
 from erroranalysis.core.errors import UserError
-from erroranalysis.labels import LabelStore, NameClashError, fold_name
 from erroranalysis.core.terminal import visible
+from erroranalysis.labels import LabelStore, NameClashError, fold_name
 
 CLEAR = "\x1b[2J"
 HOSTILE = ["ok" + CLEAR, "rtl\u202eevil", "nul\x00byte", "zero\u200bwidth"]

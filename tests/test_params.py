@@ -19,20 +19,20 @@ from erroranalysis import stages
 from erroranalysis.checklist.overfit import OverfitParams
 from erroranalysis.cli import app as cli_app
 from erroranalysis.cli import options
-from erroranalysis.sft import SftParams
 from erroranalysis.cli import stage_groups as groups
 from erroranalysis.cluster import ClusteringParams, NamingParams
 from erroranalysis.compare import CompareParams
-from erroranalysis.sources.table import DataOptions
-from erroranalysis.engines import Engine
 from erroranalysis.core.errors import ParameterError
-from erroranalysis.infer.generation import GenerationParams
-from erroranalysis.labels.matching import MatchParams
 from erroranalysis.core.params import Params
-from erroranalysis.slices import FeatureParams, SearchParams
-from erroranalysis.sources.generations import SourceParams
+from erroranalysis.engines import Engine
+from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.infer.scorers import ScorerParams
 from erroranalysis.integrations.trackers import TrackerParams
+from erroranalysis.labels.matching import MatchParams
+from erroranalysis.sft import SftParams
+from erroranalysis.slices import FeatureParams, SearchParams
+from erroranalysis.sources.generations import SourceParams
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.timeline import TrackParams
 
 DECLARED = [ClusteringParams, NamingParams, SearchParams, FeatureParams, stages.ClusterParams, stages.SliceParams,

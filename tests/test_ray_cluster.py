@@ -20,10 +20,10 @@ from conftest import eval_rows
 from object_store import s3, upload  # noqa: F401 (s3: the fixture)
 from test_engines import assert_same, ray_warnings
 
-from erroranalysis.sources.table import DataOptions
-from erroranalysis.engines import Engine, EngineError
 from erroranalysis.core.errors import DataError, RunError
+from erroranalysis.engines import Engine, EngineError
 from erroranalysis.rundir import Run, readers
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
 pytest.importorskip("ray")
@@ -35,9 +35,8 @@ AFTER = AfterParams(checks=None, slices=None, cluster=None)
 
 @pytest.fixture(scope="module")
 def cluster(s3):  # noqa: F811
-    from ray.cluster_utils import Cluster
-
     import ray
+    from ray.cluster_utils import Cluster
 
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     nodes.add_node(num_cpus=1)

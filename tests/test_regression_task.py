@@ -13,10 +13,10 @@ from task_fixtures import build_head, regression_rows, write_jsonl
 from test_cli_run import assert_user_error, invoke
 
 from erroranalysis.core.errors import DataError
-from erroranalysis.sources.gold import regression_gold
 from erroranalysis.infer.predictions import Reading, within, worst_decile
 from erroranalysis.metrics.regression import compute_regression_metrics
 from erroranalysis.rundir import Run
+from erroranalysis.sources.gold import regression_gold
 
 
 @pytest.fixture(scope="module")

@@ -239,10 +239,10 @@ def test_the_trainer_callback_and_timeline_take_a_t5_in_training(t5_dir, tmp_pat
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Trainer, TrainingArguments
 
     from erroranalysis import stages
-    from erroranalysis.sources.table import DataOptions
     from erroranalysis.infer.generation import GenerationParams
     from erroranalysis.integrations import attach
     from erroranalysis.rundir import Run
+    from erroranalysis.sources.table import DataOptions
 
     transformers.logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(t5_dir)

@@ -12,8 +12,8 @@ from sft_fixtures import CLEAN_MESSAGES, CLEAN_PAIRS, conversation, save_tokeniz
 from typer.testing import CliRunner
 
 from erroranalysis import rundir, stages
-from erroranalysis.core import schemas
 from erroranalysis.cli.app import app
+from erroranalysis.core import schemas
 
 PLANTED = CLEAN_MESSAGES + [{"messages": conversation(a="")}, CLEAN_MESSAGES[0],
                             {"messages": conversation(a="The capital of France is Paris. " * 10)}]

@@ -12,8 +12,7 @@ from fake_runs import inferred_run
 from typer.testing import CliRunner
 
 from erroranalysis import rundir
-from erroranalysis.core import files
-from erroranalysis.core import schemas
+from erroranalysis.core import files, schemas
 from erroranalysis.core.errors import ParameterError, RunError
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, create_run
 from erroranalysis.rundir.readers import read_slices

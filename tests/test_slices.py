@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from erroranalysis.core import schemas
 from erroranalysis import slices as sl
+from erroranalysis.core import schemas
 from erroranalysis.core.errors import DataError, ParameterError
 from erroranalysis.slices import _merge
 

@@ -9,10 +9,10 @@ import pytest
 from fake_runs import inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis.embed import choice as embedder_choice
-from erroranalysis.embed import static as static_embedding
 from erroranalysis.cli.app import app
 from erroranalysis.core.errors import DataError, ModelError, ParameterError
+from erroranalysis.embed import choice as embedder_choice
+from erroranalysis.embed import static as static_embedding
 from erroranalysis.rundir import readers
 from erroranalysis.stages.cluster import ClusterParams
 from erroranalysis.stages.data_checks import CheckParams, checks_run

@@ -10,8 +10,8 @@ import pytest
 from ui_fixtures import make_run
 
 from erroranalysis import stages
-from erroranalysis.report import summaries
 from erroranalysis.labels import LabelStore
+from erroranalysis.report import summaries
 from erroranalysis.rundir import readers
 
 

@@ -224,8 +224,8 @@ def test_export_of_a_run_whose_cluster_stage_was_killed_says_what_it_lacks(tmp_p
     from fake_runs import inferred_run
 
     from erroranalysis import rundir
-    from erroranalysis.core import files
     from erroranalysis.cli.app import app
+    from erroranalysis.core import files
 
     frame = pd.DataFrame({"example_id": [f"e{i}" for i in range(12)], "text": ["t"] * 12, "label": ["a", "b"] * 6,
                           "pred": ["a"] * 12})

@@ -13,8 +13,8 @@ from test_compare import LABELS, write_run, wrong
 from typer.testing import CliRunner
 
 from erroranalysis import rundir, stages
-from erroranalysis.core import schemas
 from erroranalysis.cli.app import app
+from erroranalysis.core import schemas
 from erroranalysis.core.errors import DataError, ParameterError, RunError, UserError
 from erroranalysis.labels import LabelStore, matching
 from erroranalysis.stages import suggestions as suggestions_stage

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from erroranalysis import rundir, stages
 from erroranalysis.cli.app import app
-from erroranalysis.sources.table import DataOptions
 from erroranalysis.core.errors import DataError
 from erroranalysis.integrations import IncrementalReducer
 from erroranalysis.labels import labels_db_for
 from erroranalysis.rundir import Run
+from erroranalysis.sources.table import DataOptions
 
 FAST = stages.AfterParams(checks=None, cluster=stages.ClusterParams(reducer="pca", layout="pca", min_failures=5))
 

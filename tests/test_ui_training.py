@@ -16,9 +16,9 @@ from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
 from erroranalysis import rundir
-from erroranalysis.core import files
 from erroranalysis.checklist.training import diagnose
 from erroranalysis.checklist.training_log import read_trainer_state
+from erroranalysis.core import files
 from erroranalysis_ui.eaui import charts, state
 
 

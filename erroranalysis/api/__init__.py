@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis.api.results import Comparison, Metrics, Run
-from erroranalysis.sources.table import DataOptions, InMemory
-from erroranalysis.sources.generations import SourceParams
 from erroranalysis.infer.generation import GenerationParams
+from erroranalysis.sources.generations import SourceParams
+from erroranalysis.sources.table import DataOptions, InMemory
 from erroranalysis.stages import (
     AfterParams,
     CheckParams,

@@ -88,8 +88,8 @@ def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(), *, da
     """Fine-tune a copy of the causal LM `model` (a folder, a .gguf file or a loaded `CausalLM`) on `params.n` SFT
     rows of `data` and report whether it memorizes their answers (see the module's docstring)."""
     from erroranalysis.checklist.overfit_diagnosis import diagnose_lm
-    from erroranalysis.sources.table import read_table
     from erroranalysis.infer.causal_lm import CausalLM, load_causal_lm
+    from erroranalysis.sources.table import read_table
 
     encoding = getattr(data_opts, "encoding", "utf-8") if data_opts is not None else "utf-8"
     split = getattr(data_opts, "split", None) if data_opts is not None else None

@@ -50,8 +50,8 @@ def doctor(
     from rich.markup import escape
 
     from erroranalysis.core.progress import reporter
-    from erroranalysis.stages import run_doctor, run_doctor_generation
     from erroranalysis.core.validation import check_choice
+    from erroranalysis.stages import run_doctor, run_doctor_generation
 
     check_choice("--task", task, ("classification", "generation"))
     out = out if out is not None else Path("runs") / f"{Path(model).resolve().name}-doctor"

@@ -140,8 +140,8 @@ def log(
     user: Annotated[Optional[str], typer.Option("--user", help="Only this user's events.")] = None,
     as_json: common.Json = False,
 ) -> None:
-    from erroranalysis.labels.archive import read_archive
     from erroranalysis.core.validation import check_int
+    from erroranalysis.labels.archive import read_archive
 
     check_int("--limit", limit, 1)
     if archive_file is not None:

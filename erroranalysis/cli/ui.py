@@ -241,8 +241,8 @@ def ui(
     import subprocess
 
     from erroranalysis.core.errors import UserError
-    from erroranalysis.rundir import MANIFEST
     from erroranalysis.core.validation import check_param
+    from erroranalysis.rundir import MANIFEST
 
     check_param("--port", port, 1 <= port <= 65535, "an integer from 1 to 65535")
     if target is None:

@@ -134,10 +134,9 @@ class SourcePredictor(ShardPredictor):
         self.file = blocks.parquet_file(source)
 
     def __call__(self, batch):
-        from erroranalysis.sources import blocks
-        from erroranalysis.infer.predictions import confusion, input_table, output_table
-
         from erroranalysis.core.errors import UserError
+        from erroranalysis.infer.predictions import confusion, input_table, output_table
+        from erroranalysis.sources import blocks
 
         k = len(self.labels)
         found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "ids": [], "error": []}

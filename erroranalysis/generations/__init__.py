@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from erroranalysis.sources.table import InMemory, read_table
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.params import Choice, Float, Params, Text, param
+from erroranalysis.sources.table import InMemory, read_table
 
 FORMATS = ("auto", "table", "lm-eval", "inspect", "chat")
 PANEL = "Generations made elsewhere (analyze --task generation)"

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from erroranalysis.core import files
-from erroranalysis.core.files import cache_root  # noqa: F401  (causal_lm.cache_root, as before)
 from erroranalysis.core.errors import ModelError
-from erroranalysis.infer.runtime import check_precision
+from erroranalysis.core.files import cache_root  # noqa: F401  (causal_lm.cache_root, as before)
 from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
+from erroranalysis.infer.runtime import check_precision
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_CONTEXT = 2048

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from erroranalysis.core.errors import UserError
-from erroranalysis.infer.output_checks import CheckContext, normalize, register
 from erroranalysis.core.params import Float, Params, param
+from erroranalysis.infer.output_checks import CheckContext, normalize, register
 
 PANEL = "Output checks"
 

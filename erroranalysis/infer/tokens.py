@@ -18,10 +18,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from erroranalysis.core.errors import ModelError
-from erroranalysis.infer import runtime
 from erroranalysis.core.libraries import quiet_transformers
-from erroranalysis.metrics.tokens import MODES, OUTSIDE, SCHEMES
 from erroranalysis.core.params import Choice, Params, Text, param, spec_field
+from erroranalysis.infer import runtime
+from erroranalysis.metrics.tokens import MODES, OUTSIDE, SCHEMES
 
 AGGREGATIONS = ("first", "mean", "max")
 PANEL = "Token classification (--task token-classification)"

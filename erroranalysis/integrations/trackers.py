@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from erroranalysis.core.errors import UserError
-from erroranalysis.integrations import tracker_values as tv
 from erroranalysis.core.params import Flag, Params, Strings, Text, param
+from erroranalysis.integrations import tracker_values as tv
 
 TRACKERS = ("mlflow", "wandb", "tensorboard")
 PACKAGES = {"mlflow": ("mlflow", "MLflow"), "wandb": ("wandb", "Weights & Biases"),

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from erroranalysis import stages
 from erroranalysis import timeline as tl
-from erroranalysis.sources.table import DataOptions, read_eval_set
 from erroranalysis.core.errors import ModelError, UserError
-from erroranalysis.rundir import MANIFEST, TRAINER_STATE, Run
 from erroranalysis.core.validation import check_choice, check_number
+from erroranalysis.rundir import MANIFEST, TRAINER_STATE, Run
+from erroranalysis.sources.table import DataOptions, read_eval_set
 
 Snapshot = tuple  # ((relative path, size, mtime_ns), ...)
 

@@ -9,9 +9,9 @@ import sqlite3
 from pathlib import Path
 
 from erroranalysis.core.errors import UserError
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels import eventlog, rows
 from erroranalysis.labels.eventlog import Change, Event
-from erroranalysis.core.validation import check_param
 
 
 class HistoryOps:

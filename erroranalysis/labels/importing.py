@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis.core.errors import DataError, UserError
-from erroranalysis.labels.fields import display_name, fold_name
 from erroranalysis.core.validation import check_param
+from erroranalysis.labels.fields import display_name, fold_name
 
 ON_CLASH = ("reuse", "update", "fail")
 

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from erroranalysis.core.errors import UserError
-from erroranalysis.labels.fields import fold_name
 from erroranalysis.core.validation import check_param
+from erroranalysis.labels.fields import fold_name
 
 WRITERS = ("app", "cli", "suggestion", "callback")
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis.core.errors import UserError
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels import eventlog, rows, schema
 from erroranalysis.labels.connection import Bound, Database, translate
 from erroranalysis.labels.eventlog import TABLES, Change
@@ -52,7 +53,6 @@ from erroranalysis.labels.roles import Access, ReadOnlyError, check_writer, defa
 from erroranalysis.labels.rows import Target
 from erroranalysis.labels.runkeys import RunKeyOps
 from erroranalysis.labels.types import TypeOps
-from erroranalysis.core.validation import check_param
 
 CLASH_CHOICES = ("merge", "rename")
 

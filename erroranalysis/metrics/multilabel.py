@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.core.errors import DataError
+from erroranalysis.core.validation import check_int
 from erroranalysis.metrics.classification import (
     CI_LEVEL,
     TOP_CONFUSIONS,
     metadata_rows,
 )
-from erroranalysis.core.validation import check_int
 
 BOOTSTRAP_CELLS = 4_000_000  # resample weights held at once
 

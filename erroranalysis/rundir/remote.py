@@ -31,8 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from erroranalysis.core import files
-from erroranalysis.core import storage
+from erroranalysis.core import files, storage
 from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import confine, swap
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis import __version__
-from erroranalysis.core import files
-from erroranalysis.core import storage
+from erroranalysis.core import files, storage
 from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import COMMANDS, INPUTS, MANIFEST, SOURCE_STAGES, STAGE_ARTIFACTS, STAGING

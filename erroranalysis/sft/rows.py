@@ -9,10 +9,11 @@ which trains on the conversation when there is one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
-from erroranalysis.sources.messages import is_missing, parse_messages
 from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.sources.messages import is_missing, parse_messages
 
 FORMATS = ("messages", "prompt_completion", "text")
 

@@ -19,8 +19,8 @@ import numpy as np
 from erroranalysis import rundir
 from erroranalysis.cluster import REDUCERS, ClusteringParams, NamingParams
 from erroranalysis.core.errors import DataError, RunError
-from erroranalysis.embed.choice import EmbedderName
 from erroranalysis.core.params import Choice, Flag, Int, Object, param
+from erroranalysis.embed.choice import EmbedderName
 from erroranalysis.rundir import readers
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)

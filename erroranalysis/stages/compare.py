@@ -13,8 +13,6 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import __version__, rundir
-from erroranalysis.report import compare_markdown as compare_report
-from erroranalysis.core import files
 from erroranalysis import compare as cmp
 from erroranalysis.compare import (
     FORMAT,
@@ -28,8 +26,10 @@ from erroranalysis.compare import (
     labels_union,
     series,
 )
+from erroranalysis.core import files
 from erroranalysis.core.errors import UserError
 from erroranalysis.labels.workspace import shown_key
+from erroranalysis.report import compare_markdown as compare_report
 from erroranalysis.rundir import readers
 
 

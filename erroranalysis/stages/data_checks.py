@@ -23,12 +23,12 @@ import pandas as pd
 
 from erroranalysis import rundir
 from erroranalysis.core import schemas
+from erroranalysis.core.findings import SEVERITIES
+from erroranalysis.core.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.datachecks.contamination import DEFAULT_N
 from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
 from erroranalysis.embed.choice import EmbedderName
-from erroranalysis.core.findings import SEVERITIES
-from erroranalysis.core.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from erroranalysis import rundir
+from erroranalysis.core.errors import ParameterError, RunError
+from erroranalysis.core.validation import check_param
 from erroranalysis.embed import choice as embedder_choice
 from erroranalysis.embed import models as embedding
-from erroranalysis.core.errors import ParameterError, RunError
 from erroranalysis.rundir import readers
-from erroranalysis.core.validation import check_param
-
 
 SPEC = "'auto', 'static', 'minilm', 'hidden', a local model folder or a path to a .npy file"
 

@@ -17,14 +17,14 @@ from typing import Any, Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.sources.table import DataOptions, EvalSet, as_source, load_eval_set, read_table
 from erroranalysis.core.errors import DataError, ParameterError, preview, where
+from erroranalysis.core.progress import as_reporter
 from erroranalysis.infer import output_cells, output_checks
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.infer.scorers import ScorerParams, require_packages
 from erroranalysis.metrics.generation import low_loss_failures
-from erroranalysis.core.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, EvalSet, as_source, load_eval_set, read_table
 from erroranalysis.stages.after import AfterParams, after_predictions
 
 PASS, FAIL = "pass", "fail"

@@ -16,14 +16,14 @@ from typing import Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, map_labels, read_eval_set
+from erroranalysis.core.params import Choice, Params, param, spec_field
+from erroranalysis.core.progress import as_reporter
 from erroranalysis.engines import LOCAL, Engine
 from erroranalysis.infer import runtime
 from erroranalysis.infer.classifier import cpu_bf16_note
 from erroranalysis.infer.predictions import CLASSIFICATION, Reading
-from erroranalysis.core.params import Choice, Params, param, spec_field
-from erroranalysis.core.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, map_labels, read_eval_set
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
 from erroranalysis.tasks import TaskParams
@@ -150,8 +150,8 @@ def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params:
     config.json and checked against `task` before anything heavy loads, the gold is read as that task takes it. On
     Ray, a classifier's Parquet eval set is only scanned (its footer, a digest and its first rows, validated): the
     workers read and validate its blocks."""
-    from erroranalysis.sources import blocks
     from erroranalysis.infer.classifier import check_checkpoint, load_classifier, read_config, sequence_task
+    from erroranalysis.sources import blocks
 
     check_checkpoint(Path(model), params.trust_remote_code)
     task = sequence_task(model, task)
@@ -201,9 +201,9 @@ def _single_label(data, data_opts: DataOptions, labels: list[str], config: dict,
 def _task_gold(task: str, data, data_opts: DataOptions, opts: TaskParams, labels: list[str]):
     """(eval set, gold, reading) of a multi-label or regression run: the label column (or the 0/1 columns) read as
     they are, then parsed by `erroranalysis.sources.gold`."""
+    from erroranalysis.infer.predictions import quantile_edges
     from erroranalysis.sources import gold as golds
     from erroranalysis.sources.table import load_eval_set
-    from erroranalysis.infer.predictions import quantile_edges
 
     columns = tuple(labels) if task == "multilabel" and opts.label_per_column else (data_opts.label_column,)
     eval_set = load_eval_set(data, text_column=data_opts.text_column, label_column=None,
@@ -262,9 +262,9 @@ def copy_training_log(checkpoint: Path, staging) -> None:
 def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndarray:
     """Run the checkpoint over the eval set with `engine`, streaming predictions.parquet, probs.npy and
     hidden_states.npy into the staging area (single files in-process, folders of shards on Ray)."""
-    from erroranalysis.sources.blocks import Scanned
     from erroranalysis.infer.classifier import ChunkPredictor
     from erroranalysis.infer.predictions import input_table
+    from erroranalysis.sources.blocks import Scanned
 
     p = job.params
     hidden = staging.file(rundir.HIDDEN) if p.hidden != "none" else None

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.sources.table import DataOptions, InMemory, as_source
 from erroranalysis.core.errors import DataError, preview, where
-from erroranalysis.sources.generations import SourceParams, read_generations
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.generations import SourceParams, read_generations
+from erroranalysis.sources.table import DataOptions, InMemory, as_source
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.generate import prediction_table, prepare_eval_set
 

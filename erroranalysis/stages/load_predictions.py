@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.sources.table import DataOptions, EvalSet, map_labels, read_eval_set
 from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, EvalSet, map_labels, read_eval_set
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from erroranalysis import __version__
-from erroranalysis.core import files
 from erroranalysis.compare import Report
+from erroranalysis.core import files
 from erroranalysis.core.errors import UserError
 from erroranalysis.rundir import Run, readers
 

@@ -37,6 +37,7 @@ import numpy as np
 from erroranalysis import rundir
 from erroranalysis.core import schemas
 from erroranalysis.core.errors import DataError, UserError, preview
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels.importing import ON_CLASH, ImportResult, import_taxonomy, load_taxonomy, plan_import
 from erroranalysis.labels.matching import (
     STATUS_FLAGGED,
@@ -55,7 +56,6 @@ from erroranalysis.labels.matching import (
 from erroranalysis.labels.taxonomy import parent_of as parent_type
 from erroranalysis.rundir import SUGGESTIONS, readers
 from erroranalysis.stages.embedders import run_embedder
-from erroranalysis.core.validation import check_param
 
 STAGE = "apply_taxonomy"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import __version__, rundir
-from erroranalysis.core import files
 from erroranalysis import timeline as tl
+from erroranalysis.core import files
 from erroranalysis.core.errors import DataError, RunError, UserError
-from erroranalysis.rundir import confine, readers
 from erroranalysis.core.validation import check_int
+from erroranalysis.rundir import confine, readers
 
 FORMAT = "erroranalysis.timeline"
 SCHEMA_VERSION = 1

@@ -24,15 +24,15 @@ from typing import Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.sources.table import DataOptions
 from erroranalysis.core.errors import ModelError, where
+from erroranalysis.core.progress import as_reporter
+from erroranalysis.core.schemas import SPAN_FEATURES
 from erroranalysis.infer.tokens import TokenParams
 from erroranalysis.metrics import tokens as tm
-from erroranalysis.core.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
-from erroranalysis.core.schemas import SPAN_FEATURES
-from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.sources.tokens import Sentences, gold_from_spans, read_sentences
+from erroranalysis.stages.after import AfterParams, after_predictions
 
 TASK = "token-classification"
 

@@ -15,10 +15,10 @@ from typing import Any
 import streamlit as st
 
 from erroranalysis import stages
-from erroranalysis.report import summaries
 from erroranalysis.core.errors import UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis.labels.workspace import keyed_by_path
+from erroranalysis.report import summaries
 from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, PREDICTIONS, SPANS
 from erroranalysis_ui.eaui.data import clusters, file_stamps, open_run, slice_stamps, slices
 
