@@ -332,6 +332,47 @@ def test_bad_generations_are_one_line_and_write_nothing(tmp_path, rows, flags, e
     assert not (tmp_path / "run").exists()
 
 
+JUDGE_CSV = 'prompt,output,score\nq1,"two\nlines",0\nq2,x,oops\nq3,"a\nb",1\n'
+
+
+def test_a_csv_judge_column_names_the_physical_line_and_the_bad_value(tmp_path):
+    """Quoted multi-line cells before the bad one: the record is the 2nd, the line the 4th; the column is read as
+    text because of 'oops', and '0' is a valid score all the same."""
+    data = tmp_path / "judged.csv"
+    data.write_text(JUDGE_CSV)
+    result = cli("analyze", "--task", "generation", "-p", data, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip() == (f"error: {data}, line 4, column 'score': 'oops' is not a score; a judge's column "
+                                     "holds numbers or true/false.")
+    assert not (tmp_path / "run").exists()
+    data.write_text(JUDGE_CSV.replace("oops", "true").replace(",1\n", ",0.25\n"))
+    made = cli("analyze", "--task", "generation", "-p", data, "--out", tmp_path / "good", *FAST)
+    assert made.exit_code == 0, made.output
+    assert readers.read_predictions(Run.open(tmp_path / "good"))["check_judge"].tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize("output, found", [({"answer": 4}, "holds a dict (a JSON object, a struct), not text"),
+                                           ([4], "holds a list (a JSON array), not text")])
+def test_a_struct_output_with_no_reference_names_its_type(tmp_path, output, found):
+    rows = [{"prompt": "a", "output": "fine"}, {"prompt": "b", "output": output}]
+    data = write_jsonl(tmp_path / "structs.jsonl", rows)
+    result = cli("analyze", "--task", "generation", "-p", data, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert f"{data}, line 2, column 'output': {found}" in result.output and "no check applies" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("doc_id, shown", [(None, "null"), ({"a": 1}, "{'a': 1}"), (True, "True")])
+def test_an_lm_eval_doc_id_that_is_no_index_is_one_line_naming_file_and_line(tmp_path, doc_id, shown):
+    good = {"doc_id": 0, "doc": {"q": "2+2?"}, "target": "4", "arguments": [["Q: 2+2?\nA:", {"until": ["\n"]}]],
+            "resps": [["4"]], "filtered_resps": ["4"], "filter": "none", "metrics": ["exact_match"], "exact_match": 1.0}
+    path = write_jsonl(tmp_path / "samples_qa_2024-05-01T10-00-00.000000.jsonl", [good, {**good, "doc_id": doc_id}])
+    result = cli("analyze", "--task", "generation", "-p", path, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert f"{path}, line 2: doc_id is {shown}, not a document index" in result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_rouge_l_without_rouge_score_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "rouge_score", None)  # what Python does for a package not installed
     data = write_jsonl(tmp_path / "o.jsonl", [{"prompt": "a", "output": "b", "reference": "b"}])

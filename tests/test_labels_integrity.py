@@ -20,7 +20,7 @@ from ui_fixtures import make_run
 
 from erroranalysis.cli.app import app
 from erroranalysis.core.errors import UserError
-from erroranalysis.labels import DamagedError, LabelStore, NameClashError, WriteFailedError, backup
+from erroranalysis.labels import DamagedError, LabelStore, NameClashError, WriteFailedError, backup, backup_names
 from erroranalysis.labels.schema import SCHEMA_VERSION
 
 V1 = Path(__file__).parent / "data" / "labels-v1.sqlite"  # made by the 0.1 store: tests/data/make_labels_v1.py
@@ -188,7 +188,7 @@ def test_cli_backup_and_restore_without_yes_asks(tmp_path):
     _labeled(path, n_types=1, n_assigned=2)
     result = CliRunner().invoke(app, ["labels", "backup", "--labels-db", str(path)])
     assert result.exit_code == 0 and "(checked: ok)" in result.output
-    made = backup.find_backups(path)
+    made = backup_names.find_backups(path)
     assert len(made) == 1 and made[0].name.startswith("labels-backup-")
     result = CliRunner().invoke(app, ["labels", "restore", str(made[0]), "--labels-db", str(path)], input="n\n")
     assert result.exit_code == 1 and not [p for p in tmp_path.iterdir() if "-replaced-" in p.name]
@@ -210,7 +210,7 @@ def test_a_v1_database_with_clashing_names_is_left_as_it_was_until_the_user_choo
     before = v1.read_bytes()
     with pytest.raises(NameClashError, match=r"'Zoë' and 'ZOË' are one name.*--dry-run.*--merge-clashes"):
         LabelStore(v1)
-    assert v1.read_bytes() == before and not backup.find_backups(v1)
+    assert v1.read_bytes() == before and not backup_names.find_backups(v1)
     result = CliRunner().invoke(app, ["labels", "migrate", "--labels-db", str(v1), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert f"schema 1 -> {SCHEMA_VERSION}" in result.output
@@ -223,7 +223,7 @@ def test_a_v1_database_with_clashing_names_is_left_as_it_was_until_the_user_choo
 def test_migrating_v1_merges_on_request_after_a_backup_and_keeps_every_label(v1):
     result = CliRunner().invoke(app, ["labels", "migrate", "--labels-db", str(v1), "--merge-clashes"])
     assert result.exit_code == 0, result.output
-    (copy,) = backup.find_backups(v1)
+    (copy,) = backup_names.find_backups(v1)
     assert copy.name.startswith(f"labels-before-schema-{SCHEMA_VERSION}-") and f"the copy made before is {copy}" in result.output
     old = sqlite3.connect(copy)
     assert old.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"

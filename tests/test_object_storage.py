@@ -130,3 +130,106 @@ def test_a_manifest_that_names_a_path_outside_the_run_is_refused_on_fetch(s3, tm
     with pytest.raises(OutsideError, match="leads out of it|absolute path"):
         remote.fetch(url, tmp_path / "fetched")
     assert not (tmp_path / "outside.txt").exists()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("s3://evals/runs/a/../../b", r"s3://evals/runs/a/\.\./\.\./b: the key has a '\.\.' segment"),
+    ("s3://evals/../other/x", r"s3://evals/\.\./other/x: the key has a '\.\.' segment"),
+    ("s3://evals//runs///d/", r"s3://evals//runs///d/: the key has an empty segment"),
+])
+def test_an_out_url_with_dot_dot_or_empty_segments_is_refused_before_anything_is_written(s3, tiny_checkpoint, tmp_path,
+                                                                                        monkeypatch, url, says):
+    """Object storage would keep `a/../../b` literally, so `show s3://evals/b` would then find no run: refused in one
+    line, exit 2; no object and no mirror written."""
+    from test_cli_run import assert_user_error, invoke
+
+    from erroranalysis.core.storage import fsspec_filesystem
+
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+    before = set(fsspec_filesystem("s3").find("evals"))
+    data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(20))
+    result = invoke("run", "--model", tiny_checkpoint, "--data", data, "--id-column", "id", "--out", url)
+    assert_user_error(result, says)
+    assert set(fsspec_filesystem("s3").find("evals")) == before
+    assert not (tmp_path / "cache").exists()
+    assert str(ObjectPath.parse("s3://evals/runs/d/")) == "s3://evals/runs/d"  # one trailing slash is a prefix's
+
+
+def _published(tmp_path, url):
+    """A run (the real infer-stage commit, fake predictions) published to `url`; its manifest as stored."""
+    from fake_runs import inferred_run
+
+    from erroranalysis.rundir import remote
+
+    frame = pd.DataFrame({"example_id": [f"e{i}" for i in range(8)], "text": ["t"] * 8, "label": ["a", "b"] * 4,
+                          "pred": ["a"] * 8})
+    return remote.publish(inferred_run(tmp_path / "built", frame, labels=["a", "b"]).path, ObjectPath.parse(url))
+
+
+def _tree(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("hostile, says", [
+    ("../outside.txt", r"file '\.\./outside\.txt' leads out of it"),
+    (".lock", r"names '\.lock', which is not a run file and never belongs in a mirror"),
+    (".staging/infer-1/predictions.parquet", r"names '\.staging/infer-1/predictions\.parquet', which is not a run"),
+    ("metrics.json/x", r"names 'metrics\.json' as a file and 'metrics\.json/x' inside it"),
+])
+def test_a_hostile_name_listed_after_good_ones_leaves_the_mirror_as_it_was(s3, tmp_path, monkeypatch, hostile,
+                                                                          says):
+    """The whole object list is checked before the first download and the run is fetched into a fresh folder that
+    trades places with the mirror: a refused listing adds nothing beside the old mirror, one line, exit 2."""
+    from test_cli_run import assert_user_error, invoke
+
+    from erroranalysis.core.storage import fsspec_filesystem
+    from erroranalysis.rundir import remote
+
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+    url = f"s3://evals/hostile/{abs(hash(hostile))}"
+    manifest = _published(tmp_path, url)
+    mirror = remote.fetch(url)
+    old = _tree(mirror)
+    s3fs = fsspec_filesystem("s3")
+    generation = manifest["objects"]["generation"]
+    s3fs.pipe(f"{url}/objects/{generation}/added.txt", b"new")  # a good new file listed before the hostile one
+    files = dict(manifest["objects"]["files"])
+    files["added.txt"] = {"sha256": __import__("hashlib").sha256(b"new").hexdigest(), "bytes": 3}
+    files.setdefault("metrics.json", {"sha256": "0" * 64, "bytes": 1})
+    files[hostile] = {"sha256": "0" * 64, "bytes": 1}
+    s3fs.pipe(f"{url}/manifest.json", json.dumps({**manifest, "objects": {"generation": generation,
+                                                                          "files": files}}).encode())
+    result = invoke("show", url)
+    assert_user_error(result, says)
+    assert "nothing was changed" in result.stderr
+    assert _tree(mirror) == old and not (tmp_path / "cache" / "outside.txt").exists()
+    assert [p.name for p in mirror.parent.iterdir()] == [mirror.name]  # no fresh folder left beside it
+
+
+def test_a_fetch_that_fails_half_way_leaves_the_old_mirror_and_a_good_one_replaces_it(s3, tmp_path, monkeypatch):
+    from erroranalysis.core.errors import RunError
+    from erroranalysis.core.storage import fsspec_filesystem
+    from erroranalysis.rundir import Run, remote
+
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+    url = "s3://evals/halfway/r"
+    manifest = _published(tmp_path, url)
+    mirror = remote.fetch(url)
+    old = _tree(mirror)
+    s3fs = fsspec_filesystem("s3")
+    generation = manifest["objects"]["generation"]
+    last = sorted(manifest["objects"]["files"])[-1]
+    real = s3fs.cat(f"{url}/objects/{generation}/{last}")
+    s3fs.pipe(f"{url}/objects/{generation}/{last}", b"tampered")  # fails its sha256 after the others are fetched
+    with pytest.raises(RunError, match="does not match the manifest"):
+        remote.fetch(url)
+    assert _tree(mirror) == old and [p.name for p in mirror.parent.iterdir()] == [mirror.name]
+    s3fs.pipe(f"{url}/objects/{generation}/{last}", real)
+    (mirror / "stale.txt").write_text("left by an older fetch")
+    assert remote.fetch(url) == mirror and not (mirror / "stale.txt").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a folder of the user's, not a run")
+    with pytest.raises(RunError, match="holds files but no run, which the fetch would replace"):
+        remote.fetch(url, tmp_path / "mine")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    assert Run.open(mirror).predictions()["example_id"].tolist() == [f"e{i}" for i in range(8)]

@@ -108,3 +108,28 @@ def test_a_commit_is_on_disk_before_the_manifest_names_it(tmp_path, monkeypatch)
     assert log.synced_before(root, done, after=moved)  # the move is on disk before the manifest says done
     assert log.synced_before(root, len(log.events), after=done)  # and the manifest's rename before we return
     assert Run.open(run.path).stage_status("metrics") == "done"
+    # the staging folder's name reached the disk (.staging fsynced) before the first file was written into it
+    staged_file = log.index(lambda e: e[0] == "rename" and e[2] == os.path.join(folder, rundir.METRICS))
+    assert log.synced_before(os.path.join(root, rundir.artifacts.STAGING), staged_file)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads fsync's file from /proc")
+def test_a_labels_backup_and_a_cache_folder_are_on_disk_after_their_rename(tmp_path, monkeypatch):
+    from erroranalysis.core import files
+    from erroranalysis.labels import LabelStore
+
+    store = LabelStore(tmp_path / "labels.sqlite", user="alice")
+    store.create_error_type("T")
+    log = DiskLog(monkeypatch)
+    copy = os.path.realpath(store.backup(tmp_path / "copy.sqlite"))
+    moved = log.index(lambda e: e[0] == "rename" and e[2] == copy)
+    assert log.synced_before(log.events[moved][1], moved)  # the copy's content, then its name
+    assert log.synced_before(os.path.realpath(tmp_path), len(log.events), after=moved)
+
+    target = tmp_path / "cache" / "static" / "abc"
+    with files.folder_build(target, done="source.json") as build:
+        (build / "source.json").write_text("{}")
+        building = os.path.realpath(build)
+    moved = log.index(lambda e: e[0] == "rename" and e[2] == os.path.realpath(target))
+    assert log.synced_before(os.path.join(building, "source.json"), moved) and log.synced_before(building, moved)
+    assert log.synced_before(os.path.realpath(target.parent), len(log.events), after=moved)

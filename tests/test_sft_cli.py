@@ -130,6 +130,22 @@ def test_bad_tokenizer_and_tokenized_file_are_refused_before_writing(world, tmp_
     assert not out.exists()
 
 
+def test_a_chat_template_with_a_jinja_syntax_error_is_named_not_the_data(tmp_path):
+    """The template fails on every row: the message names the template file, its line and Jinja's error."""
+    tok = save_tokenizer(tmp_path / "tok", generation=True)
+    template = tok / "chat_template.jinja"
+    template.write_text(template.read_text().replace("{% endfor %}", "{% endfor", 1))
+    data = write_jsonl(tmp_path / "train.jsonl", CLEAN_MESSAGES[:2])
+    out = tmp_path / "runs" / "bad"
+    result = cli("sft-check", "--model", tok, "--data", data, "--out", out)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    line = 1 + template.read_text().split("{% endfor")[0].count("\n")
+    assert lines == [f"error: {template}, line {line}: the chat template is not valid Jinja (expected token 'end of "
+                     "statement block', got '{'); fix the template (no row was checked)."], result.stderr
+    assert "train.jsonl" not in result.stderr and "roles or order" not in result.stderr and not out.exists()
+
+
 def test_tokenized_parquet_and_save_to_disk_rows(world, tmp_path):
     from datasets import Dataset
 

@@ -57,7 +57,7 @@ def test_builds_offline_once_then_loads_from_the_cache(tiny_source, tmp_path, no
     source = json.loads((folder / "source.json").read_text())
     assert source["pca_dims"] == 8 and len(source["source_sha256"]) == 64
     assert static_embedding.is_model2vec_folder(folder) and len(logged) == 1
-    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".distill-")]  # no temporary folder left
+    assert not [p for p in folder.parent.iterdir() if p.name.endswith(".tmp")]  # no temporary folder left
 
     import model2vec.distill
 

@@ -243,6 +243,11 @@ def test_export_of_a_run_whose_cluster_stage_was_killed_says_what_it_lacks(tmp_p
         result = CliRunner().invoke(app, ["export", str(run.path), "--out", str(out)])
         assert result.exit_code == 0 and out.is_file(), result.output
         cases[name] = result.output
+        written = json.loads(out.read_text())["run"]["notes"]  # the file says it too, not only the command
+        assert written and written == [line for line in result.output.splitlines()[1:] if line]
+        md = tmp_path / f"{name}.md"
+        assert CliRunner().invoke(app, ["export", str(run.path), "--format", "md", "--out", str(md)]).exit_code == 0
+        assert "> **Note:** cluster: stage 'cluster' was interrupted" in md.read_text()
     assert "cluster: stage 'cluster' was interrupted" in cases["never"]
     assert "so the export has no clusters" in cases["never"] and "resume with: erroranalysis cluster" in cases["never"]
     assert "its outputs shown are those of its last completed run" in cases["older"]

@@ -161,7 +161,7 @@ def log(
 @group.command("check", help="Run SQLite's full integrity check on the labels database.")
 @common.handle_errors
 def check(labels_db: LabelsDb = None, as_json: common.Json = False) -> None:
-    from erroranalysis.labels.backup import restore_hint
+    from erroranalysis.labels.backup_names import restore_hint
     from erroranalysis.labels.connection import DamagedError
 
     db = _db(labels_db)

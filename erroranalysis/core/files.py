@@ -6,6 +6,10 @@ temporary behind. A file system that fills up is reported as one line naming the
 
 Durable, as SQLite is: the temporary file is fsynced before the rename and its folder after it, so once a write
 returns, a power loss leaves the new file (never a name pointing at data that never reached the disk).
+
+Modes, one rule for every writer: files are `0666 & ~umask`, folders `0777 & ~umask`, as `open` and `mkdir` make
+them, so a run shared on a disk is readable by whom the user's umask lets read it. `mkstemp` and `mkdtemp` make
+0600 and 0700: their results are given the rule's mode before they are moved into place.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,6 +41,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, file_mode())  # mkstemp's 0600 would hide the file from the people the umask lets read it
     try:
         with disk_errors(path):
             write(Path(tmp))
@@ -45,6 +52,53 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         raise
     sync_dir(path.parent)
     return path
+
+
+def umask() -> int:
+    """The process's umask. Read from /proc where Linux tells it, so no other thread ever runs under a changed
+    umask; elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode of a new file: what `open` gives, `0666 & ~umask`."""
+    return 0o666 & ~umask()
+
+
+def folder_mode() -> int:
+    """The mode of a new folder: what `mkdir` gives, `0777 & ~umask`."""
+    return 0o777 & ~umask()
+
+
+@contextmanager
+def folder_build(target: Path, done: str):
+    """A fresh hidden folder beside `target` to build it in; when the block ends it is fsynced, with every file in
+    it, and moved onto `target` in one rename, its parent fsynced after (a cache folder that is whole or absent,
+    even after a power loss). Another process that finished the same build first wins: its `target` (holding the
+    file `done`) is kept. A failed block leaves no folder behind."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    os.chmod(tmp, folder_mode())  # mkdtemp's 0700, to the rule's mode
+    try:
+        yield tmp
+        sync_tree(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished the same build first
+            if not (target / done).is_file():
+                raise
+        sync_dir(target.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def sync_file(path: str | Path) -> None:

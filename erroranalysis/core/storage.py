@@ -46,6 +46,7 @@ class ObjectPath:
                             "and pass the plain URL.")
         if not parts.netloc:
             raise DataError(f"{url}: no bucket in the URL; write {parts.scheme}://BUCKET/KEY.")
+        check_key(url, parts.path)
         return cls(f"{parts.scheme.lower()}://{parts.netloc}{parts.path}".rstrip("/"))
 
     def __str__(self) -> str:
@@ -123,6 +124,17 @@ class ObjectPath:
                     sha.update(block)
                     size += len(block)
         return {"sha256": sha.hexdigest(), "bytes": size}
+
+
+def check_key(url: str, key: str) -> None:
+    """Refuse a key with a `.`, `..` or empty segment (one trailing `/` aside): object storage keeps such a key
+    literally (`a/../b` is not `b`), so what is written there is never found at the path it seems to name."""
+    segments = key.removeprefix("/").removesuffix("/").split("/") if key not in ("", "/") else []
+    bad = next((s for s in segments if s in ("", ".", "..")), None)
+    if bad is not None:
+        what = "an empty segment ('//')" if bad == "" else f"a {bad!r} segment"
+        raise DataError(f"{url}: the key has {what}, which object storage would keep literally; write the key "
+                        "with plain names between single slashes (e.g. s3://BUCKET/runs/NAME).")
 
 
 def digest(path) -> dict:

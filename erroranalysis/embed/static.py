@@ -20,8 +20,6 @@ import functools
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -105,18 +103,9 @@ def build_static_model(source: str | Path | None = None, *, pca_dims: int = PCA_
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: nothing to fetch
     with quiet_transformers(), _no_bars():  # the log line above says what runs; no tqdm bar in a log file
         model = distill(model_name=str(source), pca_dims=pca_dims, device="cpu")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".distill-", dir=target.parent))
-    try:
+    with files.folder_build(target, done="source.json") as tmp:
         model.save_pretrained(str(tmp))
         files.write_text(tmp / "source.json", json.dumps({"source": str(source), **described}, indent=2) + "\n")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished the same build first
-            if not (target / "source.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -13,9 +13,6 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -130,9 +127,7 @@ def convert_gguf(file: str | Path, *, log: Callable[[str], None] | None = None) 
     model.tie_weights()
     model.generation_config = copy.deepcopy(loaded.generation_config)
     del loaded
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
+    with files.folder_build(target, done="source.json") as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         from importlib import metadata
@@ -140,13 +135,6 @@ def convert_gguf(file: str | Path, *, log: Callable[[str], None] | None = None) 
         (tmp / "source.json").write_text(json.dumps(
             {"gguf": str(file.resolve()), "sha256": sha, "transformers": metadata.version("transformers")},
             indent=2) + "\n")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished the same conversion first
-            if not (target / "source.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

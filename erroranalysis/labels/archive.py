@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from erroranalysis.core.errors import UserError
+from erroranalysis.labels.connection import share
 from erroranalysis.labels.eventlog import Event, query
 from erroranalysis.labels.schema import NO_DELETE, NO_UPDATE
 
@@ -90,7 +91,10 @@ def check_target(path: Path, db: Path) -> None:
 
 
 def _open_archive(path: Path, db: Path) -> sqlite3.Connection:
+    new = not path.exists()
     con = sqlite3.connect(path, timeout=30, isolation_level=None)
+    if new:
+        share(path)
     con.row_factory = sqlite3.Row
     con.execute("PRAGMA synchronous = FULL")
     con.executescript(_ARCHIVE_SCHEMA + NO_UPDATE + "\n" + NO_DELETE)

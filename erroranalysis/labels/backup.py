@@ -13,49 +13,22 @@ to open is moved aside with its -wal and -shm files instead.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import shutil
 import sqlite3
 from pathlib import Path
 
+from erroranalysis.core import files
 from erroranalysis.core.errors import UserError
-
-
-def _stamp() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def _free_name(folder: Path, stem: str) -> Path:
-    path, n = folder / f"{stem}.sqlite", 2
-    while path.exists():
-        path, n = folder / f"{stem}-{n}.sqlite", n + 1
-    return path
-
-
-def default_backup_path(db: Path) -> Path:
-    return _free_name(db.parent, f"{db.stem}-backup-{_stamp()}")
-
-
-def migration_backup_path(db: Path, old: int, new: int) -> Path:
-    return _free_name(db.parent, f"{db.stem}-before-schema-{new}-{_stamp()}")
-
-
-def find_backups(db: str | Path) -> list[Path]:
-    """Backups of `db` beside it, newest first (by modification time)."""
-    db = Path(db)
-    found = [p for pattern in (f"{db.stem}-backup-*.sqlite", f"{db.stem}-before-schema-*.sqlite")
-             for p in db.parent.glob(pattern)]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
-
-
-def restore_hint(db: Path) -> str:
-    """How to get the labels back, for error messages (one clause)."""
-    backups = find_backups(db) if db.parent.is_dir() else []
-    if backups:
-        return f"restore the newest backup: erroranalysis labels restore {backups[0]} --labels-db {db}"
-    return (f"no backup was found beside it: restore a copy with 'erroranalysis labels restore COPY --labels-db "
-            f"{db}', or move it away to start an empty one")
+from erroranalysis.labels.backup_names import (
+    default_backup_path,
+    free_name,
+    migration_backup_path,
+    restore_hint,
+    stamp,
+)
+from erroranalysis.labels.connection import Database, in_transaction, share
+from erroranalysis.labels.schema import SCHEMA_VERSION, NameClashError, Resolver, check_file, migrate, version
 
 
 def _copy(source: sqlite3.Connection, dest: Path) -> None:
@@ -67,7 +40,10 @@ def _copy(source: sqlite3.Connection, dest: Path) -> None:
         source.backup(target)
     finally:
         target.close()
+    share(tmp)
+    files.sync_file(tmp)
     os.replace(tmp, dest)
+    files.sync_dir(dest.parent)
 
 
 def _check_copy(path: Path) -> None:
@@ -86,8 +62,6 @@ def _check_copy(path: Path) -> None:
 def backup(db: str | Path, dest: str | Path | None = None) -> Path:
     """Copy the labels database at `db` to `dest` (default: a timestamped file beside it); the copy's path.
     Refuses a damaged database (its copy would be damaged too)."""
-    from erroranalysis.labels.schema import check_file
-
     db = Path(db)
     if not db.is_file():
         raise UserError(f"{db}: no labels database here; check --labels-db.")
@@ -119,8 +93,6 @@ def restore(copy: str | Path, db: str | Path) -> Path | None:
     """Make the database at `db` hold what the backup `copy` holds; the path the replaced database was kept at
     (None when there was none). The copy is checked first; an older schema is migrated before it replaces a live
     database (refused, changing nothing, when its names clash under this version's rule)."""
-    from erroranalysis.labels.schema import SCHEMA_VERSION
-
     copy, db = Path(copy), Path(db)
     if not copy.is_file():
         raise UserError(f"{copy}: no such backup file; 'erroranalysis labels backup' makes one.")
@@ -161,8 +133,6 @@ def _migrated(copy: Path, db: Path) -> Path:
     """The backup's content at this version's schema, in a temporary file beside `db`: a schema-1 backup written
     into a database the app has open would leave every open store reading columns that are not there. A backup
     whose names clash under this version's rule is refused (nothing changed) with the command that resolves it."""
-    from erroranalysis.labels.schema import NameClashError, migrate
-
     staged = db.with_name(f".{db.name}.restoring-{os.getpid()}")
     staged.unlink(missing_ok=True)
     source = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
@@ -235,7 +205,7 @@ def _schema_version(path: Path) -> int:
 def _keep_current(db: Path) -> Path:
     """Keep the database about to be replaced: a consistent copy when SQLite can read it, else the files as they
     are, moved aside so the restore starts from a clean name."""
-    kept = _free_name(db.parent, f"{db.stem}-replaced-{_stamp()}")
+    kept = free_name(db.parent, f"{db.stem}-replaced-{stamp()}")
     try:
         con = sqlite3.connect(db, timeout=30)
         try:
@@ -252,4 +222,21 @@ def _keep_current(db: Path) -> Path:
         side = Path(f"{db}{suffix}")
         if side.exists():
             shutil.move(side, Path(f"{kept}{suffix}"))
+    files.sync_dir(db.parent)
     return kept
+
+
+def upgrade(db: Database, resolve: Resolver | None = None) -> tuple[int, Path] | None:
+    """Migrate an existing database to SCHEMA_VERSION after a backup copy: (the version it had, the backup's
+    path), or None when it was current. Two processes opening an old file at once: the second finds it migrated
+    inside its transaction and changes nothing."""
+    found = version(db)
+    if found == SCHEMA_VERSION:
+        return None
+    copy = backup(db.path, migration_backup_path(db.path, found, SCHEMA_VERSION))
+    try:
+        db.run(lambda con: in_transaction(con, lambda c: migrate(c, db.path, resolve)))
+    except NameClashError:
+        copy.unlink(missing_ok=True)  # nothing was changed: the copy is the file itself
+        raise
+    return found, copy

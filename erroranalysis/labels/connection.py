@@ -9,6 +9,7 @@ write lock up front (so a transaction never fails half-way on a lock), and a wri
 
 from __future__ import annotations
 
+import os
 import random
 import resource
 import shutil
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from erroranalysis.core import files
 from erroranalysis.core.errors import UserError
 
 Body = Callable[[sqlite3.Connection], Any]
@@ -34,6 +36,16 @@ class WriteFailedError(UserError):
     """The disk refused a write (full, over a size limit, failing); the transaction was rolled back."""
 
 
+def share(path: Path) -> None:
+    """Give a database file this package creates the one mode rule's mode (files.py: `0666 & ~umask`, where SQLite
+    makes `0644 & ~umask`): teammates who share the labels database under a group umask can write it too, and
+    SQLite gives its `-wal` and `-shm` files the database's mode. docs/labels.md says why it is not stricter."""
+    try:
+        os.chmod(path, files.file_mode())
+    except OSError:  # a file another user created first: its mode is theirs
+        pass
+
+
 class Database:
     """One SQLite file: how to connect to it and run work on it."""
 
@@ -44,12 +56,15 @@ class Database:
         self.query_only = query_only
 
     def connect(self) -> sqlite3.Connection:
+        new = not self.path.exists()
         try:
             con = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
                                   check_same_thread=False)
         except sqlite3.Error as exc:
             raise UserError(f"{self.path}: cannot open the labels database ({exc}); check the path and "
                             "its permissions.") from None
+        if new:
+            share(self.path)
         con.row_factory = sqlite3.Row
         try:
             con.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
@@ -179,7 +194,7 @@ def translate(exc: sqlite3.DatabaseError, path: Path) -> BaseException:
 
 
 def damaged(path: Path, detail: str) -> DamagedError:
-    from erroranalysis.labels.backup import restore_hint
+    from erroranalysis.labels.backup_names import restore_hint
 
     detail = " ".join(str(detail).split())[:120]
     return DamagedError(f"{path}: the labels database is damaged or not a database ({detail}); "

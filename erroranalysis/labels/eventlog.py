@@ -47,6 +47,11 @@ class Event:
     writer: str | None = None  # app, cli, suggestion or callback; None for events of schema 1
 
     @property
+    def scope(self) -> str:
+        """What the event changed, in words: `run <key>`, or the error types every run shares."""
+        return scope_of(self.run)
+
+    @property
     def n_changes(self) -> int:
         if "groups" in self.payload:
             return sum(g["n"] for g in self.payload["groups"])
@@ -189,13 +194,20 @@ def query(con: sqlite3.Connection, *, run: str | None = None, user: str | None =
     return [to_event(r, with_payload, columns) for r in con.execute(sql, params).fetchall()]
 
 
-def last_undoable(con: sqlite3.Connection, user: str) -> sqlite3.Row | None:
-    """The newest event of `user` that holds rows to restore and was not undone."""
+def last_undoable(con: sqlite3.Connection, user: str, run: str | None = None) -> sqlite3.Row | None:
+    """The newest event of `user` that holds rows to restore and was not undone; with `run`, only that run's events
+    and the workspace's (error types: run NULL), as `query(run=...)` lists them."""
     marks = ", ".join("?" * len(NOT_UNDOABLE))
+    scope, params = ("AND (e.run = ? OR e.run IS NULL) ", (run,)) if run is not None else ("", ())
     return con.execute(
-        f"SELECT * FROM events e WHERE e.user = ? AND e.undoes IS NULL AND e.action NOT IN ({marks}) "
+        f"SELECT * FROM events e WHERE e.user = ? AND e.undoes IS NULL AND e.action NOT IN ({marks}) {scope}"
         "AND NOT EXISTS (SELECT 1 FROM events u WHERE u.undoes = e.id) ORDER BY e.id DESC LIMIT 1",
-        (user, *NOT_UNDOABLE)).fetchone()
+        (user, *NOT_UNDOABLE, *params)).fetchone()
+
+
+def scope_of(run: str | None) -> str:
+    """What an event of `run` changes, in words: one run's labels, or the error types every run shares."""
+    return f"run {run}" if run is not None else "the error types (every run)"
 
 
 def later_event(con: sqlite3.Connection, after_id: int, table: str, key: dict) -> dict | None:

@@ -24,15 +24,18 @@ class HistoryOps:
         return self._db.run(lambda con: eventlog.query(con, run=run, user=user, limit=limit,
                                                        with_payload=with_payload, after=after, columns=columns))
 
-    def last_undoable(self, *, user: str | None = None) -> Event | None:
+    def last_undoable(self, *, user: str | None = None, run: str | None = None) -> Event | None:
         """The event `undo` would revert: the newest change by `user` (default: this store's user) that is not
-        itself an undo and was not undone."""
+        itself an undo and was not undone; with `run` (a run key), the newest of that run's and the workspace's
+        (error types), as the page of that run shows them."""
         who = self.user if user is None else user
-        row = self._db.run(lambda con: eventlog.last_undoable(con, who))
+        row = self._db.run(lambda con: eventlog.last_undoable(con, who, run))
         return eventlog.to_event(row, with_payload=False) if row is not None else None
 
-    def undo(self, event_id: int | None = None) -> Change:
+    def undo(self, event_id: int | None = None, *, run: str | None = None) -> Change:
         """Revert one event (default: this user's newest change not yet undone) by restoring the rows it changed.
+        With `run` (a run key), the default is the newest of that run's and the workspace's, and an event of
+        another run is refused: two runs sharing a database never undo each other's changes.
 
         Refuses with a UserError, changing nothing, when a later event changed any of the same rows; the message
         names that event so it can be undone first.
@@ -41,7 +44,7 @@ class HistoryOps:
         self._refuse_in_batch("undo")
 
         def do(con: sqlite3.Connection) -> Change:
-            row = self._event_to_undo(con, event_id)
+            row = self._event_to_undo(con, event_id, run)
             changes = eventlog.decode(row["payload"]).get("changes", [])
             for ch, now in zip(changes, rows.current(con, changes)):  # refuse when a row is not what this event left
                 if now != ch["after"]:
@@ -69,15 +72,19 @@ class HistoryOps:
         if self._pending is not None:
             raise UserError(f"{what} cannot be part of a batch: it is its own change; do it after the batch.")
 
-    def _event_to_undo(self, con: sqlite3.Connection, event_id: int | None) -> sqlite3.Row:
+    def _event_to_undo(self, con: sqlite3.Connection, event_id: int | None, run: str | None) -> sqlite3.Row:
         if event_id is None:
-            row = eventlog.last_undoable(con, self.user)
+            row = eventlog.last_undoable(con, self.user, run)
             if row is None:
-                raise UserError(f"nothing to undo: {self.user!r} has no changes left to revert.")
+                where = f" in {eventlog.scope_of(run)}" if run is not None else ""
+                raise UserError(f"nothing to undo: {self.user!r} has no changes left to revert{where}.")
             return row
         row = con.execute("SELECT * FROM events WHERE id = ?", (int(event_id),)).fetchone()
         if row is None:
             raise UserError(f"no event {event_id} in {self.path} (archived events cannot be undone).")
+        if run is not None and row["run"] not in (run, None):
+            raise UserError(f"event {event_id} changed {eventlog.scope_of(row['run'])}, not {eventlog.scope_of(run)}; "
+                            "undo it from that run.")
         if row["action"] in eventlog.NOT_UNDOABLE:
             raise UserError(f"event {event_id} is an {row['action']}, which cannot be undone; make the change "
                             "again instead.")

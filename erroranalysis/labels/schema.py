@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from erroranalysis.core.errors import UserError
-from erroranalysis.labels.connection import Database, damaged, in_transaction
+from erroranalysis.labels.connection import Database, damaged
 from erroranalysis.labels.eventlog import now
 from erroranalysis.labels.fields import fold_name
 
@@ -232,24 +232,6 @@ def migrate(con: sqlite3.Connection, path: Path, resolve: Resolver | None) -> in
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(v + 1),))
         con.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (f"migrated_to_{v + 1}", now()))
     return found
-
-
-def upgrade(db: Database, resolve: Resolver | None = None) -> tuple[int, Path] | None:
-    """Migrate an existing database to SCHEMA_VERSION after a backup copy: (the version it had, the backup's
-    path), or None when it was current. Two processes opening an old file at once: the second finds it migrated
-    inside its transaction and changes nothing."""
-    from erroranalysis.labels import backup
-
-    found = version(db)
-    if found == SCHEMA_VERSION:
-        return None
-    copy = backup.backup(db.path, backup.migration_backup_path(db.path, found, SCHEMA_VERSION))
-    try:
-        db.run(lambda con: in_transaction(con, lambda c: migrate(c, db.path, resolve)))
-    except NameClashError:
-        copy.unlink(missing_ok=True)  # nothing was changed: the copy is the file itself
-        raise
-    return found, copy
 
 
 def plan(db: Database) -> dict:

@@ -36,7 +36,7 @@ from typing import Any
 
 from erroranalysis.core.errors import UserError
 from erroranalysis.core.validation import check_param
-from erroranalysis.labels import eventlog, rows, schema
+from erroranalysis.labels import backup, eventlog, rows, schema
 from erroranalysis.labels.connection import Bound, Database, translate
 from erroranalysis.labels.eventlog import TABLES, Change
 from erroranalysis.labels.fields import (
@@ -114,7 +114,7 @@ class LabelStore(TypeOps, HistoryOps, RunKeyOps):
                             "support; put it on a local disk with --labels-db.")
         resolver = None if resolve_clashes is None else lambda con, groups: self._bound(con)._resolve_clashes(
             groups, resolve_clashes)
-        self.migrated = schema.upgrade(self._db, resolver)
+        self.migrated = backup.upgrade(self._db, resolver)
 
     def _clone(self) -> LabelStore:
         other = object.__new__(LabelStore)

@@ -95,6 +95,10 @@ def _schema_v1() -> dict:
                     "n_examples": {"type": "integer", "minimum": 0},
                     "n_failures": {"type": "integer", "minimum": 0},
                     "accuracy": _NUM_OR_NULL,
+                    "notes": {"type": "array", "items": {"type": "string"},
+                              "description": "What the export lacks because a stage it reads was not done (the "
+                                             "cluster stage killed or failed: the taxonomy was built without "
+                                             "clusters); absent when nothing is lacking."},
                 },
             },
             "summary": {
@@ -296,6 +300,8 @@ def to_markdown(doc: dict, *, exemplars: int = 3) -> str:
         facts.append(f"accuracy {run['accuracy']:.1%}")
     facts.append(f"{run['n_failures']:,} failures")
     lines += [" · ".join(facts), ""]
+    for note in run.get("notes") or []:  # a stage the export reads was not done: said in the file itself
+        lines += [f"> **Note:** {md_escape(note, 1000)}", ""]
     lines.append(f"**{summary['n_labeled_failures']:,} of {run['n_failures']:,} failures labeled "
                  f"({summary['share_of_failures_labeled']:.0%})** into {summary['n_error_types']} error "
                  f"type{'' if summary['n_error_types'] == 1 else 's'}"

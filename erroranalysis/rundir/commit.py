@@ -40,7 +40,11 @@ class Staging:
     def __init__(self, run_path: Path, stage: str):
         self.stage = stage
         self.dir = confine.entry(run_path, f"{STAGING}/{stage}-{secrets.token_hex(4)}", "staging folder")
+        made = not self.dir.parent.exists()
         self.dir.mkdir(parents=True)
+        files.sync_dir(self.dir.parent)  # the folder's name is on disk before any file in it is written
+        if made:
+            files.sync_dir(run_path)
         self.facts: dict = {}
 
     def file(self, name: str) -> Path:

@@ -99,7 +99,7 @@ def open_lock(run_path: str | Path, flags: int) -> int:
     """A descriptor of the run's `.lock`, opened without blocking and without following a symlink, and only when
     it is a regular file: a FIFO there would block every reader's open until killed, a symlink would lock (or
     create) a file outside the run. OSError otherwise."""
-    fd = os.open(Path(run_path) / LOCK, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = os.open(Path(run_path) / LOCK, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o666)  # & ~umask
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", str(Path(run_path) / LOCK))

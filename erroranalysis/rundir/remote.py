@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from erroranalysis.core import files, storage
 from erroranalysis.core.errors import RunError
-from erroranalysis.rundir import confine
+from erroranalysis.rundir import confine, swap
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING
 
 OBJECTS = "objects"
@@ -110,7 +111,9 @@ def _delete_generation(url: storage.ObjectPath, generation: str) -> None:
 
 def fetch(url, local: str | Path | None = None) -> Path:
     """Download the committed run at `url` into `local` (default: its mirror): only the objects its manifest
-    names, each checked against its sha256, the manifest written last. Returns the local folder."""
+    names, each checked against its sha256, the manifest written last. The whole listing is checked before the
+    first download (`check_listing`), and the run is fetched into a fresh folder that then trades places with
+    `local` in one step: a refused or failed fetch leaves the old mirror as it was. Returns the local folder."""
     url = storage.ObjectPath.parse(str(url)) if not isinstance(url, storage.ObjectPath) else url
     manifest = remote_manifest(url)
     if manifest is None:
@@ -120,23 +123,61 @@ def fetch(url, local: str | Path | None = None) -> Path:
     if not isinstance(generation, str) or not isinstance(named, dict):
         raise RunError(f"{url / MANIFEST}: names no objects; publish the run again.")
     local = Path(local) if local is not None else mirror_of(url)
-    local.mkdir(parents=True, exist_ok=True)
+    if local.is_dir() and not (local / MANIFEST).is_file() and any(local.iterdir()):
+        raise RunError(f"{local}: holds files but no run, which the fetch would replace; fetch into a new folder "
+                       "(or one an earlier fetch made).")
     confine.entry(local, f"{OBJECTS}/{generation}", "generation")  # a plain name, before it becomes a key
+    check_listing(url, local, named)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    fresh = swap.building_path(local)
+    fresh.mkdir()
+    try:
+        _download(url, generation, named, fresh)
+        files.write_json(fresh / MANIFEST, manifest)
+        files.sync_dir(fresh)
+        if local.is_dir() and not local.is_symlink():
+            swap.exchange(fresh, local)  # `fresh` now holds the old mirror
+        else:
+            fresh.rename(local)
+        files.sync_dir(local.parent)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+    return local
+
+
+def check_listing(url: storage.ObjectPath, local: Path, named: dict) -> None:
+    """Every name the manifest lists, checked before anything is fetched: a plain relative path (`confine.entry`),
+    not the manifest itself, the lock or the staging area (which never belong in a mirror), not both a file and a
+    folder of other files, and given a sha256; else RunError naming the entry."""
+    where = f"{url / MANIFEST}: the object list"
+    fix = "; nothing was changed: publish the run again from a run you trust."
+    for rel, expected in named.items():
+        confine.entry(local, rel, "file")
+        if rel == MANIFEST or rel.split("/")[0] in (LOCK, STAGING):
+            raise RunError(f"{where} names {rel!r}, which is not a run file and never belongs in a mirror{fix}")
+        if not isinstance(expected, dict) or not isinstance(expected.get("sha256"), str):
+            raise RunError(f"{where} gives {rel!r} no sha256{fix}")
+    for rel in named:
+        folders = [rel[:i] for i, c in enumerate(rel) if c == "/"]
+        clash = next((f for f in folders if f in named), None)
+        if clash is not None:
+            raise RunError(f"{where} names {clash!r} as a file and {rel!r} inside it, as a folder{fix}")
+
+
+def _download(url: storage.ObjectPath, generation: str, named: dict, folder: Path) -> None:
+    """Each listed object into `folder`, checked against its sha256."""
     fs, base = url.filesystem()
     for rel, expected in named.items():
-        target = confine.entry(local, rel, "file")
+        target = folder / rel
         key = f"{base}/{OBJECTS}/{generation}/{rel}"
         target.parent.mkdir(parents=True, exist_ok=True)
 
-        def download(tmp: Path, key=key) -> None:
+        def download(tmp: Path, key=key, rel=rel) -> None:
             with storage.errors(url / rel), fs.open_input_stream(key) as src, open(tmp, "wb") as dst:
                 for block in iter(lambda: src.read(1 << 22), b""):
                     dst.write(block)
 
         files.atomic_write(target, download)
-        if files.hash_files([target])["sha256"] != (expected or {}).get("sha256"):
-            target.unlink()
+        if files.hash_files([target])["sha256"] != expected["sha256"]:
             raise RunError(f"{url / rel}: its content does not match the manifest (a publish in progress?); fetch "
                            "again.")
-    files.write_json(local / MANIFEST, manifest)
-    return local

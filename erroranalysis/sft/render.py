@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from erroranalysis.core.errors import DataError
+from erroranalysis.core.errors import DataError, ModelError
+from erroranalysis.sft.tokenizer import template_file
 
 TEMPLATE, SYSTEM, PROMPT, ANSWER, TEXT = 0, 1, 2, 3, 4
 ROLE_NAMES = {TEMPLATE: "template", SYSTEM: "system", PROMPT: "prompt", ANSWER: "answer", TEXT: "text"}
@@ -66,7 +67,7 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
     _check_template(rows, tokens)
     tok = tokens.tokenizer
     convs = rows.conversations[start:stop]
-    texts = _render(tok, convs, rows, start)
+    texts = _render(tokens, convs, rows, start)
     # the Rust tokenizer itself, as the fast tokenizer's __call__ runs it, without building Python dicts per row
     enc = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
     masks = None
@@ -78,7 +79,7 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
     prompt_ids = None
     if lengths is not None:
         heads = [conv[:n] for conv, n in zip(convs, lengths)]
-        prompt_ids = tok(_render(tok, heads, rows, start, generation_prompt=True),
+        prompt_ids = tok(_render(tokens, heads, rows, start, generation_prompt=True),
                          add_special_tokens=False)["input_ids"]
     out = []
     for i, conv in enumerate(convs):
@@ -95,14 +96,26 @@ def _conversations(rows, tokens, mode: str, start: int, stop: int) -> list[Encod
     return out
 
 
-def _render(tok, convs, rows, start: int, generation_prompt: bool = False) -> list[str]:
+def _render(tokens, convs, rows, start: int, generation_prompt: bool = False) -> list[str]:
+    tok = tokens.tokenizer
     try:
         return tok.apply_chat_template(convs, tokenize=False, add_generation_prompt=generation_prompt)
     except Exception as exc:  # a Jinja template raises its own errors (raise_exception) on rows it rejects
+        _refuse_broken_template(exc, tokens.path)
         line = _first_failing(tok, convs, rows, start, generation_prompt)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DataError(f"{rows.path}, line {line}: the chat template cannot render this conversation ({first}); "
                         "fix the roles or order of its messages.") from None
+
+
+def _refuse_broken_template(exc: Exception, tokens_path: str) -> None:
+    """A template that is not valid Jinja fails on every row: the template is named, with its error, not the data."""
+    from jinja2 import TemplateSyntaxError
+
+    if isinstance(exc, TemplateSyntaxError):
+        where = f"{template_file(tokens_path)}, line {exc.lineno}" if exc.lineno else template_file(tokens_path)
+        raise ModelError(f"{where}: the chat template is not valid Jinja ({exc.message}); fix the template (no row "
+                         "was checked).") from None
 
 
 def _first_failing(tok, convs, rows, start: int, generation_prompt: bool) -> int:

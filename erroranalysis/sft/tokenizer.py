@@ -6,13 +6,11 @@ of one), and the special tokens the checks need.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from erroranalysis.core import files
 from erroranalysis.core.errors import ModelError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -82,6 +80,17 @@ def facts(tokenizer, path: str = "") -> Tokens:
                   frozenset(stops), bool(template), "generation" in template_text and "endgeneration" in template_text)
 
 
+def template_file(path: str) -> str:
+    """Where the chat template of the tokenizer at `path` is written: `chat_template.jinja` (transformers >= 4.54
+    saves it there), else `tokenizer_config.json` (its `chat_template` key), else the path itself (a .gguf)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return str(path)
+    if (folder / "chat_template.jinja").is_file():
+        return str(folder / "chat_template.jinja")
+    return f"{folder / 'tokenizer_config.json'} (its chat_template)"
+
+
 def end_of_turn(tokenizer) -> int | None:
     """The special token the chat template puts right after an assistant message's text (`<|im_end|>`,
     `<|eot_id|>`), found by rendering a probe conversation; None when what follows is not a special token."""
@@ -133,15 +142,6 @@ def gguf_tokenizer(file: Path) -> Path:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelError(f"{file}: transformers cannot read the tokenizer of this GGUF file ({first}); pass a "
                          "tokenizer folder instead.") from None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
-    try:
+    with files.folder_build(target, done="tokenizer_config.json") as tmp:
         tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process saved it first
-            if not (target / "tokenizer_config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target

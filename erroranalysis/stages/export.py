@@ -217,6 +217,9 @@ def build_taxonomy(run: Run, store: LabelStore | None = None, *, exemplars: int 
     info = {"name": run.name, "key": store.run_key(run) if store is not None else run.name,
             "task": manifest.get("task", "classification"), "labels": [str(x) for x in manifest.get("labels", [])],
             "model": (manifest.get("model") or {}).get("path"), "data": (manifest.get("data") or {}).get("path")}
+    notes = export_notes(run)
+    if notes:  # the file itself says it was built without clusters (a reader may never see the command's output)
+        info["notes"] = notes
     return taxonomy_document(table, error_types, info, exemplars=exemplars, include_text=include_text)
 
 
@@ -251,10 +254,10 @@ EXPORT_READS = {"cluster": "clusters (every example's cluster_id is -1, error ty
                 "cluster_names": "the newest cluster names"}
 
 
-def export_notes(run_path: str | Path) -> list[str]:
+def export_notes(run: Run | str | Path) -> list[str]:
     """What an export of the run lacks, or shows from an older commit, because a stage it reads is not done (the
     stage interrupted, failed or running, with the command that resumes it, as `show` says); [] when nothing."""
-    run = Run.open(run_path)
+    run = run if isinstance(run, Run) else Run.open(run)
     manifest = run.manifest
     notes = []
     for stage, lacks in EXPORT_READS.items():

@@ -259,6 +259,8 @@ def judge_scores(frame, column: str, source: str, lines) -> list[float | None]:
     """A judge's column as numbers: a score, or a pass flag (true 1, false 0); empty cells are None."""
     scores: list[float | None] = []
     for i, value in enumerate(frame[column].to_numpy(dtype=object)):
+        if isinstance(value, str):  # a CSV column with one word in it is read as text: '0', '0.5', 'true'
+            value = _score_text(value)
         if value is None or (isinstance(value, float) and np.isnan(value)):
             scores.append(None)
         elif isinstance(value, (bool, np.bool_, int, float, np.integer, np.floating)):
@@ -267,6 +269,20 @@ def judge_scores(frame, column: str, source: str, lines) -> list[float | None]:
             raise DataError(f"{where(source, int(lines[i]), column)}: {preview([value])} is not a score; a judge's "
                             "column holds numbers or true/false.")
     return scores
+
+
+def _score_text(text: str):
+    """A judge's cell given as text: a number, true/false, or empty (None); the text itself when it is none."""
+    word = text.strip()
+    if not word:
+        return None
+    if word.lower() in ("true", "false"):
+        return word.lower() == "true"
+    try:
+        number = float(word)
+    except ValueError:
+        return text
+    return number if np.isfinite(number) else text
 
 
 def prediction_table(prepared: dict, result: dict, n_tokens, truncated: np.ndarray):

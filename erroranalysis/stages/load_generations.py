@@ -25,6 +25,7 @@ from erroranalysis.stages.generate import prediction_table, prepare_eval_set
 from erroranalysis.tasks import Task
 
 UNKNOWN_STOP = "unknown"  # a file that does not say why generation stopped
+STRUCTS = {dict: "dict (a JSON object, a struct)", list: "list (a JSON array)"}
 # What a file may say about each generation (`sources.completions`, the lm-eval reader), kept as the run's columns
 # and never metadata groups.
 GIVEN = ("stop_reason", "n_output_tokens", "stop_sequence", "max_tokens", "filtered_output", "judge_detail")
@@ -75,9 +76,12 @@ def prepare_generations(data, data_opts: DataOptions, gen_opts: GenerationParams
              **{c: c for c in GIVEN if c in columns}}
     if fmt != "table" and data_opts.id_column is None and "example_id" in columns:
         data_opts = data_opts.replace(id_column="example_id")  # the reader's ids (a doc id, a sample id)
+    _outputs(frame[source.output_column], frame["_line"], str(data), source.output_column)  # its type named
+    # before what the checks lack: a struct output is the problem, not a missing reference
     prepared = prepare_eval_set(data, data_opts, gen_opts, table=(frame, fmt), given=given,
                                 pass_threshold=source.pass_threshold)
-    prepared["outputs"] = _outputs(prepared, source.output_column)
+    prepared["outputs"] = _outputs(prepared["eval_set"].frame[source.output_column], prepared["lines"],
+                                   prepared["source"], source.output_column)
     prepared["source_format"] = fmt
     if "judge_detail" in given:  # the reader's words for a failing judge (lm-eval: no answer extracted, or which)
         for row, detail in zip(prepared["rows"], prepared["eval_set"].frame["judge_detail"]):
@@ -98,17 +102,17 @@ def _excluded_note(excluded: dict) -> str:
             f"response are not analyzed (first: {'; '.join(excluded['first'])}); the manifest lists them.")
 
 
-def _outputs(prepared: dict, column: str) -> list[str]:
-    values = prepared["eval_set"].frame[column].to_numpy(dtype=object)
+def _outputs(values, lines, source: str, column: str) -> list[str]:
     outputs = []
-    for i, value in enumerate(values):
+    for i, value in enumerate(values.to_numpy(dtype=object)):
         if value is None or (isinstance(value, float) and np.isnan(value)):
             outputs.append("")  # no output is an empty answer: the checks say how it fails
         elif isinstance(value, str):
             outputs.append(value)
         else:
-            raise DataError(f"{where(prepared['source'], int(prepared['lines'][i]), column)}: holds a "
-                            f"{type(value).__name__}, not text; the output column must hold the model's text.")
+            found = STRUCTS.get(type(value), type(value).__name__)
+            raise DataError(f"{where(source, int(np.asarray(lines)[i]), column)}: holds a {found}, not text; the "
+                            "output column must hold the model's text (a structured output as its JSON string).")
     return outputs
 
 

@@ -134,8 +134,20 @@ def merge_clusters(run_key: str, members: dict[int, list[tuple[str, int]]]) -> N
     _run(act)
 
 
-def undo() -> None:
-    _run(lambda: _done(ui.open_labels().undo()))
+def undo(run_key: str, event_id: int) -> None:
+    """Undo the change the page named (its id), held to the run on screen: never another run's change."""
+    _run(lambda: _done(ui.open_labels().undo(event_id, run=run_key)))
+
+
+def undo_button(bar, store, run_key: str):
+    """The Undo button of a run's page: the newest change of this user to this run or to the error types, named
+    with what it changes; returns that event (None: nothing to undo here)."""
+    last = store.last_undoable(run=run_key)
+    if store.can_write:
+        bar.button("Undo", icon=":material/undo:", on_click=undo, args=(run_key, last.id if last else None),
+                   disabled=last is None, help=f"Undo your last change to {last.scope}: {last.summary}" if last
+                   else f"Nothing of yours to undo in run {run_key} or the error types.")
+    return last
 
 
 def update_type() -> None:

@@ -36,13 +36,10 @@ cluster_of = table["cluster_id"].to_numpy()
 counts = table.loc[(type_of >= 0) & (table["status"] == "accepted").to_numpy(bool), "error_type_id"].value_counts()
 
 # -- undo ---------------------------------------------------------------------------------------------------------
-last = store.last_undoable()
 bar = st.container(horizontal=True, vertical_alignment="center")
-if can_write:
-    bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
-               help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
+last = actions.undo_button(bar, store, run_key)  # this run's changes and the error types', never another run's
 n_labeled, n_failed = int((failed & (type_of >= 0)).sum()), int(failed.sum())
-bar.caption((f"Last change: {ui.md(last.summary)} · " if last else "")
+bar.caption((f"Last change to {ui.md(last.scope)}: {ui.md(last.summary)} · " if last else "")
             + f"{n_labeled:,} of {n_failed:,} failures labeled ({ui.pct(n_labeled / max(1, n_failed), 0)})")
 
 types_col, examples_col = st.columns([1, 2.3], gap="large")
@@ -275,5 +272,5 @@ with st.expander("History", icon=":material/history:"):
         st.caption("No changes yet.")
     else:
         st.dataframe([{"when (UTC)": e.ts[:19].replace("T", " "), "who": e.user, "what": e.summary,
-                       "undone": "yes" if e.undone_by else ""} for e in events], hide_index=True,
+                       "changed": e.scope, "undone": "yes" if e.undone_by else ""} for e in events], hide_index=True,
                      column_config={"what": st.column_config.TextColumn("what", width="large")})

@@ -156,9 +156,7 @@ else:
                    icon=":material/done_all:")
         bar.button(f"Reject all {len(ids):,}", on_click=actions.review_ids, args=(run_key, ids, False),
                    icon=":material/block:")
-        last = store.last_undoable()
-        bar.button("Undo", icon=":material/undo:", on_click=actions.undo, disabled=last is None,
-                   help=f"Undo your last change: {last.summary}" if last else "Nothing of yours to undo.")
+        actions.undo_button(bar, store, run_key)
     st.caption("Accepted suggestions count as labels everywhere (Taxonomy, exports, Compare); rejected ones are not "
                "suggested again for the same error type.")
 
