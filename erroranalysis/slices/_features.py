@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from erroranalysis import cells
 from erroranalysis.errors import DataError
+from erroranalysis.slices._lists import list_features
 
 if TYPE_CHECKING:
     from erroranalysis.slices._params import FeatureParams
@@ -387,6 +389,9 @@ def _metadata_column(column: pd.Series, name: str, n_buckets: int, max_categorie
                      add, messages: list[str]) -> None:
     label = f"metadata column {name!r}"
     values = column.reset_index(drop=True)
+    if cells.is_list_column(values):  # tags, sources: one feature per value
+        list_features(values, name, min_support, add, messages)
+        return
     try:
         n_unique = int(values.nunique(dropna=True))
     except TypeError:

@@ -30,7 +30,7 @@ from erroranalysis.stages.generate import run_generation
 from erroranalysis.stages.infer import InferParams, resolve_task, run_checkpoint
 from erroranalysis.stages.infer import prepare as prepare_checkpoint
 from erroranalysis.stages.load_generations import analyze_generations
-from erroranalysis.stages.load_predictions import analyze_predictions
+from erroranalysis.stages.load_predictions import OutputParams, analyze_predictions
 from erroranalysis.stages.load_token_predictions import analyze_token_predictions
 from erroranalysis.stages.load_task_predictions import analyze_task_predictions
 from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
+from erroranalysis import cells, rundir
 from erroranalysis import gold as golds
-from erroranalysis import rundir
-from erroranalysis.data import DataOptions, load_eval_set
+from erroranalysis.data import DataOptions, as_source, load_eval_set, read_table
 from erroranalysis.errors import DataError, where
 from erroranalysis.infer import predictions as rows
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
-from erroranalysis.stages.common import data_entry
-from erroranalysis.stages.load_predictions import probability_columns
+from erroranalysis.stages.common import data_entry, say_notes
+from erroranalysis.stages.load_predictions import OutputParams, probability_columns
 from erroranalysis.tasks import TaskParams
 
 PROB_PREFIX = "prob_"
@@ -30,10 +30,12 @@ PROB_PREFIX = "prob_"
 
 def analyze_task_predictions(file: str | Path, out: str | Path, *, task: str, data_opts: DataOptions = DataOptions(),
                              task_opts: TaskParams = TaskParams(), pred_column: str = "pred",
-                             after: AfterParams = AfterParams(), overwrite: bool = False, embedder=None,
-                             progress=None, engine=None) -> Run:
+                             outputs: OutputParams = OutputParams(), after: AfterParams = AfterParams(),
+                             overwrite: bool = False, embedder=None, progress=None, engine=None) -> Run:
     """A run of multi-label or regression predictions made elsewhere (see the module's docstring)."""
-    eval_set, table, probs, labels, reading = read_task_predictions(file, task, data_opts, task_opts, pred_column)
+    eval_set, table, probs, labels, reading = read_task_predictions(file, task, data_opts, task_opts, pred_column,
+                                                                    outputs)
+    say_notes(eval_set, progress)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data
 
@@ -59,24 +61,33 @@ def analyze_task_predictions(file: str | Path, out: str | Path, *, task: str, da
     return run
 
 
-def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskParams, pred_column: str):
+def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskParams, pred_column: str,
+                          outputs: OutputParams = OutputParams()):
     """(eval set, predictions table, probs or None, labels, reading), everything checked; nothing written."""
-    gold_columns = () if task == "multilabel" and opts.label_per_column else (data_opts.label_column,)
-    raw = load_eval_set(file, text_column=data_opts.text_column, label_column=None, id_column=data_opts.id_column,
-                        encoding=data_opts.encoding, split=data_opts.split, max_chars=data_opts.max_chars)
-    has_pred = pred_column in raw.frame.columns or f"meta_{pred_column}" in raw.frame.columns  # renamed on clash
-    prob_columns = [c for c in raw.metadata_columns if c.startswith(PROB_PREFIX)]
+    source = as_source(file)
+    raw = read_table(source, encoding=data_opts.encoding, split=data_opts.split)
+    columns = [c for c in raw[0].columns if c != "_line"]
+    has_pred = pred_column in columns
+    prob_columns = [c for c in columns if c.startswith(PROB_PREFIX)]
+    scores = cells.scores_column(columns, raw[0], outputs.probs_column, source) if task == "multilabel" else None
+    if scores and prob_columns:
+        raise DataError(f"{source}: both prob_<label> columns and the scores column {scores!r}; drop one of them.")
+    lines = raw[0]["_line"].to_numpy()
+    named = list(outputs.labels) or [c[len(PROB_PREFIX):] for c in prob_columns] or \
+        (cells.scores_labels(raw[0][scores].to_numpy(dtype=object), source=source, lines=lines, column=scores)
+         if scores else None)
+    gold_columns = (data_opts.label_column,)
     if task == "multilabel" and opts.label_per_column:
-        if not prob_columns:
-            raise DataError(f"{raw.path}: --label-per-column needs the label names: give prob_<label> columns, or "
-                            "the gold as lists or delimited strings.")
-        gold_columns = tuple(c[len(PROB_PREFIX):] for c in prob_columns)
-    required = gold_columns + ((pred_column,) if has_pred else ())
-    eval_set = load_eval_set(file, text_column=data_opts.text_column, label_column=None, id_column=data_opts.id_column,
+        if not named:
+            raise DataError(f"{source}: --label-per-column needs the label names: give prob_<label> columns, "
+                            "--labels, or the gold as lists or delimited strings.")
+        gold_columns = tuple(named)
+    required = gold_columns + ((pred_column,) if has_pred else ()) + ((scores,) if scores else ())
+    eval_set = load_eval_set(source, text_column=data_opts.text_column, label_column=None, id_column=data_opts.id_column,
                              encoding=data_opts.encoding, split=data_opts.split, max_chars=data_opts.max_chars,
-                             required=required)
+                             required=required, table=raw)
     eval_set.metadata_columns = [c for c in eval_set.metadata_columns if c not in prob_columns]
-    frame, source, lines = eval_set.frame, str(eval_set.path), eval_set.frame["_line"].to_numpy()
+    frame, source = eval_set.frame, str(eval_set.path)
     if task == "regression":
         if not has_pred:
             raise DataError(f"{source}: no column {pred_column!r} of predicted values; name it with --pred-column.")
@@ -88,14 +99,16 @@ def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskPar
                                relative=opts.relative_tolerance)
         out = {"probs": value[:, None], "loss": (value - target) ** 2}
         return eval_set, _table(eval_set, target, ["value"], reading, out), value[:, None], ["value"], reading
-    labels = [c[len(PROB_PREFIX):] for c in prob_columns] or _names(frame, gold_columns[0], pred_column, opts,
-                                                                     source, has_pred)
+    labels = named or _names(frame, gold_columns[0], pred_column, opts, source, has_pred)
     if opts.label_per_column:
         gold = golds.multilabel_columns(frame, labels, source=source, lines=lines)
     else:
         gold = golds.multilabel_gold(frame[gold_columns[0]].to_numpy(dtype=object), labels, sep=opts.label_sep,
                                      source=source, lines=lines, column=gold_columns[0])
     probs = probability_columns(frame, prob_columns, source) if prob_columns else None
+    if scores:
+        probs = cells.read_scores(frame[scores].to_numpy(dtype=object), labels, multilabel=True, source=source,
+                                  lines=lines, column=scores)
     if has_pred:
         pred = golds.multilabel_gold(frame[pred_column].to_numpy(dtype=object), labels, sep=opts.label_sep,
                                      source=source, lines=lines, column=pred_column)
