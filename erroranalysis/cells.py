@@ -51,7 +51,7 @@ def cell_kind(value) -> str:
 def column_kind(values, *, source, lines, column: str) -> str:
     """SCALAR, LIST or STRUCT: the kind every present cell of `values` has (SCALAR when none is present). A cell of
     another kind, or two kinds in one column, is a one-line DataError naming the column and line."""
-    if getattr(values, "dtype", object) != object:  # numbers, booleans, dates, strings as pandas types them
+    if _typed(values):  # numbers, booleans, dates, strings as pandas types them
         return SCALAR
     found, first = SCALAR, None
     for row, value in enumerate(objects(values)):
@@ -68,6 +68,11 @@ def column_kind(values, *, source, lines, column: str) -> str:
                             f"{int(lines[first])} holds {_article(found)}; write every cell of a column the same way "
                             "(one value in a list: [\"x\"]).")
     return found
+
+
+def _typed(values) -> bool:
+    """Whether a column has a typed (non-object) dtype: its cells are scalars without looking at them."""
+    return hasattr(values, "dtype") and not pd.api.types.is_object_dtype(values.dtype)
 
 
 def require(values, use: str, *, source, lines, column: str) -> str:
@@ -140,7 +145,7 @@ def list_cells(values) -> np.ndarray:
 
 def is_list_column(values) -> bool:
     """Whether a column (of a run's predictions table) holds lists: a multi-valued feature."""
-    if getattr(values, "dtype", object) != object:
+    if _typed(values):
         return False
     present = (v for v in objects(values) if cell_kind(v) != MISSING)
     return cell_kind(next(present, None)) == LIST
