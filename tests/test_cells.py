@@ -242,3 +242,27 @@ def test_the_rule_classifies_columns():
     got = cells.read_scores(pipeline_out, ["a", "b", "c"], multilabel=False, source="f", lines=[1], column="scores")
     np.testing.assert_allclose(got, [[0.2, 0.7, 0.1]])
     assert json.dumps(cells.ACCEPTS)  # the rule is data: what each use accepts
+
+
+def test_a_checkpoint_run_reads_struct_and_list_metadata(tiny_checkpoint, tmp_path):
+    rows = eval_rows(30)
+    frame = pd.DataFrame(rows).assign(tags=[TAGS[i % len(TAGS)] for i in range(30)],
+                                      info=[{"channel": "email" if i % 2 else "chat", "deep": {"x": i}}
+                                            for i in range(30)])
+    frame.to_parquet(tmp_path / "eval.parquet")
+    made = invoke("run", "--model", tiny_checkpoint, "--data", tmp_path / "eval.parquet", "--out", tmp_path / "run",
+                  "--id-column", "id", "--max-length", "16", *FAST)
+    assert made.exit_code == 0, made.output
+    assert "key 'deep' set aside" in made.stderr
+    run = Run.open(tmp_path / "run")
+    assert run.manifest["data"]["metadata_columns"] == ["source", "stars", "tags", "info.channel"]
+    preds = run.predictions()
+    by = run.metrics()["by_metadata"]
+    channel = {g["value"]: g for g in by["info.channel"]}
+    email = (frame["info"].map(lambda d: d["channel"]) == "email").to_numpy()
+    assert channel["email"]["accuracy"] == pytest.approx(accuracy_score(preds["label"][email], preds["pred"][email]))
+    billing = frame["tags"].map(lambda t: t is not None and "billing" in t).to_numpy()
+    tags = {g["value"]: g for g in by["tags"]}
+    assert tags["billing"]["n"] == billing.sum()
+    assert tags["billing"]["accuracy"] == pytest.approx(accuracy_score(preds["label"][billing],
+                                                                       preds["pred"][billing]))

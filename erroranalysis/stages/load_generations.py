@@ -20,6 +20,7 @@ from erroranalysis.generations import SourceParams, read_generations
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.common import say_notes
 from erroranalysis.stages.generate import prediction_table, prepare_eval_set
 
 UNKNOWN_STOP = "unknown"  # a file that does not say why generation stopped
@@ -33,6 +34,7 @@ def analyze_generations(data: str | Path | InMemory, out: str | Path, *, data_op
     """Check and score the outputs in `data` (a table, an lm-eval samples file, an Inspect log, chat JSONL; see
     `erroranalysis.generations`), write the run at `out`, then metrics and the stages `after` names."""
     prepared = prepare_generations(data, data_opts, gen_opts, source)
+    say_notes(prepared["eval_set"], progress)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data
 

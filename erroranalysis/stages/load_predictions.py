@@ -26,8 +26,9 @@ class OutputParams(Params):
 
     probs_column: str | None = param(
         None, Text(), "Column of the model's output per class: a list in label order, a {label: p} mapping, or "
-        "pipeline(top_k=None)'s list of {label, score}. A column named logits holds logits (softmax, or sigmoid "
-        "for multilabel); any other holds probabilities.", none="probs, scores or logits when one holds lists")
+        "pipeline(top_k=None)'s list of {label, score}. A column named (or ending in) logits holds logits "
+        "(softmax, or sigmoid for multilabel); any other holds probabilities.",
+        none="probs, scores or logits, whichever holds lists or mappings")
     labels: tuple[str, ...] = param((), Strings(), "Comma-separated class order of a list in --probs-column.",
                                     none="the label names sorted (ids in numeric order)")
 
