@@ -266,3 +266,20 @@ def test_a_checkpoint_run_reads_struct_and_list_metadata(tiny_checkpoint, tmp_pa
     assert tags["billing"]["n"] == billing.sum()
     assert tags["billing"]["accuracy"] == pytest.approx(accuracy_score(preds["label"][billing],
                                                                        preds["pred"][billing]))
+
+
+def test_the_app_shows_a_run_with_list_and_struct_metadata(tmp_path, monkeypatch):
+    from app_session import app_env, go, open_app
+
+    frame, _ = numpy_predictions(120, seed=7)
+    frame["info"] = [{"channel": "email" if i % 2 else "chat"} for i in range(120)]
+    frame.to_parquet(tmp_path / "p.parquet")
+    runs = tmp_path / "runs"
+    made = invoke("analyze", "-p", tmp_path / "p.parquet", "-o", runs / "cells", "--reducer", "pca", "--layout",
+                  "none", "--no-merge", "--min-support", "10")
+    assert made.exit_code == 0, made.output
+    app_env(monkeypatch, runs, tmp_path / "labels.sqlite")
+    at = open_app(run="cells")
+    for page in ("overview", "slices", "clusters", "label", "data_checks"):
+        go(at, page)
+        assert not at.error, (page, [e.value for e in at.error])
