@@ -39,12 +39,14 @@ def cell_kind(value) -> str:
     """MISSING, SCALAR, LIST (of scalars; missing items allowed), STRUCT or OTHER for one cell."""
     if value is None or value is pd.NA or value is pd.NaT:
         return MISSING
+    if isinstance(value, (list, tuple, np.ndarray)):  # first: the common non-scalar cell, checked fast
+        if isinstance(value, np.ndarray) and value.ndim != 1:
+            return OTHER
+        return LIST if all(v is None or isinstance(v, SCALARS) for v in value) else OTHER
     if isinstance(value, SCALARS):
         return MISSING if isinstance(value, (float, np.floating)) and math.isnan(value) else SCALAR
     if isinstance(value, Mapping):
         return STRUCT if all(isinstance(k, str) for k in value) else OTHER
-    if isinstance(value, (list, tuple, np.ndarray)) and np.ndim(value) == 1:
-        return LIST if all(cell_kind(v) in (SCALAR, MISSING) for v in value) else OTHER
     return OTHER
 
 
@@ -138,8 +140,9 @@ def list_cells(values) -> np.ndarray:
     """A list column's cells as lists of strings (missing items dropped), missing cells as None."""
     out = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):
-        out[i] = None if cell_kind(value) == MISSING else [str(v.item() if isinstance(v, np.generic) else v)
-                                                           for v in value if cell_kind(v) != MISSING]
+        out[i] = None if cell_kind(value) == MISSING else [
+            v if type(v) is str else str(v.item() if isinstance(v, np.generic) else v)
+            for v in value if v is not None and v == v]  # v != v: NaN
     return out
 
 
@@ -154,12 +157,9 @@ def is_list_column(values) -> bool:
 def explode(values) -> tuple[np.ndarray, pd.Series]:
     """(row of each value, the values) of a list column: a row with k distinct values appears k times, a row with
     none once with a missing value."""
-    rows, items = [], []
-    for i, value in enumerate(values):
-        cell = [] if cell_kind(value) == MISSING else list(dict.fromkeys(v for v in value if cell_kind(v) != MISSING))
-        rows.extend([i] * max(len(cell), 1))
-        items.extend(cell or [None])
-    return np.asarray(rows, dtype=np.int64), pd.Series(items, dtype=object)
+    flat = pd.Series(objects(values), dtype=object).explode()  # an empty list or a missing cell: one NaN
+    pairs = pd.DataFrame({"row": flat.index.to_numpy(dtype=np.int64), "item": flat.to_numpy()}).drop_duplicates()
+    return pairs["row"].to_numpy(), pairs["item"].reset_index(drop=True)
 
 
 def scores_column(columns: Sequence[str], frame: pd.DataFrame, given: str | None, source) -> str | None:
