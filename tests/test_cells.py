@@ -283,3 +283,24 @@ def test_the_app_shows_a_run_with_list_and_struct_metadata(tmp_path, monkeypatch
     for page in ("overview", "slices", "clusters", "label", "data_checks"):
         go(at, page)
         assert not at.error, (page, [e.value for e in at.error])
+
+
+def test_one_way_of_giving_the_models_output(tmp_path):
+    rows = [{"text": "a", "label": "x", "pred": "x", "prob_x": 0.9, "prob_y": 0.1, "probs": [0.9, 0.1]}]
+    write_jsonl(tmp_path / "both.jsonl", rows)
+    assert_user_error(invoke("analyze", "-p", tmp_path / "both.jsonl", "-o", tmp_path / "run"),
+                      r"both\.jsonl: both prob_<label> columns and the scores column 'probs'; drop one")
+    write_jsonl(tmp_path / "two.jsonl", [{**rows[0], "prob_x": None, "prob_y": None, "logits": [2.0, 0.0]}])
+    frame = pd.read_json(tmp_path / "two.jsonl", lines=True).drop(columns=["prob_x", "prob_y"])
+    frame.to_json(tmp_path / "two.jsonl", orient="records", lines=True)
+    assert_user_error(invoke("analyze", "-p", tmp_path / "two.jsonl", "-o", tmp_path / "run"),
+                      r"columns 'probs', 'logits' both look like the model's output; name the one to use with "
+                      r"--probs-column")
+    made = invoke("analyze", "-p", tmp_path / "two.jsonl", "-o", tmp_path / "run", "--probs-column", "logits", "--labels", "x,y",
+                  *FAST)
+    assert made.exit_code == 0, made.output
+    write_jsonl(tmp_path / "scalar.jsonl", [{"text": "a", "label": "x", "pred": "x", "scores": 0.3},
+                                            {"text": "b", "label": "y", "pred": "x", "scores": 0.7}])
+    made = invoke("analyze", "-p", tmp_path / "scalar.jsonl", "-o", tmp_path / "run2", *FAST)
+    assert made.exit_code == 0, made.output  # single numbers named scores: a metadata column, not the output
+    assert Run.open(tmp_path / "run2").manifest["data"]["metadata_columns"] == ["scores"]

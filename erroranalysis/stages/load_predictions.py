@@ -39,16 +39,25 @@ def read_outputs(file, data_opts: DataOptions, outputs: OutputParams, required: 
     source = as_source(file)
     table = read_table(source, encoding=data_opts.encoding, split=data_opts.split)
     columns = [c for c in table[0].columns if c != "_line"]
-    scores = cells.scores_column(columns, table[0], outputs.probs_column, source)
-    prob_columns = [c for c in columns if c.startswith(PROB_PREFIX)]
-    if scores and prob_columns:
-        raise DataError(f"{source}: both prob_<label> columns and the scores column {scores!r}; drop one of them.")
+    scores, prob_columns = output_columns(columns, table[0], outputs, source)
     eval_set = load_eval_set(source, text_column=data_opts.text_column, label_column=data_opts.label_column,
                              id_column=data_opts.id_column, encoding=data_opts.encoding, split=data_opts.split,
                              required=required + ((scores,) if scores else ()), max_chars=data_opts.max_chars,
                              table=table)
     eval_set.metadata_columns = [c for c in eval_set.metadata_columns if c not in prob_columns]
     return eval_set, scores, prob_columns
+
+
+def output_columns(columns: list[str], frame, outputs: OutputParams, source) -> tuple[str | None, list[str]]:
+    """(the scores column or None, the prob_<label> columns): one way of giving the model's output, not two."""
+    scores = cells.scores_column(columns, frame, outputs.probs_column, source)
+    prob_columns = [c for c in columns if c.startswith(PROB_PREFIX)]
+    if scores and prob_columns:
+        raise DataError(f"{source}: both prob_<label> columns and the scores column {scores!r}; drop one of them.")
+    if prob_columns and outputs.labels:
+        raise DataError(f"{source}: --labels orders the lists of a scores column, but the prob_<label> columns name "
+                        "their labels; drop --labels.")
+    return scores, prob_columns
 
 
 def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOptions = DataOptions(),

@@ -22,7 +22,7 @@ from erroranalysis.infer import predictions as rows
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry, say_notes
-from erroranalysis.stages.load_predictions import OutputParams, probability_columns
+from erroranalysis.stages.load_predictions import OutputParams, output_columns, probability_columns
 from erroranalysis.tasks import TaskParams
 
 PROB_PREFIX = "prob_"
@@ -68,10 +68,8 @@ def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskPar
     raw = read_table(source, encoding=data_opts.encoding, split=data_opts.split)
     columns = [c for c in raw[0].columns if c != "_line"]
     has_pred = pred_column in columns
-    prob_columns = [c for c in columns if c.startswith(PROB_PREFIX)]
-    scores = cells.scores_column(columns, raw[0], outputs.probs_column, source) if task == "multilabel" else None
-    if scores and prob_columns:
-        raise DataError(f"{source}: both prob_<label> columns and the scores column {scores!r}; drop one of them.")
+    scores, prob_columns = output_columns(columns, raw[0], outputs, source) if task == "multilabel" else \
+        (None, [c for c in columns if c.startswith(PROB_PREFIX)])
     lines = raw[0]["_line"].to_numpy()
     named = list(outputs.labels) or [c[len(PROB_PREFIX):] for c in prob_columns] or \
         (cells.scores_labels(raw[0][scores].to_numpy(dtype=object), source=source, lines=lines, column=scores)
