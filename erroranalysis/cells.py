@@ -154,6 +154,12 @@ def is_list_column(values) -> bool:
     return cell_kind(next(present, None)) == LIST
 
 
+def groupable(values) -> bool:
+    """Whether a column's values form groups: scalars, or lists (one group per value)."""
+    first = next((v for v in objects(values) if cell_kind(v) != MISSING), None) if not _typed(values) else None
+    return cell_kind(first) in (SCALAR, LIST, MISSING)
+
+
 def explode(values) -> tuple[np.ndarray, pd.Series]:
     """(row of each value, the values) of a list column: a row with k distinct values appears k times, a row with
     none once with a missing value."""

@@ -304,3 +304,18 @@ def test_one_way_of_giving_the_models_output(tmp_path):
     made = invoke("analyze", "-p", tmp_path / "scalar.jsonl", "-o", tmp_path / "run2", *FAST)
     assert made.exit_code == 0, made.output  # single numbers named scores: a metadata column, not the output
     assert Run.open(tmp_path / "run2").manifest["data"]["metadata_columns"] == ["scores"]
+
+
+def test_metrics_of_a_run_written_before_the_rule_set_a_struct_column_aside(tmp_path):
+    from fake_runs import inferred_run
+
+    frame = pd.DataFrame({"example_id": [str(i) for i in range(6)], "text": ["t"] * 6, "label": list("abcabc"),
+                          "pred": list("abcaaa"), "source": list("xyxyxy"),
+                          "info": [{"k": i % 2} for i in range(6)]})
+    run = inferred_run(tmp_path / "old", frame, labels=["a", "b", "c"],
+                       data={"metadata_columns": ["source", "info"]})
+    made = invoke("metrics", run.path)
+    assert made.exit_code == 0, made.output
+    run = Run.open(run.path)
+    assert set(run.metrics()["by_metadata"]) == {"source", "text_length"}
+    assert run.manifest["stages"]["metrics"]["metadata_set_aside"] == ["info"]
