@@ -319,3 +319,11 @@ def test_metrics_of_a_run_written_before_the_rule_set_a_struct_column_aside(tmp_
     run = Run.open(run.path)
     assert set(run.metrics()["by_metadata"]) == {"source", "text_length"}
     assert run.manifest["stages"]["metrics"]["metadata_set_aside"] == ["info"]
+
+
+def test_a_struct_label_is_refused(tmp_path):
+    write_jsonl(tmp_path / "p.jsonl", [{"text": "a", "label": "x", "pred": "x"},
+                                       {"text": "b", "label": {"name": "y"}, "pred": "x"}])
+    assert_user_error(invoke("analyze", "-p", tmp_path / "p.jsonl", "-o", tmp_path / "run"),
+                      r"p\.jsonl, line 2, column 'label': a dict \{'name': 'y'\} is not a label")
+    assert not (tmp_path / "run").exists()
