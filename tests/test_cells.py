@@ -175,8 +175,8 @@ def test_a_parquet_struct_column_is_flattened_one_level(tmp_path):
 
 
 def test_a_struct_column_in_a_generation_run(tmp_path):
-    rows = [{"id": f"g{i}", "prompt": f"What is {i} + 1?", "output": str(i + 1 if i % 4 else i), "reference": str(i + 1),
-             "meta": {"topic": "sums" if i % 2 else "easy", "level": i % 3}} for i in range(24)]
+    rows = [{"id": f"g{i}", "prompt": f"What is {i} + 1?", "output": str(i + 1 if i % 4 else i),
+             "reference": str(i + 1), "meta": {"topic": "sums" if i % 2 else "easy", "level": i % 3}} for i in range(24)]
     write_jsonl(tmp_path / "gen.jsonl", rows)
     made = invoke("analyze", "--task", "generation", "-p", tmp_path / "gen.jsonl", "-o", tmp_path / "run",
                   "--id-column", "id", "--output-checks", "numeric", *FAST)
@@ -228,7 +228,10 @@ def test_a_list_prediction_is_refused(tmp_path):
 
 def test_the_rule_classifies_columns():
     lines = np.arange(1, 5)
-    kind = lambda values: cells.column_kind(pd.Series(values, dtype=object), source="f", lines=lines, column="c")  # noqa: E731
+
+    def kind(values):
+        return cells.column_kind(pd.Series(values, dtype=object), source="f", lines=lines, column="c")
+
     assert kind(["a", 1, None, 2.5]) == cells.SCALAR
     assert kind([["a"], None, np.array(["b", "c"]), []]) == cells.LIST
     assert kind([{"k": 1}, None, {"j": "x"}, {}]) == cells.STRUCT
@@ -296,8 +299,8 @@ def test_one_way_of_giving_the_models_output(tmp_path):
     assert_user_error(invoke("analyze", "-p", tmp_path / "two.jsonl", "-o", tmp_path / "run"),
                       r"columns 'probs', 'logits' both look like the model's output; name the one to use with "
                       r"--probs-column")
-    made = invoke("analyze", "-p", tmp_path / "two.jsonl", "-o", tmp_path / "run", "--probs-column", "logits", "--labels", "x,y",
-                  *FAST)
+    made = invoke("analyze", "-p", tmp_path / "two.jsonl", "-o", tmp_path / "run", "--probs-column", "logits",
+                  "--labels", "x,y", *FAST)
     assert made.exit_code == 0, made.output
     write_jsonl(tmp_path / "scalar.jsonl", [{"text": "a", "label": "x", "pred": "x", "scores": 0.3},
                                             {"text": "b", "label": "y", "pred": "x", "scores": 0.7}])

@@ -17,8 +17,9 @@ TASKS = ("classification", "multilabel", "regression", "generation", "token-clas
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     @common.handle_errors
-    @options.takes(groups.DATA, groups.OUTPUTS, groups.TASK, groups.SOURCE, groups.OUTPUT_CHECKS, groups.TOKEN_READING, groups.ENGINE,
-                   groups.METRICS, CHECKS, groups.SLICES, groups.CLUSTER, groups.TRACKERS)
+    @options.takes(groups.DATA, groups.OUTPUTS, groups.TASK, groups.SOURCE, groups.OUTPUT_CHECKS,
+                   groups.TOKEN_READING, groups.ENGINE, groups.METRICS, CHECKS, groups.SLICES, groups.CLUSTER,
+                   groups.TRACKERS)
     def analyze_command(
         predictions: Annotated[str, typer.Option(
             "--predictions", "-p", help="File (or s3://, gs://, az:// URL) with text, label, pred and optional prob_<label> "
@@ -34,8 +35,8 @@ def register(app: typer.Typer) -> None:
         pred_column: Annotated[str, typer.Option("--pred-column", help="Column holding the predicted label.")] = "pred",
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, outputs, task_options, source, generation, tokens, engine, metrics, checks, slices, cluster,
-        trackers,
+        *, data_options, outputs, task_options, source, generation, tokens, engine, metrics, checks, slices,
+        cluster, trackers,
     ) -> None:
         """Analyze predictions made elsewhere: metrics, data checks, slices and failure clusters, in a run."""
         from erroranalysis import stages
@@ -61,6 +62,7 @@ def register(app: typer.Typer) -> None:
                                                   after=after, overwrite=overwrite, progress=reporter(), engine=engine)
         else:
             run = stages.analyze_predictions(predictions, out, data_opts=data_options, pred_column=pred_column,
-                                             outputs=outputs, after=after, overwrite=overwrite, progress=reporter(), engine=engine)
+                                             outputs=outputs, after=after, overwrite=overwrite, progress=reporter(),
+                                             engine=engine)
         report(run, as_json)
         log_to(trackers, run.path)

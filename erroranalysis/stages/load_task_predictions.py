@@ -81,9 +81,9 @@ def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskPar
                             "--labels, or the gold as lists or delimited strings.")
         gold_columns = tuple(named)
     required = gold_columns + ((pred_column,) if has_pred else ()) + ((scores,) if scores else ())
-    eval_set = load_eval_set(source, text_column=data_opts.text_column, label_column=None, id_column=data_opts.id_column,
-                             encoding=data_opts.encoding, split=data_opts.split, max_chars=data_opts.max_chars,
-                             required=required, table=raw)
+    eval_set = load_eval_set(source, text_column=data_opts.text_column, label_column=None,
+                             id_column=data_opts.id_column, encoding=data_opts.encoding, split=data_opts.split,
+                             max_chars=data_opts.max_chars, required=required, table=raw)
     eval_set.metadata_columns = [c for c in eval_set.metadata_columns if c not in prob_columns]
     frame, source = eval_set.frame, str(eval_set.path)
     if task == "regression":
@@ -116,8 +116,8 @@ def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskPar
         reading = rows.Reading("multilabel", thresholds=tuple(golds.read_thresholds(opts.threshold, labels)))
         shown = probs
     else:
-        raise DataError(f"{source}: no column {pred_column!r} and no prob_<label> columns; give the predicted labels "
-                        "(--pred-column) or their probabilities.")
+        raise DataError(f"{source}: no column {pred_column!r} and no prob_<label> or probs/logits column; give the "
+                        "predicted labels (--pred-column) or their probabilities (--probs-column).")
     p = np.clip(probs if probs is not None else shown, 1e-7, 1 - 1e-7)
     loss = -(gold * np.log(p) + (1 - gold) * np.log(1 - p)).mean(axis=1) if probs is not None else \
         np.full(len(gold), np.nan)
