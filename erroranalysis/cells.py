@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -203,9 +204,12 @@ def scores_labels(values, *, source, lines, column: str) -> list[str] | None:
 
 
 def sort_labels(names) -> list[str]:
-    """Label names sorted, integer ids in numeric order ("2" before "10")."""
-    names = [str(n) for n in names]
-    return sorted(names, key=lambda n: (0, int(n), "") if n.isdigit() else (1, 0, n))
+    """Label names sorted, numbers in them in numeric order: "2" before "10", "LABEL_2" before "LABEL_10" (the
+    names transformers gives a head without id2label, in id order)."""
+    def key(name: str) -> list:
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
+
+    return sorted((str(n) for n in names), key=key)
 
 
 def read_scores(values, labels: Sequence[str], *, multilabel: bool, source, lines, column: str) -> np.ndarray:

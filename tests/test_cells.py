@@ -238,6 +238,7 @@ def test_the_rule_classifies_columns():
     with pytest.raises(DataError, match=r"f, line 2, column 'c': a bytes"):
         kind(["a", b"raw", "b", "c"])
     assert cells.sort_labels(["10", "2", "1"]) == ["1", "2", "10"]
+    assert cells.sort_labels(["LABEL_10", "LABEL_2", "b", "a"]) == ["LABEL_2", "LABEL_10", "a", "b"]
     logits = np.array([[1.0, 2.0, 0.5]])
     got = cells.read_scores([logits[0]], ["a", "b", "c"], multilabel=False, source="f", lines=[1], column="logits")
     np.testing.assert_allclose(got, softmax(logits, axis=1))

@@ -30,7 +30,7 @@ class OutputParams(Params):
         "(softmax, or sigmoid for multilabel); any other holds probabilities.",
         none="probs, scores or logits, whichever holds lists or mappings")
     labels: tuple[str, ...] = param((), Strings(), "Comma-separated class order of a list in --probs-column.",
-                                    none="the label names sorted (ids in numeric order)")
+                                    none="the label names sorted, numbers in numeric order")
 
 
 def read_outputs(file, data_opts: DataOptions, outputs: OutputParams, required: tuple[str, ...]):
