@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
 
 SCALAR, LIST, STRUCT, SCORES = "scalar", "list", "struct", "scores"
 MISSING, OTHER = "missing", "other"

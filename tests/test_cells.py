@@ -16,7 +16,7 @@ from test_cli_run import assert_user_error, invoke
 
 import erroranalysis as ea
 from erroranalysis import cells
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.rundir import Run
 
 FAST = ("--no-cluster", "--no-data-checks")

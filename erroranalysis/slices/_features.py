@@ -16,7 +16,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from erroranalysis import cells
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.slices._lists import list_features
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import cells, rundir
-from erroranalysis.data import DataOptions, EvalSet, as_source, load_eval_set, map_labels, read_table
-from erroranalysis.errors import DataError, preview, where
-from erroranalysis.params import Params, Strings, Text, param
+from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.core.params import Params, Strings, Text, param
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, EvalSet, as_source, load_eval_set, map_labels, read_table
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry, say_notes
 
@@ -65,7 +65,7 @@ def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOpt
                         after: AfterParams = AfterParams(), overwrite: bool = False, embedder=None, progress=None,
                         engine=None) -> Run:
     """`erroranalysis analyze`: predictions made elsewhere (text, label, pred, and optional prob_<label> columns or
-    a probs/scores/logits column, `outputs`). `progress`: an `erroranalysis.progress.Reporter`; `engine`: where the
+    a probs/scores/logits column, `outputs`). `progress`: an `erroranalysis.core.progress.Reporter`; `engine`: where the
     checks' MiniLM embedding runs."""
     eval_set, scores, prob_columns = read_outputs(file, data_opts, outputs, (pred_column,))
     frame, source, lines = eval_set.frame, str(eval_set.path), eval_set.frame["_line"].to_numpy()

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import cells, rundir
-from erroranalysis import gold as golds
-from erroranalysis.data import DataOptions, as_source, load_eval_set, read_table
-from erroranalysis.errors import DataError, where
+from erroranalysis.core.errors import DataError, where
 from erroranalysis.infer import predictions as rows
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources import gold as golds
+from erroranalysis.sources.table import DataOptions, as_source, load_eval_set, read_table
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry, say_notes
 from erroranalysis.stages.load_predictions import OutputParams, output_columns, probability_columns
