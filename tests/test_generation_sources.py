@@ -173,7 +173,7 @@ def test_lm_eval_filters_are_reported_as_lm_eval_does_and_analyzed_one_at_a_time
     assert made.exit_code == 2 and "no filter 'strict'" in made.output and "flexible-extract" in made.output
 
 
-@pytest.mark.parametrize("doc_id", [None, {"a": 1}, ""])
+@pytest.mark.parametrize("doc_id", [None, {"a": 1}, "", True])
 def test_an_lm_eval_doc_id_that_is_no_id_is_refused(tmp_path, doc_id):
     rows = [gsm8k_sample(0, "none", "0", "0", "0"), {**gsm8k_sample(1, "none", "2", "2", "2"), "doc_id": doc_id}]
     path = write_jsonl(tmp_path / "samples_t_2026-12-01T10-00-00.000000.jsonl", rows)

@@ -362,17 +362,6 @@ def test_a_struct_output_with_no_reference_names_its_type(tmp_path, output, foun
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("doc_id, shown", [(None, "null"), ({"a": 1}, "{'a': 1}"), (True, "True")])
-def test_an_lm_eval_doc_id_that_is_no_index_is_one_line_naming_file_and_line(tmp_path, doc_id, shown):
-    good = {"doc_id": 0, "doc": {"q": "2+2?"}, "target": "4", "arguments": [["Q: 2+2?\nA:", {"until": ["\n"]}]],
-            "resps": [["4"]], "filtered_resps": ["4"], "filter": "none", "metrics": ["exact_match"], "exact_match": 1.0}
-    path = write_jsonl(tmp_path / "samples_qa_2024-05-01T10-00-00.000000.jsonl", [good, {**good, "doc_id": doc_id}])
-    result = cli("analyze", "--task", "generation", "-p", path, "--out", tmp_path / "run")
-    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
-    assert f"{path}, line 2: doc_id is {shown}, not a document index" in result.output
-    assert not (tmp_path / "run").exists()
-
-
 def test_rouge_l_without_rouge_score_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "rouge_score", None)  # what Python does for a package not installed
     data = write_jsonl(tmp_path / "o.jsonl", [{"prompt": "a", "output": "b", "reference": "b"}])

@@ -29,6 +29,7 @@ from erroranalysis.stages import (
     ClusterParams,
     InferParams,
     MetricsParams,
+    OutputParams,
     SliceParams,
     TokenParams,
 )
@@ -46,7 +47,8 @@ def open(path: str | Path) -> Run:  # noqa: A001 (ea.open, as the issue's quicks
 
 
 def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str | None = None,
-            id: str | None = None, task: str = "classification", data_options: DataOptions | None = None,  # noqa: A002
+            probs: str | None = None, labels: list[str] | None = None, id: str | None = None,  # noqa: A002
+            task: str = "classification", data_options: DataOptions | None = None,
             task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None,
             generation: GenerationParams | dict | None = None, tokens: TokenParams | dict | None = None,
             metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
@@ -54,8 +56,10 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     """Analyze predictions made elsewhere (`erroranalysis analyze`): `data` is a pandas DataFrame, a
     `datasets.Dataset`, a list of dicts or a file path.
 
-    Classification: `text`, `label` and `pred` name the columns (optional `prob_<label>` columns give
-    probabilities). `task="multilabel"` or `"regression"`: label sets or values made elsewhere, the gold and
+    Classification: `text`, `label` and `pred` name the columns; the model's output per class, optional, is
+    `prob_<label>` columns or one column of lists, {label: p} mappings or pipeline(top_k=None)'s outputs (`probs`
+    names it; by default a `probs`, `scores` or `logits` column; `labels`: the order of plain lists; see
+    docs/predictions.md). `task="multilabel"` or `"regression"`: label sets or values made elsewhere, the gold and
     `pred` read as `run` reads them (`task_options`: TaskParams; prob_<label> columns hold sigmoids).
     `task="generation"`: outputs an LLM wrote (`prompt` or `messages`, `output`, and the columns of
     docs/generation.md), with `source` (SourceParams: the file's format, the output column, your judge's score)
@@ -68,10 +72,11 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     _check_task(task)
     options = _data_options(data_options, text, label, id)
     after = _after(metrics, checks, slices, cluster)
+    outputs = _params(OutputParams, {"probs_column": probs, "labels": tuple(labels or ())})
     out = _out(out, "analysis")
     reading = stages.Reading(data=options, task=_params(TaskParams, task_options),
                              source=_params(SourceParams, source), generation=_params(GenerationParams, generation),
-                             tokens=_params(TokenParams, tokens), pred_column=pred)
+                             tokens=_params(TokenParams, tokens), output=outputs, pred_column=pred)
     made = stages.analyze(task, _source(data), out, reading, after=after, overwrite=overwrite, embedder=embedder,
                           progress=_progress(progress))
     return Run(made.path)

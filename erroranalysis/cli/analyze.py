@@ -18,12 +18,13 @@ TASKS = tuple(name for name, task in tasks.TASKS.items() if task.loader)  # what
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     @common.handle_errors
-    @options.takes(groups.DATA, groups.TASK, groups.SOURCE, groups.OUTPUT_CHECKS, groups.TOKEN_READING, groups.ENGINE,
-                   groups.METRICS, CHECKS, groups.SLICES, groups.CLUSTER, groups.TRACKERS)
+    @options.takes(groups.DATA, groups.OUTPUTS, groups.TASK, groups.SOURCE, groups.OUTPUT_CHECKS,
+                   groups.TOKEN_READING, groups.ENGINE, groups.METRICS, CHECKS, groups.SLICES, groups.CLUSTER,
+                   groups.TRACKERS)
     def analyze_command(
         predictions: Annotated[str, typer.Option(
             "--predictions", "-p", help="File (or s3://, gs://, az:// URL) with text, label, pred and optional prob_<label> "
-                                        "columns; with --task "
+                                        "columns or a probs/scores/logits column; with --task "
                                         "generation: prompts and outputs (see --source-format).")],
         out: common.OutDir,
         task: Annotated[str, typer.Option("--task", help="classification (predicted labels), multilabel (predicted "
@@ -37,8 +38,8 @@ def register(app: typer.Typer) -> None:
             show_default="pred; pred_tags for token-classification")] = None,
         overwrite: common.Overwrite = False,
         as_json: common.Json = False,
-        *, data_options, task_options, source, generation, tokens, engine, metrics, checks, slices, cluster,
-        trackers,
+        *, data_options, outputs, task_options, source, generation, tokens, engine, metrics, checks, slices,
+        cluster, trackers,
     ) -> None:
         """Analyze predictions made elsewhere: metrics, data checks, slices and failure clusters, in a run."""
         from erroranalysis import stages
@@ -49,7 +50,7 @@ def register(app: typer.Typer) -> None:
         trackers.require()
         after = groups.after(metrics, checks, slices, cluster)
         reading = stages.Reading(data=data_options, task=task_options, source=source, generation=generation,
-                                 tokens=tokens, pred_column=pred_column)
+                                 tokens=tokens, output=outputs, pred_column=pred_column)
         run = stages.analyze(task, predictions, out, reading, after=after, overwrite=overwrite, progress=reporter(),
                              engine=engine)
         report(run, as_json)

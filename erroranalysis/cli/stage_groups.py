@@ -19,6 +19,7 @@ from erroranalysis.tasks import TaskParams
 DATA = Group("data_options", DataOptions, panel="Eval set")
 INFER = Group("infer", stages.InferParams, panel="Inference")
 TASK = Group("task_options", TaskParams, panel=TASK_PANEL)  # multi-label and regression heads
+OUTPUTS = Group("outputs", stages.OutputParams, panel="Eval set")  # analyze: the model's output per class
 GENERATION_GROUP = Group("generation", GenerationParams, panel=GENERATION)
 TOKENS = Group("tokens", stages.TokenParams, panel=TOKENS_PANEL)  # token classification (NER, POS)
 # What `analyze --task token-classification` takes of them: how tags are read, not how a model runs.

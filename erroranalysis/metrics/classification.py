@@ -14,6 +14,7 @@ import pandas as pd
 from erroranalysis.core.errors import DataError, preview
 from erroranalysis.core.params import is_int
 from erroranalysis.core.validation import check_param
+from erroranalysis.sources import cells
 
 CI_LEVEL = 0.95
 TOP_CONFUSIONS = 10
@@ -231,29 +232,43 @@ def brier_score(t: np.ndarray, probs: np.ndarray) -> float:
 
 
 def _by_metadata(t, p, k, metadata, texts, max_values) -> dict:
-    return {key: group_metrics(t, p, k, codes, names)
-            for key, codes, names in metadata_groups(metadata, texts, max_values)}
+    return {key: group_metrics(t[rows], p[rows], k, codes, names)
+            for key, rows, codes, names in metadata_groups(metadata, texts, max_values)}
 
 
-def metadata_groups(metadata: pd.DataFrame | None, texts, max_values: int) -> Iterator[tuple[str, np.ndarray, list]]:
-    """(key, codes, value names) for each metadata column, then text length in words: what every task's
-    `by_metadata` reports on. A metadata column itself named text_length becomes meta_text_length."""
+def metadata_groups(metadata: pd.DataFrame | None, texts, max_values: int
+                    ) -> Iterator[tuple[str, np.ndarray, np.ndarray, list]]:
+    """(key, rows, codes, value names) for each metadata column, then text length in words: what every task's
+    `by_metadata` reports on; row rows[i] has value names[codes[i]]. A list column (tags) is multi-valued: a row
+    appears once per value it holds (`cells.explode`). A metadata column itself named text_length becomes
+    meta_text_length."""
     if metadata is not None:
         for column in metadata.columns:
             key = f"meta_{column}" if str(column) == "text_length" and texts is not None else str(column)
-            yield key, *bucket_values(metadata[column], max_values)
+            if cells.is_list_column(metadata[column]):
+                rows, values = cells.explode(metadata[column])
+                yield key, rows, *bucket_values(values, max_values, numeric=False)
+            else:
+                yield key, np.arange(len(metadata)), *bucket_values(metadata[column], max_values)
     if texts is not None:
-        yield "text_length", *bucket_values(word_counts(texts), max_values, numeric=True)
+        yield "text_length", np.arange(len(texts)), *bucket_values(word_counts(texts), max_values, numeric=True)
 
 
 def metadata_rows(metadata: pd.DataFrame | None, texts, max_values: int, describe: Callable[[np.ndarray], dict]
                   ) -> dict[str, list[dict]]:
     """{key: [{"value", "n", **describe(mask)} for each non-empty value]} over `metadata_groups`."""
     out = {}
-    for key, codes, names in metadata_groups(metadata, texts, max_values):
-        masks = ((value, codes == i) for i, value in enumerate(names))
+    n = len(metadata) if metadata is not None else len(texts) if texts is not None else 0
+    for key, rows, codes, names in metadata_groups(metadata, texts, max_values):
+        masks = ((value, _mask(n, rows[codes == i])) for i, value in enumerate(names))
         out[key] = [{"value": value, "n": int(mask.sum()), **describe(mask)} for value, mask in masks if mask.any()]
     return out
+
+
+def _mask(n: int, rows: np.ndarray) -> np.ndarray:
+    mask = np.zeros(n, dtype=bool)
+    mask[rows] = True
+    return mask
 
 
 def group_metrics(t: np.ndarray, p: np.ndarray, k: int, codes: np.ndarray, names: Sequence[str]) -> list[dict]:

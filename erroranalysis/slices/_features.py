@@ -16,6 +16,8 @@ import pandas as pd
 import scipy.sparse as sp
 
 from erroranalysis.core.errors import DataError
+from erroranalysis.slices._lists import list_features
+from erroranalysis.sources import cells
 
 if TYPE_CHECKING:
     from erroranalysis.slices._params import FeatureParams
@@ -387,6 +389,9 @@ def _metadata_column(column: pd.Series, name: str, n_buckets: int, max_categorie
                      add, messages: list[str]) -> None:
     label = f"metadata column {name!r}"
     values = column.reset_index(drop=True)
+    if cells.is_list_column(values):  # tags, sources: one feature per value
+        list_features(values, name, min_support, add, messages)
+        return
     try:
         n_unique = int(values.nunique(dropna=True))
     except TypeError:

@@ -100,7 +100,7 @@ def scan(path, opts: DataOptions, labels: list[str]) -> Scanned:
     names = set(file.schema_arrow.names)
     sources = {m: m if m in names else m.removeprefix("meta_") for m in head.metadata_columns}  # meta_x: a clash
     return Scanned(frame=head.frame, path=source, format="parquet", sha256=sha256, columns=head.columns,
-                   metadata_columns=head.metadata_columns, max_chars=head.max_chars, n_rows=n_rows,
+                   metadata_columns=head.metadata_columns, max_chars=head.max_chars, notes=head.notes, n_rows=n_rows,
                    sources=sources)
 
 

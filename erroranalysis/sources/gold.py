@@ -16,6 +16,7 @@ import json
 import numpy as np
 
 from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.sources import cells
 
 NONE = "(none)"  # how an example with no gold (or no predicted) label reads in the label/pred columns
 JOIN = " | "  # the label/pred columns of a multi-label run: the set's names in the model's label order
@@ -40,6 +41,9 @@ def refuse_lists(values, *, source, lines=None, column="label") -> None:
             raise ListLabels(f"{_loc(source, lines, row, column)}: the gold is a list ({list(value)[:4]!r}), "
                              "multi-label gold, where one label per example is read; pass --task multilabel for a "
                              "multi-label model.")
+        if cells.cell_kind(value) not in cells.ACCEPTS["label"] + (cells.MISSING,):
+            raise DataError(f"{_loc(source, lines, row, column)}: {cells.describe(value)} is not a label; write a "
+                            "class name or an integer id.")
 
 
 def multilabel_gold(values, labels: list[str], *, sep: str | None, source, lines=None,

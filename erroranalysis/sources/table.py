@@ -1,8 +1,7 @@
 """Load and validate eval sets: JSONL, CSV, Parquet, or a Hugging Face dataset saved with `save_to_disk`.
 
-Every problem is reported as one line naming the file, the line (or row) and column, and the fix. Line numbers
-are 1-based lines of the file (a CSV's header is line 1); Parquet and datasets folders report 1-based rows.
-"""
+Every problem is one line naming the file, the line (1-based lines of the file, a CSV's header is line 1; Parquet
+and datasets folders: 1-based rows) and column, and the fix."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.core.params import Int, Params, Text, param
 from erroranalysis.core.schemas import PREDICTIONS
 from erroranalysis.core.validation import check_int
+from erroranalysis.sources import cells
 from erroranalysis.sources.gold import refuse_lists
 
 # Texts are cut at this many characters when they are read (flagged `truncated`): every model reads far fewer,
@@ -79,6 +79,7 @@ class EvalSet:
     columns: dict = field(default_factory=dict)  # {"text": ..., "label": ..., "id": ...} as mapped
     metadata_columns: list[str] = field(default_factory=list)
     max_chars: int = MAX_CHARS
+    notes: list[str] = field(default_factory=list)  # metadata set aside by `cells.metadata`, said to the user
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -92,7 +93,7 @@ class EvalSet:
         path = str(self.path.resolve()) if isinstance(self.path, Path) else str(self.path)
         return {"path": path, "sha256": self.sha256, "rows": len(self), "format": self.format,
                 "columns": self.columns, "metadata_columns": self.metadata_columns, "max_chars": self.max_chars,
-                "n_cut": int(self.frame["_cut"].sum())}
+                "n_cut": int(self.frame["_cut"].sum()), **({"set_aside": self.notes} if self.notes else {})}
 
 
 def read_eval_set(path: str | Path | InMemory | storage.ObjectPath, opts: DataOptions = DataOptions(), required: tuple[str, ...] = ()) -> EvalSet:
@@ -136,18 +137,17 @@ def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", lab
     for column in required:
         frame[column] = raw[column].to_numpy()
     kept = {"_line", "_cut", text_column, label_column, id_column, *required}
-    metadata = []
-    for column in raw.columns:
-        if column in kept:
-            continue
-        name = f"meta_{column}" if column in PREDICTIONS.columns or column in ("pred", "output") else str(column)
-        frame[name] = raw[column].to_numpy()
-        metadata.append(name)
+    def rename(column: str) -> str:  # a clash with a run's own columns
+        return f"meta_{column}" if column in PREDICTIONS.columns or column in ("pred", "output") else str(column)
+
+    read, notes = cells.metadata(raw, [c for c in raw.columns if c not in kept], source=path, rename=rename)
+    for name, values in read.items():
+        frame[name] = values
     if sha256 is None:
         sha256 = path.sha256() if isinstance(path, InMemory) else storage.digest(path)["sha256"]
     return EvalSet(frame=frame, path=path, format=fmt, sha256=sha256,
                    columns={"text": text_column, "label": label_column, "id": id_column},
-                   metadata_columns=metadata, max_chars=max_chars)
+                   metadata_columns=list(read), max_chars=max_chars, notes=notes)
 
 
 def read_table(path: Path | InMemory | storage.ObjectPath, *, encoding: str = "utf-8", split: str | None = None

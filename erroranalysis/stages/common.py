@@ -10,6 +10,12 @@ def data_entry(eval_set: EvalSet) -> dict:
     return eval_set.describe()
 
 
+def say_notes(eval_set: EvalSet, progress=None) -> None:
+    """Tell the user what reading the eval set set aside (`cells.metadata`); the manifest records it too."""
+    for note in eval_set.notes if progress is not None else ():
+        progress.note(note)
+
+
 def metadata_of(run: Run, columns) -> list[str]:
     """The run's metadata columns: the manifest's `data.metadata_columns`, else every non-core column."""
     listed = (run.manifest.get("data") or {}).get("metadata_columns")

@@ -25,7 +25,7 @@ from erroranalysis.infer.predictions import CLASSIFICATION, Reading
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, map_labels, read_eval_set
 from erroranalysis.stages.after import AfterParams, after_predictions
-from erroranalysis.stages.common import data_entry
+from erroranalysis.stages.common import data_entry, say_notes
 from erroranalysis.tasks import TaskParams
 
 CHUNK_ROWS = 4096  # rows per chunk: the unit of streaming in-process and of a Ray block
@@ -67,6 +67,7 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
     if note and log:
         log(note)
     reporter = as_reporter(progress)
+    say_notes(job.eval_set, reporter)
     with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed, engine=engine.record())) as run:
         infer_stage(run, job, reporter, engine)
         after_predictions(run, after, embedder=embedder, progress=reporter, engine=engine)

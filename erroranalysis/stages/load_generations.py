@@ -21,6 +21,7 @@ from erroranalysis.sources.generations import SourceParams, not_a_format, read_g
 from erroranalysis.sources.table import DataOptions, InMemory, as_source
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.analyze import Reading
+from erroranalysis.stages.common import say_notes
 from erroranalysis.stages.generate import prediction_table, prepare_eval_set
 from erroranalysis.tasks import Task
 
@@ -38,6 +39,7 @@ def analyze_generations(data: str | Path | InMemory, out: str | Path, reading: R
     `erroranalysis.sources.generations`), write the run at `out`, then metrics and the stages `after` names."""
     data_opts, gen_opts, source = reading.data, reading.generation, reading.source
     prepared = prepare_generations(data, data_opts, gen_opts, source)
+    say_notes(prepared["eval_set"], progress)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data
 

@@ -18,12 +18,13 @@ from erroranalysis import rundir
 from erroranalysis.core.errors import DataError, where
 from erroranalysis.infer import predictions as rows
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources import cells
 from erroranalysis.sources import gold as golds
-from erroranalysis.sources.table import DataOptions, load_eval_set
+from erroranalysis.sources.table import DataOptions, as_source, load_eval_set, read_table
 from erroranalysis.stages.after import AfterParams, after_predictions
-from erroranalysis.stages.analyze import Reading
-from erroranalysis.stages.common import data_entry
-from erroranalysis.stages.load_predictions import probability_columns
+from erroranalysis.stages.analyze import OutputParams, Reading
+from erroranalysis.stages.common import data_entry, say_notes
+from erroranalysis.stages.load_predictions import output_columns, probability_columns
 from erroranalysis.tasks import Task, TaskParams
 
 PROB_PREFIX = "prob_"
@@ -33,8 +34,11 @@ def analyze_task_predictions(file: str | Path, out: str | Path, reading: Reading
                              after: AfterParams = AfterParams(), overwrite: bool = False, embedder=None,
                              progress=None, engine=None) -> Run:
     """A run of multi-label or regression predictions made elsewhere (see the module's docstring)."""
-    data_opts, task_opts, pred_column, task = reading.data, reading.task, reading.pred_column_of(task), task.name
-    eval_set, table, probs, labels, reading = read_task_predictions(file, task, data_opts, task_opts, pred_column)
+    data_opts, task_opts, outputs = reading.data, reading.task, reading.output
+    pred_column, task = reading.pred_column_of(task), task.name
+    eval_set, table, probs, labels, reading = read_task_predictions(file, task, data_opts, task_opts, pred_column,
+                                                                    outputs)
+    say_notes(eval_set, progress)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data
 
@@ -60,24 +64,31 @@ def analyze_task_predictions(file: str | Path, out: str | Path, reading: Reading
     return run
 
 
-def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskParams, pred_column: str):
+def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskParams, pred_column: str,
+                          outputs: OutputParams = OutputParams()):
     """(eval set, predictions table, probs or None, labels, reading), everything checked; nothing written."""
-    gold_columns = () if task == "multilabel" and opts.label_per_column else (data_opts.label_column,)
-    raw = load_eval_set(file, text_column=data_opts.text_column, label_column=None, id_column=data_opts.id_column,
-                        encoding=data_opts.encoding, split=data_opts.split, max_chars=data_opts.max_chars)
-    has_pred = pred_column in raw.frame.columns or f"meta_{pred_column}" in raw.frame.columns  # renamed on clash
-    prob_columns = [c for c in raw.metadata_columns if c.startswith(PROB_PREFIX)]
+    source = as_source(file)
+    raw = read_table(source, encoding=data_opts.encoding, split=data_opts.split)
+    columns = [c for c in raw[0].columns if c != "_line"]
+    has_pred = pred_column in columns
+    scores, prob_columns = output_columns(columns, raw[0], outputs, source) if task == "multilabel" else \
+        (None, [c for c in columns if c.startswith(PROB_PREFIX)])
+    lines = raw[0]["_line"].to_numpy()
+    named = list(outputs.labels) or [c[len(PROB_PREFIX):] for c in prob_columns] or \
+        (cells.scores_labels(raw[0][scores].to_numpy(dtype=object), source=source, lines=lines, column=scores)
+         if scores else None)
+    gold_columns = (data_opts.label_column,)
     if task == "multilabel" and opts.label_per_column:
-        if not prob_columns:
-            raise DataError(f"{raw.path}: --label-per-column needs the label names: give prob_<label> columns, or "
-                            "the gold as lists or delimited strings.")
-        gold_columns = tuple(c[len(PROB_PREFIX):] for c in prob_columns)
-    required = gold_columns + ((pred_column,) if has_pred else ())
-    eval_set = load_eval_set(file, text_column=data_opts.text_column, label_column=None, id_column=data_opts.id_column,
-                             encoding=data_opts.encoding, split=data_opts.split, max_chars=data_opts.max_chars,
-                             required=required)
+        if not named:
+            raise DataError(f"{source}: --label-per-column needs the label names: give prob_<label> columns, "
+                            "--labels, or the gold as lists or delimited strings.")
+        gold_columns = tuple(named)
+    required = gold_columns + ((pred_column,) if has_pred else ()) + ((scores,) if scores else ())
+    eval_set = load_eval_set(source, text_column=data_opts.text_column, label_column=None,
+                             id_column=data_opts.id_column, encoding=data_opts.encoding, split=data_opts.split,
+                             max_chars=data_opts.max_chars, required=required, table=raw)
     eval_set.metadata_columns = [c for c in eval_set.metadata_columns if c not in prob_columns]
-    frame, source, lines = eval_set.frame, str(eval_set.path), eval_set.frame["_line"].to_numpy()
+    frame, source = eval_set.frame, str(eval_set.path)
     if task == "regression":
         if not has_pred:
             raise DataError(f"{source}: no column {pred_column!r} of predicted values; name it with --pred-column.")
@@ -89,14 +100,16 @@ def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskPar
                                relative=opts.relative_tolerance)
         out = {"probs": value[:, None], "loss": (value - target) ** 2}
         return eval_set, _table(eval_set, target, ["value"], reading, out), value[:, None], ["value"], reading
-    labels = [c[len(PROB_PREFIX):] for c in prob_columns] or _names(frame, gold_columns[0], pred_column, opts,
-                                                                     source, has_pred)
+    labels = named or _names(frame, gold_columns[0], pred_column, opts, source, has_pred)
     if opts.label_per_column:
         gold = golds.multilabel_columns(frame, labels, source=source, lines=lines)
     else:
         gold = golds.multilabel_gold(frame[gold_columns[0]].to_numpy(dtype=object), labels, sep=opts.label_sep,
                                      source=source, lines=lines, column=gold_columns[0])
     probs = probability_columns(frame, prob_columns, source) if prob_columns else None
+    if scores:
+        probs = cells.read_scores(frame[scores].to_numpy(dtype=object), labels, multilabel=True, source=source,
+                                  lines=lines, column=scores)
     if has_pred:
         pred = golds.multilabel_gold(frame[pred_column].to_numpy(dtype=object), labels, sep=opts.label_sep,
                                      source=source, lines=lines, column=pred_column)
@@ -106,8 +119,8 @@ def read_task_predictions(file, task: str, data_opts: DataOptions, opts: TaskPar
         reading = rows.Reading("multilabel", thresholds=tuple(golds.read_thresholds(opts.threshold, labels)))
         shown = probs
     else:
-        raise DataError(f"{source}: no column {pred_column!r} and no prob_<label> columns; give the predicted labels "
-                        "(--pred-column) or their probabilities.")
+        raise DataError(f"{source}: no column {pred_column!r} and no prob_<label> or probs/logits column; give the "
+                        "predicted labels (--pred-column) or their probabilities (--probs-column).")
     p = np.clip(probs if probs is not None else shown, 1e-7, 1 - 1e-7)
     loss = -(gold * np.log(p) + (1 - gold) * np.log(1 - p)).mean(axis=1) if probs is not None else \
         np.full(len(gold), np.nan)

@@ -9,6 +9,7 @@ import numpy as np
 from erroranalysis import rundir
 from erroranalysis.core.params import SEED, Int, Params, param, spec_field
 from erroranalysis.rundir import Run, readers
+from erroranalysis.sources import cells
 from erroranalysis.stages.common import metadata_of
 
 
@@ -28,7 +29,8 @@ def compute_run_metrics(run: Run, params: MetricsParams = MetricsParams(), **ove
     params = params.replace(**overrides) if overrides else params
     preds = readers.read_predictions(run)
     probs = readers.read_probs(run)
-    metadata_columns = metadata_of(run, preds.columns)
+    listed = metadata_of(run, preds.columns)
+    metadata_columns = [c for c in listed if cells.groupable(preds[c])]  # a run written before the cells rule
     if run.task == "token-classification":
         with run.stage("metrics", params.record()) as staging:
             result = token_metrics(run, preds)
@@ -40,6 +42,8 @@ def compute_run_metrics(run: Run, params: MetricsParams = MetricsParams(), **ove
             staging.write_json(rundir.METRICS, result)
         return result
     with run.stage("metrics", params.record()) as staging:
+        if len(metadata_columns) < len(listed):
+            staging.facts["metadata_set_aside"] = [c for c in listed if c not in metadata_columns]
         result = compute_metrics(preds["label"].to_numpy(), preds["pred"].to_numpy(), run.labels,
                                  probs=None if probs is None else np.asarray(probs),
                                  metadata=preds[metadata_columns] if metadata_columns else None,
