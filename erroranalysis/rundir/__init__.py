@@ -23,6 +23,7 @@ from erroranalysis.rundir.artifacts import (
     EMBEDDINGS,
     EMBEDDINGS_META,
     HIDDEN,
+    LLM_NAMES,
     MANIFEST,
     METRICS,
     PREDICTIONS,
