@@ -224,3 +224,17 @@ def test_moved_public_paths_still_import_with_a_warning():
             module = importlib.import_module(old)
         assert module is importlib.import_module(new)
     assert sys.modules["erroranalysis.data"].DataOptions is DataOptions
+
+
+def test_no_import_circles_even_inside_a_folder():
+    """Modules that import each other (lazily too) cannot be read, tested or moved one at a time: the shared part
+    goes down into a module both import (checklist/memorize.py, labels/backup_names.py)."""
+    import grimp
+
+    graph = grimp.build_graph("erroranalysis", "erroranalysis_ui", cache_dir=None)
+    circles = set()
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if graph.chain_exists(importer=imported, imported=module):
+                circles.add(tuple(sorted((module, imported))))
+    assert not circles, f"import circles: {sorted(circles)}"

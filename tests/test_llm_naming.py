@@ -63,7 +63,7 @@ def test_an_unreachable_endpoint_keeps_the_keyword_names(tmp_path):
     opened = Run.open(run)
     after = readers.read_clusters(opened)
     assert list(after["name"]) == list(before["name"]) == list(after["keyword_name"])
-    facts = opened.manifest["stages"]["cluster_names"]["facts"]["llm_names"]
+    facts = opened.manifest["stages"]["cluster_names"]["llm_names"]
     assert facts["named"] == 0 and facts["failed"] == facts["calls"] > 0 and "Connection" in facts["error"]
 
 
@@ -111,7 +111,7 @@ def test_a_real_server_names_error_types_and_the_answers_are_cached(server, tmp_
     params = stages.ClusterParams(namer=server, namer_calls=2, namer_examples=2, namer_timeout=600)
     stages.name_run(run, params)
     opened = Run.open(run)
-    first = opened.manifest["stages"]["cluster_names"]["facts"]["llm_names"]
+    first = opened.manifest["stages"]["cluster_names"]["llm_names"]
     clusters = readers.read_clusters(opened)
     assert first["calls"] == min(2, len(clusters)) and first["named"] + first["failed"] == first["calls"]
     assert first["model"] and first["endpoint"] == server
@@ -122,6 +122,6 @@ def test_a_real_server_names_error_types_and_the_answers_are_cached(server, tmp_
     for answer in kept["answers"].values():  # what was kept is what the clusters show
         assert answer["name"] in set(clusters["name"])
     stages.name_run(run, params)  # again: the kept answers are reused, only the failed ones are asked again
-    again = Run.open(run).manifest["stages"]["cluster_names"]["facts"]["llm_names"]
+    again = Run.open(run).manifest["stages"]["cluster_names"]["llm_names"]
     assert again["cached"] == first["named"] and again["calls"] == first["failed"]
     assert np.array_equal(readers.read_clusters(Run.open(run))["cluster_id"], clusters["cluster_id"])
