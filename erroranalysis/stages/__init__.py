@@ -35,7 +35,7 @@ from erroranalysis.stages.load_token_predictions import analyze_token_prediction
 from erroranalysis.stages.load_task_predictions import analyze_task_predictions
 from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics
 from erroranalysis.stages.report import Limits as ReportLimits
-from erroranalysis.stages.report import run_document, write_compare_html, write_run_report
+from erroranalysis.stages.report import run_document, why_no_clusters, write_compare_html, write_run_report
 from erroranalysis.stages.slices import SliceParams, slices_run
 from erroranalysis.stages.steps import (
     Gate,
