@@ -105,7 +105,7 @@ def _failure_modes(checks: dict) -> None:
         "share": st.column_config.ProgressColumn("Share of failures", format="percent", min_value=0, max_value=1),
         "exemplar": st.column_config.TextColumn("Exemplar (id: output)", width="large")})
     st.caption("Each check's reason without its details; an output may fail several ways. A check that only "
-               "repeats another's failure (no JSON to validate when the output is not JSON) is not counted.")
+               "repeats another's failure (the schema check of an output that is not JSON) is not counted.")
 
 
 def _stops(checks: dict) -> None:

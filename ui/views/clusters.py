@@ -44,13 +44,16 @@ n_labeled = int((failed & (table["error_type_id"].to_numpy() >= 0)).sum())
 c[3].metric("Failures labeled", ui.pct(n_labeled / n_fail if n_fail else 0, 0), border=True)
 
 
+# a generation run without a label column: its pass/fail "confusion" is made up, so it is not shown
+made_up_labels = "output_checks" in (metrics := data.metrics(current.path)) and \
+    not metrics["output_checks"].get("label_column")
 st.subheader("Clusters by impact", anchor=False)
 listed = st.dataframe(
     summary, key=state.CLUSTER_LIST, on_select="rerun", selection_mode="single-row", hide_index=True,
     height=min(400, 35 * (len(summary) + 1) + 3),
     selection_default={"selection": {"rows": [ids.index(state.get(state.CLUSTER))]}},
-    column_order=["cluster_id", "name", "parent", "size", "share", "top_confusion", "keywords", "labeled",
-                  "main_type"],
+    column_order=["cluster_id", "name", "parent", "size", "share"] + ([] if made_up_labels else ["top_confusion"])
+    + ["keywords", "labeled", "main_type"],
     column_config={
         "cluster_id": st.column_config.NumberColumn("#", width=40),
         "name": st.column_config.TextColumn("Cluster", width="large"),
@@ -102,7 +105,7 @@ with detail_col:
         ui.figure("Mean loss", f"{rows['loss'].mean():.2f}" if rows["loss"].notna().any() else "–")
     a, b = st.columns(2)
     with a.container(border=True, height="stretch"):
-        if "failure_reason" in rows.columns:  # a generation run: how its outputs fail, not the made-up pass → fail
+        if "failure_reason" in rows.columns:  # a generation run: how its outputs fail (not label → pred)
             st.markdown("**Failing checks**")
             for mode in generation.failure_modes(rows, top=4):
                 st.markdown(f"{ui.md(mode['reason'])} · **{mode['count']:,}**")
