@@ -278,9 +278,9 @@ def test_the_clusters_page_says_why_there_are_none(runs, monkeypatch, tmp_path):
     from app_session import texts
 
     at = _app(monkeypatch, runs, tmp_path, "refusals", "clusters")
-    assert "This run has no clusters: all 25 failing outputs are identical" in texts(at, plain=True)
+    assert "The clustering found no clusters: all 25 failing outputs are identical" in texts(at, plain=True)
     at = _app(monkeypatch, runs, tmp_path, "filters", "clusters")
-    assert "This run has no clusters: stage 'cluster' was not run" in texts(at, plain=True)
+    assert "This run has no clusters yet: stage 'cluster' was not run" in texts(at, plain=True)
 
 
 # -- Chromium: the figure cards show their numbers ---------------------------------------------------------------

@@ -14,9 +14,10 @@ ui.header("Clusters", current, "failing examples grouped into candidate error ty
 
 with ui.guard("Re-run `erroranalysis cluster RUN`; the other pages and runs still work."):
     clusters = data.clusters(current.path)
-    if clusters is None or clusters.empty:
-        st.info(f"This run has no clusters: {ui.md(data.why_no_clusters(current.path))}. The Label page works "
-                "meanwhile, by confusion pair.", icon=":material/bubble_chart:")
+    if clusters is None or clusters.empty:  # say why: not run, failed, killed; too few failures, all alike, ...
+        st.info(("This run has no clusters yet: " if clusters is None else "The clustering found no clusters: ")
+                + f"{ui.md(data.why_no_clusters(current.path))}. The Label page works meanwhile, by confusion pair.",
+                icon=":material/bubble_chart:")
         st.stop()
     table = labeled.examples(current.path, ui.labels())
 
@@ -28,7 +29,7 @@ n_fail = int(failed.sum())
 n_clustered = int((failed & (cluster_of >= 0)).sum())
 summary = labeled.cluster_summary(current.path, ui.labels())
 if summary.empty:
-    st.info(f"This run has no clusters: {ui.md(data.why_no_clusters(current.path) or 'none found')}.",
+    st.info(f"The clustering found no clusters: {ui.md(data.why_no_clusters(current.path) or 'none found')}.",
             icon=":material/bubble_chart:")
     st.stop()
 
