@@ -259,10 +259,10 @@ def test_the_overview_with_a_label_column_adds_the_classes(runs, monkeypatch, tm
 
 
 def test_the_clusters_page_shows_a_generation_exemplar_output_first(runs, monkeypatch, tmp_path):
-    from app_session import texts
+    from erroranalysis.rundir import readers
+    from erroranalysis_ui.eaui import state
 
     at = _app(monkeypatch, runs, tmp_path, "extraction", "clusters")
-    shown = texts(at, plain=True)
     markdown = "\n".join(m.value for m in at.markdown)
     assert "**Failing checks**" in markdown and "pass → fail" not in markdown  # not the made-up confusion
     assert "json: extra text around the JSON · **" in markdown
@@ -270,8 +270,13 @@ def test_the_clusters_page_shows_a_generation_exemplar_output_first(runs, monkey
     assert not at.expander[0].proto.expanded  # the prompt folded
     outputs = [c.value for c in at.code]
     assert outputs and all("Extract the" not in o for o in outputs)  # the code blocks are outputs, not prompts
-    first = shown.index(outputs[0].split("\n")[0][:12]) if outputs[0] else -1
-    assert first >= 0
+    every = []
+    for cid in readers.read_clusters(Run.open(runs["extraction"]))["cluster_id"]:  # each cluster's exemplars
+        at.selectbox(key=state.CLUSTER).select(int(cid)).run()
+        every += [m.value.replace("\\", "") for m in at.markdown]
+    assert any(m.endswith("] json: cut off at max_new_tokens (Unterminated string starting at character 9)")
+               for m in every)  # an exemplar's failing check
+    assert not any("no JSON to validate" in m for m in every)  # the cut-off JSON's repeat is not listed
 
 
 def test_the_clusters_page_says_why_there_are_none(runs, monkeypatch, tmp_path):

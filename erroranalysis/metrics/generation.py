@@ -118,15 +118,12 @@ def failure_modes(preds, passed: np.ndarray, top: int = 15) -> list[dict]:
     first, each with the share of failures and an exemplar (a row that fails that way alone when there is one). A
     reason that only repeats another failing check's (REPEATS) is not counted."""
     failing = np.flatnonzero(~passed)
-    repeated = {kind: _failing(preds, check) for kind, check in REPEATS.items()}
+    repeated = {check: _failing(preds, check) for check in set(REPEATS.values())}
     rows_of: dict[str, list[int]] = {}
     alone: dict[str, int] = {}
     for i in failing:
-        kinds = []
-        for reason in str(preds["failure_reason"].iat[i]).split("; "):
-            kind = re.sub(r"\s*\(.*$", "", reason, flags=re.S).strip()
-            if kind and kind not in kinds and not (kind in repeated and repeated[kind][i]):
-                kinds.append(kind)
+        kinds = list(dict.fromkeys(category(r) for r in own_reasons(
+            preds["failure_reason"].iat[i], {c for c, rows in repeated.items() if rows[i]})))
         for kind in kinds:
             rows_of.setdefault(kind, []).append(int(i))
         if len(kinds) == 1:
@@ -134,6 +131,18 @@ def failure_modes(preds, passed: np.ndarray, top: int = 15) -> list[dict]:
     order = sorted(rows_of, key=lambda k: (-len(rows_of[k]), k))[:top]
     return [{"reason": kind, "count": len(rows_of[kind]), "share_of_failures": _ratio(len(rows_of[kind]), len(failing)),
              "exemplar": _exemplar(preds, alone.get(kind, rows_of[kind][0]))} for kind in order]
+
+
+def category(reason: str) -> str:
+    """A check's reason without its details: `json: not valid JSON (Expecting ...)` -> `json: not valid JSON`."""
+    return re.sub(r"\s*\(.*$", "", reason, flags=re.S).strip()
+
+
+def own_reasons(failure_reason, failed_checks: set[str]) -> list[str]:
+    """The reasons of one row's `failure_reason` less those that only repeat a failed check's (REPEATS): what a
+    person reads as the ways the output failed."""
+    reasons = [r for r in str(failure_reason or "").split("; ") if r.strip()]
+    return [r for r in reasons if REPEATS.get(category(r)) not in failed_checks]
 
 
 def _failing(preds, check: str) -> np.ndarray:

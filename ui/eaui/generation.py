@@ -5,6 +5,7 @@ only: the figures are metrics.json's `output_checks` and the rows predictions.pa
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -154,9 +155,13 @@ def failure_modes(rows, top: int = 4) -> list[dict]:
 
 
 def failing_checks(ex) -> list[str]:
-    """The failing checks' reasons of one example, as `failure_reason` lists them."""
-    reason = ex.get("failure_reason") if hasattr(ex, "get") else None
-    return [r for r in str(reason).split("; ") if r] if isinstance(reason, str) else []
+    """The failing checks' reasons of one example, less a reason that only repeats another's (no JSON to validate
+    when the output is not JSON)."""
+    from erroranalysis.metrics.generation import own_reasons
+
+    failed = {str(k)[len("check_"):] for k, v in ex.items() if str(k).startswith("check_")
+              and not str(k).endswith("_reason") and (v is False or v is np.False_)}
+    return own_reasons(ex.get("failure_reason"), failed)
 
 
 def exemplar(ex_id, ex) -> None:
