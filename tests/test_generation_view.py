@@ -332,3 +332,17 @@ def test_figure_cards_are_not_cut_short_at_1400_px(runs, tmp_path):
     for link, cards in seen.items():
         for card in cards:
             assert "…" not in card["text"] and not card["clipped"], (link, card)
+
+
+# -- the Python API -----------------------------------------------------------------------------------------------
+
+
+def test_the_notebook_summary_of_a_generation_run(runs):
+    import erroranalysis as ea
+
+    run = ea.open(runs["refusals"])
+    assert run.why_no_clusters.startswith("all 25 failing outputs are identical")
+    html = run._repr_html_()
+    assert "passed every check 16.7%" in html and "Failure modes" in html and "macro F1" not in html
+    assert "No error clusters</b>: all 25 failing outputs are identical" in html
+    assert ea.open(runs["extraction"]).why_no_clusters is None
