@@ -119,8 +119,7 @@ def _stops(checks: dict) -> None:
                                                                         "mean_output_tokens") if c in stops],
                      column_config={"stop_reason": "Stop reason",
                                     "n": st.column_config.NumberColumn("Outputs", format="localized"),
-                                    "pass_rate": st.column_config.ProgressColumn("Pass rate", format="percent",
-                                                                                 min_value=0, max_value=1),
+                                    "pass_rate": st.column_config.NumberColumn("Pass rate", format="percent"),
                                     "mean_output_tokens": st.column_config.NumberColumn("Mean length",
                                                                                         format="%.3g")})
     length = checks.get("output_length") or {}
