@@ -117,20 +117,31 @@ def failure_modes(preds, passed: np.ndarray, top: int = 15) -> list[dict]:
     """The failing rows per reason category (the part of a check's reason before its parentheses), most frequent
     first, each with the share of failures and an exemplar (a row that fails that way alone when there is one). A
     reason that only repeats another failing check's (REPEATS) is not counted."""
+    import pandas as pd
+
     failing = np.flatnonzero(~passed)
-    repeated = {check: _failing(preds, check) for check in set(REPEATS.values())}
-    rows_of: dict[str, list[int]] = {}
-    alone: dict[str, int] = {}
-    for i in failing:
-        kinds = list(dict.fromkeys(category(r) for r in own_reasons(
-            preds["failure_reason"].iat[i], {c for c, rows in repeated.items() if rows[i]})))
-        for kind in kinds:
-            rows_of.setdefault(kind, []).append(int(i))
-        if len(kinds) == 1:
-            alone.setdefault(kinds[0], int(i))
-    order = sorted(rows_of, key=lambda k: (-len(rows_of[k]), k))[:top]
-    return [{"reason": kind, "count": len(rows_of[kind]), "share_of_failures": _ratio(len(rows_of[kind]), len(failing)),
-             "exemplar": _exemplar(preds, alone.get(kind, rows_of[kind][0]))} for kind in order]
+    reasons = pd.Series(preds["failure_reason"].to_numpy(dtype=object)[failing], index=failing, dtype=object)
+    kinds = reasons.astype(str).str.split("; ").explode().str.replace(r"\s*\(.*$", "", regex=True)
+    codes, names = pd.factorize(kinds.fillna(""))  # one code per category: the rest is integer arithmetic
+    rows = kinds.index.to_numpy(dtype=np.int64)
+    keep = names.to_numpy()[codes] != ""
+    for kind, check in REPEATS.items():
+        if kind in set(names):
+            keep &= ~((codes == names.get_loc(kind)) & _failing(preds, check)[rows])
+    k = max(len(names), 1)
+    pairs = np.unique(rows[keep] * k + codes[keep])  # (row, category) once each, by row
+    rows, codes = pairs // k, pairs % k
+    _, inverse, per_row = np.unique(rows, return_inverse=True, return_counts=True)
+    alone = per_row[inverse] == 1  # the row fails this way only
+    counts = np.bincount(codes, minlength=len(names))
+    order = sorted((c for c in range(len(names)) if counts[c]), key=lambda c: (-counts[c], names[c]))[:top]
+    out = []
+    for c in order:
+        mine = codes == c
+        pick = rows[mine & alone][0] if (mine & alone).any() else rows[mine][0]
+        out.append({"reason": str(names[c]), "count": int(counts[c]),
+                    "share_of_failures": _ratio(counts[c], len(failing)), "exemplar": _exemplar(preds, int(pick))})
+    return out
 
 
 def category(reason: str) -> str:
@@ -150,7 +161,8 @@ def _failing(preds, check: str) -> np.ndarray:
     column = f"check_{check}"
     if column not in preds:
         return np.zeros(len(preds), dtype=bool)
-    return preds[column].map(lambda v: v is False or v is np.False_).to_numpy(dtype=bool)
+    values = preds[column]
+    return (values.notna() & ~values.fillna(True).astype(bool)).to_numpy(dtype=bool)
 
 
 def _exemplar(preds, row: int) -> dict:
