@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from erroranalysis import stages
 from erroranalysis.cli.app import app
-from erroranalysis.data import DataOptions
 from erroranalysis.report import GENERATION_SECTIONS
 from erroranalysis.rundir import Run
+from erroranalysis.sources.table import DataOptions
 
 SCHEMA = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "total": {"type": "number"}},
                      "required": ["name", "total"], "additionalProperties": False})
@@ -179,7 +179,7 @@ def test_show_has_a_confusion_matrix_only_with_a_label_column(runs):
 
 
 def test_why_no_clusters_in_words():
-    from erroranalysis.summaries import why_no_clusters
+    from erroranalysis.report.summaries import why_no_clusters
 
     assert why_no_clusters({"n_failures": 0}) == "no failing examples: nothing to cluster"
     assert why_no_clusters({"n_failures": 4, "resolved": {"min_cluster_size": 5}}) == \

@@ -11,9 +11,10 @@ import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from erroranalysis import __version__, files
+from erroranalysis import __version__
 from erroranalysis.compare import Report
-from erroranalysis.errors import UserError
+from erroranalysis.core import files
+from erroranalysis.core.errors import UserError
 from erroranalysis.rundir import Run, readers
 
 EXEMPLAR_COLUMNS = ("example_id", "label", "pred", "text")
@@ -82,7 +83,7 @@ def _clusters(run: Run, limits: Limits) -> dict:
 def why_no_clusters(path_or_run) -> str | None:
     """Why the run has no error clusters, in words (the cluster stage not run, failed, interrupted or killed; too
     few failures; all failing outputs identical; nothing dense enough); None when it has some."""
-    from erroranalysis import summaries
+    from erroranalysis.report import summaries
 
     run = path_or_run if isinstance(path_or_run, Run) else Run.open(path_or_run)
     reason = run.explain("cluster")
