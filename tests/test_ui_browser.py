@@ -13,6 +13,7 @@ sample`); skipped without it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -292,3 +293,39 @@ def test_training_page_shows_the_checkpoint_log(app, page, sample_dir):
     for f in findings:
         assert page.get_by_text(f.message[:1].upper() + f.message[1:40]).first.is_visible(), f.message
     _shot(page, "8-training")
+
+
+def test_the_demo_generation_run_reads_as_generations(app, page, workspace):
+    """The demo's SmolLM2 run (JSON-label prompts: a label column): show, the Overview and the Clusters page lead
+    with the checks and failure modes, and the figure cards show their whole numbers at 1400 px (issue 33)."""
+    from test_generation_view import CARDS_JS
+
+    run = workspace / "sample-generation"
+    shown = subprocess.run([str(Path(sys.executable).parent / "erroranalysis"), "show", str(run)],
+                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert text.index("Output checks") < text.index("Failure modes") < text.index("Confusion")
+    assert "limit 12:" in text and "pass │ fail" not in text
+    address, _ = app
+    size = page.viewport_size
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    try:
+        _open(page, address, "sample-generation")
+        _goto(page, "Overview")
+        page.get_by_text("Passed every check").first.wait_for()
+        body = page.locator('[data-testid="stMain"]').inner_text()
+        assert "Failure modes" in body and "The label extracted from the output" in body
+        cards = {"Overview": page.evaluate(CARDS_JS)}
+        _shot(page, "generation-overview")
+        _goto(page, "Clusters")
+        body = page.locator('[data-testid="stMain"]').inner_text()
+        if "no clusters" not in body:
+            assert "Failing checks" in body and "Prompt" in body
+            cards["Clusters"] = page.evaluate(CARDS_JS)
+        _shot(page, "generation-clusters")
+    finally:
+        page.set_viewport_size(size)
+    for link, found in cards.items():
+        for card in found:
+            assert "…" not in card["text"] and not card["clipped"], (link, card)

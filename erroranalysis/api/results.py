@@ -147,6 +147,14 @@ class Run:
         found = readers.read_clusters(self._run, optional=True)
         return found if found is not None else pd.DataFrame(columns=["cluster_id", "size", "name"])
 
+    @property
+    def why_no_clusters(self) -> str | None:
+        """Why the run has no error clusters, in words (stage not run or failed, too few failures, all failing
+        outputs identical, ...); None when it has some."""
+        from erroranalysis import stages
+
+        return stages.why_no_clusters(self._run)
+
     def examples(self, cluster: int | None = None, *, failing: bool | None = None,
                  limit: int | None = None) -> pd.DataFrame:
         """Examples with their cluster (`cluster_id`, -1 for none): those of `cluster` when given, only failing
@@ -215,7 +223,8 @@ class Run:
 
     def _repr_html_(self) -> str:
         """The notebook's HTML summary: headline metrics, per-class table, confusion matrix, top clusters."""
-        return summary_html.run_summary(self.name, self.task, self.metrics.raw, self.clusters, self.stages)
+        return summary_html.run_summary(self.name, self.task, self.metrics.raw, self.clusters, self.stages,
+                                        self.why_no_clusters)
 
     def __repr__(self) -> str:
         return f"erroranalysis.Run({str(self.path)!r}, task={self.task!r})"

@@ -14,8 +14,18 @@ def _num(value, fmt: str = ".3f") -> str:
     return "–" if not isinstance(value, (int, float)) or value != value else format(value, fmt)
 
 
-def run_summary(name: str, task: str, metrics: dict, clusters, stages) -> str:
+def run_summary(name: str, task: str, metrics: dict, clusters, stages, why_no_clusters: str | None = None) -> str:
     o = metrics["overall"]
+    checks = metrics.get("output_checks")
+    if checks:  # a generation run: its checks and failure modes, classes only with a label column
+        from erroranalysis.report.run_page import output_checks
+
+        body = (f"<h3 style='margin:4px 0'>erroranalysis run <code>{esc(name)}</code> ({esc(task)})</h3>"
+                f"<p>{checks['n']:,} examples · {checks['n_failed']:,} failures · passed every check "
+                f"{_pct(checks.get('pass_rate'))}</p>" + output_checks(checks))
+        if checks.get("label_column"):
+            body += _confusion(metrics.get("confusion"))
+        return _tail(body, clusters, stages, why_no_clusters)
     head = (f"<h3 style='margin:4px 0'>erroranalysis run <code>{esc(name)}</code> ({esc(task)})</h3>"
             f"<p>{o['n']:,} examples · {o['n_failures']:,} failures · accuracy {_num(o.get('accuracy'))} · "
             f"macro F1 {_num(o.get('macro_f1'))}"
@@ -25,6 +35,17 @@ def run_summary(name: str, task: str, metrics: dict, clusters, stages) -> str:
         ("label", "class", None), ("precision", "precision", _num), ("recall", "recall", _num), ("f1", "F1", _num),
         ("support", "support", lambda v: f"{v:,}")])
     body = head + "<b>Per class</b>" + per_class + _confusion(metrics.get("confusion"))
+    return _tail(body, clusters, stages, why_no_clusters)
+
+
+def _pct(value) -> str:
+    return "–" if not isinstance(value, (int, float)) else f"{value:.1%}"
+
+
+def _tail(body: str, clusters, stages, why_no_clusters: str | None) -> str:
+    """The top clusters (or why there are none) and the stages that are not done."""
+    if why_no_clusters and not len(clusters):
+        body += f"<p><b>No error clusters</b>: {esc(why_no_clusters)}</p>"
     if len(clusters):
         rows = clusters.head(TOP_CLUSTERS).to_dict("records")
         body += f"<b>Top clusters</b> (of {len(clusters)})" + table(rows, [

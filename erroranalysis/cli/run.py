@@ -43,13 +43,18 @@ def report(run, as_json: bool = False) -> None:
         return
     overall = facts["overall"]
     out = common.console()
-    out.print(f"[bold]{escape(run.location)}[/bold]: {overall['n']} examples, {headline(run.task, overall)}, "
-              f"{overall['n_failures']} failures")
     checks = facts["output_checks"]
-    if checks:
-        out.print(f"output checks: pass rate {checks.get('pass_rate')}, failed {checks.get('n_failed')}, "
-                  f"unparseable {checks.get('unparseable')}, low loss but failing "
-                  f"{(checks.get('loss') or {}).get('low_loss_failures')}")
+    if checks:  # a generation run: its pass rates, not the accuracy of the made-up pass/fail label
+        from erroranalysis.cli.show_generation import pct
+
+        out.print(f"[bold]{escape(run.location)}[/bold]: {overall['n']} examples, passed every check "
+                  f"{pct(checks.get('pass_rate'))}, {overall['n_failures']} failures")
+        out.print("output checks: " + ", ".join(f"{c['check']} {pct(c['pass_rate'])}" for c in checks["per_check"])
+                  + (f"; unparseable {checks.get('unparseable')}" if checks.get("label_column") else "")
+                  + f"; low loss but failing {(checks.get('loss') or {}).get('low_loss_failures')}", markup=False)
+    else:
+        out.print(f"[bold]{escape(run.location)}[/bold]: {overall['n']} examples, {headline(run.task, overall)}, "
+                  f"{overall['n_failures']} failures")
     out.print("stages: " + ", ".join(f"{name} {s['status']} ({s['seconds'] or 0:.1f}s)"
                                      for name, s in facts["stages"].items()), markup=False)
     if run.remote:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from erroranalysis.report.compare_page import SECTIONS as COMPARE_SECTIONS
 from erroranalysis.report.compare_page import render_compare
 from erroranalysis.report.page import esc, table
+from erroranalysis.report.run_page import GENERATION_SECTIONS, render_run
 from erroranalysis.report.run_page import SECTIONS as RUN_SECTIONS
-from erroranalysis.report.run_page import render_run
 
-__all__ = ["COMPARE_SECTIONS", "RUN_SECTIONS", "esc", "render_compare", "render_run", "table"]
+__all__ = ["COMPARE_SECTIONS", "GENERATION_SECTIONS", "RUN_SECTIONS", "esc", "render_compare", "render_run", "table"]

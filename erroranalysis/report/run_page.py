@@ -1,7 +1,8 @@
 """The report of one run as one HTML page, from the document `erroranalysis.stages.run_document` builds (pure).
 
 Sections, always in this order and always present (one that has nothing says why): overview, per-class,
-confusion, calibration, output checks (generation runs), clusters, slices, checks, taxonomy.
+confusion, calibration, clusters, slices, checks, taxonomy. A generation run leads with its output checks and
+failure modes instead (GENERATION_SECTIONS), with per-class and confusion only when its prompts had a label column.
 """
 
 from __future__ import annotations
@@ -10,18 +11,25 @@ from erroranalysis.report import figures
 from erroranalysis.report.page import cut, esc, figure, kpis, note, num, page, pct, table
 
 SECTIONS = ("overview", "per-class", "confusion", "calibration", "clusters", "slices", "checks", "taxonomy")
+GENERATION_SECTIONS = ("overview", "output-checks", "clusters", "slices", "checks", "taxonomy")
 TEXT_CHARS = 400  # characters of an exemplar's text shown
 
 
 def render_run(doc: dict) -> str:
     """The page: a section per part of the run (see SECTIONS; `output-checks` too for a generation run)."""
     metrics = doc["metrics"]
-    parts = [("overview", "Overview", overview(doc)),
-             ("per-class", "Per class", per_class(metrics)),
-             ("confusion", "Confusion matrix", confusion(metrics)),
-             ("calibration", "Calibration", calibration(metrics))]
-    if metrics.get("output_checks"):
-        parts.append(("output-checks", "Output checks", output_checks(metrics["output_checks"])))
+    generation = metrics.get("output_checks")
+    if generation:  # a generation run: its checks and failure modes first; classes only with a label column
+        parts = [("overview", "Overview", generation_overview(doc)),
+                 ("output-checks", "Output checks and failure modes", output_checks(generation))]
+        if generation.get("label_column"):
+            parts += [("per-class", "Per class (the label extracted from the output)", per_class(metrics)),
+                      ("confusion", "Confusion matrix", confusion(metrics))]
+    else:
+        parts = [("overview", "Overview", overview(doc)),
+                 ("per-class", "Per class", per_class(metrics)),
+                 ("confusion", "Confusion matrix", confusion(metrics)),
+                 ("calibration", "Calibration", calibration(metrics))]
     parts += [("clusters", "Error clusters", clusters(doc["clusters"])),
               ("slices", "Error slices", slices(doc["slices"])),
               ("checks", "Data checks", checks(doc["checks"])),
@@ -83,18 +91,88 @@ def calibration(metrics: dict) -> str:
         figure(figures.reliability(cal))
 
 
+def generation_overview(doc: dict) -> str:
+    checks = doc["metrics"]["output_checks"]
+    loss = checks.get("loss") or {}
+    items = [("examples", f"{checks['n']:,}"), ("passed every check", pct(checks.get("pass_rate"))),
+             ("failing outputs", f"{checks['n_failed']:,}"), ("checks applied", str(len(checks.get("per_check") or [])))]
+    if (loss.get("reference_loss") or {}).get("mean") is not None:
+        items.append(("low loss but failing", num_int(loss.get("low_loss_failures"))))
+    filters = len({g["group"].get("filter") for g in checks.get("per_group") or [] if "filter" in g["group"]})
+    text = note(f"The rows pool {filters} filters (each document once per filter): read the pass rates per filter "
+                "under Output checks.") if filters > 1 else ""
+    stages = table([{"stage": k, **v} for k, v in doc["run"]["stages"].items()],
+                   [("stage", "stage", None), ("status", "status", None), ("seconds", "seconds", lambda v: num(v, ".1f"))])
+    return kpis(items) + text + "<h3>Stages</h3>" + stages
+
+
 def output_checks(checks: dict) -> str:
+    """Each check's pass rate, per task or filter, the failure modes with an exemplar, stop reasons and lengths
+    against the limit, loss beside behaviour."""
     per_check = table(checks.get("per_check") or [], [("check", "check", None), ("applied", "applied", num_int),
                                                       ("passed", "passed", num_int), ("pass_rate", "pass rate", pct)])
+    body = "<h3>Per check</h3>" + per_check + _groups(checks)
     reasons = table(checks.get("failure_reasons") or [], [
         ("reason", "failure reason", None), ("count", "failures", num_int),
-        ("share_of_failures", "share of failures", pct)])
-    return (kpis([("pass rate", pct(checks.get("pass_rate"))), ("failed", f"{checks.get('n_failed', 0):,}"),
-                  ("unparseable", num_int(checks.get("unparseable")))])
-            + "<h3>Per check</h3>" + per_check + "<h3>Why outputs fail</h3>" + reasons)
+        ("share_of_failures", "share of failures", pct),
+        (lambda r: r.get("exemplar") or {}, "exemplar", _exemplar_cell)])
+    body += "<h3>Failure modes</h3>" + reasons
+    stops = checks.get("per_stop_reason") or []
+    if stops:
+        body += "<h3>Stop reasons and output length</h3>" + table(stops, [
+            ("stop_reason", "stop reason", None), ("n", "outputs", num_int), ("pass_rate", "pass rate", pct),
+            ("mean_output_tokens", "mean length", lambda v: num(v, ".3g"))])
+    length = checks.get("output_length")
+    if length and length.get("mean") is not None:
+        body += note(_length_text(length))
+    return body + _loss(checks.get("loss") or {})
+
+
+def _groups(checks: dict) -> str:
+    rows, columns = checks.get("per_group") or [], checks.get("group_columns") or []
+    if not rows:
+        return ""
+    names = list(dict.fromkeys(n for r in rows for n in r["checks"]))
+    cells = [(lambda r, c=c: r["group"][c], c, None) for c in columns]
+    cells += [("n", "n", num_int), ("n_passed", "passed", num_int), ("pass_rate", "pass rate", pct)]
+    cells += [(lambda r, n=n: r["checks"].get(n), n, pct) for n in names]
+    return f"<h3>Per {esc(' and '.join(columns))}</h3>" + table(rows, cells)
+
+
+def _exemplar_cell(ex: dict) -> str:
+    if not ex:
+        return "–"
+    return f"<b>{esc(ex.get('example_id'))}</b><div class=text>{esc(cut(ex.get('output'), TEXT_CHARS))}</div>"
+
+
+def _length_text(length: dict) -> str:
+    text = (f"Output length (n_output_tokens): median {num(length['median'], '.3g')}, 95th percentile "
+            f"{num(length['p95'], '.3g')}, max {num(length['max'], '.3g')}; passing {num(length['mean_passed'], '.3g')}"
+            f" against failing {num(length['mean_failed'], '.3g')} on average")
+    if length.get("limit"):
+        return text + f"; the limit {length['limit']:,} was reached by {length['at_limit']:,} outputs."
+    stopped = length.get("stopped_by_length")
+    return text + "; the limit is unknown" + (f" ({stopped:,} stopped for length)." if stopped else ".")
+
+
+def _loss(loss: dict) -> str:
+    rows = [{"loss": column, **loss[column]} for column in ("reference_loss", "output_loss")
+            if (loss.get(column) or {}).get("mean") is not None]
+    if not rows:
+        return ""
+    return "<h3>Loss beside behaviour</h3>" + table(rows, [
+        ("loss", "loss", None), ("mean", "mean", lambda v: num(v, ".3g")),
+        ("mean_passed", "passing", lambda v: num(v, ".3g")), ("mean_failed", "failing", lambda v: num(v, ".3g"))]) + \
+        note(f"{loss.get('low_loss_failures', 0):,} failing outputs have a reference loss at most the passing ones' "
+             "median: the model finds the right answer likely, yet what it wrote fails a check.")
 
 
 def _exemplar(ex: dict) -> str:
+    if "output" in ex:  # a generation exemplar: the output and why it fails; the prompt folded
+        return (f"<div><b>{esc(ex['example_id'])}</b> · {esc(ex.get('failure_reason'))}"
+                f"<div class=text>{esc(cut(ex.get('output'), TEXT_CHARS))}</div>"
+                f"<details><summary>prompt</summary><div class=text>{esc(cut(ex.get('prompt'), TEXT_CHARS))}</div>"
+                "</details></div>")
     return (f"<div><b>{esc(ex['example_id'])}</b> · {esc(ex.get('label'))} → {esc(ex.get('pred'))}"
             f"<div class=text>{esc(cut(ex.get('text'), TEXT_CHARS))}</div></div>")
 
@@ -104,10 +182,11 @@ def clusters(part: dict) -> str:
         return note(f"No clusters: {part['reason']}.")
     rows = part["rows"]
     if not rows:
-        return note("The cluster stage found no error clusters.")
+        return note(f"No error clusters: {part.get('why_none') or 'the cluster stage found none'}.")
     cards = []
     for r in rows:
-        facts = [f"{r['size']:,} failures", esc(r.get("kind") or "")]
+        facts = [f"{r['size']:,} failures" + (f" ({pct(r['share'])} of all)" if r.get("share") is not None else ""),
+                 esc(r.get("kind") or "")]
         if r.get("keywords"):
             facts.append("keywords: " + esc(", ".join(map(str, r["keywords"][:8]))))
         exemplars = "".join(_exemplar(ex) for ex in r["exemplars"])

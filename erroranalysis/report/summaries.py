@@ -105,3 +105,33 @@ def _commonest(values) -> str:
     """The most frequent value (ties: the first seen, as value_counts orders them); "" for none."""
     counts = values.value_counts()
     return counts.index[0] if len(counts) else ""
+
+
+def why_no_clusters(facts: dict, failing_outputs=None) -> str:
+    """Why a finished clustering found no cluster, in words, from the cluster stage's manifest entry `facts`
+    (n_failures, note, params, resolved) and, for a generation run, the failing outputs (None otherwise)."""
+    n = int(facts.get("n_failures") or 0)
+    if n == 0:
+        return "no failing examples: nothing to cluster"
+    resolved, params = facts.get("resolved") or {}, facts.get("params") or {}
+    mcs = resolved.get("min_cluster_size") or params.get("min_cluster_size")
+    outputs = None if failing_outputs is None else {str(o) for o in failing_outputs}
+    if outputs is not None and len(outputs) == 1 and n > 1:
+        shown = next(iter(outputs))
+        shown = shown if len(shown) <= 60 else shown[:59] + "…"
+        return (f"all {n} failing outputs are identical ({shown!r}): one failure mode, which the failure reasons "
+                "name; the prompts around it did not group")
+    if mcs and n < mcs:
+        return f"only {n} failures, fewer than the minimum cluster size {mcs} (--min-cluster-size)"
+    why = f"no group of at least {mcs} similar failures among {n}: every failure was left unclustered"
+    tiers = resolved.get("tier_min_cluster_size") or {}
+    share = resolved.get("systematic_share")
+    if tiers and share is not None:
+        systematic = int(round(share * n))
+        why += (f" (--error-aware split them into {systematic} systematic and {n - systematic} scattered failures, "
+                "clustered apart)")
+    hint = f"; try --min-cluster-size {max(2, round(mcs * 0.6))}" if mcs else "; try a smaller --min-cluster-size"
+    if tiers:
+        hint += " or --no-error-aware"
+    note = facts.get("note")
+    return why + hint + (f" ({note})" if note else "")

@@ -51,7 +51,8 @@ def compute_run_metrics(run: Run, params: MetricsParams = MetricsParams(), **ove
         if run.task == "generation":
             from erroranalysis.metrics.generation import adjust_metrics
 
-            result = adjust_metrics(result, preds, run.labels)
+            limit = (run.manifest.get("generation") or {}).get("max_new_tokens")  # None for outputs made elsewhere
+            result = adjust_metrics(result, preds, run.labels, max_new_tokens=limit)
         staging.write_json(rundir.METRICS, result)
     return result
 

@@ -17,6 +17,9 @@ from erroranalysis.core import files
 from erroranalysis.core.errors import UserError
 from erroranalysis.rundir import Run, readers
 
+EXEMPLAR_COLUMNS = ("example_id", "label", "pred", "text")
+GENERATION_EXEMPLAR = ("prompt", "output", "failure_reason")  # a generation exemplar: the output and why it fails
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -59,17 +62,42 @@ def _clusters(run: Run, limits: Limits) -> dict:
     frame = readers.read_clusters(run, optional=True)
     if frame is None:
         return _missing(run, "cluster")
+    if not len(frame):
+        return {"available": True, "n": 0, "rows": [], "why_none": why_no_clusters(run)}
+    n_failures = int(readers.read_metrics(run)["overall"].get("n_failures") or 0)
     top = frame.head(limits.clusters)
     ids = [str(i) for ids in top["exemplar_ids"] for i in list(ids)[: limits.exemplars]]
-    texts = readers.read_prediction_rows(run, ids) if ids else None
+    shown = EXEMPLAR_COLUMNS + (GENERATION_EXEMPLAR if run.task == "generation" else ())
+    texts = readers.read_prediction_rows(run, ids, columns=shown) if ids else None
     by_id = {} if texts is None else {r["example_id"]: r for r in texts.to_dict("records")}
     rows = []
     for r in top.to_dict("records"):
         exemplars = [by_id[str(i)] for i in list(r["exemplar_ids"])[: limits.exemplars] if str(i) in by_id]
         rows.append({"cluster_id": int(r["cluster_id"]), "name": r["name"], "size": int(r["size"]),
+                     "share": int(r["size"]) / n_failures if n_failures else None,
                      "kind": r.get("kind"), "keywords": list(r.get("keywords") or []),
-                     "exemplars": [{k: ex.get(k) for k in ("example_id", "label", "pred", "text")} for ex in exemplars]})
+                     "exemplars": [{k: ex.get(k) for k in shown} for ex in exemplars]})
     return {"available": True, "n": int(len(frame)), "rows": rows}
+
+
+def why_no_clusters(path_or_run) -> str | None:
+    """Why the run has no error clusters, in words (the cluster stage not run, failed, interrupted or killed; too
+    few failures; all failing outputs identical; nothing dense enough); None when it has some."""
+    from erroranalysis.report import summaries
+
+    run = path_or_run if isinstance(path_or_run, Run) else Run.open(path_or_run)
+    reason = run.explain("cluster")
+    clusters = readers.read_clusters(run, optional=True)
+    if clusters is not None and len(clusters):
+        return None
+    if reason:
+        return reason
+    facts = run.state("cluster") or {}
+    outputs = None
+    if run.task == "generation" and facts.get("n_failures"):
+        preds = readers.read_units(run, columns=["output"])
+        outputs = preds.loc[~preds["correct"].to_numpy(bool), "output"].tolist() if "output" in preds else None
+    return summaries.why_no_clusters(facts, outputs)
 
 
 def _slices(run: Run, limits: Limits) -> dict:

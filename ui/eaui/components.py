@@ -262,3 +262,19 @@ def ci_text(ci) -> str | None:
         return f"95% CI {float(lo):.1%} – {float(hi):.1%}"
     except (TypeError, ValueError):
         return None
+
+
+FIGURE_MIN_PX = 120  # a figure card is at least this wide, and grows to show its whole number
+
+
+@contextmanager
+def figures() -> Iterator[None]:
+    """A row of figure cards (`figure`) that wraps onto the next line instead of cutting the numbers short: equal
+    `st.columns` in a narrow column cut a card's value to `7…` or `0.…`."""
+    with st.container(horizontal=True, wrap=True, gap="small"):
+        yield
+
+
+def figure(label: str, value: str, help: str | None = None) -> None:
+    """One figure card inside `figures()`: as wide as its label and value need."""
+    st.metric(label, value, border=True, help=help, width="content")

@@ -175,6 +175,16 @@ def _clusters(path: str, stamps) -> Any:
     return readers.read_clusters(open_run(path), optional=True)
 
 
+def why_no_clusters(path: Path) -> str | None:
+    """Why the run has no clusters, in words (stages.why_no_clusters); None when it has some."""
+    return _why_no_clusters(str(path), file_stamps(path, CLUSTERS, MANIFEST))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _why_no_clusters(path: str, stamps) -> str | None:
+    return stages.why_no_clusters(open_run(path))
+
+
 # -- comparing runs and reviewing suggestions (issue 5) ----------------------------------------------------------
 
 _COMPARE_FILES = (MANIFEST, PREDICTIONS, ASSIGNMENTS, CLUSTERS)

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from erroranalysis.report import summaries
-from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views, tokens
+from erroranalysis_ui.eaui import charts, data, generation, labeled, state, tables, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -14,9 +14,10 @@ ui.header("Clusters", current, "failing examples grouped into candidate error ty
 
 with ui.guard("Re-run `erroranalysis cluster RUN`; the other pages and runs still work."):
     clusters = data.clusters(current.path)
-    if clusters is None:
-        st.info(f"This run has no clusters yet. Run `erroranalysis cluster {current.path}` to group its failures; "
-                "the Label page works meanwhile, by confusion pair.", icon=":material/bubble_chart:")
+    if clusters is None or clusters.empty:  # say why: not run, failed, killed; too few failures, all alike, ...
+        st.info(("This run has no clusters yet: " if clusters is None else "The clustering found no clusters: ")
+                + f"{ui.md(data.why_no_clusters(current.path))}. The Label page works meanwhile, by confusion pair.",
+                icon=":material/bubble_chart:")
         st.stop()
     table = labeled.examples(current.path, ui.labels())
 
@@ -28,7 +29,8 @@ n_fail = int(failed.sum())
 n_clustered = int((failed & (cluster_of >= 0)).sum())
 summary = labeled.cluster_summary(current.path, ui.labels())
 if summary.empty:
-    st.info("The clustering found no clusters among the failures.", icon=":material/bubble_chart:")
+    st.info(f"The clustering found no clusters: {ui.md(data.why_no_clusters(current.path) or 'none found')}.",
+            icon=":material/bubble_chart:")
     st.stop()
 
 ids = summary["cluster_id"].tolist()
@@ -43,13 +45,16 @@ n_labeled = int((failed & (table["error_type_id"].to_numpy() >= 0)).sum())
 c[3].metric("Failures labeled", ui.pct(n_labeled / n_fail if n_fail else 0, 0), border=True)
 
 
+# a generation run without a label column: its pass/fail "confusion" is made up, so it is not shown
+made_up_labels = "output_checks" in (metrics := data.metrics(current.path)) and \
+    not metrics["output_checks"].get("label_column")
 st.subheader("Clusters by impact", anchor=False)
 listed = st.dataframe(
     summary, key=state.CLUSTER_LIST, on_select="rerun", selection_mode="single-row", hide_index=True,
     height=min(400, 35 * (len(summary) + 1) + 3),
     selection_default={"selection": {"rows": [ids.index(state.get(state.CLUSTER))]}},
-    column_order=["cluster_id", "name", "parent", "size", "share", "top_confusion", "keywords", "labeled",
-                  "main_type"],
+    column_order=["cluster_id", "name", "parent", "size", "share"] + ([] if made_up_labels else ["top_confusion"])
+    + ["keywords", "labeled", "main_type"],
     column_config={
         "cluster_id": st.column_config.NumberColumn("#", width=40),
         "name": st.column_config.TextColumn("Cluster", width="large"),
@@ -94,20 +99,24 @@ with detail_col:
         with st.container(horizontal=True, gap="small"):
             for kw in keywords:
                 st.badge(kw, color="violet")
-    m = st.columns(4)
-    m[0].metric("Failures", f"{len(fail_rows):,}", border=True)
-    m[1].metric("Of failures", ui.pct(len(fail_rows) / n_fail if n_fail else 0, 0), border=True)
-    m[2].metric("Mean conf.", f"{rows['confidence'].mean():.2f}" if rows["confidence"].notna().any() else "–",
-                border=True)
-    m[3].metric("Mean loss", f"{rows['loss'].mean():.2f}" if rows["loss"].notna().any() else "–", border=True)
+    with ui.figures():  # cards as wide as their numbers: four equal columns here cut them to `7…`
+        ui.figure("Failures", f"{len(fail_rows):,}")
+        ui.figure("Of failures", ui.pct(len(fail_rows) / n_fail if n_fail else 0, 0))
+        ui.figure("Mean conf.", f"{rows['confidence'].mean():.2f}" if rows["confidence"].notna().any() else "–")
+        ui.figure("Mean loss", f"{rows['loss'].mean():.2f}" if rows["loss"].notna().any() else "–")
     a, b = st.columns(2)
     with a.container(border=True, height="stretch"):
-        st.markdown("**Confusions**")
-        pairs = summaries.confusion_pairs(rows)
-        for (t, p), n in pairs.head(4).items():
-            st.markdown(f"{ui.md(t)} → {ui.md(p)} · **{n:,}**")
-        if pairs.empty:
-            st.caption("None (correct examples only).")
+        if "failure_reason" in rows.columns:  # a generation run: how its outputs fail (not label → pred)
+            st.markdown("**Failing checks**")
+            for mode in generation.failure_modes(rows, top=4):
+                st.markdown(f"{ui.md(mode['reason'])} · **{mode['count']:,}**")
+        else:
+            st.markdown("**Confusions**")
+            pairs = summaries.confusion_pairs(rows)
+            for (t, p), n in pairs.head(4).items():
+                st.markdown(f"{ui.md(t)} → {ui.md(p)} · **{n:,}**")
+            if pairs.empty:
+                st.caption("None (correct examples only).")
     with b.container(border=True, height="stretch"):
         st.markdown("**Error types here**")
         here = rows[rows["error_type_id"] >= 0]["error_type"].value_counts()
@@ -160,6 +169,9 @@ with detail_col:
         exemplars = fail_rows.sort_values("membership", ascending=False).head(3).set_index("example_id")
     for ex_id, ex in exemplars.iterrows():
         with st.container(border=True):
+            if "output" in ex.index:  # a generation run: the output and its failing checks first, the prompt folded
+                generation.exemplar(ex_id, ex)
+                continue
             conf = f" · confidence {ex['confidence']:.2f}" if charts.finite(ex["confidence"]) else ""
             st.caption(f"{ui.md(ex_id)} · true **{ui.md(ex['label'])}** → predicted **{ui.md(ex['pred'])}**{conf}"
                        + ui.md(task_views.example_errors(ex)))

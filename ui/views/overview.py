@@ -1,13 +1,14 @@
 """Overview: headline metrics with intervals, per-class table, calibration, slices (worst first), top confusions; a
 multi-label run's per-label table and missed/spurious labels, a regression run's residual plot (`eaui.task_views`), a token-classification run's entity scores and error spans
-(`eaui.tokens`)."""
+(`eaui.tokens`), a generation run's checks, failure modes, stop reasons and lengths (`eaui.generation`; its
+per-class table and confusions only when the prompts had a label column)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views, tokens
+from erroranalysis_ui.eaui import charts, data, generation, labeled, state, tables, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 
 current = ui.current_run()
@@ -27,7 +28,12 @@ elif task == tokens.TASK:
 elif task == "regression":
     with ui.guard("The residual plot needs predictions.parquet."):
         task_views.regression_overview(metrics, labeled.base_table(current.path))
+elif generation.is_generation(metrics) and not metrics["output_checks"].get("label_column"):
+    generation.overview(metrics)
 else:
+    if generation.is_generation(metrics):  # a label column: the label extracted from the output, as a classifier's
+        generation.overview(metrics)
+        st.subheader("The label extracted from the output", anchor=False)
     cols = st.columns(5)
     cols[0].metric("Accuracy", ui.pct(overall.get("accuracy")), border=True,
                    help=ui.ci_text(overall.get("accuracy_ci")) or "No interval recorded.")
