@@ -169,6 +169,9 @@ def test_lm_eval_filters_are_reported_as_lm_eval_does_and_analyzed_one_at_a_time
     flexible, fpreds = analyzed(tmp_path, path, "--filter", "flexible-extract", name="flexible")
     assert list(fpreds["correct"]) == [True, True, True, False]
     assert "answer '7', target '6'" in fpreds.loc["3", "failure_reason"]
+    shown = cli("show", tmp_path / "run").output
+    assert "lm-eval's scores, per filter" in shown and "flexible-extract" in shown and "0.75" in shown
+    assert "the failures of filter strict-match" in shown
     made = cli("analyze", "--task", "generation", "-p", path, "--out", tmp_path / "x", "--filter", "strict", *FAST)
     assert made.exit_code == 2 and "no filter 'strict'" in made.output and "flexible-extract" in made.output
 

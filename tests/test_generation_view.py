@@ -2,7 +2,7 @@
 the app lead with each check's pass rate, the failure modes with an exemplar, per task or filter, stop reasons and
 lengths against the limit; a confusion matrix only with a label column; and they say why a run has no clusters.
 
-The runs are made by the real stages: outputs made elsewhere through `stages.analyze("generation", ...)` (a JSONL
+The runs are made by the real stages: outputs made elsewhere through `stages.analyze("generation", ...)` (a JSONL of
 prompts and outputs with planted failure modes, as a vLLM dump of JSON extraction is), and a generation run of the
 tiny causal LM of tests/test_generation.py over JSON-label prompts (a label column, max_new_tokens 8). Only the
 embedder is faked (tests/ui_fixtures.py's FakeEmbedder, saved as a vectors file), with PCA in place of UMAP."""

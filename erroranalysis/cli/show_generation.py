@@ -34,6 +34,7 @@ def print_generation(metrics: dict, run, out) -> None:
     from rich.table import Table
 
     checks = metrics["output_checks"]
+    _source_scores(run, out)
     filters = pooled_over_filters(checks)
     if filters > 1:
         out.print(f"{filters} filters: each document is a row per filter, so read the pass rates per filter "
@@ -58,6 +59,27 @@ def print_generation(metrics: dict, run, out) -> None:
         out.print(f"label extracted from the output: accuracy {pct(o.get('accuracy'))}, macro F1 "
                   f"{sig(o.get('macro_f1'))}, {checks.get('unparseable', 0):,} unparseable", markup=False)
         print_classes(metrics, run, out)
+
+
+def _source_scores(run, out) -> None:
+    """The source's own table (lm-eval's: task, filter, metric, value), every filter, before the one analyzed."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    data = (run.manifest.get("data") or {}) if run is not None else {}
+    rows = data.get("filters") or []
+    if not rows:
+        return
+    table = Table(title="lm-eval's scores, per filter", title_justify="left")
+    for column in ("task", "filter", "metric", "value", "n", "no answer extracted"):
+        table.add_column(column, justify="left" if column in ("task", "filter", "metric") else "right")
+    for row in rows:
+        table.add_row(escape(str(row.get("task") or "")), escape(str(row["filter"])), escape(str(row["metric"])),
+                      sig(row.get("value")), f"{row.get('n', 0):,}", f"{row.get('no_answer', 0):,}")
+    out.print(table)
+    if len({r["filter"] for r in rows}) > 1:
+        out.print(f"analyzed below: the failures of filter {data.get('filter')} (--filter NAME for another)",
+                  markup=False)
 
 
 def _groups(checks: dict, out) -> None:
