@@ -23,7 +23,7 @@ from common import ROOT, load_average, python, table
 
 COLLECTIONS = """
 import gc, json, sys, time
-from erroranalysis import libraries
+from erroranalysis.core import libraries
 full, spent, start = [], [0.0], [0.0]
 def watch(phase, info):
     if phase == "start":
@@ -42,7 +42,7 @@ print(json.dumps({"full": sum(full), "gc_s": spent[0], "import_s": time.perf_cou
 
 EXIT = """
 import gc, sys, time
-from erroranalysis import libraries
+from erroranalysis.core import libraries
 if sys.argv[1] != "plain":
     libraries.FREEZE = True
     libraries.import_model_libraries()

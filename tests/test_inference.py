@@ -270,7 +270,7 @@ def test_model_libraries_import_without_full_collections():
 
     script = """
 import gc, json, sys
-from erroranalysis import libraries
+from erroranalysis.core import libraries
 libraries.FREEZE = sys.argv[1] == "freeze"
 full = []
 gc.callbacks.append(lambda phase, info: full.append(1) if phase == "stop" and info["generation"] == 2 else None)
@@ -306,7 +306,7 @@ def test_the_command_freezes_the_model_libraries_a_library_user_does_not():
 
     script = """
 import sys
-from erroranalysis import libraries
+from erroranalysis.core import libraries
 before = libraries.FREEZE
 from erroranalysis.cli.app import main
 sys.argv = ["erroranalysis", "--version"]

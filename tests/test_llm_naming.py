@@ -89,8 +89,10 @@ def server(tmp_path_factory):
     folder = convert_gguf(gguf)
     port = free_port()
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")  # a file: the server logs every second, and
+    # a pipe nobody reads would fill and stop it
     proc = subprocess.Popen([serve, "serve", str(folder), "--host", "127.0.0.1", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(f"http://127.0.0.1:{port}/v1/models", proc, "transformers serve", timeout=180)
         yield f"http://127.0.0.1:{port}/v1"
@@ -100,6 +102,7 @@ def server(tmp_path_factory):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 @pytest.mark.slow

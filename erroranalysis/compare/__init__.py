@@ -6,10 +6,11 @@ correctness, exact binomial when the discordant count is small), `match_clusters
 by shared members); `gate.regressions` is the `--fail-on-regression` gate and `series` the ablation table. The
 thin layer on top (`erroranalysis.stages`) reads the run directories and the labels store and builds one report:
 
-    from erroranalysis import compare_report, stages
+    from erroranalysis import stages
+    from erroranalysis.report import compare_markdown
     report = stages.compare_runs("runs/base", ["runs/cand"])       # examples matched by example id
     stages.write_report(report, "out/")                             # compare.json, compare.md, compare_examples.parquet
-    print(compare_report.to_markdown(report.doc))
+    print(compare_markdown.to_markdown(report.doc))
 
 The JSON format (`format: erroranalysis.compare`, `schema_version: 1`) is documented in docs/compare.md.
 """
