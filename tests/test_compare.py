@@ -16,7 +16,7 @@ from erroranalysis.cli.app import app
 from erroranalysis.core.errors import DataError, ParameterError, UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis.metrics import confusion_counts
-from erroranalysis.report import compare_markdown as compare_report
+from erroranalysis.report import compare_markdown
 
 LABELS = ["business", "sport", "tech"]
 
@@ -194,7 +194,7 @@ def test_error_types_before_and_after_come_from_the_labels_store(pair):
     types = report.doc["comparisons"][0]["error_types"]
     assert types == [{"name": "Sport jargon", "severity": "high", "base": 25, "fixed": 20, "still_failing": 5,
                       "candidate": None, "candidate_suggested": None, "delta": None}]
-    assert "has no labels yet" in compare_report.to_markdown(report.doc)
+    assert "has no labels yet" in compare_markdown.to_markdown(report.doc)
     store.assign("cand", ["ex020", "ex021"], "Sport jargon")
     store.assign("cand", ["ex100"], "Sport jargon", source="suggested")
     types = stages.compare_runs(base, [cand], n_resamples=50).doc["comparisons"][0]["error_types"]
@@ -288,7 +288,7 @@ def test_ablation_series_has_one_column_per_run_with_the_baseline_marked(pair, t
     acc = frame[frame["name"] == "accuracy"].iloc[0]
     assert acc["base (baseline)"] == "75.0%" and acc["cand"].startswith("87.5% (+12.5 [")
     assert set(frame["section"]) == {"overall", "class", "examples"}
-    md = compare_report.to_markdown(report.doc)
+    md = compare_markdown.to_markdown(report.doc)
     assert "## Ablation series" in md and "base (baseline)" in md
 
 

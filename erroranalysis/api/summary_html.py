@@ -3,7 +3,7 @@ confusion matrix and the top clusters; small and without scripts (the full page 
 
 from __future__ import annotations
 
-from erroranalysis.report import compare_markdown as compare_report
+from erroranalysis.report import compare_markdown
 from erroranalysis.report import esc, table
 
 TOP_CLUSTERS = 8
@@ -70,10 +70,10 @@ def _confusion(doc: dict | None) -> str:
 def compare_summary(doc: dict) -> str:
     parts = [f"<h3 style='margin:4px 0'>erroranalysis comparison: <code>{esc(doc['baseline'])}</code> (baseline)</h3>"]
     for comp in doc["comparisons"]:
-        parts.append(f"<p><b>{esc(comp['candidate'])}</b>: {esc(compare_report.headline(comp))}</p>")
+        parts.append(f"<p><b>{esc(comp['candidate'])}</b>: {esc(compare_markdown.headline(comp))}</p>")
         rows = sorted(comp["per_class"], key=lambda r: r["f1"]["delta"] or 0)
         parts.append(table(rows, [("label", "class", None), (lambda r: r["f1"]["base"], "F1 baseline", _num),
                                   (lambda r: r["f1"]["candidate"], "F1 candidate", _num),
-                                  (lambda r: compare_report.pts(r["f1"]["delta"]) + (" *" if r["f1"]["significant"]
+                                  (lambda r: compare_markdown.pts(r["f1"]["delta"]) + (" *" if r["f1"]["significant"]
                                                                                       else ""), "delta", esc)]))
     return "<div class='erroranalysis-compare'>" + "".join(parts) + "</div>"

@@ -106,7 +106,7 @@ def _print(out, doc: dict, n_examples: int) -> None:
     from rich.table import Table
 
     from erroranalysis import compare as cmp
-    from erroranalysis.report import compare_markdown as compare_report
+    from erroranalysis.report import compare_markdown
 
     comps = doc["comparisons"]
     if len(comps) > 1:
@@ -121,7 +121,7 @@ def _print(out, doc: dict, n_examples: int) -> None:
     for comp in comps:
         out.print()
         out.print(f"[bold]{escape(comp['candidate'])}[/bold] vs [bold]{escape(comp['base'])}[/bold] (baseline): "
-                  f"{escape(compare_report.headline(comp))}")
+                  f"{escape(compare_markdown.headline(comp))}")
         for note in comp["notes"]:
             out.print(f"Note: {escape(note)}.")
         if len(comps) > 1:
@@ -131,17 +131,17 @@ def _print(out, doc: dict, n_examples: int) -> None:
             table.add_column(col, justify="right" if col else "left")
         for name in cmp.OVERALL:
             m = comp["overall"][name]
-            table.add_row(name.replace("_", " "), compare_report.rate(m["base"]), compare_report.rate(m["candidate"]),
-                          compare_report.pts(m["delta"]) + (" *" if m["significant"] else ""), compare_report.ci_text(m["ci"]))
+            table.add_row(name.replace("_", " "), compare_markdown.rate(m["base"]), compare_markdown.rate(m["candidate"]),
+                          compare_markdown.pts(m["delta"]) + (" *" if m["significant"] else ""), compare_markdown.ci_text(m["ci"]))
         out.print(table, soft_wrap=False)
         table = Table(title="Per class F1", show_edge=False, header_style="bold", title_justify="left")
         for col in ("class", "support", "baseline", "candidate", "delta", "95% CI"):
             table.add_column(col, justify="left" if col == "class" else "right")
         for row in sorted(comp["per_class"], key=lambda r: r["f1"]["delta"] or 0):
             f1 = row["f1"]
-            table.add_row(escape(row["label"]), f"{row['support']:,}", compare_report.rate(f1["base"]),
-                          compare_report.rate(f1["candidate"]),
-                          compare_report.pts(f1["delta"]) + (" *" if f1["significant"] else ""), compare_report.ci_text(f1["ci"]))
+            table.add_row(escape(row["label"]), f"{row['support']:,}", compare_markdown.rate(f1["base"]),
+                          compare_markdown.rate(f1["candidate"]),
+                          compare_markdown.pts(f1["delta"]) + (" *" if f1["significant"] else ""), compare_markdown.ci_text(f1["ci"]))
         out.print(table, soft_wrap=False)
         c = comp["counts"]
         out.print(f"{c['fixed']:,} fixed · {c['broken']:,} broken · {c['still_failing']:,} still failing · "

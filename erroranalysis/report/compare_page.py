@@ -8,7 +8,7 @@ table) with several candidates.
 from __future__ import annotations
 
 from erroranalysis.compare import OVERALL, series_frame
-from erroranalysis.report import compare_markdown as compare_report
+from erroranalysis.report import compare_markdown
 from erroranalysis.report import figures
 from erroranalysis.report.page import cut, esc, figure, note, num, page, pct, table
 
@@ -54,17 +54,17 @@ def series(doc: dict) -> str:
 
 
 def _delta(m: dict) -> str:
-    return esc(compare_report.pts(m["delta"]) + (" *" if m["significant"] else ""))
+    return esc(compare_markdown.pts(m["delta"]) + (" *" if m["significant"] else ""))
 
 
 def overall(comp: dict) -> str:
     rows = [{"metric": name.replace("_", " "), **comp["overall"][name]} for name in OVERALL]
-    body = note(compare_report.headline(comp))
+    body = note(compare_markdown.headline(comp))
     for text in comp["notes"]:
         body += note(f"Note: {text}.")
     return body + table(rows, [("metric", "metric", None), ("base", "baseline", pct), ("candidate", "candidate", pct),
                                (lambda r: r, "delta", _delta),
-                               (lambda r: compare_report.ci_text(r["ci"]), "95% CI", esc)])
+                               (lambda r: compare_markdown.ci_text(r["ci"]), "95% CI", esc)])
 
 
 def per_class(comp: dict) -> str:
@@ -73,9 +73,9 @@ def per_class(comp: dict) -> str:
     return fig + table(rows, [
         ("label", "class", None), ("support", "support", lambda v: f"{v:,}"),
         (lambda r: r["f1"]["base"], "F1 baseline", num), (lambda r: r["f1"]["candidate"], "F1 candidate", num),
-        (lambda r: r["f1"], "F1 delta", _delta), (lambda r: compare_report.ci_text(r["f1"]["ci"]), "95% CI", esc),
-        (lambda r: compare_report.pts(r["recall"]["delta"]), "recall delta", esc),
-        (lambda r: compare_report.pts(r["precision"]["delta"]), "precision delta", esc)])
+        (lambda r: r["f1"], "F1 delta", _delta), (lambda r: compare_markdown.ci_text(r["f1"]["ci"]), "95% CI", esc),
+        (lambda r: compare_markdown.pts(r["recall"]["delta"]), "recall delta", esc),
+        (lambda r: compare_markdown.pts(r["precision"]["delta"]), "precision delta", esc)])
 
 
 def examples(comp: dict) -> str:

@@ -29,7 +29,7 @@ from erroranalysis.compare import (
 from erroranalysis.core import files
 from erroranalysis.core.errors import UserError
 from erroranalysis.labels.workspace import shown_key
-from erroranalysis.report import compare_markdown as compare_report
+from erroranalysis.report import compare_markdown
 from erroranalysis.rundir import readers
 
 
@@ -126,7 +126,7 @@ def write_report(report: Report, out: str | Path) -> list[Path]:
     if (out / rundir.MANIFEST).is_file():
         raise UserError(f"{out}: is a run directory; write the comparison to another folder.")
     text_json = cmp.to_json(report.doc)
-    text_md = compare_report.to_markdown(report.doc)
+    text_md = compare_markdown.to_markdown(report.doc)
     paths = [out / name for name in REPORT_FILES]
     files.write_text(paths[0], text_json)
     files.write_text(paths[1], text_md)

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from erroranalysis import compare as cmp
-from erroranalysis.report import compare_markdown as compare_report
+from erroranalysis.report import compare_markdown
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import data, state, tables
 
@@ -67,9 +67,9 @@ for note in comp["notes"]:
 acc, f1, mc = comp["overall"]["accuracy"], comp["overall"]["macro_f1"], comp["mcnemar"]
 c = st.columns(5)
 c[0].metric("Accuracy", ui.pct(acc["candidate"]), delta=f"{acc['delta'] * 100:+.1f} pts", border=True)
-c[0].caption(f"from {ui.pct(acc['base'])} · 95% CI {compare_report.ci_text(acc['ci'])}")
+c[0].caption(f"from {ui.pct(acc['base'])} · 95% CI {compare_markdown.ci_text(acc['ci'])}")
 c[1].metric("Macro F1", ui.pct(f1["candidate"]), delta=f"{f1['delta'] * 100:+.1f} pts", border=True)
-c[1].caption(f"from {ui.pct(f1['base'])} · 95% CI {compare_report.ci_text(f1['ci'])}")
+c[1].caption(f"from {ui.pct(f1['base'])} · 95% CI {compare_markdown.ci_text(f1['ci'])}")
 c[2].metric("Fixed", f"{comp['counts']['fixed']:,}", border=True)
 c[3].metric("Broken", f"{comp['counts']['broken']:,}", border=True)
 c[4].metric("McNemar p", f"{mc['p_value']:.3g}", border=True)
@@ -81,7 +81,7 @@ for r in comp["per_class"]:
     f = r["f1"]
     rows.append({"class": r["label"], "support": r["support"], "base": f["base"], "candidate": f["candidate"],
                  "delta": None if f["delta"] is None else f["delta"] * 100,
-                 "ci": compare_report.ci_text(f["ci"]), "significant": f["significant"],
+                 "ci": compare_markdown.ci_text(f["ci"]), "significant": f["significant"],
                  "recall": None if r["recall"]["delta"] is None else r["recall"]["delta"] * 100,
                  "precision": None if r["precision"]["delta"] is None else r["precision"]["delta"] * 100})
 per_class = pd.DataFrame(rows).sort_values("delta", na_position="last")
@@ -172,6 +172,6 @@ st.dataframe(rows.head(tables.MAX_ROWS), hide_index=True, height=420, column_ord
 })
 st.caption(f"{len(rows):,} examples" + (" match the search" if query else "")
            + (f"; showing the first {tables.MAX_ROWS:,}" if len(rows) > tables.MAX_ROWS else ""))
-st.download_button("Download the report (Markdown)", data=lambda: compare_report.to_markdown(doc),
+st.download_button("Download the report (Markdown)", data=lambda: compare_markdown.to_markdown(doc),
                    file_name=f"compare-{base.replace('/', '_')}.md", mime="text/markdown",
                    icon=":material/description:", on_click="ignore")

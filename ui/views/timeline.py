@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from erroranalysis.report import compare_markdown as compare_report
+from erroranalysis.report import compare_markdown
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import data, labeled, state
 from erroranalysis_ui.eaui import timeline as tdata
@@ -112,7 +112,7 @@ with left:
             report = data.comparison(cfg.runs_root, tdata.step_key(experiment, rows[i - 1]["run"]),
                                      [tdata.step_key(experiment, rows[i]["run"])], store)
         comp = report.doc["comparisons"][0]
-        st.caption(f"Against step {prev:,}: {compare_report.headline(comp)}")
+        st.caption(f"Against step {prev:,}: {compare_markdown.headline(comp)}")
         m = st.columns(3)
         m[0].metric("Fixed", f"{comp['counts']['fixed']:,}", border=True)
         m[1].metric("Broken", f"{comp['counts']['broken']:,}", border=True)
