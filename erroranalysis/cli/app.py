@@ -40,6 +40,7 @@ COMMANDS = {
     "migrate": "Upgrade runs to the current run-directory format.",
     "watch": "Analyze each checkpoint of a training run as it lands, one run per step.",
     "timeline": "Error types followed across a training run's steps, beside loss and learning rate.",
+    "log": "Log a run or a training run's timeline to MLflow, W&B or TensorBoard (or to the training run there).",
 }
 ALIASES = {"checks": "data-checks"}  # old names, kept one release (hidden, with a warning)
 

@@ -50,6 +50,7 @@ from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
 from erroranalysis.stages.tokens import TokenParams, run_token_classification
 from erroranalysis.stages.timeline import (
     build_timeline,
+    error_type_keys,
     experiment_folder,
     previous_step,
     prune_run,
