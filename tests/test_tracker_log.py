@@ -161,3 +161,53 @@ def test_the_python_api_logs_a_run(made, mlflow_db, tmp_path):
     (logged,) = mlflow_db.search_runs([mlflow_db.get_experiment_by_name("erroranalysis").experiment_id])
     assert logged.info.run_name == "new" and logged.data.metrics["ea/accuracy"] == made_here.metrics.raw[
         "overall"]["accuracy"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_mlflow_tracking_server(made, tmp_path, monkeypatch):
+    """MLflow's own tracking server (`mlflow server` over SQLite): a run joined over HTTP; a server that is down is
+    one line before any work."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("fastapi")
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                               f"sqlite:///{tmp_path / 'server.db'}", "--default-artifact-root",
+                               str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                               "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(240):  # it starts in 20 to 60 s on two busy cores
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        uri = f"http://127.0.0.1:{port}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        training = client.create_run(client.create_experiment("training")).info.run_id
+        cli("log", made, "--log-to", "mlflow", "--tracker-run", training)
+        run = client.get_run(training)
+        assert run.data.metrics["ea/accuracy"] == pytest.approx(Run.open(made).metrics()["overall"]["accuracy"])
+        assert [a.path for a in client.list_artifacts(training, "erroranalysis")] == ["erroranalysis/base.html"]
+    finally:
+        server.terminate()
+        server.wait(30)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
+    out = tmp_path / "r"
+    result = cli("analyze", "-p", predictions(tmp_path), "--out", out, "--log-to", "mlflow", code=2)
+    assert "--log-to mlflow: the tracking store at http://127.0.0.1:" in result.output and "cannot be reached" in \
+        result.output and not out.exists()

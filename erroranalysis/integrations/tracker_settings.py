@@ -52,6 +52,9 @@ def check_mlflow(project: str, log_dir, tracker_run: str | None) -> None:
     if scheme.startswith(("sqlite", "postgresql", "mysql", "mssql")) and importlib.util.find_spec("sqlalchemy") is None:
         raise UserError(f"--log-to mlflow: the tracking URI {uri} is a database, which MLflow reads with "
                         "SQLAlchemy: pip install sqlalchemy alembic (or the full mlflow package).")
+    retries = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    if retries is None:  # a server that is down answers at once, not after MLflow's minutes of backoff
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "1"
     try:
         client = MlflowClient()
         if tracker_run is None:
@@ -61,6 +64,9 @@ def check_mlflow(project: str, log_dir, tracker_run: str | None) -> None:
     except Exception as exc:  # any store error: one line, before the work
         what = f"run {tracker_run}" if tracker_run else "the tracking store"
         raise UserError(f"--log-to mlflow: {what} at {uri} cannot be reached: {_first_line(exc)}") from None
+    finally:
+        if retries is None:
+            os.environ.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
     if run.info.lifecycle_stage == "deleted":
         raise UserError(f"--tracker-run {tracker_run}: that MLflow run at {uri} is deleted; restore it or give "
                         "another run id.")
