@@ -22,6 +22,7 @@ from typing import Any
 
 from erroranalysis.api.results import Comparison, Metrics, Run, tracker_params
 from erroranalysis.data import DataOptions, InMemory
+from erroranalysis.errors import speaks_python
 from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.stages import (
@@ -45,6 +46,7 @@ def open(path: str | Path) -> Run:  # noqa: A001 (ea.open, as the issue's quicks
     return Run(path)
 
 
+@speaks_python
 def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str = "pred",
             id: str | None = None, task: str = "classification", data_options: DataOptions | None = None,  # noqa: A002
             task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None,
@@ -93,6 +95,7 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     return _logged(Run(made.path), trackers)
 
 
+@speaks_python
 def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "auto",
         text: str = "text", label: str = "label", id: str | None = None,  # noqa: A002
         data_options: DataOptions | None = None, infer: InferParams | dict | None = None,
@@ -132,6 +135,7 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
     return _logged(Run(made.path), trackers)
 
 
+@speaks_python
 def sft_check(model: str | Path, data, *, out: str | Path | None = None, params=None, overwrite: bool = False,
               progress: bool = False):
     """Check SFT training data as TRL's SFTTrainer prepares it (`erroranalysis sft-check`; docs/sft-check.md):
