@@ -20,7 +20,7 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     out = common.console()
     o = metrics["overall"]
     out.print(f"[bold]{escape(str(run.path))}[/bold]  {o['n']} examples, {o['n_failures']} failures")
-    if run.task in ("multilabel", "regression"):
+    if run.task in ("multilabel", "regression", "token-classification"):  # the task's own headline first
         from erroranalysis.cli.run import headline
 
         out.print(headline(run.task, o) + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}"
@@ -129,4 +129,8 @@ def as_document(run, top_clusters: int) -> dict:
         for r in clusters.head(top_clusters).itertuples()]
     stages = {name: {"status": s["status"], "problem": run.notice(name) or run.explain(name, run.manifest)}
               for name, s in run.manifest.get("stages", {}).items()}
-    return {"run": str(run.path), "task": run.task, "metrics": run.metrics(), "clusters": top, "stages": stages}
+    from erroranalysis.metrics.headline import headline
+
+    metrics = run.metrics()
+    return {"run": str(run.path), "task": run.task, "headline": headline(run.task, metrics["overall"]),
+            "metrics": metrics, "clusters": top, "stages": stages}

@@ -36,6 +36,10 @@ def overview(doc: dict) -> str:
     o = doc["metrics"]["overall"]
     items = [("examples", f"{o['n']:,}"), ("failures", f"{o['n_failures']:,}"), ("accuracy", pct(o.get("accuracy"))),
              ("macro F1", num(o.get("macro_f1"))), ("weighted F1", num(o.get("weighted_f1")))]
+    if doc["run"]["task"] == "token-classification":  # seqeval's entity scores head the page, as the app's Overview
+        items = [("sentences", f"{o['n']:,}"), ("entity micro F1", num(o.get("micro_f1"))),
+                 ("entity macro F1", num(o.get("macro_f1"))), ("token accuracy", pct(o.get("token_accuracy"))),
+                 ("sentences with errors", f"{o['n_failures']:,}"), ("sentence accuracy", pct(o.get("accuracy")))]
     if o.get("ece") is not None:
         items += [("ECE", num(o["ece"])), ("Brier", num(o["brier"]))]
     checks = doc["metrics"].get("output_checks")
