@@ -50,3 +50,36 @@ def test_a_token_run_is_headlined_by_seqeval_entity_micro_f1(token_run):
     html = (token_run["root"] / "r.html").read_text(encoding="utf-8")
     overview = html.split('id="overview"')[1].split("</section>")[0]
     assert overview.index("entity micro F1") < overview.index("sentence accuracy")
+
+
+def test_a_label_issue_never_suggests_the_label_the_example_has():
+    import numpy as np
+
+    from erroranalysis.datachecks.label_issues import find_label_issues
+
+    labels = ["a", "b", "a", "c", "b", "c"] * 5
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet([1, 1, 1], size=len(labels))
+    probs[:3] = [[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.6, 0.1, 0.3]]  # the model agrees with the given label
+    issues = find_label_issues(labels, probs, ["a", "b", "c"])
+    assert (issues["suggested_label"] != np.asarray(labels)).all()
+    assert issues["suggested_label"].iloc[:3].tolist() == ["b", "a", "c"]  # the next most likely class
+
+
+def test_cluster_exemplars_are_distinct_examples():
+    import numpy as np
+    import pandas as pd
+
+    from erroranalysis.cluster import describe_clusters
+
+    texts = ["refund never came"] * 4 + ["refund  never came", "broken screen on arrival", "late refund again",
+                                         "refund denied twice"]
+    failures = pd.DataFrame({"example_id": [f"e{i}" for i in range(8)], "text": texts, "label": "neg",
+                             "pred": "pos"})
+    vectors = np.ones((8, 4), dtype=np.float32)  # all as near the centre: duplicates would come first
+    out = describe_clusters(failures, np.zeros(8, dtype=int), vectors=vectors, n_exemplars=4)
+    assert out["exemplar_ids"].iloc[0] == ["e0", "e5", "e6", "e7"]
+    spans = failures.assign(sentence_id=["s0", "s0", "s1", "s1", "s2", "s3", "s4", "s5"],
+                            text=["John", "Smith", "John", "Acme", "Paris", "Acme", "Bob", "Ann"])
+    out = describe_clusters(spans, np.zeros(8, dtype=int), vectors=vectors, n_exemplars=4)
+    assert out["exemplar_ids"].iloc[0] == ["e0", "e2", "e4", "e5"]  # one span per sentence, same words allowed
