@@ -17,6 +17,9 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from erroranalysis.metrics.averages import average_rows
+    from erroranalysis.metrics.display import rate
+
     out = common.console()
     o = metrics["overall"]
     out.print(f"[bold]{escape(str(run.path))}[/bold]  {o['n']} examples, {o['n_failures']} failures")
@@ -35,8 +38,14 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     for column in ("label", "precision", "recall", "F1 [95% CI]", "support"):
         per_class.add_column(column, justify="left" if column == "label" else "right")
     for row in sorted(metrics["per_class"], key=lambda r: r["f1"] if r["f1"] is not None else 0):
-        per_class.add_row(escape(row["label"]), f"{row['precision']:.3f}", f"{row['recall']:.3f}",
-                          f"{row['f1']:.3f}{_interval(row.get('f1_ci'))}", str(row["support"]))
+        per_class.add_row(escape(row["label"]), rate(row["precision"]), rate(row["recall"]),
+                          f"{rate(row['f1'])}{_interval(row.get('f1_ci'))}", f"{row['support']:,}")
+    averages = average_rows(run.task, metrics)  # the rows classification_report and seqeval end with
+    if averages and per_class.rows:
+        per_class.rows[-1].end_section = True
+    for row in averages:
+        per_class.add_row(row["label"], rate(row["precision"]), rate(row["recall"]), rate(row["f1"]),
+                          f"{row['support']:,}")
     out.print(per_class)
 
     confusion = metrics["confusion"]

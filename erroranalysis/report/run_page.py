@@ -6,6 +6,8 @@ confusion, calibration, output checks (generation runs), clusters, slices, check
 
 from __future__ import annotations
 
+from erroranalysis.metrics.averages import average_rows
+from erroranalysis.metrics.display import rate
 from erroranalysis.report import figures
 from erroranalysis.report.page import cut, esc, figure, kpis, note, num, page, pct, table
 
@@ -17,7 +19,7 @@ def render_run(doc: dict) -> str:
     """The page: a section per part of the run (see SECTIONS; `output-checks` too for a generation run)."""
     metrics = doc["metrics"]
     parts = [("overview", "Overview", overview(doc)),
-             ("per-class", "Per class", per_class(metrics)),
+             ("per-class", "Per class", per_class(metrics, doc["run"]["task"])),
              ("confusion", "Confusion matrix", confusion(metrics)),
              ("calibration", "Calibration", calibration(metrics))]
     if metrics.get("output_checks"):
@@ -52,15 +54,18 @@ def overview(doc: dict) -> str:
     return kpis(items) + text + "<h3>Stages</h3>" + stages
 
 
-def per_class(metrics: dict) -> str:
+def per_class(metrics: dict, task: str = "classification") -> str:
+    """The per-class table, worst F1 first, ending with the micro, macro and weighted averages (and samples for a
+    multi-label run) as classification_report and seqeval print them."""
     rows = metrics.get("per_class") or []
     if not rows:
         return note("No per-class metrics in this run.")
     ci = lambda r: f"[{r['f1_ci'][0]:.3f}, {r['f1_ci'][1]:.3f}]" if r.get("f1_ci") else "–"  # noqa: E731
-    body = table(sorted(rows, key=lambda r: r["f1"]), [
-        ("label", "class", None), ("precision", "precision", num), ("recall", "recall", num), ("f1", "F1", num),
-        (ci, "F1 95% CI", esc), ("support", "support", lambda v: f"{v:,}"), ("predicted", "predicted",
-                                                                           lambda v: num(v, ","))])
+    shown = sorted(rows, key=lambda r: r["f1"]) + average_rows(task, metrics)
+    body = table(shown, [
+        ("label", "class", None), ("precision", "precision", rate), ("recall", "recall", rate), ("f1", "F1", rate),
+        (ci, "F1 95% CI", esc), ("support", "support", lambda v: f"{v:,}"),
+        (lambda r: r.get("predicted"), "predicted", lambda v: num(v, ","))])
     return figure(figures.per_class_f1(rows)) + body
 
 
