@@ -17,6 +17,7 @@ def rate(value) -> str:
     return format(float(value), "#.3g") if _finite(value) else MISSING
 
 
-def percent(value) -> str:
-    """0.78712 -> "78.7%"; None or NaN -> "–"."""
-    return f"{float(value) * 100:.1f}%" if _finite(value) else MISSING
+def percent(value, digits: int = 1) -> str:
+    """0.78712 -> "78.7%" (`digits` decimals: one, as a rate is shown; 0 for a share of a headline tile); None or
+    NaN -> "–"."""
+    return f"{float(value) * 100:.{digits}f}%" if _finite(value) else MISSING

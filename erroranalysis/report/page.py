@@ -13,6 +13,8 @@ import html
 import math
 from typing import Any, Callable, Iterable, Sequence
 
+from erroranalysis.metrics.display import percent
+
 CSS = """
 :root { --ink: #0f172a; --muted: #64748b; --line: #e2e8f0; --bg: #f8fafc; --accent: #4f46e5; --bad: #b91c1c;
         --good: #15803d; }
@@ -65,7 +67,7 @@ def num(value: Any, fmt: str = ".3f") -> str:
 
 
 def pct(value: Any) -> str:
-    return num(None if value is None else value * 100, ".1f") + ("%" if isinstance(value, (int, float)) else "")
+    return percent(value)  # the one way a rate is shown (erroranalysis.metrics.display)
 
 
 Column = tuple  # (key or function of the row, header, formatter)
