@@ -12,6 +12,7 @@ starting one. A tracker not installed, or whose settings it would refuse, is ref
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,15 +109,18 @@ class WandbTracker(Tracker):
         import wandb
 
         self.wandb = wandb
+        # W&B reads its environment once per process: a notebook that changes WANDB_DIR or WANDB_MODE later is
+        # heard only when they are passed again
+        env = {k: v for k, v in (("dir", os.environ.get("WANDB_DIR")), ("mode", os.environ.get("WANDB_MODE"))) if v}
         if params.tracker_run is not None:  # entity/project/run_id, project/run_id or run_id: resume that run
             *where, run_id = params.tracker_run.split("/")
             entity, project = ([None] * (2 - len(where)) + where)
             self.run = wandb.init(id=run_id, project=project or params.log_project, entity=entity, resume="allow",
                                   config={f"ea.{k}": v for k, v in config.items()}, reinit="create_new",
-                                  allow_val_change=True)
+                                  allow_val_change=True, **env)
         else:
             self.run = wandb.init(project=params.log_project, name=name, config=config, job_type="erroranalysis",
-                                  reinit="create_new")
+                                  reinit="create_new", **env)
         self.step = None
 
     def metrics(self, values, step=None):
