@@ -72,7 +72,7 @@ def test_a_finished_run_joins_the_training_run_in_mlflow_sqlite(made, mlflow_db)
     mlflow_db.log_param(training, "lr", "2e-5")
     mlflow_db.log_metric(training, "loss", 0.5, step=100)
     result = cli("log", made, "--log-to", "mlflow", "--tracker-run", training)
-    assert "logged" in result.output
+    assert f"to MLflow run {training} at sqlite:///" in result.output  # where it went, for people
 
     run = mlflow_db.get_run(training)
     metrics, clusters = Run.open(made).metrics(), readers.read_clusters(Run.open(made))
@@ -145,7 +145,8 @@ def test_wandb_offline_resumes_the_training_run_path(made, tmp_path, monkeypatch
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    cli("log", made, "--log-to", "wandb", "--tracker-run", "fine-tune/abc123", "--no-log-report")
+    result = cli("log", made, "--log-to", "wandb", "--tracker-run", "fine-tune/abc123", "--no-log-report")
+    assert "to W&B run fine-tune/abc123 (offline: wandb sync " in result.output
     (log,) = list(tmp_path.rglob("run-*.wandb"))
     assert log.name.endswith("-abc123.wandb")
     for _ in range(60):  # W&B's own service process writes the log; under load it may trail finish() a little
@@ -160,7 +161,8 @@ def test_wandb_offline_resumes_the_training_run_path(made, tmp_path, monkeypatch
 
 def test_the_python_api_logs_a_run(made, mlflow_db, tmp_path):
     run = ea.open(made)
-    assert run.log_to("tensorboard", log_dir=str(tmp_path / "tb"), log_report=False) == ["tensorboard"]
+    assert run.log_to("tensorboard", log_dir=str(tmp_path / "tb"), log_report=False) == [
+        f"TensorBoard run {tmp_path / 'tb' / 'base'}"]
     assert tensorboard_scalars(tmp_path / "tb" / "base")["ea/type/Sarcasm"][0][1] > 0
     made_here = ea.analyze(pd.read_csv(predictions(tmp_path)), id="id", out=tmp_path / "new", checks=None,
                            slices=None, cluster=None, log_to=["mlflow"])

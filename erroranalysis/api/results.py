@@ -202,7 +202,7 @@ class Run:
         """Log this run to experiment trackers (`erroranalysis log`): `trackers` is "mlflow", "wandb",
         "tensorboard", a list of them, or a `TrackerParams`; `settings` are TrackerParams' fields (`log_project`,
         `log_dir`, `log_report`, `tracker_run`: the MLflow run id or W&B run path of the training run to add to).
-        Returns the trackers used."""
+        Returns where each tracker run is ("MLflow run <id> at <uri>", "W&B run <path>", "TensorBoard run <folder>")."""
         from erroranalysis.integrations import trackers as tracking
 
         params = tracker_params(trackers, settings)

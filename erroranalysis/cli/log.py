@@ -45,4 +45,4 @@ def log(
         used = tracking.log_run(path, trackers, labels_db=labels_db)
     else:
         used = tracking.log_timeline(stages.build_timeline(path, labels_db=labels_db), trackers)
-    print(f"logged {path} to {', '.join(used)}", file=sys.stderr)
+    print(f"logged {path} to {'; '.join(used)}", file=sys.stderr)

@@ -81,7 +81,7 @@ def log_to(trackers, path) -> None:
 
         from erroranalysis.integrations import trackers as tracking
 
-        print(f"logged to {', '.join(tracking.log_run(path, trackers))}", file=sys.stderr)
+        print(f"logged to {'; '.join(tracking.log_run(path, trackers))}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

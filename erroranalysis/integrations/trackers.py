@@ -50,7 +50,10 @@ class TrackerParams(Params):
 
 
 class Tracker:
-    """One tracker run: numbers (at a step), tables, a file."""
+    """One tracker run: numbers (at a step), tables, a file. `where` names the run for people (the MLflow run id,
+    the W&B run path, the TensorBoard folder)."""
+
+    where = ""
 
     def metrics(self, values: dict[str, float], step: int | None = None) -> None:
         raise NotImplementedError
@@ -73,6 +76,7 @@ class MlflowTracker(Tracker):
         self.joined = params.tracker_run is not None
         if self.joined:  # the training run's params are its own (MLflow params never change): ours go in tags
             self.run_id = params.tracker_run
+            self.where = f"MLflow run {self.run_id} at {self.client.tracking_uri}"
             self.client.set_tag(self.run_id, "ea.name", name)
             for key, value in list(config.items())[:100]:
                 self.client.set_tag(self.run_id, f"ea.{key}", str(value)[:5000])
@@ -80,6 +84,7 @@ class MlflowTracker(Tracker):
         experiment = self.client.get_experiment_by_name(params.log_project)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(params.log_project)
         self.run_id = self.client.create_run(experiment_id, run_name=name, tags={"tool": "erroranalysis"}).info.run_id
+        self.where = f"MLflow run {self.run_id} at {self.client.tracking_uri}"
         for key, value in list(config.items())[:100]:
             self.client.log_param(self.run_id, key, str(value)[:500])
 
@@ -121,6 +126,8 @@ class WandbTracker(Tracker):
         else:
             self.run = wandb.init(project=params.log_project, name=name, config=config, job_type="erroranalysis",
                                   reinit="create_new", **env)
+        self.where = "W&B run " + "/".join(p for p in (self.run.entity, self.run.project, self.run.id) if p) + (
+            f" (offline: wandb sync {Path(self.run.dir).parent})" if self.run.settings.mode == "offline" else "")
         self.step = None
 
     def metrics(self, values, step=None):
@@ -146,6 +153,7 @@ class TensorBoardTracker(Tracker):
         folder = Path(params.log_dir or "tensorboard") / (params.tracker_run or tv.safe(name))
         self.writer = SummaryWriter(log_dir=str(folder))
         self.folder = folder
+        self.where = f"TensorBoard run {folder}"
         self.writer.add_text("ea/config", "\n".join(f"- {k}: {v}" for k, v in config.items()) or "-")
 
     def metrics(self, values, step=None):
@@ -187,13 +195,16 @@ def send(trackers: list[Tracker], values: dict, tables: dict, step: int | None =
             tracker.artifact(report)
 
 
-def close(trackers: list[Tracker]) -> None:
+def close(trackers: list[Tracker]) -> list[str]:
+    """Close each tracker run; where each is, for people."""
     for tracker in trackers:
         tracker.close()
+    return [tracker.where for tracker in trackers]
 
 
 def log_run(run_path, params: TrackerParams, *, labels_db=None) -> list[str]:
-    """Log one run: its numbers, tables and (with `log_report`) its HTML report. Returns the trackers used."""
+    """Log one run: its numbers, tables and (with `log_report`) its HTML report. Returns where each tracker run is
+    ("MLflow run <id> at <uri>", "W&B run <path>", "TensorBoard run <folder>")."""
     if not params.log_to:
         return []
     from erroranalysis import stages
@@ -213,8 +224,8 @@ def log_run(run_path, params: TrackerParams, *, labels_db=None) -> list[str]:
             send(trackers, tv.run_values(metrics, clusters, types), tv.run_tables(metrics, clusters, types),
                  report=report)
     finally:
-        close(trackers)
-    return list(params.log_to)
+        where = close(trackers)
+    return where
 
 
 def log_compare(report, params: TrackerParams) -> list[str]:
@@ -232,8 +243,8 @@ def log_compare(report, params: TrackerParams) -> list[str]:
             html = stages.write_compare_html(report, Path(tmp) / "compare.html") if params.log_report else None
             send(trackers, tv.compare_values(doc), tv.compare_tables(doc), report=html)
     finally:
-        close(trackers)
-    return list(params.log_to)
+        where = close(trackers)
+    return where
 
 
 def log_timeline(doc: dict, params: TrackerParams) -> list[str]:
@@ -248,8 +259,8 @@ def log_timeline(doc: dict, params: TrackerParams) -> list[str]:
                 send(trackers, tv.step_values(doc, row["step"]), {}, step=int(row["step"]))
         send(trackers, {}, tv.timeline_tables(doc))
     finally:
-        close(trackers)
-    return list(params.log_to)
+        where = close(trackers)
+    return where
 
 
 class StepLogger:
