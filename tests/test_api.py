@@ -12,7 +12,7 @@ import pytest
 from conftest import eval_rows, write_jsonl
 
 import erroranalysis as ea
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
 
 PUBLIC = ["__version__", "analyze", "run", "open", "Run", "Metrics", "Comparison", "DataOptions", "SourceParams",
           "GenerationParams", "InferParams", "MetricsParams", "CheckParams", "SliceParams", "ClusterParams",
@@ -164,7 +164,7 @@ def test_the_docs_page_shows_the_docstrings():
 
 def test_errors_speak_python_not_flags(tmp_path):
     """The API names its own arguments in a fix (`overwrite=True`, `out`), the CLI its flags (issue 34)."""
-    from erroranalysis.errors import RunError
+    from erroranalysis.core.errors import RunError
 
     frame = predictions(30)
     ea.analyze(frame, text="review", label="gold", id="id", out=tmp_path / "r", slices=None, **QUICK)

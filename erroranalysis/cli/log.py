@@ -33,7 +33,7 @@ def log(
 ) -> None:
     """Log a run or a timeline to experiment trackers."""
     from erroranalysis import stages
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
     from erroranalysis.integrations import trackers as tracking
 
     if not trackers.log_to:

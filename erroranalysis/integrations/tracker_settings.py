@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 
 PACKAGES = {"mlflow": ("mlflow", "MLflow"), "wandb": ("wandb", "Weights & Biases"),
             "tensorboard": ("tensorboard", "TensorBoard")}

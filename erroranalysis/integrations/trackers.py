@@ -17,9 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from erroranalysis.core.params import Flag, Params, Strings, Text, param
 from erroranalysis.integrations import tracker_settings
 from erroranalysis.integrations import tracker_values as tv
-from erroranalysis.params import Flag, Params, Strings, Text, param
 
 TRACKERS = ("mlflow", "wandb", "tensorboard")
 PANEL = "Experiment trackers"
