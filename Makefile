@@ -6,7 +6,7 @@ SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
 RUNS    ?= runs
 PYTEST_ARGS ?=
 
-.PHONY: venv sample demo demo-batch demo-generation test test-quick test-storage browsers nginx bench clean
+.PHONY: venv sample demo demo-batch demo-generation test test-quick test-storage browsers nginx plotly-bundle bench clean
 
 venv: .venv/.installed
 
@@ -43,12 +43,26 @@ demo-generation: venv $(SAMPLE)/prompts.jsonl
 demo: demo-batch demo-generation
 	$(EA) ui $(RUNS) --open $(RUNS)/sample
 
-browsers: venv
-	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+# Debian's chromium for the browser tests and nginx for the test that puts the app behind a real login proxy
+# (tests/test_ui_proxy.py). Present: nothing to do, no root needed. Missing: apt-get as root, else a line saying
+# what to install (the tests that need them skip without them).
+APT_INSTALL = if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q
+NO_ROOT = ; else echo "make $@: not root, so not installing it: ask for 'apt-get install $(1)' (Debian/Ubuntu), or \
+	install it yourself; the tests that need it skip without it" >&2; fi
 
-# Debian's nginx, for the test that puts the app behind a real login proxy (tests/test_ui_proxy.py).
+browsers: venv
+	@command -v chromium >/dev/null || { $(APT_INSTALL) chromium chromium-driver $(call NO_ROOT,chromium chromium-driver); }
+
 nginx:
-	test -x /usr/sbin/nginx || command -v nginx >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx)
+	@test -x /usr/sbin/nginx || command -v nginx >/dev/null || { $(APT_INSTALL) nginx $(call NO_ROOT,nginx); }
+
+# plotly.js's cartesian partial bundle, inlined in the HTML report (erroranalysis/report/page.py), at the version the
+# installed plotly package writes figures for: run after upgrading plotly.
+plotly-bundle: venv
+	cd erroranalysis/report && v=$$(../../$(PY) -c "from plotly.offline import get_plotlyjs_version as v; print(v())") \
+		&& npm pack --silent plotly.js-cartesian-dist-min@$$v >/dev/null \
+		&& tar -xzf plotly.js-cartesian-dist-min-$$v.tgz package/plotly-cartesian.min.js \
+		&& mv package/plotly-cartesian.min.js . && rmdir package && rm plotly.js-cartesian-dist-min-$$v.tgz
 
 test: venv sample browsers nginx
 	ERRORANALYSIS_SAMPLE=$(SAMPLE) .venv/bin/pytest $(PYTEST_ARGS)

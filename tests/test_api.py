@@ -160,3 +160,16 @@ def test_the_docs_page_shows_the_docstrings():
     assert page == reference.current(page), "run: python -m erroranalysis.api.reference docs/python-api.md"
     for name in ("analyze", "run", "open"):
         assert f"### `ea.{name}(" in page
+
+
+def test_errors_speak_python_not_flags(tmp_path):
+    """The API names its own arguments in a fix (`overwrite=True`, `out`), the CLI its flags (issue 34)."""
+    from erroranalysis.core.errors import RunError
+
+    frame = predictions(30)
+    ea.analyze(frame, text="review", label="gold", id="id", out=tmp_path / "r", slices=None, **QUICK)
+    with pytest.raises(RunError, match=r"a run already exists here; pass overwrite=True to replace it\.$"):
+        ea.analyze(frame, text="review", label="gold", id="id", out=tmp_path / "r", slices=None, **QUICK)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RunError, match=r"exists and is not a directory; choose another out\.$"):
+        ea.analyze(frame, text="review", label="gold", id="id", out=tmp_path / "file", slices=None, **QUICK)

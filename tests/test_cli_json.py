@@ -16,7 +16,9 @@ from erroranalysis.cli.app import COMMANDS, app
 # Commands without --json, and why.
 WITHOUT_JSON = {"ui": "starts a server; it prints the address it serves",
                 "labels": "a group: its where, log and check print JSON; backup, restore, archive and migrate are "
-                          "maintenance actions that print one line of what they did"}
+                          "maintenance actions that print one line of what they did",
+                "log": "sends a run to experiment trackers and prints one line to stderr saying which; what it sent "
+                       "is read back from the trackers themselves (tests/test_tracker_log.py)"}
 
 
 def invoke(*args):

@@ -62,6 +62,8 @@ def test_the_report_has_every_section_of_the_run(runs):
     html = out.read_text(encoding="utf-8")
     assert sections(html) == list(RUN_SECTIONS)
     assert plotly_js()[:2000] in html and "<script src=" not in html and "cdn" not in html.split("<script>")[0]
+    # plotly.js's cartesian partial bundle (bar, heatmap, scatter), not the full one: a third of the size
+    assert "plotly.js (cartesian - minified) v" in html[:3000] and len(html.encode()) < 2 * 2**20
     doc = stages.run_document(runs["base"])
     for c in doc["clusters"]["rows"]:
         assert f"#{c['cluster_id']} " in html and f"{c['size']:,} failures" in html
@@ -122,6 +124,13 @@ def test_the_report_opens_in_chromium_with_no_network(runs, tmp_path):
                     assert page.locator(f'section[data-section="{key}"] h2').is_visible(), (kind, key)
                 drawn = page.locator(".js-plotly-plot .main-svg").count()
                 assert drawn >= (3 if kind == "run" else 1), (kind, drawn)
+                # every trace of every chart is drawn by the partial bundle as the type the figure asked for
+                asked, done = page.evaluate("""() => { const divs = [...document.querySelectorAll('.plotly-graph-div')];
+                    return [divs.flatMap(d => d.data.map(t => t.type || 'scatter')),
+                            divs.flatMap(d => (d._fullData || []).map(t => t.type))]; }""")
+                assert asked == done and asked, (kind, asked, done)
+                if kind == "run":
+                    assert {"bar", "heatmap"} <= set(asked), asked
                 assert errors == [], (kind, errors)
                 assert all(u.startswith("file:") for u in requests), (kind, requests)
                 page.screenshot(path=str(tmp_path / f"{kind}.png"), full_page=True)

@@ -148,3 +148,16 @@ def test_the_apps_base_table_holds_each_text_column_in_one_chunk(tmp_path):
     pd.testing.assert_frame_equal(one, read)
     assert one["text"].array.__arrow_array__().num_chunks == 1
     assert one["example_id"].array.__arrow_array__().num_chunks == 1
+
+
+def test_the_per_class_table_ends_with_the_averages(open_run, kinds, kind="classification"):
+    """The Overview's per-class table ends as classification_report's: micro, macro and weighted avg, their values
+    the library's (`erroranalysis.metrics.averages`, checked against sklearn in test_familiar_output)."""
+    from erroranalysis.metrics.averages import average_rows
+
+    at = visit(open_run(kind), "overview")
+    table = next(d.value for d in at.dataframe if "support" in d.value.columns and "f1" in d.value.columns)
+    expected = average_rows(kind, Run.open(kinds[kind]).metrics())
+    names = [r["label"] for r in expected]
+    assert names == ["micro avg", "macro avg", "weighted avg"] and table["label"].tolist()[-3:] == names
+    assert table["f1"].tolist()[-len(names):] == pytest.approx([r["f1"] * 100 for r in expected])

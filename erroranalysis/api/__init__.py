@@ -7,6 +7,7 @@ parts are DataFrames.
     run = ea.open("runs/y")
     run.metrics.per_class; run.failures; run.clusters; run.examples(cluster=3); run.slices; run.checks
     run.compare(ea.open("runs/base")); run.report("report.html"); run.show()
+    run.log_to("mlflow", tracker_run=training_run_id)   # or ea.analyze(..., log_to="mlflow")
 
 A thin facade over `erroranalysis.stages` (as cleanlab's Datalab is over its functional core): every stage's
 parameters are its own dataclass (`ClusterParams`, `SliceParams`, ...), passed as an instance, as a dict of its
@@ -19,7 +20,8 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.api.results import Comparison, Metrics, Run
+from erroranalysis.api.results import Comparison, Metrics, Run, tracker_params
+from erroranalysis.core.errors import speaks_python
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.sources.generations import SourceParams
 from erroranalysis.sources.table import DataOptions, InMemory
@@ -46,13 +48,15 @@ def open(path: str | Path) -> Run:  # noqa: A001 (ea.open, as the issue's quicks
     return Run(path)
 
 
+@speaks_python
 def analyze(data, *, out: str | Path | None = None, text: str = "text", label: str = "label", pred: str | None = None,
             probs: str | None = None, labels: list[str] | None = None, id: str | None = None,  # noqa: A002
             task: str = "classification", data_options: DataOptions | None = None,
             task_options: TaskParams | dict | None = None, source: SourceParams | dict | None = None,
             generation: GenerationParams | dict | None = None, tokens: TokenParams | dict | None = None,
             metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
-            cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False) -> Run:
+            cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False,
+            log_to=None) -> Run:
     """Analyze predictions made elsewhere (`erroranalysis analyze`): `data` is a pandas DataFrame, a
     `datasets.Dataset`, a list of dicts or a file path.
 
@@ -66,10 +70,12 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
     and `generation` (GenerationParams: the output checks and scorers). `task="token-classification"`: words,
     gold and predicted tags per row (`tokens`: TokenParams' columns and scheme; `pred` defaults to the task's own: `pred`, `pred_tags` for tokens).
     `text`, `label` and `id` are DataOptions' `text_column`, `label_column`, `id_column` (or pass `data_options`). `out`: the run directory (default
-    runs/analysis-<time>)."""
+    runs/analysis-<time>). `log_to`: trackers to log the run to when it is made ("mlflow", "wandb",
+    "tensorboard", a list, or a TrackerParams for the project, folder or `tracker_run`), checked before any work."""
     from erroranalysis import stages
 
     _check_task(task)
+    trackers = _trackers(log_to)
     options = _data_options(data_options, text, label, id)
     after = _after(metrics, checks, slices, cluster)
     outputs = _params(OutputParams, {"probs_column": probs, "labels": tuple(labels or ())})
@@ -79,26 +85,29 @@ def analyze(data, *, out: str | Path | None = None, text: str = "text", label: s
                              tokens=_params(TokenParams, tokens), output=outputs, pred_column=pred)
     made = stages.analyze(task, _source(data), out, reading, after=after, overwrite=overwrite, embedder=embedder,
                           progress=_progress(progress))
-    return Run(made.path)
+    return _logged(Run(made.path), trackers)
 
 
+@speaks_python
 def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "auto",
         text: str = "text", label: str = "label", id: str | None = None,  # noqa: A002
         data_options: DataOptions | None = None, infer: InferParams | dict | None = None,
         task_options: TaskParams | dict | None = None,
         generation: GenerationParams | dict | None = None, tokens: TokenParams | dict | None = None,
         metrics: Stage = None, checks: Stage = CheckParams(), slices: Stage = SliceParams(),
-        cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False) -> Run:
+        cluster: Stage = ClusterParams(), overwrite: bool = False, embedder=None, progress: bool = False,
+        log_to=None) -> Run:
     """A checkpoint over an eval set (`erroranalysis run`): `data` as for `analyze`; `task` "auto" reads the head
     from the checkpoint's config.json (classification, multilabel, regression; a causal LM or a .gguf file is
     generation, run with its output checks), or names it (refused when the config contradicts it). `infer`
     (InferParams), `task_options` (TaskParams: multi-label threshold and gold layout, regression tolerance),
     `generation` (GenerationParams) and `tokens` (TokenParams: a token classifier's columns, aggregation, tag scheme;
-    its error spans are what slices and clusters group) say how it runs."""
+    its error spans are what slices and clusters group) say how it runs. `log_to` as for `analyze`."""
     from erroranalysis import stages
     from erroranalysis.core.validation import check_choice
 
     check_choice("task", task, RUN_TASKS)
+    trackers = _trackers(log_to)
     task = stages.resolve_task(model, task)
     options = _data_options(data_options, text, label, id)
     after = _after(metrics, checks, slices, cluster)
@@ -116,9 +125,10 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
                                      infer_opts=_params(InferParams, infer), after=after, overwrite=overwrite,
                                      progress=_progress(progress), embedder=embedder, task=task,
                                      task_opts=_params(TaskParams, task_options))
-    return Run(made.path)
+    return _logged(Run(made.path), trackers)
 
 
+@speaks_python
 def sft_check(model: str | Path, data, *, out: str | Path | None = None, params=None, overwrite: bool = False,
               progress: bool = False):
     """Check SFT training data as TRL's SFTTrainer prepares it (`erroranalysis sft-check`; docs/sft-check.md):
@@ -134,6 +144,21 @@ def sft_check(model: str | Path, data, *, out: str | Path | None = None, params=
     _, result = stages.sft_check(model, _source(data), _out(out, "sft"), _params(SftParams, params),
                                  overwrite=overwrite, progress=phases)
     return result
+
+
+def _trackers(log_to):
+    """The trackers `log_to` names, their settings checked before any work; None for none."""
+    if log_to is None or log_to == () or log_to == []:
+        return None
+    params = tracker_params(log_to)
+    params.require()
+    return params
+
+
+def _logged(run: Run, trackers) -> Run:
+    if trackers is not None and trackers.log_to:
+        run.log_to(trackers)
+    return run
 
 
 def _check_task(task: str) -> None:

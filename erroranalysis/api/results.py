@@ -206,6 +206,17 @@ class Run:
 
         return stages.write_run_report(self.path, out, labels_db=labels_db)
 
+    def log_to(self, trackers, *, labels_db: str | Path | None = None, **settings) -> list[str]:
+        """Log this run to experiment trackers (`erroranalysis log`): `trackers` is "mlflow", "wandb",
+        "tensorboard", a list of them, or a `TrackerParams`; `settings` are TrackerParams' fields (`log_project`,
+        `log_dir`, `log_report`, `tracker_run`: the MLflow run id or W&B run path of the training run to add to).
+        Returns where each tracker run is ("MLflow run <id> at <uri>", "W&B run <path>", "TensorBoard run <folder>")."""
+        from erroranalysis.integrations import trackers as tracking
+
+        params = tracker_params(trackers, settings)
+        params.require()
+        return tracking.log_run(self.path, params, labels_db=labels_db)
+
     def show(self, port: int | None = None, *, timeout: float = 120.0) -> str:
         """Open the app on this run (`erroranalysis ui RUN`, in a process of its own) and return its URL; the app
         stops with `stop()` or when Python exits."""
@@ -228,6 +239,15 @@ class Run:
 
     def __repr__(self) -> str:
         return f"erroranalysis.Run({str(self.path)!r}, task={self.task!r})"
+
+
+def tracker_params(trackers, settings: dict | None = None):
+    """A `TrackerParams` from a tracker's name, a list of names or a TrackerParams, with `settings` replaced."""
+    from erroranalysis.integrations.trackers import TrackerParams
+
+    if isinstance(trackers, TrackerParams):
+        return trackers.replace(**settings) if settings else trackers
+    return TrackerParams.of(log_to=trackers, **(settings or {}))
 
 
 class Comparison:

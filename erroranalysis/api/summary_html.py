@@ -3,8 +3,7 @@ confusion matrix and the top clusters; small and without scripts (the full page 
 
 from __future__ import annotations
 
-from erroranalysis.report import compare_markdown
-from erroranalysis.report import esc, table
+from erroranalysis.report import compare_markdown, esc, table
 
 TOP_CLUSTERS = 8
 MAX_CLASSES = 20  # a larger confusion matrix is left to the report

@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from erroranalysis import __version__
-from erroranalysis.cli import common
+from erroranalysis.cli import common, help_layout
 
 # name -> one line for `erroranalysis --help`; the command lives in erroranalysis/cli/<name with _>.py
 COMMANDS = {
@@ -40,6 +40,7 @@ COMMANDS = {
     "migrate": "Upgrade runs to the current run-directory format.",
     "watch": "Analyze each checkpoint of a training run as it lands, one run per step.",
     "timeline": "Error types followed across a training run's steps, beside loss and learning rate.",
+    "log": "Log a run or a training run's timeline to MLflow, W&B or TensorBoard (or to the training run there).",
 }
 ALIASES = {"checks": "data-checks"}  # old names, kept one release (hidden, with a warning)
 
@@ -60,6 +61,7 @@ class LazyCommands(TyperGroup):
         return load(name)
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        help_layout.install()
         self.listing = True
         try:
             super().format_help(ctx, formatter)
@@ -75,7 +77,15 @@ def load(name: str) -> click.Command:
     module = importlib.import_module(f"erroranalysis.cli.{target.replace('-', '_')}")
     holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     module.register(holder)
-    return typer.main.get_group(holder).commands[name]
+    command = typer.main.get_group(holder).commands[name]
+    shown = command.format_help
+
+    def format_help(ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        help_layout.install()  # option names whole at any width (help_layout)
+        shown(ctx, formatter)
+
+    command.format_help = format_help
+    return command
 
 
 app = typer.Typer(

@@ -67,7 +67,7 @@ def compare(
             typer.echo(f"wrote {path}")
         print_regressions(console, found, alpha)
     if trackers.log_to:
-        print(f"logged to {', '.join(tracking.log_compare(report, trackers))}", file=sys.stderr)
+        print(f"logged to {'; '.join(tracking.log_compare(report, trackers))}", file=sys.stderr)
     gate(found)
 
 

@@ -26,8 +26,11 @@ CHECKS = replace(groups.CHECKS, deprecated_off="--no-checks")
 
 def summary(run) -> dict:
     """What `run` and `analyze` print, and print as JSON: where the run is, its headline metrics, its stages."""
+    from erroranalysis.metrics.headline import headline
+
     metrics = run.metrics()
-    return {"run": run.location, "task": run.task, "overall": metrics["overall"],
+    return {"run": run.location, "task": run.task, "headline": headline(run.task, metrics["overall"]),
+            "overall": metrics["overall"],
             "output_checks": metrics.get("output_checks"),
             "stages": {name: {"status": s["status"], "seconds": s.get("seconds")}
                        for name, s in run.manifest["stages"].items()}}
@@ -83,7 +86,7 @@ def log_to(trackers, path) -> None:
 
         from erroranalysis.integrations import trackers as tracking
 
-        print(f"logged to {', '.join(tracking.log_run(path, trackers))}", file=sys.stderr)
+        print(f"logged to {'; '.join(tracking.log_run(path, trackers))}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

@@ -34,7 +34,7 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
 
 def _print_headline(metrics: dict, run, out) -> None:
     o = metrics["overall"]
-    if run.task in ("multilabel", "regression"):
+    if run.task in ("multilabel", "regression", "token-classification"):  # the task's own headline first
         from erroranalysis.cli.run import headline
 
         out.print(headline(run.task, o) + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}"
@@ -50,13 +50,22 @@ def print_classes(metrics: dict, run, out) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from erroranalysis.metrics.averages import average_rows
+    from erroranalysis.metrics.display import rate
+
     per_class = Table(title={"multilabel": "Per label", "regression": "Per gold range (bins)"}.get(run.task, "Per class"),
                       title_justify="left")
     for column in ("label", "precision", "recall", "F1 [95% CI]", "support"):
         per_class.add_column(column, justify="left" if column == "label" else "right")
     for row in sorted(metrics["per_class"], key=lambda r: r["f1"] if r["f1"] is not None else 0):
-        per_class.add_row(escape(row["label"]), f"{row['precision']:.3f}", f"{row['recall']:.3f}",
-                          f"{row['f1']:.3f}{_interval(row.get('f1_ci'))}", str(row["support"]))
+        per_class.add_row(escape(row["label"]), rate(row["precision"]), rate(row["recall"]),
+                          f"{rate(row['f1'])}{_interval(row.get('f1_ci'))}", f"{row['support']:,}")
+    averages = average_rows(run.task, metrics)  # the rows classification_report and seqeval end with
+    if averages and per_class.rows:
+        per_class.rows[-1].end_section = True
+    for row in averages:
+        per_class.add_row(row["label"], rate(row["precision"]), rate(row["recall"]), rate(row["f1"]),
+                          f"{row['support']:,}")
     out.print(per_class)
 
     confusion = metrics["confusion"]
@@ -174,5 +183,8 @@ def as_document(run, limit: int) -> dict:
     top, _, why = clusters_shown(run, limit)
     stages = {name: {"status": s["status"], "problem": run.notice(name) or run.explain(name, run.manifest)}
               for name, s in run.manifest.get("stages", {}).items()}
-    return {"run": str(run.path), "task": run.task, "metrics": run.metrics(), "clusters": top or [],
-            "why_no_clusters": why, "stages": stages}
+    from erroranalysis.metrics.headline import headline
+
+    metrics = run.metrics()
+    return {"run": str(run.path), "task": run.task, "headline": headline(run.task, metrics["overall"]),
+            "metrics": metrics, "clusters": top or [], "why_no_clusters": why, "stages": stages}

@@ -5,17 +5,14 @@ had a label column. Rendering only: the figures are metrics.json's `output_check
 
 from __future__ import annotations
 
+from erroranalysis.metrics.display import percent, rate
+
 EXEMPLAR_CHARS = 60  # characters of an exemplar's output in a table cell
 
 
-def pct(value) -> str:
-    """A rate for people: a percent with one decimal (metrics.json keeps full precision)."""
-    return "–" if value is None else f"{value:.1%}"
-
-
-def sig(value) -> str:
-    """A number for people: three significant digits."""
-    return "–" if value is None else f"{value:.3g}"
+# How figures are shown to people: the one rule (metrics.json keeps full precision)
+pct = percent  # a rate: a percent with one decimal
+sig = rate  # any other figure: three significant digits
 
 
 def one_line(text, limit: int = EXEMPLAR_CHARS) -> str:

@@ -54,7 +54,7 @@ def timeline(
 
         from erroranalysis.integrations import trackers as tracker_log
 
-        print(f"logged to {', '.join(tracker_log.log_timeline(doc, trackers))}", file=sys.stderr)
+        print(f"logged to {'; '.join(tracker_log.log_timeline(doc, trackers))}", file=sys.stderr)
     if out is not None:
         written = stages.write_timeline(doc, out)
         if not as_json:

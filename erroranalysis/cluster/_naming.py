@@ -118,6 +118,28 @@ def _shares(values, limit: int = 5) -> list[dict]:
     return [{"label": str(names[i]), "share": round(float(counts[i] / len(values)), 4)} for i in order]
 
 
+def distinct_exemplars(part, order, n: int) -> list[str]:
+    """The first `n` members in `order` that are distinct examples: one example once (a sentence's several error
+    spans are one sentence) and, for whole examples, one text once (duplicated rows show nothing new)."""
+    ids = part["example_id"].astype(str).to_numpy()
+    if "sentence_id" in part.columns:  # error spans: their text is the span's, shared by different sentences
+        keys = part["sentence_id"].astype(str).to_numpy()
+        texts = keys
+    else:
+        keys = ids
+        texts = part["text"].astype(str).str.split().str.join(" ").to_numpy() if "text" in part.columns else ids
+    chosen, seen_keys, seen_texts = [], set(), set()
+    for i in order:
+        if keys[i] in seen_keys or texts[i] in seen_texts:
+            continue
+        chosen.append(ids[i])
+        seen_keys.add(keys[i])
+        seen_texts.add(texts[i])
+        if len(chosen) == n:
+            break
+    return chosen
+
+
 def _confusions(labels, preds, limit: int = 5) -> list[dict]:
     pairs = list(zip(np.asarray(labels).astype(str), np.asarray(preds).astype(str)))
     if not pairs:
@@ -200,7 +222,7 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
             order = np.lexsort((members, -closeness))
         else:
             order = np.lexsort((members, -membership[members]))
-        exemplars = part["example_id"].astype(str).to_numpy()[order[:n_exemplars]].tolist()
+        exemplars = distinct_exemplars(part, order, n_exemplars)
         confusions = _confusions(part["label"], part["pred"])
         label_shares = _shares(part["label"])
         pred_shares = _shares(part["pred"])

@@ -17,9 +17,30 @@ class ErrorAnalysisError(Exception):
 
 
 class UserError(ErrorAnalysisError):
-    """Bad input or usage: the message alone tells the user what to change."""
+    """Bad input or usage: the message alone tells the user what to change. `python`: the same message as the
+    Python API says it, where the fix names a command-line flag (`overwrite=True`, not `--overwrite`)."""
 
     exit_code = 2
+
+    def __init__(self, *args, python: str | None = None):
+        super().__init__(*args)
+        self.python = python
+
+
+def speaks_python(function):
+    """The Python API's functions raise the `python` wording of a UserError that has one."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except UserError as exc:
+            if exc.python:
+                exc.args = (exc.python,)
+            raise
+
+    return wrapper
 
 
 class DataError(UserError):

@@ -10,7 +10,8 @@ sample) and, optionally, one vector per example, `find_label_issues` returns one
   1 - p(given label).
 - `label_issue`: cleanlab's flag (`filter.find_label_issues`, confident joint pruned by noise rate): the
   examples it estimates are mislabeled, as many as it estimates the noise rate to be.
-- `suggested_label`: the class the model finds most likely (what to relabel to, if the flag is right).
+- `suggested_label`: the class other than the given label that the model finds most likely (what to relabel to,
+  if the flag is right; never the label the example already has).
 
 A model's softmax alone ranks its own confident mistakes as label issues: a 73%-accurate model's errors look
 like mislabeled examples. With `vectors`, each example's label is also compared with its neighbours' labels
@@ -58,7 +59,8 @@ def find_label_issues(labels, probs, classes, *, method: str = "self_confidence"
     `labels`: given labels, names in `classes` (or integer ids into `classes`); `probs`: float [n, len(classes)],
     rows are probability distributions over `classes` in that order. `source` names the probabilities in errors.
     `vectors` (optional): float [n, d], one per example (the eval set's embeddings): neighbours' labels join the
-    probabilities with `knn_weight` (0 ignores them). `suggested_label` stays the model's most likely class.
+    probabilities with `knn_weight` (0 ignores them). `suggested_label` is the model's most likely class other than
+    the given one.
     """
     check_param("method", method, method in METHODS, f"one of {', '.join(METHODS)}")
     check_param("filter_by", filter_by, filter_by in FILTERS, f"one of {', '.join(FILTERS)}")
@@ -79,10 +81,12 @@ def find_label_issues(labels, probs, classes, *, method: str = "self_confidence"
         mixed = (1 - knn_weight) * probs + knn_weight * neighbours
     quality, flags = _score_and_flag(ids, mixed, method, filter_by, batch_rows)
     names = np.asarray([str(c) for c in classes], dtype=object)
+    others = np.array(probs, dtype=np.float32, copy=True)
+    others[np.arange(len(ids)), ids] = -np.inf  # a relabelling suggestion is another label, even where the model agrees
     return pd.DataFrame({
         "label_issue_score": (1.0 - np.asarray(quality, dtype=np.float64)).clip(0, 1).astype(np.float32),
         "label_issue": flags,
-        "suggested_label": names[probs.argmax(1)],
+        "suggested_label": names[others.argmax(1)],
     })
 
 

@@ -1,10 +1,12 @@
 """What goes to an experiment tracker, as key -> number and key -> table, from a run's documents (pure).
 
 Keys are grouped under one prefix, which MLflow, W&B and TensorBoard each show as one section: `ea/accuracy`,
-`ea/f1/<class>`, `ea/check/<check>` (a generation run's pass rates), `ea/cluster/<id>` (failures per error
-cluster of a run), `ea/type/<T id>` (failures per error type matched across a training run's steps). The Trainer
-callback logs the same names under `eval_ea/` (`step_values`), which the Trainer's integrations file under
-`eval/ea/...`.
+`ea/f1/<class>`, `ea/check/<check>` (a generation run's pass rates), `ea/type/<key>` (failures per error type).
+An error type's key stays the same from one run to the next: its taxonomy label when labeled, else the id the
+timeline matched it to across a training run's steps (T1, T2, ...); a cluster's size rank changes between runs,
+so it is a column of the `ea/clusters` table, never a key (`ea/unkeyed_failures` counts the failures in clusters
+without a key). The Trainer callback logs the same names under `eval_ea/` (`step_values`), which the Trainer's
+integrations file under `eval/ea/...`.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
-def run_values(metrics: dict, clusters=None, prefix: str = PREFIX) -> dict[str, float]:
+def run_values(metrics: dict, clusters=None, types: dict | None = None, prefix: str = PREFIX) -> dict[str, float]:
     """A run's headline numbers: overall metrics, per class precision/recall/F1 (or output-check pass rates), and
-    the size of each error cluster."""
+    the failures of each error type (`types`: cluster id -> its stable key; clusters sharing a key add up)."""
     overall = metrics.get("overall") or {}
     values = {prefix + name: float(overall[name]) for name in OVERALL if _number(overall.get(name))}
     checks = metrics.get("output_checks")
@@ -42,14 +44,18 @@ def run_values(metrics: dict, clusters=None, prefix: str = PREFIX) -> dict[str, 
             if _number(c.get(name)):
                 values[f"{prefix}{name}/{safe(c['label'])}"] = float(c[name])
     if clusters is not None:
+        types = types or {}
+        values[prefix + "unkeyed_failures"] = 0.0
         for cid, size in zip(clusters["cluster_id"], clusters["size"]):
-            values[f"{prefix}cluster/{int(cid)}"] = float(size)
+            key = f"{prefix}type/{safe(types[int(cid)])}" if int(cid) in types else prefix + "unkeyed_failures"
+            values[key] = values.get(key, 0.0) + float(size)
         values[prefix + "clusters"] = float(len(clusters))
     return values
 
 
-def run_tables(metrics: dict, clusters=None, prefix: str = PREFIX) -> dict:
-    """The per-class table and the cluster table, as DataFrames."""
+def run_tables(metrics: dict, clusters=None, types: dict | None = None, prefix: str = PREFIX) -> dict:
+    """The per-class table and the cluster table (its size rank `cluster_id` beside the stable `error_type` key,
+    None where a cluster has none), as DataFrames."""
     import pandas as pd
 
     tables = {}
@@ -62,6 +68,7 @@ def run_tables(metrics: dict, clusters=None, prefix: str = PREFIX) -> dict:
         tables[prefix + "output_checks"] = pd.DataFrame(checks)
     if clusters is not None and len(clusters):
         frame = clusters[[c for c in ("cluster_id", "name", "size", "kind") if c in clusters.columns]].copy()
+        frame.insert(1, "error_type", [(types or {}).get(int(c)) for c in clusters["cluster_id"]])
         if "keywords" in clusters.columns:
             frame["keywords"] = [", ".join(map(str, k)) for k in clusters["keywords"]]
         tables[prefix + "clusters"] = frame.reset_index(drop=True)
@@ -89,7 +96,8 @@ def step_values(doc: dict, step: int, prefix: str = PREFIX, *, raw_names: bool =
     for t in doc["types"]:
         size = next((s["size"] for s in t["steps"] if s["step"] == step), None)
         if size is not None:
-            values[f"{prefix}type/{t['type_id']}"] = float(size)
+            key = f"{prefix}type/{name(t.get('label') or t['type_id'])}"
+            values[key] = values.get(key, 0.0) + float(size)
             present += 1
     values[prefix + "types"] = float(present)
     kinds = [e["kind"] for e in doc["events"] if e["step"] == step]
@@ -127,6 +135,6 @@ def compare_tables(doc: dict, prefix: str = PREFIX) -> dict:
 def timeline_tables(doc: dict, prefix: str = PREFIX) -> dict:
     import pandas as pd
 
-    rows = [{"type_id": t["type_id"], "name": t["name"], "steps": len(t["steps"]),
+    rows = [{"type_id": t["type_id"], "label": t.get("label"), "name": t["name"], "steps": len(t["steps"]),
              "largest": max((s["size"] for s in t["steps"]), default=0), "story": t.get("story")} for t in doc["types"]]
     return {prefix + "types": pd.DataFrame(rows)} if rows else {}

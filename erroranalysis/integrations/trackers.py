@@ -5,24 +5,23 @@ What is logged (names: `tracker_values`): the overall and per-class metrics and 
 numbers (a timeline: one step per training step), the per-class and cluster tables as tables, and the HTML report
 (`erroranalysis report`) as an artifact. Each tracker is configured the way it always is: MLflow by
 MLFLOW_TRACKING_URI, W&B by WANDB_MODE / WANDB_API_KEY / WANDB_DIR (offline mode writes local files); TensorBoard
-writes event files under `--log-dir`. A tracker that is not installed is refused before any work, with the
-command that installs it.
+writes event files under `--log-dir`. `tracker_run` adds to a run that exists (the training run's) instead of
+starting one. A tracker not installed, or whose settings it would refuse, is refused before any work
+(`tracker_settings`). `erroranalysis log` sends a run or a timeline that already exists.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from erroranalysis.core.errors import UserError
 from erroranalysis.core.params import Flag, Params, Strings, Text, param
+from erroranalysis.integrations import tracker_settings
 from erroranalysis.integrations import tracker_values as tv
 
 TRACKERS = ("mlflow", "wandb", "tensorboard")
-PACKAGES = {"mlflow": ("mlflow", "MLflow"), "wandb": ("wandb", "Weights & Biases"),
-            "tensorboard": ("tensorboard", "TensorBoard")}
 PANEL = "Experiment trackers"
 TABLE_ROWS = 200  # rows of a table TensorBoard shows as text
 
@@ -38,17 +37,23 @@ class TrackerParams(Params):
     log_dir: str | None = param(None, Text(), "Folder of TensorBoard's event files (one subfolder per run).",
                                 none="./tensorboard", panel=PANEL)
     log_report: bool = param(True, Flag(), "Log the HTML report as an artifact (MLflow, W&B).", panel=PANEL)
+    tracker_run: str | None = param(None, Text(), "Add to this run of the tracker (the training run's) instead of "
+                                    "starting one: an MLflow run id, a W&B run path (entity/project/run_id), a "
+                                    "TensorBoard run folder under --log-dir. With one --log-to.",
+                                    none="a new run", panel=PANEL)
 
     def require(self) -> None:
-        """Refuse a tracker that is not installed, with the command that installs it."""
-        for name in self.log_to:
-            module, title = PACKAGES[name]
-            if importlib.util.find_spec(module) is None:
-                raise UserError(f"--log-to {name} needs {title}: pip install 'erroranalysis-ml[{name}]'.")
+        """Refuse, before any work, a tracker that is not installed (with the command that installs it) or whose
+        settings it would refuse after the work (tracker_settings)."""
+        if self.log_to:
+            tracker_settings.check(self.log_to, self.log_project, self.log_dir, self.tracker_run)
 
 
 class Tracker:
-    """One tracker run: numbers (at a step), tables, a file."""
+    """One tracker run: numbers (at a step), tables, a file. `where` names the run for people (the MLflow run id,
+    the W&B run path, the TensorBoard folder)."""
+
+    where = ""
 
     def metrics(self, values: dict[str, float], step: int | None = None) -> None:
         raise NotImplementedError
@@ -68,9 +73,18 @@ class MlflowTracker(Tracker):
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient()
+        self.joined = params.tracker_run is not None
+        if self.joined:  # the training run's params are its own (MLflow params never change): ours go in tags
+            self.run_id = params.tracker_run
+            self.where = f"MLflow run {self.run_id} at {self.client.tracking_uri}"
+            self.client.set_tag(self.run_id, "ea.name", name)
+            for key, value in list(config.items())[:100]:
+                self.client.set_tag(self.run_id, f"ea.{key}", str(value)[:5000])
+            return
         experiment = self.client.get_experiment_by_name(params.log_project)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(params.log_project)
         self.run_id = self.client.create_run(experiment_id, run_name=name, tags={"tool": "erroranalysis"}).info.run_id
+        self.where = f"MLflow run {self.run_id} at {self.client.tracking_uri}"
         for key, value in list(config.items())[:100]:
             self.client.log_param(self.run_id, key, str(value)[:500])
 
@@ -91,7 +105,8 @@ class MlflowTracker(Tracker):
         self.client.log_artifact(self.run_id, str(path), "erroranalysis")
 
     def close(self):
-        self.client.set_terminated(self.run_id)
+        if not self.joined:  # a run we joined keeps the status its owner gives it
+            self.client.set_terminated(self.run_id)
 
 
 class WandbTracker(Tracker):
@@ -99,8 +114,20 @@ class WandbTracker(Tracker):
         import wandb
 
         self.wandb = wandb
-        self.run = wandb.init(project=params.log_project, name=name, config=config, job_type="erroranalysis",
-                              reinit="create_new")
+        # W&B reads its environment once per process: a notebook that changes WANDB_DIR or WANDB_MODE later is
+        # heard only when they are passed again
+        env = {k: v for k, v in (("dir", os.environ.get("WANDB_DIR")), ("mode", os.environ.get("WANDB_MODE"))) if v}
+        if params.tracker_run is not None:  # entity/project/run_id, project/run_id or run_id: resume that run
+            *where, run_id = params.tracker_run.split("/")
+            entity, project = ([None] * (2 - len(where)) + where)
+            self.run = wandb.init(id=run_id, project=project or params.log_project, entity=entity, resume="allow",
+                                  config={f"ea.{k}": v for k, v in config.items()}, reinit="create_new",
+                                  allow_val_change=True, **env)
+        else:
+            self.run = wandb.init(project=params.log_project, name=name, config=config, job_type="erroranalysis",
+                                  reinit="create_new", **env)
+        self.where = "W&B run " + "/".join(p for p in (self.run.entity, self.run.project, self.run.id) if p) + (
+            f" (offline: wandb sync {Path(self.run.dir).parent})" if self.run.settings.mode == "offline" else "")
         self.step = None
 
     def metrics(self, values, step=None):
@@ -123,9 +150,10 @@ class TensorBoardTracker(Tracker):
     def __init__(self, name: str, params: TrackerParams, config: dict):
         from torch.utils.tensorboard import SummaryWriter
 
-        folder = Path(params.log_dir or "tensorboard") / tv.safe(name)
+        folder = Path(params.log_dir or "tensorboard") / (params.tracker_run or tv.safe(name))
         self.writer = SummaryWriter(log_dir=str(folder))
         self.folder = folder
+        self.where = f"TensorBoard run {folder}"
         self.writer.add_text("ea/config", "\n".join(f"- {k}: {v}" for k, v in config.items()) or "-")
 
     def metrics(self, values, step=None):
@@ -167,13 +195,16 @@ def send(trackers: list[Tracker], values: dict, tables: dict, step: int | None =
             tracker.artifact(report)
 
 
-def close(trackers: list[Tracker]) -> None:
+def close(trackers: list[Tracker]) -> list[str]:
+    """Close each tracker run; where each is, for people."""
     for tracker in trackers:
         tracker.close()
+    return [tracker.where for tracker in trackers]
 
 
 def log_run(run_path, params: TrackerParams, *, labels_db=None) -> list[str]:
-    """Log one run: its numbers, tables and (with `log_report`) its HTML report. Returns the trackers used."""
+    """Log one run: its numbers, tables and (with `log_report`) its HTML report. Returns where each tracker run is
+    ("MLflow run <id> at <uri>", "W&B run <path>", "TensorBoard run <folder>")."""
     if not params.log_to:
         return []
     from erroranalysis import stages
@@ -182,6 +213,7 @@ def log_run(run_path, params: TrackerParams, *, labels_db=None) -> list[str]:
     run = Run.open(run_path)
     metrics = readers.read_metrics(run)
     clusters = readers.read_clusters(run, optional=True)
+    types = stages.error_type_keys(run.path, labels_db=labels_db) if clusters is not None else {}
     config = {"run": str(run.path), "task": run.task, "model": (run.manifest.get("model") or {}).get("path"),
               "data": (run.manifest.get("data") or {}).get("path")}
     trackers = open_trackers(params, run.name, config)
@@ -189,10 +221,11 @@ def log_run(run_path, params: TrackerParams, *, labels_db=None) -> list[str]:
         with tempfile.TemporaryDirectory() as tmp:
             report = stages.write_run_report(run.path, Path(tmp) / f"{run.name}.html", labels_db=labels_db) \
                 if params.log_report else None
-            send(trackers, tv.run_values(metrics, clusters), tv.run_tables(metrics, clusters), report=report)
+            send(trackers, tv.run_values(metrics, clusters, types), tv.run_tables(metrics, clusters, types),
+                 report=report)
     finally:
-        close(trackers)
-    return list(params.log_to)
+        where = close(trackers)
+    return where
 
 
 def log_compare(report, params: TrackerParams) -> list[str]:
@@ -210,8 +243,8 @@ def log_compare(report, params: TrackerParams) -> list[str]:
             html = stages.write_compare_html(report, Path(tmp) / "compare.html") if params.log_report else None
             send(trackers, tv.compare_values(doc), tv.compare_tables(doc), report=html)
     finally:
-        close(trackers)
-    return list(params.log_to)
+        where = close(trackers)
+    return where
 
 
 def log_timeline(doc: dict, params: TrackerParams) -> list[str]:
@@ -226,8 +259,8 @@ def log_timeline(doc: dict, params: TrackerParams) -> list[str]:
                 send(trackers, tv.step_values(doc, row["step"]), {}, step=int(row["step"]))
         send(trackers, {}, tv.timeline_tables(doc))
     finally:
-        close(trackers)
-    return list(params.log_to)
+        where = close(trackers)
+    return where
 
 
 class StepLogger:

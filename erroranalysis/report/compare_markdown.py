@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from erroranalysis.compare import OVERALL, series_frame
+from erroranalysis.metrics.display import percent
 
 
 def pts(value: float | None) -> str:
@@ -11,7 +12,7 @@ def pts(value: float | None) -> str:
 
 
 def rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1%}"
+    return percent(value)  # the one way a rate is shown (erroranalysis.metrics.display)
 
 
 def ci_text(ci) -> str:

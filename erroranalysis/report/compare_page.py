@@ -8,8 +8,7 @@ table) with several candidates.
 from __future__ import annotations
 
 from erroranalysis.compare import OVERALL, series_frame
-from erroranalysis.report import compare_markdown
-from erroranalysis.report import figures
+from erroranalysis.report import compare_markdown, figures
 from erroranalysis.report.page import cut, esc, figure, note, num, page, pct, table
 
 SECTIONS = ("runs", "overall", "per-class", "examples", "error-types", "clusters")

@@ -1,5 +1,8 @@
-"""One self-contained HTML page: sections, tables and Plotly figures, with Plotly's JavaScript inlined from the
-installed `plotly` package, so the file opens anywhere with no network (nothing is fetched when it is viewed).
+"""One self-contained HTML page: sections, tables and Plotly figures, with Plotly's JavaScript inlined, so the file
+opens anywhere with no network (nothing is fetched when it is viewed). The script is plotly.js's cartesian partial
+bundle (bar, heatmap, scatter and a few more: the smallest that draws the report's charts; 1.5 MB against the full
+bundle's 4.8 MB), shipped beside this module for the plotly.js version the installed `plotly` package writes
+figures for; with another plotly installed, its own full bundle (`make plotly-bundle` fetches the matching one).
 
 Every text that came from a run (labels, texts, names) is escaped here (`esc`), once, where it enters the page.
 """
@@ -9,6 +12,8 @@ from __future__ import annotations
 import html
 import math
 from typing import Any, Callable, Iterable, Sequence
+
+from erroranalysis.metrics.display import percent
 
 CSS = """
 :root { --ink: #0f172a; --muted: #64748b; --line: #e2e8f0; --bg: #f8fafc; --accent: #4f46e5; --bad: #b91c1c;
@@ -62,7 +67,7 @@ def num(value: Any, fmt: str = ".3f") -> str:
 
 
 def pct(value: Any) -> str:
-    return num(None if value is None else value * 100, ".1f") + ("%" if isinstance(value, (int, float)) else "")
+    return percent(value)  # the one way a rate is shown (erroranalysis.metrics.display)
 
 
 Column = tuple  # (key or function of the row, header, formatter)
@@ -106,10 +111,21 @@ def figure(fig) -> str:
                        default_height="420px")
 
 
-def plotly_js() -> str:
-    """The installed plotly package's own plotly.min.js."""
-    from plotly.offline import get_plotlyjs
+PARTIAL_BUNDLE = "plotly-cartesian.min.js"  # npm's plotly.js-cartesian-dist-min, MIT; its header names its version
 
+
+def plotly_js() -> str:
+    """plotly.js for the page: the cartesian partial bundle when it is the version the installed plotly package
+    writes figures for, else that package's own full plotly.min.js."""
+    from pathlib import Path
+
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    partial = Path(__file__).with_name(PARTIAL_BUNDLE)
+    if partial.is_file():
+        script = partial.read_text(encoding="utf-8")
+        if f" v{get_plotlyjs_version()}\n" in script[:200]:
+            return script
     return get_plotlyjs()
 
 

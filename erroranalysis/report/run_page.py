@@ -7,6 +7,8 @@ failure modes instead (GENERATION_SECTIONS), with per-class and confusion only w
 
 from __future__ import annotations
 
+from erroranalysis.metrics.averages import average_rows
+from erroranalysis.metrics.display import rate
 from erroranalysis.report import figures
 from erroranalysis.report.page import cut, esc, figure, kpis, note, num, page, pct, table
 
@@ -19,15 +21,16 @@ def render_run(doc: dict) -> str:
     """The page: a section per part of the run (see SECTIONS; `output-checks` too for a generation run)."""
     metrics = doc["metrics"]
     generation = metrics.get("output_checks")
+    task = doc["run"]["task"]
     if generation:  # a generation run: its checks and failure modes first; classes only with a label column
         parts = [("overview", "Overview", generation_overview(doc)),
                  ("output-checks", "Output checks and failure modes", output_checks(generation))]
         if generation.get("label_column"):
-            parts += [("per-class", "Per class (the label extracted from the output)", per_class(metrics)),
+            parts += [("per-class", "Per class (the label extracted from the output)", per_class(metrics, task)),
                       ("confusion", "Confusion matrix", confusion(metrics))]
     else:
         parts = [("overview", "Overview", overview(doc)),
-                 ("per-class", "Per class", per_class(metrics)),
+                 ("per-class", "Per class", per_class(metrics, task)),
                  ("confusion", "Confusion matrix", confusion(metrics)),
                  ("calibration", "Calibration", calibration(metrics))]
     parts += [("clusters", "Error clusters", clusters(doc["clusters"])),
@@ -44,6 +47,10 @@ def overview(doc: dict) -> str:
     o = doc["metrics"]["overall"]
     items = [("examples", f"{o['n']:,}"), ("failures", f"{o['n_failures']:,}"), ("accuracy", pct(o.get("accuracy"))),
              ("macro F1", num(o.get("macro_f1"))), ("weighted F1", num(o.get("weighted_f1")))]
+    if doc["run"]["task"] == "token-classification":  # seqeval's entity scores head the page, as the app's Overview
+        items = [("sentences", f"{o['n']:,}"), ("entity micro F1", num(o.get("micro_f1"))),
+                 ("entity macro F1", num(o.get("macro_f1"))), ("token accuracy", pct(o.get("token_accuracy"))),
+                 ("sentences with errors", f"{o['n_failures']:,}"), ("sentence accuracy", pct(o.get("accuracy")))]
     if o.get("ece") is not None:
         items += [("ECE", num(o["ece"])), ("Brier", num(o["brier"]))]
     checks = doc["metrics"].get("output_checks")
@@ -56,15 +63,18 @@ def overview(doc: dict) -> str:
     return kpis(items) + text + "<h3>Stages</h3>" + stages
 
 
-def per_class(metrics: dict) -> str:
+def per_class(metrics: dict, task: str = "classification") -> str:
+    """The per-class table, worst F1 first, ending with the micro, macro and weighted averages (and samples for a
+    multi-label run) as classification_report and seqeval print them."""
     rows = metrics.get("per_class") or []
     if not rows:
         return note("No per-class metrics in this run.")
     ci = lambda r: f"[{r['f1_ci'][0]:.3f}, {r['f1_ci'][1]:.3f}]" if r.get("f1_ci") else "–"  # noqa: E731
-    body = table(sorted(rows, key=lambda r: r["f1"]), [
-        ("label", "class", None), ("precision", "precision", num), ("recall", "recall", num), ("f1", "F1", num),
-        (ci, "F1 95% CI", esc), ("support", "support", lambda v: f"{v:,}"), ("predicted", "predicted",
-                                                                           lambda v: num(v, ","))])
+    shown = sorted(rows, key=lambda r: r["f1"]) + average_rows(task, metrics)
+    body = table(shown, [
+        ("label", "class", None), ("precision", "precision", rate), ("recall", "recall", rate), ("f1", "F1", rate),
+        (ci, "F1 95% CI", esc), ("support", "support", lambda v: f"{v:,}"),
+        (lambda r: r.get("predicted"), "predicted", lambda v: num(v, ","))])
     return figure(figures.per_class_f1(rows)) + body
 
 

@@ -62,7 +62,8 @@ def create_remote_run(url, *, overwrite: bool = False, create_local, **manifest)
     url = storage.ObjectPath.parse(str(url)) if not isinstance(url, storage.ObjectPath) else url
     previous = remote_manifest(url)
     if previous is not None and not overwrite:
-        raise RunError(f"{url}: a run already exists here; pass --overwrite to replace it.")
+        raise RunError(f"{url}: a run already exists here; pass --overwrite to replace it.",
+                       python=f"{url}: a run already exists here; pass overwrite=True to replace it.")
     local = mirror_of(url)
     if previous and previous.get("run_id"):  # the replacement is the same run: its labels stay its own
         manifest.setdefault("run_id", previous["run_id"])

@@ -365,12 +365,15 @@ def check_out(path: Path, overwrite: bool) -> bool:
     that do long work before creating their run call it first, so a clash fails at once."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise RunError(f"{path}: exists and is not a directory; choose another --out.")
+        raise RunError(f"{path}: exists and is not a directory; choose another --out.",
+                       python=f"{path}: exists and is not a directory; choose another out.")
     existing = path.is_dir() and any(path.iterdir())
     if existing and not (path / MANIFEST).exists():
-        raise RunError(f"{path}: directory is not empty and is not a run; choose another --out.")
+        raise RunError(f"{path}: directory is not empty and is not a run; choose another --out.",
+                       python=f"{path}: directory is not empty and is not a run; choose another out.")
     if existing and not overwrite:
-        raise RunError(f"{path}: a run already exists here; pass --overwrite to replace it.")
+        raise RunError(f"{path}: a run already exists here; pass --overwrite to replace it.",
+                       python=f"{path}: a run already exists here; pass overwrite=True to replace it.")
     return existing
 
 

@@ -47,6 +47,7 @@ from erroranalysis.stages.steps import (
 from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
 from erroranalysis.stages.timeline import (
     build_timeline,
+    error_type_keys,
     experiment_folder,
     previous_step,
     prune_run,

@@ -240,6 +240,25 @@ def build_timeline(path: str | Path, *, labels_db: str | Path | None = None, sto
     }
 
 
+def error_type_keys(path: str | Path, *, labels_db: str | Path | None = None) -> dict[int, str]:
+    """cluster id -> the key the run's error type keeps across runs: its taxonomy label when most of its failures
+    carry one in the labels store (accepted labels and apply-taxonomy's suggestions), else, for a step run of a
+    training run, the id the timeline matched it to (T1, T2, ...); a lone run's unlabeled clusters get none, since
+    their ids are size ranks that change from one run to the next."""
+    from erroranalysis.stages.export import open_store
+
+    run = rundir.Run.open(path)
+    if readers.read_clusters(run, optional=True) is None:
+        return {}
+    if tl.step_of(run.path.name) is not None:
+        doc = build_timeline(run.path, labels_db=labels_db)
+        step = tl.step_of(run.path.name)
+        return {s["cluster_id"]: t["label"] or t["type_id"] for t in doc["types"] for s in t["steps"]
+                if s["step"] == step}
+    state, _ = step_state(0, run, open_store(run.path, labels_db))
+    return dict(state.labels)
+
+
 def _labeled_series(rows: list[dict]) -> list[dict]:
     names = sorted({n for r in rows for n in r["labeled"]}, key=str.casefold)
     return [{"name": n, "steps": [{"step": r["step"], "size": r["labeled"].get(n, 0)} for r in rows]} for n in names]

@@ -241,11 +241,12 @@ def show_flash() -> None:
 
 
 def pct(value, digits: int = 1) -> str:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if v != v else f"{v:.{digits}%}"
+    """A rate as a percent, the one way rates are shown (`erroranalysis.metrics.display.percent`)."""
+    import numbers
+
+    from erroranalysis.metrics.display import percent
+
+    return percent(float(value) if isinstance(value, numbers.Real) else value, digits)
 
 
 def count(value) -> str:

@@ -130,9 +130,10 @@ def type_tree(types, counts) -> list:
     return out
 
 
-def scores_table(per: pd.DataFrame, label_title: str, extra: dict | None = None) -> None:
-    """Precision, recall and F1 (with its interval) and support per class or label, worst F1 first; `extra` maps
-    further columns of `per` to their column config."""
+def scores_table(per: pd.DataFrame, label_title: str, extra: dict | None = None, averages=()) -> None:
+    """Precision, recall and F1 (with its interval) and support per class or label, worst F1 first, then the
+    `averages` rows (`erroranalysis.metrics.averages.average_rows`: micro, macro, weighted, samples avg) last;
+    `extra` maps further columns of `per` to their column config."""
     extra = extra or {}
     shown = pd.DataFrame({"label": per["label"].astype(str)})
     for col in ("precision", "recall", "f1"):
@@ -142,7 +143,12 @@ def scores_table(per: pd.DataFrame, label_title: str, extra: dict | None = None)
     shown["support"] = per.get("support")
     for col in extra:
         shown[col] = per.get(col)
-    st.dataframe(shown.sort_values("f1"), hide_index=True, column_config={
+    shown = shown.sort_values("f1")
+    if len(averages):
+        tail = pd.DataFrame(averages)
+        tail[["precision", "recall", "f1"]] = tail[["precision", "recall", "f1"]] * 100
+        shown = pd.concat([shown, tail.assign(f1_ci="")], ignore_index=True)
+    st.dataframe(shown, hide_index=True, column_config={
         "label": st.column_config.TextColumn(label_title),
         "precision": st.column_config.NumberColumn("Precision", format="%.1f%%"),
         "recall": st.column_config.NumberColumn("Recall", format="%.1f%%"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from erroranalysis.metrics.averages import average_rows
 from erroranalysis_ui.eaui import charts, tables
 from erroranalysis_ui.eaui import components as ui
 
@@ -45,7 +46,8 @@ def multilabel_overview(metrics: dict) -> None:
             tables.scores_table(per, "Label", {
                 "roc_auc": st.column_config.NumberColumn("ROC-AUC", format="%.3f"),
                 "average_precision": st.column_config.NumberColumn("AP", format="%.3f"),
-                "fn": "Missed", "fp": "Spurious", "threshold": "Threshold"})
+                "fn": "Missed", "fp": "Spurious", "threshold": "Threshold"},
+                averages=average_rows("multilabel", metrics))
             st.caption("Worst F1 first. Missed: gold but not predicted; spurious: predicted without gold.")
         st.subheader("Labels read instead of others")
         top = pd.DataFrame(metrics.get("top_confusions") or [])

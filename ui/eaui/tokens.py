@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from erroranalysis.metrics.averages import average_rows
 from erroranalysis.metrics.tokens import spans_of
 from erroranalysis.rundir import PREDICTIONS, readers
 from erroranalysis_ui.eaui.components import md
@@ -99,8 +100,11 @@ def token_overview(metrics: dict) -> None:
             rows.append({"type": r["label"], "precision": r["precision"] * 100, "recall": r["recall"] * 100,
                          "f1": r["f1"] * 100, "support": r["support"],
                          **{k.replace("_", " "): v for k, v in errors.items() if k != "correct"}})
-        if rows:
-            st.dataframe(pd.DataFrame(rows).sort_values("f1"), hide_index=True, column_config={
+        if rows:  # worst first, then seqeval's micro, macro and weighted averages
+            shown = pd.concat([pd.DataFrame(rows).sort_values("f1"), pd.DataFrame(
+                [{"type": a["label"], **{m: a[m] * 100 for m in ("precision", "recall", "f1")},
+                  "support": a["support"]} for a in average_rows(TASK, metrics)])], ignore_index=True)
+            st.dataframe(shown, hide_index=True, column_config={
                 c: st.column_config.NumberColumn(c.capitalize() if c != "f1" else "F1", format="%.1f%%")
                 for c in ("precision", "recall", "f1")})
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from erroranalysis.metrics.averages import average_rows
 from erroranalysis_ui.eaui import charts, data, generation, labeled, state, tables, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 
@@ -58,8 +59,9 @@ else:
         if per_class.empty:
             st.caption("No per-class metrics in metrics.json.")
         else:
-            tables.scores_table(per_class, "Class")
-            st.caption("Worst F1 first; click a column header to sort.")
+            tables.scores_table(per_class, "Class", averages=average_rows(task, metrics))
+            st.caption("Worst F1 first, then the averages as classification_report prints them; click a column "
+                       "header to sort.")
         st.subheader("Top confusions")
         top = pd.DataFrame(metrics.get("top_confusions") or [])
         if top.empty:
