@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import erroranalysis as ea
 from erroranalysis.cli.app import app
+from erroranalysis.core.errors import UserError
 from erroranalysis.rundir import Run, readers
 
 ANALYZE = ["--id-column", "id", "--no-data-checks", "--no-slices", "--check-embedder", "none", "--no-merge",
@@ -115,7 +116,7 @@ def test_tracker_settings_are_refused_before_any_work(tmp_path, mlflow_db, monke
     monkeypatch.setenv("WANDB_MODE", "offline")
     result = cli("log", tmp_path, "--log-to", "wandb", "--log-project", "a/b", code=2)
     assert "--log-project 'a/b'" in result.output
-    with pytest.raises(ea.errors.UserError, match="file store"):
+    with pytest.raises(UserError, match="file store"):
         ea.analyze(pd.read_csv(path), id="id", out=out, log_to="mlflow")
     assert not out.exists()
 
