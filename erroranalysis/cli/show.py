@@ -21,7 +21,7 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
     o = metrics["overall"]
     out.print(f"[bold]{escape(str(run.path))}[/bold]  {o['n']} examples, {o['n_failures']} failures")
     if run.task in ("multilabel", "regression"):
-        from erroranalysis.cli.run import headline
+        from erroranalysis.tasks import headline
 
         out.print(headline(run.task, o) + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}"
                                            if o.get("ece") is not None else ""), markup=False)
