@@ -7,7 +7,7 @@
 At each evaluation (or every `every` steps) the callback puts the model in eval mode, runs the eval set through it
 without gradients (the infer stage's own batching, no reload, no copy of the weights), puts it back in training
 mode, and writes a run per step through the normal stages (erroranalysis.stages.analyze_step; for a token
-classifier analyze_token_step). It then logs the head's overall metrics (tracker_values.OVERALL), per-class F1
+classifier analyze_token_step). It then logs the head's overall metrics (tracker_values.OVERALL_BY_TASK), per-class F1
 (per entity type for a token classifier, per label for a multi-label head; for a causal LM: output-check pass
 rates) and the size of each error type, matched across steps
 (erroranalysis.timeline), through `trainer.log`, so every `report_to` integration (TensorBoard, W&B) receives them
