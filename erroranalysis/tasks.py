@@ -114,6 +114,19 @@ def supported() -> str:
     return ", ".join(name for name, t in TASKS.items() if t.available)
 
 
+def headline(task: str, overall: dict) -> str:
+    """The task's headline metrics, for the one line `run` and `watch` print per run."""
+    if task == "regression":
+        return f"MAE {overall['mae']:.4g}, RMSE {overall['rmse']:.4g}, R² {overall['r2']:.3f}"
+    if task == "token-classification":
+        return (f"entity micro F1 {overall['micro_f1']:.3f}, macro F1 {overall['macro_f1']:.3f}, token accuracy "
+                f"{overall['token_accuracy']:.3f}, {overall['n_error_spans']} error spans")
+    if task == "multilabel":
+        return (f"subset accuracy {overall['subset_accuracy']:.3f}, micro F1 {overall['micro_f1']:.3f}, "
+                f"macro F1 {overall['macro_f1']:.3f}, Hamming loss {overall['hamming_loss']:.3f}")
+    return f"accuracy {overall['accuracy']:.3f}, macro F1 {overall['macro_f1']:.3f}"
+
+
 def get(name: str) -> Task:
     """The task named `name` (one of TASKS), refused in one line when it does not run in this version."""
     task = TASKS.get(name)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from erroranalysis.checklist.memorize import OverfitParams
 from erroranalysis.checklist.overfit import overfit_check
-from erroranalysis.checklist.sft_rows import IGNORE, encode_row
+from erroranalysis.checklist.sft_rows import IGNORE, encode_row, encode_rows
 from erroranalysis.cli.app import app
 from erroranalysis.core.errors import ParameterError
 
@@ -76,10 +76,49 @@ def test_masking_is_answer_only_through_the_end_of_turn(lm):
     assert tok.decode(e.prompt_ids) == prompt
     assert tok.decode(e.answer_ids) == "dog<|im_end|>" and e.answer_ids[-1] in lm.eos_ids
     assert e.train_labels[:len(e.prompt_ids)] == [IGNORE] * len(e.prompt_ids)
-    assert e.train_labels[len(e.prompt_ids):] == e.train_ids[len(e.prompt_ids):]
+    end = len(e.prompt_ids) + len(e.answer_ids)
+    assert e.train_labels[len(e.prompt_ids):end] == e.train_ids[len(e.prompt_ids):end]
+    assert set(e.train_labels[end:]) <= {IGNORE}  # the template's text after the end of turn, as TRL masks it
     # prompt/completion strings: the completion and EOS are trained
     plain = encode_row(lm, pd.Series({"prompt": "Name animal 1.", "completion": " dog", "_line": 1}), 0, "f", 512)
     assert plain.answer_ids[-1] == lm.eos_ids[0] and tok.decode(plain.answer_ids[:-1]) == " dog"
+
+
+SAME_ROWS = {
+    "messages": [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name one."},
+                               {"role": "assistant", "content": "fox"}, {"role": "user", "content": "Another?"},
+                               {"role": "assistant", "content": "owl"}]}, *sft_rows(3)],
+    "prompt_completion": [{"prompt": f"Name animal {i}.", "completion": f" {a}"} for i, a in enumerate(ANIMALS[:4])],
+    "conversational": [{"prompt": [{"role": "user", "content": f"Name animal {i}."}],
+                        "completion": [{"role": "assistant", "content": a}]} for i, a in enumerate(ANIMALS[:4])],
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(SAME_ROWS))
+def test_the_labels_trained_are_the_spans_sft_check_reports(lm, tmp_path, fmt):
+    """One masking: the check's -100 labels are, token for token, what sft-check reports as trained on the same rows
+    (messages under --assistant-only, prompt/completion under TRL's default)."""
+    from erroranalysis.sft import SftParams, check, facts, read_rows
+    from erroranalysis.sources.table import read_table
+
+    data = write_jsonl(tmp_path / f"{fmt}.jsonl", SAME_ROWS[fmt])
+    mode = "assistant-only" if fmt == "messages" else "trl"
+    reported = check(read_rows(data), facts(lm.tokenizer, str(lm.path)), SftParams(mode=mode, max_length=512)).rows
+    frame, _ = read_table(data)
+    examples = encode_rows(lm, frame, range(len(frame)), str(data), 512)
+    assert len(examples) == len(reported) == len(SAME_ROWS[fmt])
+    for e, (_, row) in zip(examples, reported.iterrows()):
+        trained = np.asarray(e.train_labels) != IGNORE
+        assert int(trained.sum()) == row["n_trained"] > 0
+        cuts = np.flatnonzero(np.diff(trained.astype(np.int8))) + 1
+        runs = np.split(np.asarray(e.train_ids), cuts)
+        states = np.split(trained, cuts)
+        ours = [(lm.tokenizer.decode(r.tolist()), int(s[0])) for r, s in zip(runs, states)]
+        assert ours == list(zip(row["segments"], row["segment_state"]))
+    if fmt == "messages":  # both assistant turns trained (TRL's assistant_only_loss); the last is the answer
+        assert [s for s, state in zip(reported.iloc[0]["segments"], reported.iloc[0]["segment_state"])
+                if state == 1] == ["fox<|im_end|>", "owl<|im_end|>"]
+        assert examples[0].answer_text == "owl" and lm.tokenizer.decode(examples[0].answer_ids) == "owl<|im_end|>"
 
 
 def test_a_healthy_setup_memorizes_and_leaves_the_model_alone(tiny):

@@ -158,14 +158,14 @@ def test_compare_needs_one_failure_rule(rg_checkpoint, tmp_path):
     assert "regression runs" in (tmp_path / "cd" / "compare.md").read_text()
 
 
-def test_trainer_callback_refuses_a_regression_model_in_memory(rg_checkpoint):
+def test_a_regression_model_in_memory_is_never_read_as_a_classifier(rg_checkpoint):
     from transformers import AutoModelForSequenceClassification
 
     from erroranalysis.core.errors import ModelError
     from erroranalysis.stages.steps import refuse_other_heads
 
     model = AutoModelForSequenceClassification.from_pretrained(rg_checkpoint)
-    with pytest.raises(ModelError, match=r"sequence regression .* head .*erroranalysis run --model CHECKPOINT"):
+    with pytest.raises(ModelError, match=r"sequence regression .* head .*analyze it as --task regression"):
         refuse_other_heads(model)
 
 

@@ -7,13 +7,14 @@ never touched) on `n` SFT rows with the loss on the answer only, the way TRL's `
 from its prompt reproduces the answer token for token (up to and including the end-of-turn token).
 
 Rows: `messages` (the last assistant turn is the answer, everything before it the prompt, rendered with the
-tokenizer's chat template), or `prompt`/`completion` (strings: the prompt tokenized as is, the completion followed by
-EOS; or lists of messages, rendered as `messages`). With `input_ids` and `labels` columns the rows are trained as
+tokenizer's chat template), or `prompt`/`completion` (strings: prompt and prompt + completion + EOS tokenized, the
+completion where the two part, as TRL does; or lists of messages, rendered with the chat template). With `input_ids` and `labels` columns the rows are trained as
 the user's own pipeline tokenized and masked them (the real thing to check: every label -100 shows here), and the
 answer is read from the text columns when there are any, else from the labeled tokens.
 
-The answer-only masking here is this module's own minimal version (prompt tokens -100, answer tokens their ids);
-`erroranalysis sft-check` checks the masking of a whole file.
+The answer-only masking is `erroranalysis sft-check`'s (`checklist.sft_rows` renders through `erroranalysis.sft`):
+`messages` rows as with `--assistant-only`, prompt/completion rows as TRL's default completion-only loss, so the
+labels trained here are the spans sft-check reports as trained.
 
 When the examples are not memorized, the findings say why, in the checklist's words: nothing trained (every label
 masked: the loss is NaN or 0 from the first step), the loss falling on prompt tokens only, the learning rate too
@@ -44,7 +45,7 @@ from erroranalysis.checklist.memorize import (
     parameter_counts,
     record_gradients,
 )
-from erroranalysis.checklist.sft_rows import IGNORE, Example, encode_row, input_facts, shuffle_answers, through_eos
+from erroranalysis.checklist.sft_rows import IGNORE, Example, encode_rows, input_facts, shuffle_answers, through_eos
 from erroranalysis.core.findings import Finding
 
 LORA_RANK = 16
@@ -99,7 +100,7 @@ def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(), *, da
                                                                  trust_remote_code=params.trust_remote_code)
     max_length = min(params.max_length or DEFAULT_MAX_LENGTH["generation"], lm.context_length)
     rows = np.sort(np.random.default_rng(params.seed).permutation(len(raw))[:params.n])
-    examples = [encode_row(lm, raw.iloc[int(i)], int(i), str(data), max_length) for i in rows]
+    examples = encode_rows(lm, raw, [int(i) for i in rows], str(data), max_length)
     epoch = math.ceil(len(examples) / params.batch_size)
     total_steps = params.steps if params.steps is not None else max(20 * epoch, 30)
     inputs = input_facts(examples, max_length)

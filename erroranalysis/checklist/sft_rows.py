@@ -1,17 +1,20 @@
 """SFT rows as the memorization check trains them: prompt ids, answer ids (through the end-of-turn token) and the
-training sequence with answer-only labels, rendered as TRL renders them; or the rows' own `input_ids` and
-`labels`. This is the check's own minimal masking; `erroranalysis sft-check` checks a whole file's."""
+training sequence with answer-only labels, or the rows' own `input_ids` and `labels`.
+
+The rendering and masking are sft-check's (`erroranalysis.sft.render`, TRL's own rules), so the labels the check
+trains with are the trained spans `erroranalysis sft-check` reports: `messages` rows as with `--assistant-only`
+(TRL's assistant_only_loss), `prompt`/`completion` rows as with TRL's default completion_only_loss. The answer to
+memorize is the row's last trained span.
+"""
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from erroranalysis.core.errors import DataError, preview, where
-from erroranalysis.sources.messages import parse_messages
 
 IGNORE = -100
 
@@ -33,15 +36,29 @@ class Example:
 
 # -- rows to token ids -------------------------------------------------------------------------------------------
 
+# The answer-only mode of each format, as `erroranalysis sft-check` names it (sft.params.MODES)
+ANSWER_ONLY = {"messages": "assistant-only", "prompt_completion": "completion-only"}
+TEXT_COLUMNS = ("messages", "prompt", "completion")
 
-def encode_row(lm, row, index: int, source: str, max_length: int) -> Example:
+
+def encode_rows(lm, frame, positions, source: str, max_length: int) -> list[Example]:
+    """The rows at `positions` (0-based) of `frame` (read_table's, with `_line`) as Examples: rendered together."""
+    chosen = frame.iloc[list(positions)]
+    rendered = render(lm, chosen, source) if any(c in frame.columns for c in TEXT_COLUMNS) else None
+    return [encode_row(lm, row, int(i), source, max_length, rendered[k] if rendered else None)
+            for k, (i, (_, row)) in enumerate(zip(positions, chosen.iterrows()))]
+
+
+def encode_row(lm, row, index: int, source: str, max_length: int, rendered=None) -> Example:
     """One SFT row as prompt ids, answer ids and the (cut) training sequence with answer-only labels, or with the
-    row's own `input_ids`/`labels`."""
+    row's own `input_ids`/`labels`. `rendered`: the row's (ids, labels, answer start, answer text) from `render`."""
     line = int(row["_line"]) if "_line" in row else index + 1
     given = "input_ids" in row and "labels" in row
-    has_text = any(c in row for c in ("messages", "prompt"))
-    if has_text:
-        prompt_ids, answer_ids, answer_text = render(lm, row, source, line)
+    if rendered is None and any(c in row for c in TEXT_COLUMNS):
+        rendered = render(lm, row.to_frame().T.assign(_line=line), source)[0]
+    if rendered is not None:
+        ids, labels, start, answer_text = rendered
+        prompt_ids, answer_ids = ids[:start], ids[start:]
     elif given:
         prompt_ids, answer_ids, answer_text = _from_labels(lm, row, source, line)
     else:
@@ -53,55 +70,42 @@ def encode_row(lm, row, index: int, source: str, max_length: int) -> Example:
         if len(ids) != len(labels):
             raise DataError(f"{where(source, line, 'labels')}: {len(labels)} labels for {len(ids)} input_ids; give "
                             "one label per token (-100 where no loss is taken).")
-        train_ids, train_labels = ids[:max_length], labels[:max_length]
-    else:
-        full = prompt_ids + through_eos(answer_ids, lm.eos_ids, keep_rest=True)
-        train_ids = full[:max_length]
-        train_labels = ([IGNORE] * len(prompt_ids) + full[len(prompt_ids):])[:max_length]
-    return Example(index, line, prompt_ids, through_eos(answer_ids, lm.eos_ids), train_ids, train_labels,
-                   answer_text, given)
+    return Example(index, line, prompt_ids, through_eos(answer_ids, lm.eos_ids), ids[:max_length],
+                   labels[:max_length], answer_text, given)
 
 
-def render(lm, row, source: str, line: int) -> tuple[list[int], list[int], str]:
-    """(prompt ids, answer ids with the rest of the template's turn, answer text) of a messages or prompt/completion
-    row, rendered as TRL renders it."""
-    tok = lm.tokenizer
-    if "messages" in row:
-        messages = parse_messages(row["messages"], where(source, line, "messages"))
-        if messages[-1]["role"] != "assistant":
-            raise DataError(f"{where(source, line, 'messages')}: the last message is {messages[-1]['role']!r}, not "
-                            "the assistant's; the last assistant turn is the answer to memorize.")
-        return _chat(lm, messages[:-1], messages[-1]["content"], source, line)
-    prompt, completion = row["prompt"], row.get("completion")
-    if completion is None or (isinstance(completion, float) and math.isnan(completion)):
-        raise DataError(f"{where(source, line, 'completion')}: missing; each prompt needs its completion (the answer "
-                        "to memorize).")
-    if isinstance(prompt, str) and isinstance(completion, str):
-        prompt_ids = tok(prompt, add_special_tokens=True)["input_ids"]
-        answer_ids = tok(completion, add_special_tokens=False)["input_ids"] + list(lm.eos_ids[:1])
-        return prompt_ids, answer_ids, completion
-    if isinstance(prompt, str):
-        prompt = [{"role": "user", "content": prompt}]
-    turns = parse_messages(prompt, where(source, line, "prompt"))
-    answer = parse_messages(completion, where(source, line, "completion")) if not isinstance(completion, str) else (
-        [{"role": "assistant", "content": completion}])
-    return _chat(lm, turns, answer[-1]["content"], source, line)
+def render(lm, frame, source: str) -> list[tuple[list[int], list[int], int, str]]:
+    """Per row of `frame` (messages or prompt/completion rows, with `_line`): its ids and labels as sft-check renders
+    and masks them (TRL's answer-only mode of the format), where its last trained span starts, the answer's text."""
+    from erroranalysis.sft.render import render as sft_render
+    from erroranalysis.sft.rows import rows_of
+    from erroranalysis.sft.tokenizer import facts
+
+    rows = rows_of(frame[[c for c in (*TEXT_COLUMNS, "text", "_line") if c in frame.columns]], source)
+    if rows.format not in ANSWER_ONLY:
+        raise DataError(f"{source}: plain 'text' rows have no answer to memorize; give 'messages', or 'prompt' and "
+                        "'completion', or 'input_ids' and 'labels'.")
+    if rows.format == "messages":
+        for conv, line in zip(rows.conversations, rows.lines):
+            if conv[-1]["role"] != "assistant":
+                raise DataError(f"{where(source, int(line), 'messages')}: the last message is {conv[-1]['role']!r}, "
+                                "not the assistant's; the last assistant turn is the answer to memorize.")
+    encoded = sft_render(rows, facts(lm.tokenizer, str(lm.path)), ANSWER_ONLY[rows.format])
+    out = []
+    for enc, answers in zip(encoded, rows.answers()):
+        ids = enc.ids.tolist()
+        labels = np.where(enc.trained, enc.ids, IGNORE).tolist()
+        out.append((ids, labels, last_span_start(enc.trained), answers[-1] if answers else ""))
+    return out
 
 
-def _chat(lm, turns: list[dict], answer: str, source: str, line: int) -> tuple[list[int], list[int], str]:
-    tok = lm.tokenizer
-    if not lm.has_chat_template:
-        raise DataError(f"{where(source, line)}: conversational rows need a chat template, and {lm.path}'s tokenizer "
-                        "has none; give prompt/completion strings or a chat model.")
-    prompt_text = tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
-    full_text = tok.apply_chat_template(turns + [{"role": "assistant", "content": answer}], tokenize=False)
-    if full_text.startswith(prompt_text):
-        answer_part = full_text[len(prompt_text):]
-    else:  # a template whose generation prompt is not a prefix of the conversation: answer and end of turn
-        answer_part = answer + (tok.eos_token or "")
-    prompt_ids = tok(prompt_text, add_special_tokens=False)["input_ids"]
-    answer_ids = tok(answer_part, add_special_tokens=False)["input_ids"]
-    return prompt_ids, answer_ids, answer
+def last_span_start(trained: np.ndarray) -> int:
+    """Where the last run of trained tokens starts (the length when nothing is trained)."""
+    at = np.flatnonzero(trained)
+    if not len(at):
+        return len(trained)
+    breaks = np.flatnonzero(np.diff(at) > 1)
+    return int(at[breaks[-1] + 1]) if len(breaks) else int(at[0])
 
 
 def _from_labels(lm, row, source, line) -> tuple[list[int], list[int], str]:
@@ -112,10 +116,8 @@ def _from_labels(lm, row, source, line) -> tuple[list[int], list[int], str]:
     return ids[:first], answer, lm.tokenizer.decode(answer, skip_special_tokens=True)
 
 
-def through_eos(ids: list[int], eos: tuple[int, ...], keep_rest: bool = False) -> list[int]:
-    """The answer up to and including its first end-of-turn token (the rest of the turn with `keep_rest`)."""
-    if keep_rest:
-        return list(ids)
+def through_eos(ids: list[int], eos: tuple[int, ...]) -> list[int]:
+    """The answer up to and including its first end-of-turn token."""
     for i, t in enumerate(ids):
         if t in eos:
             return list(ids[:i + 1])

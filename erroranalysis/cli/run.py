@@ -13,7 +13,7 @@ import typer
 
 from erroranalysis.cli import common, options
 from erroranalysis.cli import stage_groups as groups
-from erroranalysis.tasks import CHOICES
+from erroranalysis.tasks import CHOICES, headline
 
 Model = Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors), or "
                                                           "a .gguf file for --task generation.")]
@@ -66,19 +66,6 @@ def report(run, as_json: bool = False) -> None:
     out.print(f"see it: erroranalysis show {run.path}   |   browse it: erroranalysis ui {run.path.parent}", markup=False)
 
 
-def headline(task: str, overall: dict) -> str:
-    """The task's headline metrics, for the one line `run` prints."""
-    if task == "regression":
-        return f"MAE {overall['mae']:.4g}, RMSE {overall['rmse']:.4g}, R² {overall['r2']:.3f}"
-    if task == "token-classification":
-        return (f"entity micro F1 {overall['micro_f1']:.3f}, macro F1 {overall['macro_f1']:.3f}, token accuracy "
-                f"{overall['token_accuracy']:.3f}, {overall['n_error_spans']} error spans")
-    if task == "multilabel":
-        return (f"subset accuracy {overall['subset_accuracy']:.3f}, micro F1 {overall['micro_f1']:.3f}, "
-                f"macro F1 {overall['macro_f1']:.3f}, Hamming loss {overall['hamming_loss']:.3f}")
-    return f"accuracy {overall['accuracy']:.3f}, macro F1 {overall['macro_f1']:.3f}"
-
-
 def log_to(trackers, path) -> None:
     """--log-to: the run sent to each tracker named (after it is written; stdout stays the run's report)."""
     if trackers.log_to:
@@ -120,11 +107,9 @@ def register(app: typer.Typer) -> None:
         after = groups.after(metrics, checks, slices, cluster)
         progress = reporter()
         if task == "token-classification":
-            check_param("--engine", engine.engine, not engine.distributed, "local (token classification runs "
-                        "in-process)")
             result = stages.run_token_classification(model, data, out, data_opts=data_options, token_opts=tokens,
                                                      after=after, overwrite=overwrite, progress=progress,
-                                                     log=progress.note)
+                                                     log=progress.note, engine=engine)
         elif task != "generation":
             result = stages.run_checkpoint(model, data, out, data_opts=data_options, infer_opts=infer, after=after,
                                            overwrite=overwrite, progress=progress, engine=engine, log=progress.note,

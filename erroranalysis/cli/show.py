@@ -35,7 +35,7 @@ def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
 def _print_headline(metrics: dict, run, out) -> None:
     o = metrics["overall"]
     if run.task in ("multilabel", "regression", "token-classification"):  # the task's own headline first
-        from erroranalysis.cli.run import headline
+        from erroranalysis.tasks import headline
 
         out.print(headline(run.task, o) + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}"
                                            if o.get("ece") is not None else ""), markup=False)

@@ -31,15 +31,17 @@ GATE = options.Group("gate", CompareParams, exclude=("n_resamples", "level", "mi
 
 
 @common.handle_errors
-@options.takes(groups.DATA, INFER, groups.GENERATION_GROUP, groups.METRICS, CHECKS, groups.SLICES, groups.CLUSTER,
-               GATE, groups.TRACKERS)
+@options.takes(groups.DATA, INFER, groups.TASK, groups.GENERATION_GROUP, groups.TOKENS, groups.METRICS, CHECKS,
+               groups.SLICES, groups.CLUSTER, GATE, groups.TRACKERS)
 def watch(
     output_dir: Annotated[Path, typer.Argument(help="The Trainer's output_dir, where checkpoint-* folders appear.")],
     data: Data,
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Folder of the step runs (default: runs/<OUTPUT_DIR's name>).")] = None,
     once: Annotated[bool, typer.Option("--once", help="Analyze the checkpoints present, then exit.")] = False,
-    task: Annotated[str, typer.Option("--task", help="classification or generation (a causal LM, with its output "
+    task: Annotated[str, typer.Option("--task", help="classification, multilabel, regression, "
+                                                     "token-classification, auto (each checkpoint's head from its "
+                                                     "config.json), or generation (a causal LM, with its output "
                                                      "checks).")] = "classification",
     keep_hidden: Annotated[bool, typer.Option(
         "--keep-hidden", help="Keep each step's hidden states (float16); by default they are not kept.")] = False,
@@ -57,15 +59,15 @@ def watch(
         "--wait", help="With --once: seconds to wait for checkpoints still being written.")] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="With --once: print what was analyzed as JSON on stdout "
                                                          "(the running commentary goes to stderr).")] = False,
-    *, data_options, infer, generation, metrics, checks, slices, cluster, gate, trackers,
+    *, data_options, infer, task_options, generation, tokens, metrics, checks, slices, cluster, gate, trackers,
 ) -> None:
     """Analyze checkpoints as they land."""
     from erroranalysis.core.validation import check_choice, check_number
     from erroranalysis.integrations.trackers import StepLogger
-    from erroranalysis.integrations.watch import Watcher
+    from erroranalysis.integrations.watch import TASKS, Watcher
 
     trackers.require()
-    check_choice("--task", task, ("classification", "generation"))
+    check_choice("--task", task, TASKS)
     check_number("--wait", wait, 0)
     console = common.console()
     if as_json:
@@ -74,6 +76,7 @@ def watch(
     after = groups.after(metrics, checks, slices, cluster)
     watcher = Watcher(output_dir, data, runs=out, data_opts=data_options,
                       task=task, infer=infer, generation=generation, after=after, keep_hidden=keep_hidden,
+                      task_opts=task_options, tokens=tokens,
                       taxonomy=None if taxonomy == "none" else taxonomy, settle=settle, poll=interval,
                       gate=fail_on_regression, alpha=gate.alpha, say=say)
     logger = watcher.on_step = StepLogger(trackers, watcher.runs)

@@ -237,7 +237,7 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
             if progress:
                 progress(int(row["rows"]))
     except ray.exceptions.RayError as exc:
-        raise EngineError(f"--engine ray: the inference job failed ({_reason(exc)}); nothing was committed, "
+        raise EngineError(f"--engine ray: the inference job failed ({failure_reason(exc)}); nothing was committed, "
                           "run the command again.") from None
     check_coverage(covered, inputs.num_rows, paths)
     return counts, sorted(ran)
@@ -286,7 +286,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
             if progress:
                 progress(rows)
     except ray.exceptions.RayError as exc:
-        raise EngineError(f"--engine ray: the inference job failed ({_reason(exc)}); nothing was committed, "
+        raise EngineError(f"--engine ray: the inference job failed ({failure_reason(exc)}); nothing was committed, "
                           "run the command again.") from None
     check_coverage(covered, n_rows, paths)
     if options.id_column:
@@ -354,7 +354,7 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
             out[batch[ROW]] = vectors
             seen[batch[ROW]] = True
     except ray.exceptions.RayError as exc:
-        raise EngineError(f"--engine ray: the embedding job failed ({_reason(exc)}); run the command "
+        raise EngineError(f"--engine ray: the embedding job failed ({failure_reason(exc)}); run the command "
                           "again.") from None
     if not seen.all():
         raise EngineError(f"--engine ray: {int((~seen).sum())} of {len(texts)} texts came back without a vector; "
@@ -362,7 +362,7 @@ def embed_texts(texts: list[str], embedder, engine: Engine, *, chunk_size: int =
     return out
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
     """Why a Ray job failed, in words: a worker that kept dying says so (with the bounds), else Ray's first line."""
     import ray
 

@@ -15,6 +15,12 @@ import re
 
 PREFIX = "ea/"
 OVERALL = ("accuracy", "macro_f1", "weighted_f1", "n_failures", "ece", "brier")
+# The overall figures of each head (its metrics.json `overall`), logged beside the classifier's
+OVERALL_BY_TASK = {
+    "multilabel": ("subset_accuracy", "micro_f1", "macro_f1", "hamming_loss", "n_failures"),
+    "regression": ("mae", "rmse", "r2", "n_failures"),
+    "token-classification": ("micro_f1", "macro_f1", "token_accuracy", "n_error_spans", "n_failures"),
+}
 
 
 def safe(part) -> str:
@@ -30,8 +36,7 @@ def _number(value) -> bool:
 def run_values(metrics: dict, clusters=None, types: dict | None = None, prefix: str = PREFIX) -> dict[str, float]:
     """A run's headline numbers: overall metrics, per class precision/recall/F1 (or output-check pass rates), and
     the failures of each error type (`types`: cluster id -> its stable key; clusters sharing a key add up)."""
-    overall = metrics.get("overall") or {}
-    values = {prefix + name: float(overall[name]) for name in OVERALL if _number(overall.get(name))}
+    values = overall_values(metrics, prefix)
     checks = metrics.get("output_checks")
     if checks:
         if _number(checks.get("pass_rate")):
@@ -51,6 +56,13 @@ def run_values(metrics: dict, clusters=None, types: dict | None = None, prefix: 
             values[key] = values.get(key, 0.0) + float(size)
         values[prefix + "clusters"] = float(len(clusters))
     return values
+
+
+def overall_values(metrics: dict, prefix: str = PREFIX, task: str | None = None) -> dict[str, float]:
+    """The overall figures of a run's metrics.json that its head has (`OVERALL_BY_TASK`, else `OVERALL`)."""
+    overall = metrics.get("overall") or {}
+    names = OVERALL_BY_TASK.get(task or metrics.get("task"), OVERALL)
+    return {prefix + name: float(overall[name]) for name in names if _number(overall.get(name))}
 
 
 def run_tables(metrics: dict, clusters=None, types: dict | None = None, prefix: str = PREFIX) -> dict:

@@ -6,8 +6,10 @@
 
 At each evaluation (or every `every` steps) the callback puts the model in eval mode, runs the eval set through it
 without gradients (the infer stage's own batching, no reload, no copy of the weights), puts it back in training
-mode, and writes a run per step through the normal stages (erroranalysis.stages.analyze_step). It then logs
-per-class F1 (for a causal LM: output-check pass rates) and the size of each error type, matched across steps
+mode, and writes a run per step through the normal stages (erroranalysis.stages.analyze_step; for a token
+classifier analyze_token_step). It then logs the head's overall metrics (tracker_values.OVERALL_BY_TASK), per-class F1
+(per entity type for a token classifier, per label for a multi-label head; for a causal LM: output-check pass
+rates) and the size of each error type, matched across steps
 (erroranalysis.timeline), through `trainer.log`, so every `report_to` integration (TensorBoard, W&B) receives them
 as `eval/ea/...`; MLflow's, which keeps keys as given, is handed the same `eval/ea/...` names. A plain callback is not handed the Trainer, so `attach` adds the callback and gives it the
 Trainer; a callback without one still records its values in the Trainer's log history.
@@ -28,13 +30,14 @@ from erroranalysis.core.errors import DataError
 from erroranalysis.core.params import is_int
 from erroranalysis.core.validation import check_choice, check_param
 from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
-from erroranalysis.integrations.tracker_values import step_values
+from erroranalysis.integrations.tracker_values import overall_values, step_values
 from erroranalysis.rundir import readers
 from erroranalysis.sources.table import DataOptions, read_eval_set
+from erroranalysis.tasks import TaskParams
 
 logger = logging.getLogger("erroranalysis")
 PREFIX = "eval_ea/"  # report_to integrations file "eval_*" keys under eval/: eval/ea/f1/<class>, eval/ea/type/T3
-TASKS = ("auto", "classification", "generation")
+TASKS = ("auto", "classification", "multilabel", "regression", "token-classification", "generation")
 
 
 class ErrorAnalysisCallback(TrainerCallback):
@@ -49,7 +52,10 @@ class ErrorAnalysisCallback(TrainerCallback):
     after : AfterParams: the stages after inference (default: metrics, slices, clusters; no data checks); the
         cluster stage's reducer is kept across steps (IncrementalReducer) and eval texts are embedded once
     generation : GenerationParams for a causal LM (its output checks come from the prompt set's columns)
-    task : "auto" (a model that can generate is a causal LM), "classification" or "generation"
+    task : "auto" (a model that can generate is a causal LM, else the head its config names: classification,
+        multilabel, regression, token-classification), or one of these
+    task_opts : TaskParams for a multi-label (threshold, label columns) or regression head (tolerance)
+    tokens : TokenParams for a token classifier (tokens/tags or spans columns, tag scheme, batch size)
     taxonomy : "auto" applies the labeled taxonomy of the latest labeled step; a taxonomy file; None
     gate : compare each step with the previous one (`compare --fail-on-regression`'s rule) and log the count;
         `stop_on_regression` also stops training when one is found
@@ -59,7 +65,7 @@ class ErrorAnalysisCallback(TrainerCallback):
     def __init__(self, eval_set, out=None, *, data: DataOptions = DataOptions(), infer=None, after=None,
                  generation=None, task: str = "auto", every: int | None = None, keep_hidden: bool = False,
                  taxonomy="auto", gate: bool = False, stop_on_regression: bool = False, alpha: float = 0.05,
-                 tokenizer=None, log: bool = True, reuse: bool = True):
+                 tokenizer=None, log: bool = True, reuse: bool = True, task_opts=None, tokens=None):
         from erroranalysis.infer.generation import GenerationParams
 
         check_choice("task", task, TASKS)
@@ -75,6 +81,8 @@ class ErrorAnalysisCallback(TrainerCallback):
         self.taxonomy = taxonomy
         self.gate, self.stop_on_regression, self.alpha = gate or stop_on_regression, stop_on_regression, alpha
         self.tokenizer = tokenizer
+        self.task_opts = task_opts or TaskParams()
+        self.tokens = tokens or stages.TokenParams()
         self.log_values = log
         self.after = self._after(after or stages.AfterParams(checks=None), reuse)
         cluster = self.after.cluster
@@ -109,9 +117,15 @@ class ErrorAnalysisCallback(TrainerCallback):
         check_param("tokenizer", self.tokenizer, self.tokenizer is not None,
                     "the tokenizer: give the Trainer processing_class=tokenizer, or the callback tokenizer=...")
         if self.task == "auto":
-            self.task = "generation" if model is not None and model.can_generate() else "classification"
+            self.task = "generation" if model is not None and model.can_generate() else \
+                stages.model_task(model) if model is not None else "classification"
+        elif model is not None and self.task != "generation":
+            stages.model_task(model, self.task)  # a task the model's config contradicts is refused now
         if self.task == "generation":
             self.prepared = stages.prepare_prompts(self.eval_path, self.data, self.generation)
+            return
+        if self.task != "classification":  # read, checked (and for tokens, tokenized) once; reused at each step
+            self.prepared = self._job(args, model, None) if model is not None else None
             return
         if self.eval_set is None:
             self.eval_set = read_eval_set(self.eval_path, self.data)
@@ -170,10 +184,25 @@ class ErrorAnalysisCallback(TrainerCallback):
             lm = wrap_causal_lm(model, self.tokenizer, path=checkpoint or args.output_dir)
             return stages.analyze_generation_step(self.out, lm, self.prepared, self.generation,
                                                   training_state=training_state, **common)
+        if self.task != "classification":  # the job made at the start, while the model is the same object
+            job = self.prepared if self.prepared is not None and self.prepared.clf.model is model else \
+                self._job(args, model, checkpoint)
+            job.training_state = training_state
+            job.model = job.clf.path = Path(checkpoint or args.output_dir)
+            analyze = stages.analyze_token_step if self.task == "token-classification" else stages.analyze_step
+            return analyze(self.out, job, **common)
         job = stages.classifier_job(model, self.tokenizer, self.eval_set, self.infer,
                                     path=checkpoint or args.output_dir, training_state=training_state,
                                     label_column=self.data.label_column)
         return stages.analyze_step(self.out, job, **common)
+
+    def _job(self, args, model, checkpoint):
+        """The job of a token, multi-label or regression head in memory (`stages.token_step_job`, `head_job`)."""
+        path = checkpoint or args.output_dir
+        if self.task == "token-classification":
+            return stages.token_step_job(model, self.tokenizer, self.eval_path, self.data, self.tokens, path=path)
+        return stages.head_job(model, self.tokenizer, self.eval_path, self.data, self.infer, task=self.task,
+                               path=path, task_opts=self.task_opts)
 
     def _log(self, state, logs: dict) -> None:
         if self.trainer is None:  # not attached: the values still reach trainer_state.json
@@ -221,13 +250,14 @@ def expected_checkpoint(args, step: int) -> str | None:
 
 
 def step_logs(run, doc: dict, step: int, *, gate=None, seconds: float | None = None) -> dict[str, float]:
-    """The values logged for one step: per-class F1 (or output-check pass rates), overall figures, the size of
+    """The values logged for one step: the head's overall figures, per-class F1 (or output-check pass rates), the size of
     each error type present at the step (by its id across steps), new and gone types (`tracker_values.step_values`,
     under `eval_ea/`), the eval set's mean loss, regressions and seconds."""
     import numpy as np
 
-    logs = step_values(doc, step, PREFIX, raw_names=True)
-    loss = readers.read_predictions(run, columns=["loss"])["loss"].to_numpy(dtype=np.float64)
+    logs = {**overall_values(run.metrics(), PREFIX, run.task), **step_values(doc, step, PREFIX, raw_names=True)}
+    frame = readers.read_predictions(run, columns=["loss"])  # a token run's sentences carry no loss
+    loss = frame["loss"].to_numpy(dtype=np.float64) if "loss" in frame.columns else np.array([np.nan])
     if np.isfinite(loss).any():  # the eval set's mean loss: with `every`, the callback can stand in for evaluate
         logs[PREFIX + "loss"] = float(np.nanmean(np.where(np.isfinite(loss), loss, np.nan)))
     if gate is not None:

@@ -9,7 +9,10 @@ files are whole (header and size), and either its trainer_state.json (the Traine
 file changed since the previous scan, or no file changed for `settle` seconds (a copy without a trainer state).
 A checkpoint with pickled weights only (`*.bin`, `*.pt`) is never analyzed (loading it could run code): it is said at
 once, with the fix, and not waited for. `checkpoint-500` becomes the run `step-000500`, as the callback names it; a step whose run is complete is not
-analyzed again, so a watcher can be restarted.
+analyzed again, so a watcher can be restarted. Each checkpoint runs as the head its config.json names
+(`task="auto"`: classification, multilabel, regression, token-classification), or as the task asked
+("classification" by default, whose eval set is read up front), which the config must not contradict; a causal LM
+is watched with `task="generation"` (its prompt set is read up front).
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from pathlib import Path
 
 from erroranalysis import stages
 from erroranalysis import timeline as tl
-from erroranalysis.core.errors import ModelError, UserError
+from erroranalysis.core.errors import DataError, ModelError, UserError
 from erroranalysis.core.validation import check_choice, check_number
 from erroranalysis.rundir import MANIFEST, TRAINER_STATE, Run
 from erroranalysis.sources.table import DataOptions, read_eval_set
+from erroranalysis.tasks import TaskParams, headline
+
+TASKS = ("auto", "classification", "multilabel", "regression", "token-classification", "generation")
 
 Snapshot = tuple  # ((relative path, size, mtime_ns), ...)
 
@@ -99,11 +105,11 @@ class Watcher:
                  generation=None, after=None, keep_hidden: bool = False, taxonomy="auto", settle: float = 10.0,
                  poll: float = 2.0, gate: bool = False, alpha: float = 0.05,
                  say: Callable[[str], None] = print, reuse: bool = True,
-                 on_step: Callable[[Outcome, dict], None] | None = None):
+                 on_step: Callable[[Outcome, dict], None] | None = None, task_opts=None, tokens=None):
         from erroranalysis.infer.generation import GenerationParams
         from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
 
-        check_choice("task", task, ("classification", "generation"))
+        check_choice("task", task, TASKS)
         check_number("settle", settle, 0)
         check_number("poll", poll, 0, low_open=True)
         self.output_dir = Path(output_dir)
@@ -113,6 +119,7 @@ class Watcher:
         self.data = Path(data)
         self.runs = Path(runs) if runs is not None else Path("runs") / self.output_dir.resolve().name
         self.data_opts, self.task = data_opts, task
+        self.task_opts, self.tokens = task_opts or TaskParams(), tokens or stages.TokenParams()
         self.infer = (infer or stages.InferParams()).replace(hidden="float16" if keep_hidden else "none")
         self.generation = generation or GenerationParams()
         after = after or stages.AfterParams(checks=None)
@@ -131,6 +138,8 @@ class Watcher:
         self.prompts = stages.prepare_prompts(self.data, data_opts, self.generation) if task == "generation" else None
         if task == "classification":
             read_eval_set(self.data, data_opts)
+        elif not self.data.exists():  # the other heads' sets are read as each checkpoint's head says
+            raise DataError(f"{self.data}: no such file; check the eval set's path.")
         self._seen: dict[str, Snapshot] = {}
         self._told: dict[str, str] = {}
         self._failed: dict[str, Snapshot] = {}
@@ -213,20 +222,23 @@ class Watcher:
             training_state = _training_state(folder)
             return stages.analyze_generation_step(self.runs, lm, self.prompts, g, training_state=training_state,
                                                   **common)
-        found = stages.resolve_task(folder, "auto")
-        if found != "classification":
-            from erroranalysis.core.errors import ModelError
-
-            raise ModelError(f"{folder}: a {found} head; `watch` analyzes single-label classifiers and causal LMs in "
-                             f"this version: run `erroranalysis run --model {folder}` on it.")
-        job = stages.prepare_checkpoint(folder, self.data, self.data_opts, self.infer)
+        found = stages.resolve_task(folder, self.task)
+        if found == "generation":
+            raise ModelError(f"{folder}: a causal LM; watch it with --task generation (its eval set is a prompt set).")
+        if found == "token-classification":
+            job = stages.prepare_tokens(folder, self.data, self.data_opts, self.tokens)
+            job.training_state = _training_state(folder)
+            return stages.analyze_token_step(self.runs, job, **common)
+        job = stages.prepare_checkpoint(folder, self.data, self.data_opts, self.infer, task=found,
+                                        task_opts=self.task_opts)
         job.training_state = _training_state(folder)  # the checkpoint's log, as the callback keeps the log so far
         return stages.analyze_step(self.runs, job, **common)
 
     def _report(self, o: Outcome) -> None:
-        metrics = Run.open(o.run).metrics()["overall"]
-        self.say(f"{o.checkpoint.name} -> {o.run}: accuracy {metrics['accuracy']:.3f}, macro F1 "
-                 f"{metrics['macro_f1']:.3f}, {metrics['n_failures']:,} failures ({o.seconds:.1f} s)")
+        run = Run.open(o.run)
+        metrics = run.metrics()["overall"]
+        self.say(f"{o.checkpoint.name} -> {o.run}: {headline(run.task, metrics)}, {metrics['n_failures']:,} "
+                 f"failures ({o.seconds:.1f} s)")
         doc = stages.build_timeline(self.runs)
         for event in doc["events"]:
             if event["step"] == o.step:

@@ -39,10 +39,14 @@ from erroranalysis.stages.steps import (
     Gate,
     analyze_generation_step,
     analyze_step,
+    analyze_token_step,
     apply_latest_taxonomy,
     classifier_job,
     gate_step,
+    head_job,
+    model_task,
     same_predictions,
+    token_step_job,
 )
 from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
 from erroranalysis.stages.timeline import (
@@ -55,4 +59,4 @@ from erroranalysis.stages.timeline import (
     step_runs,
     write_timeline,
 )
-from erroranalysis.stages.tokens import TokenParams, run_token_classification
+from erroranalysis.stages.tokens import TokenParams, prepare_tokens, run_token_classification

@@ -166,7 +166,7 @@ def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params:
     elif task == "classification":
         eval_set, gold = _single_label(data, data_opts, labels, config, model)
     else:
-        eval_set, gold, reading = _task_gold(task, data, data_opts, task_opts, labels)
+        eval_set, gold, reading = task_gold(task, data, data_opts, task_opts, labels)
     clf = load_classifier(model, device=params.device, trust_remote_code=params.trust_remote_code,
                           precision=params.precision, task=task)
     return InferJob(Path(model), clf, eval_set, gold, params, reading=reading, task_params=task_opts,
@@ -199,7 +199,7 @@ def _single_label(data, data_opts: DataOptions, labels: list[str], config: dict,
     return eval_set, gold
 
 
-def _task_gold(task: str, data, data_opts: DataOptions, opts: TaskParams, labels: list[str]):
+def task_gold(task: str, data, data_opts: DataOptions, opts: TaskParams, labels: list[str]):
     """(eval set, gold, reading) of a multi-label or regression run: the label column (or the 0/1 columns) read as
     they are, then parsed by `erroranalysis.sources.gold`."""
     from erroranalysis.infer.predictions import quantile_edges

@@ -24,10 +24,13 @@ import numpy as np
 from erroranalysis import timeline as tl
 from erroranalysis.core.errors import ModelError
 from erroranalysis.core.validation import check_param
+from erroranalysis.infer.tokens import TokenParams
 from erroranalysis.rundir import Run, create_run, readers
-from erroranalysis.sources.table import EvalSet, map_labels
+from erroranalysis.sources.table import DataOptions, EvalSet, map_labels
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.infer import InferJob, InferParams, infer_stage
+from erroranalysis.stages.tokens import TokenJob, token_job
+from erroranalysis.tasks import TaskParams
 
 SOURCES = ("callback", "watch")
 LAST_SIGNALS = ("loss", "eval_loss", "learning_rate", "grad_norm")
@@ -46,9 +49,7 @@ def classifier_job(model, tokenizer, eval_set: EvalSet, params: InferParams, *, 
                          "num_labels/id2label so the class names are known.")
     labels = [str(id2label[i]) for i in range(len(id2label))]
     refuse_other_heads(model)
-    param = next(model.parameters(), None)
-    device = str(param.device) if param is not None else "cpu"
-    clf = Classifier(model=model, tokenizer=tokenizer, labels=labels, path=Path(path), device=device,
+    clf = Classifier(model=model, tokenizer=tokenizer, labels=labels, path=Path(path), device=_device(model),
                      weights_sha256=None)
     gold = map_labels(eval_set.frame["label"].to_numpy(), labels, source=str(eval_set.path),
                       lines=eval_set.frame["_line"].to_numpy(), column=label_column)
@@ -56,19 +57,64 @@ def classifier_job(model, tokenizer, eval_set: EvalSet, params: InferParams, *, 
 
 
 def refuse_other_heads(model) -> None:
-    """A model in memory is analyzed as a single-label classifier only: a multi-label or regression head (its
-    config's problem_type, or one output) is refused in one line, never read through a softmax."""
+    """`classifier_job` reads a single-label head only: a multi-label or regression head (its config's
+    problem_type, or one output) is refused in one line, never read through a softmax (`head_job` reads those)."""
+    found = model_task(model)
+    if found != "classification":
+        from erroranalysis import tasks
+
+        raise ModelError(f"{type(model).__name__}: a {tasks.TASKS[found].summary} head (problem_type "
+                         f"{getattr(model.config, 'problem_type', None)!r}); analyze it as --task {found} (the "
+                         "Trainer callback's task=, or head_job / token_step_job).")
+
+
+def model_task(model, asked: str | None = None) -> str:
+    """The task of a model in memory, read from its config as `run` reads a checkpoint's config.json (and checked
+    against `asked`; a head erroranalysis does not analyze is refused in one line)."""
     from erroranalysis import tasks
 
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
     if not config.get("architectures"):
         config["architectures"] = [type(model).__name__]
-    found = tasks.detect(config, None, source=f"{type(model).__name__}.config")
-    if found != "classification":
-        raise ModelError(f"{type(model).__name__}: a {tasks.TASKS[found].summary} head (problem_type "
-                         f"{config.get('problem_type')!r}); the Trainer callback analyzes single-label classifiers "
-                         "and causal LMs in this version: analyze its saved checkpoints with `erroranalysis run "
-                         "--model CHECKPOINT`, which reads the head from config.json.")
+    return tasks.detect(config, asked, source=f"{type(model).__name__}.config")
+
+
+def head_job(model, tokenizer, data, data_opts: DataOptions, params: InferParams, *, task: str, path: str | Path,
+             task_opts: TaskParams = TaskParams(), training_state: dict | None = None) -> InferJob:
+    """An InferJob over a multi-label or regression head already in memory: the gold read as `run --task` reads it
+    (label lists or 0/1 columns, thresholds; scores, tolerance)."""
+    from erroranalysis.infer.classifier import Classifier
+    from erroranalysis.stages.infer import config_labels, task_gold
+
+    check_param("task", task, task in ("multilabel", "regression"), "multilabel or regression")
+    labels = config_labels(model.config.to_dict())
+    eval_set, gold, reading = task_gold(task, data, data_opts, task_opts, labels)
+    clf = Classifier(model=model, tokenizer=tokenizer, labels=labels, path=Path(path), device=_device(model),
+                     weights_sha256=None, task=task)
+    return InferJob(Path(path), clf, eval_set, gold, params, training_state, reading=reading, task_params=task_opts,
+                    data_opts=data_opts)
+
+
+def token_step_job(model, tokenizer, data, data_opts: DataOptions, params: TokenParams, *, path: str | Path,
+                   training_state: dict | None = None) -> TokenJob:
+    """A TokenJob over a token classifier already in memory (tag names from its config's id2label); the sentences
+    are read and tokenized once: the job is reused at every step, the model being the same object."""
+    from erroranalysis.infer.tokens import TokenClassifier
+
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"{type(tokenizer).__name__}: a slow tokenizer; token classification aligns words with a "
+                         "fast tokenizer's word_ids: give the Trainer a fast one (AutoTokenizer, use_fast=True).")
+    id2label = model.config.id2label
+    clf = TokenClassifier(model=model, tokenizer=tokenizer, labels=[str(id2label[i]) for i in range(len(id2label))],
+                          path=Path(path), device=_device(model), weights_sha256=None)
+    job = token_job(clf, data, data_opts, params)
+    job.training_state = training_state
+    return job
+
+
+def _device(model) -> str:
+    param = next(model.parameters(), None)
+    return str(param.device) if param is not None else "cpu"
 
 
 def training_entry(step: int, *, epoch: float | None, experiment: Path, source: str, checkpoint: str | Path | None,
@@ -125,6 +171,28 @@ def analyze_generation_step(experiment: str | Path, lm, prepared: dict, gen_opts
     with create_run(experiment / tl.step_name(step), overwrite=True, **manifest) as run:
         generation_stage(run, lm, prepared, gen_opts, encoded, progress, training_state=training_state)
         after_predictions(run, after, embedder=embedder)
+    apply_latest_taxonomy(run, taxonomy)
+    return run
+
+
+def analyze_token_step(experiment: str | Path, job: TokenJob, *, step: int, source: str, epoch: float | None = None,
+                       checkpoint: str | Path | None = None, after: AfterParams = AfterParams(checks=None),
+                       taxonomy: str | Path | None = "auto", embedder=None, progress=None) -> Run:
+    """A token classifier's step: the token stage (predictions, error spans, span vectors), then the stages `after`
+    names over the error spans (`run --task token-classification`'s rules: spans clustered by their hidden
+    states), into `<experiment>/step-NNNNNN`. `embedder` is not used: spans are embedded in their context."""
+    from erroranalysis.stages.tokens import token_after, token_stage
+
+    experiment = Path(experiment)
+    after = token_after(after)
+    manifest = job.manifest(seed=after.seed)
+    if job.clf.weights_sha256 is None:
+        manifest["model"]["in_memory"] = True
+    manifest["training"] = training_entry(step, epoch=epoch, experiment=experiment, source=source,
+                                          checkpoint=checkpoint, training_state=job.training_state)
+    with create_run(experiment / tl.step_name(step), overwrite=True, **manifest) as run:
+        token_stage(run, job, progress)
+        after_predictions(run, after)
     apply_latest_taxonomy(run, taxonomy)
     return run
 

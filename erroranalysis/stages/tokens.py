@@ -27,12 +27,14 @@ from erroranalysis import rundir
 from erroranalysis.core.errors import ModelError, where
 from erroranalysis.core.progress import as_reporter
 from erroranalysis.core.schemas import SPAN_FEATURES
+from erroranalysis.engines import LOCAL, Engine
 from erroranalysis.infer.tokens import TokenParams
 from erroranalysis.metrics import tokens as tm
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources.table import DataOptions
 from erroranalysis.sources.tokens import Sentences, gold_from_spans, read_sentences
 from erroranalysis.stages.after import AfterParams, after_predictions
+from erroranalysis.stages.infer import copy_training_log
 
 TASK = "token-classification"
 
@@ -52,6 +54,7 @@ class TokenJob:
     params: TokenParams
     snapped: int = 0
     train_surfaces: set[str] | None = None
+    training_state: dict | None = None  # a model in training: the Trainer's state, written as trainer_state.json
 
     def manifest(self, **extra) -> dict:
         entry = self.sentences.eval_set.describe()
@@ -72,34 +75,50 @@ class TokenJob:
 def run_token_classification(model: str | Path, data, out: str | Path, *, data_opts: DataOptions = DataOptions(),
                              token_opts: TokenParams = TokenParams(), after: AfterParams = AfterParams(),
                              train: str | Path | None = None, overwrite: bool = False, progress=None,
-                             log: Callable[[str], None] | None = None) -> Run:
+                             log: Callable[[str], None] | None = None, engine: Engine = LOCAL) -> Run:
     """Run a token classifier over `data`, write the run at `out`, then metrics, slices and clusters over its
     error spans. `train` (default: the data checks' --train) marks spans whose surface is a gold entity there.
-    The data checks (label issues, duplicates) are sentence-classification checks and do not run here."""
+    The data checks (label issues, duplicates) are sentence-classification checks and do not run here. With
+    `engine` ray the sentences are predicted on Ray actors (`engines.ray_tokens`), the same batch function."""
     if train is None and after.checks is not None:
         train = after.checks.train
     job = prepare_tokens(model, data, data_opts, token_opts, train)
     if after.checks is not None and log:
         log("data checks (label issues, duplicates) do not apply to token classification; skipped")
-    after = after.replace(checks=None)
-    embedder = None
-    if after.cluster is not None and after.cluster.embedder == "minilm":
-        after = after.replace(cluster=after.cluster.replace(embedder="hidden"))  # the span in its context
+    after = token_after(after)
     reporter = as_reporter(progress)
     with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
-        token_stage(run, job, reporter)
-        after_predictions(run, after, embedder=embedder, progress=reporter)
+        token_stage(run, job, reporter, engine)
+        after_predictions(run, after, embedder=None, progress=reporter)
     return run
+
+
+def token_after(after: AfterParams) -> AfterParams:
+    """The stages after a token run: no data checks (they are sentence-classification checks), and spans clustered
+    by their hidden states in context where MiniLM was asked for."""
+    after = after.replace(checks=None)
+    if after.cluster is not None and after.cluster.embedder == "minilm":
+        after = after.replace(cluster=after.cluster.replace(embedder="hidden"))  # the span in its context
+    return after
 
 
 def prepare_tokens(model: str | Path, data, data_opts: DataOptions, params: TokenParams,
                    train: str | Path | None = None) -> TokenJob:
     """Load the checkpoint, read its tag scheme, read and check the sentences and tokenize them (nothing written)."""
-    from erroranalysis.infer.tokens import encode, load_token_classifier
+    from erroranalysis.infer.tokens import load_token_classifier
 
     params.validate()
     clf = load_token_classifier(model, device=params.device, precision=params.precision,
                                 trust_remote_code=params.trust_remote_code)
+    return token_job(clf, data, data_opts, params, train)
+
+
+def token_job(clf, data, data_opts: DataOptions, params: TokenParams, train: str | Path | None = None) -> TokenJob:
+    """A TokenJob over a token classifier already loaded (a checkpoint, or a model still in training, as the Trainer
+    callback hands it): its tag scheme read, the sentences read, checked and tokenized."""
+    from erroranalysis.infer.tokens import encode
+
+    model = clf.path
     try:
         scheme = tm.detect_scheme(clf.labels, params.tag_scheme)
     except ValueError as exc:
@@ -135,19 +154,28 @@ def train_surfaces(train, data_opts: DataOptions, params: TokenParams, labels, t
             for s, e, _ in tm.spans_of(g, scheme, params.span_mode)}
 
 
-def token_stage(run: Run, job: TokenJob, progress=None) -> None:
-    """The infer stage: predict every word, classify the spans, commit predictions, spans and span vectors."""
+def token_stage(run: Run, job: TokenJob, progress=None, engine: Engine = LOCAL) -> None:
+    """The infer stage: predict every word (in this process, or on Ray actors), classify the spans, commit
+    predictions, spans and span vectors."""
     from erroranalysis.infer.tokens import predict
 
     index = {name: i for i, name in enumerate(job.clf.labels)}
     gold_ids = [[index[t] for t in tags] for tags in job.gold]
     p = job.params
-    record = {**p.record(), "device": job.clf.device, "scheme": job.scheme}
+    record = {**p.record(), "device": job.clf.device, "scheme": job.scheme, **engine.record()}
     n = len(job.words)
     with run.stage("infer", record) as staging, as_reporter(progress).stage("infer", n) as advance:
         start = time.perf_counter()
-        outs = predict(job.clf, job.encoded, gold_ids, aggregation=p.aggregation, batch_size=p.rows_per_batch,
-                       progress=advance)
+        if engine.distributed:
+            from erroranalysis.engines.ray_tokens import predict_tokens
+
+            outs = predict_tokens(job.model, job.encoded, gold_ids, aggregation=p.aggregation,
+                                  batch_size=p.rows_per_batch, engine=engine, progress=advance,
+                                  load_kwargs={"device": p.device, "precision": p.precision,
+                                               "trust_remote_code": p.trust_remote_code})
+        else:
+            outs = predict(job.clf, job.encoded, gold_ids, aggregation=p.aggregation, batch_size=p.rows_per_batch,
+                           progress=advance)
         staging.facts["examples_per_second"] = round(n / max(time.perf_counter() - start, 1e-9), 1)
         preds, spans, vectors = tables(job, outs)
         staging.facts["n_error_spans"] = int((~spans["correct"]).sum())
@@ -155,6 +183,10 @@ def token_stage(run: Run, job: TokenJob, progress=None) -> None:
         staging.write_parquet(rundir.PREDICTIONS, preds)
         staging.write_parquet(rundir.SPANS, spans)
         staging.write_npy(rundir.HIDDEN, vectors)
+        if job.training_state is not None:
+            staging.write_json(rundir.TRAINER_STATE, job.training_state)
+        else:
+            copy_training_log(job.model, staging)
 
 
 def tables(job: TokenJob, outs: list[dict]):
