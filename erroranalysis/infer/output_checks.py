@@ -18,6 +18,10 @@ error-type hints for clustering.
 | json_schema | schema | the output's JSON (also found inside a code fence or text) validates against the row's schema |
 | regex | regex | the pattern is found in the output (`re.search`; anchor with ^ and $ for the whole output) |
 | tool_call | tools | the output is a call {"name", "arguments"} to a declared tool, with valid arguments |
+| json_fields | reference | the output's JSON matches a JSON reference field by field (`reference_diff`) |
+
+The signals (`output_signals`: shape, length, repetition, refusal, language) run on every output: they fill their
+columns everywhere and add their reasons to a failing output's, but never fail an output the checks pass.
 
 Bad check inputs (an unknown check name, a schema that is not a valid JSON Schema, a regex that does not compile,
 a tools list that is not a list of signatures) are reported by `prepare_columns` as one line naming the file, the
@@ -243,18 +247,10 @@ def check_label(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | No
 
 @register("json", description="the whole output is valid JSON")
 def check_json(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | None, str]:
-    value, how, error = extract_json(output)
-    if how == "strict":
-        return True, ""
-    if how == "fenced":
-        return False, "json: wrapped in a code fence"
-    if how == "embedded":
-        return False, "json: extra text around the JSON"
-    if error == "empty output":
-        return False, "json: empty output"
-    if row.get("stop_reason") == "length" and str(output).lstrip()[:1] in ("{", "["):
-        return False, f"json: cut off at max_new_tokens ({error})"
-    return False, f"json: not valid JSON ({error})"
+    from erroranalysis.infer.output_signals import json_shape
+
+    ok, why = json_shape(output, row.get("stop_reason"))
+    return ok, "" if ok else f"json: {why}"
 
 
 @register("json_schema", needs=("schema",), description="the output's JSON validates against the row's schema")
@@ -318,21 +314,22 @@ def _present(value) -> bool:
 
 
 def default_checks(available: Iterable[str]) -> list[str]:
-    """The checks that apply when none are named: from the columns the eval set has."""
+    """The checks that apply when none are named: from the columns the eval set has ("json_reference": some
+    reference is a JSON object or array)."""
     available = set(available)
     checks = []
     if "label" in available:
         checks.append("label")
-    if "schema" in available:
-        checks += ["json", "json_schema"]
+    if "schema" in available or "json_reference" in available:  # a JSON answer: JSON alone, then its content
+        checks += ["json", "json_schema"] if "schema" in available else ["json"]
     if "regex" in available:
         checks.append("regex")
     if "tools" in available:
         checks.append("tool_call")
     if "score" in available:
         checks.append("judge")
-    if not checks and "reference" in available:
-        checks.append("normalized")
+    if "reference" in available:  # a reference given is always compared: JSON field by field, text normalized
+        checks.append("json_fields" if "json_reference" in available else "normalized")
     return checks
 
 
@@ -344,13 +341,15 @@ def missing_inputs(checks: Iterable[str], available: Iterable[str]) -> list[tupl
 
 def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks: Sequence[str] | None = None,
                *, labels: Sequence[str] = (), per_row_checks: Sequence[list[str] | None] | None = None,
-               scoring=None) -> pd.DataFrame:
+               scoring=None, signals: bool = True, max_new_tokens: int | None = None) -> pd.DataFrame:
     """Apply the checks to every output.
 
     `rows[i]` holds the i-th example's inputs (reference, label, parsed schema, compiled regex, parsed tools) and
     optionally its `stop_reason`;
     `checks` is the default list and `per_row_checks[i]`, when not None, replaces it for that row; `scoring` holds
-    the free-form scorers' thresholds (`scorers.ScorerParams`; their defaults without it). Returns one
+    the free-form scorers' thresholds (`scorers.ScorerParams`; their defaults without it). `signals` adds the
+    checks that need no column (`output_signals.SIGNALS`) to every row; `max_new_tokens`, when known, is the
+    limit the `length` signal holds `n_output_tokens` against. Returns one
     row per output: `pred` (the extracted label, or "unparseable"; None without labels), per used checker
     `check_<name>` (nullable bool) and `check_<name>_reason`, `passed` and `failure_reason`.
     """
@@ -362,7 +361,9 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
     if unknown:
         raise ParameterError("checks", unknown[0], "one of " + ", ".join(CHECKERS))
     ctx = CheckContext(labels=list(labels), scoring=scoring)
-    used = list(dict.fromkeys(checks + [c for r in (per_row_checks or []) if r for c in r]))
+    ctx.cache["max_new_tokens"] = max_new_tokens
+    extra = list(output_signals.SIGNALS) if signals else []
+    used = list(dict.fromkeys(checks + [c for r in (per_row_checks or []) if r for c in r] + extra))
     used = [c for c in CHECKERS if c in used]  # registry order
     passed_cols = {c: np.full(n, None, dtype=object) for c in used}
     reason_cols = {c: np.full(n, None, dtype=object) for c in used}
@@ -376,18 +377,12 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
             pred, _ = extract_label(output, ctx.labels)
             preds[i] = pred if pred is not None else UNPARSEABLE
         names = per_row_checks[i] if per_row_checks is not None and per_row_checks[i] is not None else checks
-        reasons = []
-        for name in names:
-            ok, why = CHECKERS[name].func(output, row, ctx)
-            if ok is None:
-                continue
-            passed_cols[name][i] = bool(ok)
-            reason_cols[name][i] = "" if ok else _reason(why)
-            if not ok:
-                reasons.append(_reason(why))
-        if reasons:
+        here = [s for s in extra if s not in names and not set(output_signals.COVERED_BY.get(s, ())) & set(names)]
+        reasons = _apply(names, output, row, ctx, passed_cols, reason_cols, i)
+        explained = _apply(here, output, row, ctx, passed_cols, reason_cols, i)
+        if reasons:  # the signals explain a failure: they never fail an output the checks pass
             passed[i] = False
-            failure[i] = "; ".join(reasons)
+            failure[i] = "; ".join(reasons + explained)
     out = pd.DataFrame({"pred": preds})
     for name in used:
         out[f"check_{name}"] = pd.array(passed_cols[name], dtype="boolean")
@@ -397,9 +392,24 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
     return out
 
 
+def _apply(names, output: str, row: Mapping, ctx: CheckContext, passed_cols: dict, reason_cols: dict, i: int) -> list:
+    """Run the named checks on one output, fill their cells of row i; the failing ones' reasons."""
+    reasons = []
+    for name in names:
+        ok, why = CHECKERS[name].func(output, row, ctx)
+        if ok is None:
+            continue
+        passed_cols[name][i] = bool(ok)
+        reason_cols[name][i] = "" if ok else _reason(why)
+        if not ok:
+            reasons.append(_reason(why))
+    return reasons
+
+
 def describe_checks() -> list[dict]:
     return [{"name": c.name, "needs": list(c.needs), "description": c.description} for c in CHECKERS.values()]
 
 
-# The free-form scorers (contains, token_f1, rouge_l, numeric, judge) register themselves beside the checks above.
-from erroranalysis.infer import scorers  # noqa: E402, F401
+# The free-form scorers (contains, token_f1, rouge_l, numeric, judge), the JSON reference's field comparison and
+# the signals (shape, length, repetition, refusal, language) register themselves beside the checks above.
+from erroranalysis.infer import output_signals, reference_diff, scorers  # noqa: E402, F401
