@@ -181,9 +181,9 @@ def check_repetition(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool
 _REFUSALS = [re.compile(p, re.IGNORECASE) for p in (
     r"\b(?:i|we)\s*(?:am|'m|are|'re)\s+(?:so\s+|very\s+)?(?:sorry|afraid)\b[^.!?\n]{0,80}?\b(?:can ?not|can't|"
     r"unable|not able|won't|will not|must decline)\b",
-    r"\b(?:i|we)\s+(?:can ?not|can't|won't|will not|am unable to|'m unable to|am not able to|'m not able to|"
-    r"must decline to|have to decline to)\s+(?:help|assist|comply|provide|fulfil|fulfill|answer|complete|"
-    r"process|share|create|generate|write|do that|engage|support)",
+    r"\b(?:i|we)(?:\s+|(?='))(?:can ?not|can't|won't(?: be able to)?|will not(?: be able to)?|am unable to|"
+    r"'m unable to|am not able to|'m not able to|must decline to|have to decline to)\s+(?:help|assist|comply|"
+    r"provide|fulfil|fulfill|answer|complete|process|share|create|generate|write|do that|do this|engage|support)",
     r"\bas an ai(?: language model| assistant)?\b",
     r"\b(?:i|we)\s+(?:must|have to|need to)\s+(?:respectfully\s+)?decline\b",
     r"\b(?:i'm|i am) not (?:comfortable|allowed|permitted)\b",
@@ -268,22 +268,23 @@ def detect_language(text: str, ctx: CheckContext) -> str | None:
 
 @register("language", description="the output is in the reference's language (the prompt's without one)")
 def check_language(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | None, str]:
-    reference = row.get("reference")
-    target, against = None, "the prompt"
-    if isinstance(reference, str) and reference.lstrip()[:1] not in "{[" and _letters(reference) >= MIN_LETTERS:
-        target, against = reference, "the reference"
-    elif row.get("prompt"):
-        target = str(row["prompt"])
-    if target is None:
-        return None, ""
-    got = detect_language(prose(output), ctx)
-    want = detect_language(target[-2000:], ctx)
-    if got is None or want is None:
+    reference, prompt = row.get("reference"), row.get("prompt")
+    targets = []
+    if isinstance(reference, str) and reference.lstrip()[:1] not in "{[":
+        targets.append(("the reference", reference))
+    if prompt:
+        targets.append(("the prompt", str(prompt)[-2000:]))
+    want, against, target = None, "", ""
+    for against, target in targets:  # the reference's language, else (unsure or none) the prompt's
+        want = detect_language(target, ctx)
+        if want is not None:
+            break
+    got = detect_language(prose(output), ctx) if want is not None else None
+    if got is None:
         return None, ""
     if got == want:
         return True, ""
     name = LANGUAGE_NAMES.get(got, got)
     if against == "the prompt" and re.search(rf"\b{re.escape(name)}\b", target, re.IGNORECASE):
         return True, ""  # the prompt asks for that language ("answer in French", "translate into German")
-    return False, (f"language: wrong language ({name} where {against} is in "
-                   f"{LANGUAGE_NAMES.get(want, want)}; {got} for {want})").replace("; ", ", ")
+    return False, f"language: wrong language ({name} where {against} is in {LANGUAGE_NAMES.get(want, want)})"
