@@ -159,7 +159,10 @@ REFUSALS = ["I'm sorry, but I can't help with that request.", "I am unable to as
             "As an AI language model, I cannot process personal information like this.",
             "I'm afraid I cannot provide that information.", "Sorry, I won't be able to do that.",
             "I must decline to answer this request because it may contain private data.",
-            "I can't comply with this request.", "Unfortunately I'm not able to help with that one."]
+            "I can't comply with this request.", "Unfortunately I'm not able to help with that one.",
+            # phrasings the refusal patterns do not know: the embedding has to place them
+            "That is not something I am permitted to do.", "Sorry, this kind of request is off-limits for me.",
+            "This task goes beyond what I may do, sorry."]
 LOOPS = ["I think", "the answer is", "\"items\": [", "and then", "Let me check again.", "{", "ok", "the the",
          "Processing...", "value value"]
 
