@@ -93,8 +93,9 @@ def bertopic(texts: list[str], vectors: np.ndarray, model) -> np.ndarray:
 
 
 def run_methods(failures, truth, emb, seed: int, methods, params) -> dict:
-    from erroranalysis.cluster import cluster_by_mode
     from quality.methods import plain
+
+    from erroranalysis.cluster import cluster_by_mode
 
     reasons = failures["failure_reason"].astype(str).tolist()
     outputs = failures["output"].fillna("").astype(str).tolist()
