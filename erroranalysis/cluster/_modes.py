@@ -69,7 +69,7 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 def group_by_mode(reasons, vectors: np.ndarray | None = None, prompt_vectors: np.ndarray | None = None, *,
-                  min_cluster_size: int = 5, attach: float = 0.8, max_topic_ari: float = 0.5, split=None):
+                  min_cluster_size: int = 5, attach: float = 0.5, max_topic_ari: float = 0.5, split=None):
     """(cluster per failure, -1 none; membership in [0, 1]; mode per failure; {cluster: mode}).
 
     `vectors`: the failures' output embedding (optional: without it modes alone decide); `prompt_vectors` their

@@ -54,7 +54,7 @@ class ClusteringParams(Params):
     failure_modes: bool = param(True, Flag(), "Generation runs: group failures by failure mode (their checks' and "
                                 "signals' reasons) first and by their outputs' embedding second; off: cluster the "
                                 "embedding of prompt and output, as for classification.")
-    mode_attach: float = param(0.8, Float(-1, 1), "Generation runs: a failure whose reasons only say it differs from "
+    mode_attach: float = param(0.5, Float(-1, 1), "Generation runs: a failure whose reasons only say it differs from "
                                "the reference joins a failure mode when its output is this similar (cosine) to the "
                                "mode's outputs.", advanced=True)
     mode_topic_ari: float = param(0.5, Float(0, 1), "Generation runs: such failures are split by their outputs only "

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from erroranalysis.infer.output_checks import UNPARSEABLE
+from erroranalysis.infer.output_signals import SIGNALS
 
 
 def low_loss_failures(reference_loss: np.ndarray, passed: np.ndarray) -> np.ndarray:
@@ -36,6 +37,8 @@ def generation_metrics(preds, labels: list[str]) -> dict:
         if column.startswith("check_") and not column.endswith("_reason"):
             values = preds[column]
             applied = values.notna().to_numpy()
+            if not applied.any() and column[len("check_"):] in SIGNALS:
+                continue  # a signal that applied nowhere (shape beside json) is no check of this run
             ok = values.fillna(False).to_numpy(dtype=bool)
             per_check.append({"check": column[len("check_"):], "applied": int(applied.sum()),
                               "passed": int(ok.sum()), "pass_rate": _ratio(ok.sum(), applied.sum())})
