@@ -275,9 +275,10 @@ def check_language(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool |
     if prompt:
         targets.append(("the prompt", str(prompt)[-2000:]))
     want, against, target = None, "", ""
-    for against, target in targets:  # the reference's language, else (unsure or none) the prompt's
-        want = detect_language(target, ctx)
+    for label, text in targets:  # the reference's language, else (unsure or none) the prompt's
+        want = detect_language(text, ctx)
         if want is not None:
+            against, target = label, text
             break
     got = detect_language(prose(output), ctx) if want is not None else None
     if got is None:
