@@ -53,9 +53,9 @@ SIGNAL_REASON = re.compile(r"^(shape|length|repetition|refusal|language): ")
 
 def checked(rows: list[dict]):
     """The rows through the real analyze path: the checks' and signals' verdicts and reasons, per row."""
-    from erroranalysis.data import DataOptions
-    from erroranalysis.generations import SourceParams
     from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.sources.generations import SourceParams
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages.load_generations import imported_table, prepare_generations
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,7 +67,7 @@ def checked(rows: list[dict]):
 
 
 def embedder():
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
 
     return MiniLMEmbedder()
 
@@ -139,7 +139,7 @@ def _sentence_model():
     if _MODEL is None:
         from sentence_transformers import SentenceTransformer
 
-        from erroranalysis.embedding import minilm_path
+        from erroranalysis.embed.models import minilm_path
 
         _MODEL = SentenceTransformer(str(minilm_path()), device="cpu")
     return _MODEL

@@ -96,8 +96,8 @@ def test_names_say_the_failure_first():
 
 def _analyze(tmp_path, layout: str):
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
     from erroranalysis.rundir import readers
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages.after import AfterParams
 
     rows = planted_rows()

@@ -152,9 +152,9 @@ def test_signals_explain_failures_but_never_fail_a_pass():
 
 def test_a_reference_beside_a_schema_is_compared(tmp_path):
     """With reference and schema columns, a valid JSON with a wrong value fails (it passed before)."""
-    from erroranalysis.data import DataOptions
-    from erroranalysis.generations import SourceParams
     from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.sources.generations import SourceParams
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages.load_generations import imported_table, prepare_generations
 
     schema = {"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}}
