@@ -36,7 +36,9 @@ def check(name, output, **row):
 
 def test_registry_names():
     assert list(CHECKERS) == ["exact", "normalized", "label", "json", "json_schema", "regex", "tool_call",
-                              "contains", "token_f1", "rouge_l", "numeric", "judge"]  # the last five: scorers.py
+                              "shape", "length", "repetition", "refusal", "language",  # output_signals.py
+                              "json_fields",  # reference_diff.py
+                              "contains", "token_f1", "rouge_l", "numeric", "judge"]  # scorers.py
 
 
 def test_exact():
@@ -99,7 +101,9 @@ def test_extract_json():
 def test_json_check_categories():
     assert check("json", '{"label": "tech"}') == (True, "")
     assert check("json", '```json\n{"label": "tech"}\n```') == (False, "json: wrapped in a code fence")
-    assert check("json", 'Here: {"label": "tech"}') == (False, "json: extra text around the JSON")
+    assert check("json", 'Here: {"label": "tech"}') == (False, "json: text before the JSON")
+    assert check("json", '{"label": "tech"} is my answer') == (False, "json: text after the JSON")
+    assert check("json", 'Here: {"label": "tech"} ok?') == (False, "json: text around the JSON")
     assert check("json", "") == (False, "json: empty output")
     ok, why = check("json", "{'label': 'tech'}")
     assert not ok and why.startswith("json: not valid JSON (")
@@ -205,7 +209,10 @@ def test_prepare_columns_regex_and_global_pattern():
 
 def test_default_checks():
     assert default_checks(["reference"]) == ["normalized"]
-    assert default_checks(["reference", "label", "schema"]) == ["label", "json", "json_schema"]
+    # a reference given is always compared, beside the other checks: a JSON one field by field
+    assert default_checks(["reference", "label", "schema"]) == ["label", "json", "json_schema", "normalized"]
+    assert default_checks(["reference", "json_reference", "schema"]) == ["json", "json_schema", "json_fields"]
+    assert default_checks(["reference", "json_reference"]) == ["json", "json_fields"]
     assert default_checks(["tools", "regex"]) == ["regex", "tool_call"]
     assert default_checks([]) == []
 
@@ -230,7 +237,10 @@ def test_run_checks_columns_and_failure_reason():
     assert out["failure_reason"].iloc[2].startswith("label: unparseable (no allowed label")
     # registry order; a check that does not apply (no reference, not requested) is null
     assert [c for c in out.columns if c.startswith("check_") and not c.endswith("_reason")] == [
-        "check_exact", "check_label", "check_json", "check_json_schema"]
+        "check_exact", "check_label", "check_json", "check_json_schema",
+        "check_shape", "check_length", "check_repetition", "check_refusal", "check_language"]  # + the signals
+    # shape steps aside where json runs; it applies to the row without it (not empty, no JSON expected: passes)
+    assert out["check_shape"].isna().tolist()[:2] == [True, True] and out["check_shape"].iloc[2]
     assert out["check_exact"].isna().tolist() == [True, True, True]
     assert out["check_json_schema"].tolist()[:2] == [True, True] and pd.isna(out["check_json_schema"].iloc[2])
     assert out["check_json_reason"].tolist()[:2] == ["", "json: wrapped in a code fence"]
@@ -262,4 +272,6 @@ def test_json_cut_off_by_max_new_tokens():
     ok, why = check("json", '{"label": "tech", "title": "Mark', stop_reason="length")
     assert not ok and why.startswith("json: cut off at max_new_tokens (Unterminated string starting at character")
     ok, why = check("json", '{"label": "tech", "title": "Mark', stop_reason="eos")
+    assert not ok and why.startswith("json: JSON cut short (")  # an unfinished JSON value, whatever stopped it
+    ok, why = check("json", '{"label": "tech", "title": "Mark"]', stop_reason="eos")
     assert not ok and why.startswith("json: not valid JSON (")

@@ -9,10 +9,7 @@ from typing import Annotated
 import typer
 
 from erroranalysis.cli import common
-
-
-def _interval(ci) -> str:
-    return f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+from erroranalysis.cli.show_classes import interval, print_classes
 
 
 def print_summary(metrics: dict, run, top_clusters: int = 10) -> None:
@@ -40,45 +37,9 @@ def _print_headline(metrics: dict, run, out) -> None:
         out.print(headline(run.task, o) + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}"
                                            if o.get("ece") is not None else ""), markup=False)
     else:
-        out.print(f"accuracy {o['accuracy']:.3f}{_interval(o.get('accuracy_ci'))}   macro F1 {o['macro_f1']:.3f}   "
+        out.print(f"accuracy {o['accuracy']:.3f}{interval(o.get('accuracy_ci'))}   macro F1 {o['macro_f1']:.3f}   "
                   f"weighted F1 {o['weighted_f1']:.3f}"
                   + (f"   ECE {o['ece']:.3f}   Brier {o['brier']:.3f}" if o.get("ece") is not None else ""))
-
-
-def print_classes(metrics: dict, run, out) -> None:
-    """The per-class table and the confusion matrix."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from erroranalysis.metrics.averages import average_rows
-    from erroranalysis.metrics.display import rate
-
-    per_class = Table(title={"multilabel": "Per label", "regression": "Per gold range (bins)"}.get(run.task, "Per class"),
-                      title_justify="left")
-    for column in ("label", "precision", "recall", "F1 [95% CI]", "support"):
-        per_class.add_column(column, justify="left" if column == "label" else "right")
-    for row in sorted(metrics["per_class"], key=lambda r: r["f1"] if r["f1"] is not None else 0):
-        per_class.add_row(escape(row["label"]), rate(row["precision"]), rate(row["recall"]),
-                          f"{rate(row['f1'])}{_interval(row.get('f1_ci'))}", f"{row['support']:,}")
-    averages = average_rows(run.task, metrics)  # the rows classification_report and seqeval end with
-    if averages and per_class.rows:
-        per_class.rows[-1].end_section = True
-    for row in averages:
-        per_class.add_row(row["label"], rate(row["precision"]), rate(row["recall"]), rate(row["f1"]),
-                          f"{row['support']:,}")
-    out.print(per_class)
-
-    confusion = metrics["confusion"]
-    title = "Confusion (rows: true, columns: predicted)" if run.task != "multilabel" else \
-        "Labels read instead of others (rows: gold missed, columns: predicted without gold)"
-    matrix = Table(title=title, title_justify="left")
-    matrix.add_column("true \\ pred")
-    for label in confusion["labels"]:
-        matrix.add_column(escape(label), justify="right")
-    for label, row in zip(confusion["labels"], confusion["matrix"]):
-        matrix.add_row(escape(label), *[f"[bold]{v}[/bold]" if label == col else (f"[red]{v}[/red]" if v else "·")
-                                for col, v in zip(confusion["labels"], row)])
-    out.print(matrix)
 
 
 def print_stage_problems(run, out) -> None:

@@ -50,7 +50,7 @@ def print_generation(metrics: dict, run, out) -> None:
     _stops(checks, out)
     _loss(checks, out)
     if checks.get("label_column"):
-        from erroranalysis.cli.show import print_classes
+        from erroranalysis.cli.show_classes import print_classes
 
         o = metrics["overall"]
         out.print(f"label extracted from the output: accuracy {pct(o.get('accuracy'))}, macro F1 "

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from erroranalysis.cluster._keywords import NGRAMS, class_tfidf, common_words, pick_keywords
+from erroranalysis.cluster._modenames import describe_mode
 from erroranalysis.cluster._params import NamingParams
 from erroranalysis.core.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
 
@@ -193,7 +194,8 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
     if len(correct_texts) > MAX_CORRECT_DOCS:
         rng = np.random.default_rng(seed)
         correct_texts = [correct_texts[i] for i in np.sort(rng.choice(len(correct_texts), MAX_CORRECT_DOCS, replace=False))]
-    texts = failures["text"].astype(str).tolist() + correct_texts
+    by_mode = "failure_reason" in failures.columns and "prompt" in failures.columns  # a generation run: its topics
+    texts = failures["prompt" if by_mode else "text"].fillna("").astype(str).tolist() + correct_texts
     classes = np.concatenate([np.where(cluster_ids >= 0, cluster_ids, -1), np.full(len(correct_texts), -2)])
     terms, class_ids, scores, doc_counts = class_tfidf(texts, classes, ngram_range=NGRAMS)
     row_of = {int(c): i for i, c in enumerate(class_ids)}
@@ -216,12 +218,15 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
                                                 common=common, contrast=contrast, size=len(members))
         else:
             keywords, kw_scores = [], []
+        mode = describe_mode(part["failure_reason"].astype(str).tolist(), keywords, share=len(members) / n,
+                             prompts=part["prompt"].fillna("").astype(str).tolist()) if by_mode else None
         if unit is not None:
             centre = unit[members].mean(axis=0)
             closeness = unit[members] @ (centre / max(float(np.linalg.norm(centre)), 1e-12))
-            order = np.lexsort((members, -closeness))
         else:
-            order = np.lexsort((members, -membership[members]))
+            closeness = membership[members]
+        # a generation run's exemplars show the cluster's failure mode first
+        order = np.lexsort((members, -closeness, ~mode["modal"])) if mode else np.lexsort((members, -closeness))
         exemplars = distinct_exemplars(part, order, n_exemplars)
         confusions = _confusions(part["label"], part["pred"])
         label_shares = _shares(part["label"])
@@ -235,7 +240,8 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
             "cluster_id": c,
             "size": len(members),
             "share_of_failures": round(len(members) / n, 5),
-            "name": cluster_name(keywords, confusions, label_shares, pred_shares, kind, title=title),
+            "name": mode["name"] if mode else cluster_name(keywords, confusions, label_shares, pred_shares, kind,
+                                                           title=title),
             "kind": kind,
             "keywords": keywords,
             "keyword_scores": kw_scores,
@@ -254,8 +260,9 @@ def describe_clusters(failures, cluster_ids: np.ndarray, *, membership: np.ndarr
             "mean_membership": round(float(membership[members].mean()), 5),
             "local_error_rate": round(rate, 5),
             "reassigned": int(np.asarray(reassigned)[members].sum()) if reassigned is not None else 0,
-            "summary": cluster_summary(keywords, confusions, label_shares, share=len(members) / n,
-                                       confidence=_mean(part, "confidence"), kind=kind, title=title),
+            "summary": mode["summary"] if mode else cluster_summary(
+                keywords, confusions, label_shares, share=len(members) / n, confidence=_mean(part, "confidence"),
+                kind=kind, title=title),
             "parent_id": parents.get(c),
             "parent_name": parent_names.get(parents.get(c)),
         })

@@ -51,6 +51,15 @@ class ClusteringParams(Params):
     parent_similarity: float | None = param(
         0.6, Float(-1, 1), "Clusters whose directions are at least this similar (cosine) get a shared parent error "
         "type.", none="no parents", none_flag="--no-parents", none_help="Do not group clusters under parents.")
+    failure_modes: bool = param(True, Flag(), "Generation runs: group failures by failure mode (their checks' and "
+                                "signals' reasons) first and by their outputs' embedding second; off: cluster the "
+                                "embedding of prompt and output, as for classification.")
+    mode_attach: float = param(0.5, Float(-1, 1), "Generation runs: a failure whose reasons only say it differs from "
+                               "the reference joins a failure mode when its output is this similar (cosine) to the "
+                               "mode's outputs.", advanced=True)
+    mode_topic_ari: float = param(0.5, Float(0, 1), "Generation runs: such failures are split by their outputs only "
+                                  "when the split agrees with the prompts' own clustering less than this (adjusted "
+                                  "Rand index): a split by topic is no failure mode.", advanced=True)
     min_failures: int = param(20, Int(2), "Below this many failures, group by confusion pair instead of "
                               "clustering.", advanced=True)
     max_fit: int = param(20_000, Int(100), "Above this many failures, fit on a seeded sample and assign the rest "

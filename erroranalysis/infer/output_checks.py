@@ -18,6 +18,10 @@ error-type hints for clustering.
 | json_schema | schema | the output's JSON (also found inside a code fence or text) validates against the row's schema |
 | regex | regex | the pattern is found in the output (`re.search`; anchor with ^ and $ for the whole output) |
 | tool_call | tools | the output is a call {"name", "arguments"} to a declared tool, with valid arguments |
+| json_fields | reference | the output's JSON matches a JSON reference field by field (`reference_diff`) |
+
+The signals (`output_signals`: shape, length, repetition, refusal, language) run on every output: they fill their
+columns everywhere and add their reasons to a failing output's, but never fail an output the checks pass.
 
 Bad check inputs (an unknown check name, a schema that is not a valid JSON Schema, a regex that does not compile,
 a tools list that is not a list of signatures) are reported by `prepare_columns` as one line naming the file, the
@@ -28,108 +32,28 @@ from __future__ import annotations
 
 import json
 import re
-import string
-import unicodedata
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from erroranalysis.core.errors import ParameterError
 
+# The free-form scorers, the JSON reference's field comparison and the signals register themselves in the registry
+# when imported: importing this module fills CHECKERS.
+from erroranalysis.infer import output_signals, reference_diff, scorers  # noqa: F401
+from erroranalysis.infer.check_registry import (  # noqa: F401 (the public names of the registry)
+    CHECKERS,
+    CheckContext,
+    Checker,
+    extract_json,
+    normalize,
+    reason,
+    register,
+)
+from erroranalysis.infer.output_signals import json_shape
+
 UNPARSEABLE = "unparseable"
-REASON_LIMIT = 200
-
-
-@dataclass(frozen=True)
-class Checker:
-    """A named check: `func(output, row, context) -> (passed, reason)`; `needs` are the row fields it reads."""
-
-    name: str
-    func: Callable[[str, Mapping[str, Any], "CheckContext"], tuple[bool | None, str]]
-    needs: tuple[str, ...]
-    description: str
-
-
-@dataclass
-class CheckContext:
-    """What checkers share across rows: the allowed labels, the scorers' thresholds (`scorers.ScorerParams`),
-    compiled validators by schema, and what a checker makes once (`cache`)."""
-
-    labels: Sequence[str] = ()
-    _validators: dict | None = None
-    scoring: Any = None
-    cache: dict = field(default_factory=dict)
-
-    def validator(self, schema: Any):
-        from jsonschema import validators
-
-        key = json.dumps(schema, sort_keys=True)
-        if self._validators is None:
-            self._validators = {}
-        if key not in self._validators:
-            cls = validators.validator_for(schema)
-            self._validators[key] = cls(schema)
-        return self._validators[key]
-
-
-CHECKERS: dict[str, Checker] = {}
-
-
-def register(name: str, needs: Iterable[str] = (), description: str = ""):
-    """Add a checker to the registry (a decorator); later `--checks` and `checks` cells can name it."""
-
-    def wrap(func):
-        CHECKERS[name] = Checker(name=name, func=func, needs=tuple(needs), description=description)
-        return func
-
-    return wrap
-
-
-def _reason(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= REASON_LIMIT else text[:REASON_LIMIT - 3] + "..."
-
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation + "“”‘’«»…–—")
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.DOTALL)
-
-
-def normalize(text: str) -> str:
-    """Lower-case, NFKC, no punctuation, no English articles, single spaces (SQuAD-style answer normalization)."""
-    text = unicodedata.normalize("NFKC", str(text)).casefold().translate(_PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def extract_json(text: str) -> tuple[Any, str, str]:
-    """The JSON value in an output, how it was found and why not.
-
-    Returns (value, how, error): how is "strict" (the whole output), "fenced" (inside a ``` code fence) or
-    "embedded" (the first object or array inside other text); (None, "none", message) when there is none.
-    """
-    stripped = str(text).strip()
-    if not stripped:
-        return None, "none", "empty output"
-    try:
-        return json.loads(stripped), "strict", ""
-    except json.JSONDecodeError as exc:
-        error = f"{exc.msg.removesuffix(' at')} at character {exc.pos}"
-    for match in _FENCE.finditer(stripped):
-        try:
-            return json.loads(match.group(2).strip()), "fenced", ""
-        except json.JSONDecodeError:
-            continue
-    decoder = json.JSONDecoder()
-    for i, ch in enumerate(stripped):
-        if ch in "{[":
-            try:
-                value, _ = decoder.raw_decode(stripped, i)
-                return value, "embedded", ""
-            except json.JSONDecodeError:
-                continue
-    return None, "none", error
 
 
 def extract_label(output: str, labels: Sequence[str]) -> tuple[str | None, str]:
@@ -243,18 +167,8 @@ def check_label(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | No
 
 @register("json", description="the whole output is valid JSON")
 def check_json(output: str, row: Mapping, ctx: CheckContext) -> tuple[bool | None, str]:
-    value, how, error = extract_json(output)
-    if how == "strict":
-        return True, ""
-    if how == "fenced":
-        return False, "json: wrapped in a code fence"
-    if how == "embedded":
-        return False, "json: extra text around the JSON"
-    if error == "empty output":
-        return False, "json: empty output"
-    if row.get("stop_reason") == "length" and str(output).lstrip()[:1] in ("{", "["):
-        return False, f"json: cut off at max_new_tokens ({error})"
-    return False, f"json: not valid JSON ({error})"
+    ok, why = json_shape(output, row.get("stop_reason"))
+    return ok, "" if ok else f"json: {why}"
 
 
 @register("json_schema", needs=("schema",), description="the output's JSON validates against the row's schema")
@@ -318,21 +232,22 @@ def _present(value) -> bool:
 
 
 def default_checks(available: Iterable[str]) -> list[str]:
-    """The checks that apply when none are named: from the columns the eval set has."""
+    """The checks that apply when none are named: from the columns the eval set has ("json_reference": some
+    reference is a JSON object or array)."""
     available = set(available)
     checks = []
     if "label" in available:
         checks.append("label")
-    if "schema" in available:
-        checks += ["json", "json_schema"]
+    if "schema" in available or "json_reference" in available:  # a JSON answer: JSON alone, then its content
+        checks += ["json", "json_schema"] if "schema" in available else ["json"]
     if "regex" in available:
         checks.append("regex")
     if "tools" in available:
         checks.append("tool_call")
     if "score" in available:
         checks.append("judge")
-    if not checks and "reference" in available:
-        checks.append("normalized")
+    if "reference" in available:  # a reference given is always compared: JSON field by field, text normalized
+        checks.append("json_fields" if "json_reference" in available else "normalized")
     return checks
 
 
@@ -344,13 +259,15 @@ def missing_inputs(checks: Iterable[str], available: Iterable[str]) -> list[tupl
 
 def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks: Sequence[str] | None = None,
                *, labels: Sequence[str] = (), per_row_checks: Sequence[list[str] | None] | None = None,
-               scoring=None) -> pd.DataFrame:
+               scoring=None, signals: bool = True, max_new_tokens: int | None = None) -> pd.DataFrame:
     """Apply the checks to every output.
 
     `rows[i]` holds the i-th example's inputs (reference, label, parsed schema, compiled regex, parsed tools) and
     optionally its `stop_reason`;
     `checks` is the default list and `per_row_checks[i]`, when not None, replaces it for that row; `scoring` holds
-    the free-form scorers' thresholds (`scorers.ScorerParams`; their defaults without it). Returns one
+    the free-form scorers' thresholds (`scorers.ScorerParams`; their defaults without it). `signals` adds the
+    checks that need no column (`output_signals.SIGNALS`) to every row; `max_new_tokens`, when known, is the
+    limit the `length` signal holds `n_output_tokens` against. Returns one
     row per output: `pred` (the extracted label, or "unparseable"; None without labels), per used checker
     `check_<name>` (nullable bool) and `check_<name>_reason`, `passed` and `failure_reason`.
     """
@@ -362,7 +279,9 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
     if unknown:
         raise ParameterError("checks", unknown[0], "one of " + ", ".join(CHECKERS))
     ctx = CheckContext(labels=list(labels), scoring=scoring)
-    used = list(dict.fromkeys(checks + [c for r in (per_row_checks or []) if r for c in r]))
+    ctx.cache["max_new_tokens"] = max_new_tokens
+    extra = list(output_signals.SIGNALS) if signals else []
+    used = list(dict.fromkeys(checks + [c for r in (per_row_checks or []) if r for c in r] + extra))
     used = [c for c in CHECKERS if c in used]  # registry order
     passed_cols = {c: np.full(n, None, dtype=object) for c in used}
     reason_cols = {c: np.full(n, None, dtype=object) for c in used}
@@ -376,18 +295,12 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
             pred, _ = extract_label(output, ctx.labels)
             preds[i] = pred if pred is not None else UNPARSEABLE
         names = per_row_checks[i] if per_row_checks is not None and per_row_checks[i] is not None else checks
-        reasons = []
-        for name in names:
-            ok, why = CHECKERS[name].func(output, row, ctx)
-            if ok is None:
-                continue
-            passed_cols[name][i] = bool(ok)
-            reason_cols[name][i] = "" if ok else _reason(why)
-            if not ok:
-                reasons.append(_reason(why))
-        if reasons:
+        here = [s for s in extra if s not in names and not set(output_signals.COVERED_BY.get(s, ())) & set(names)]
+        reasons = _apply(names, output, row, ctx, passed_cols, reason_cols, i)
+        explained = _apply(here, output, row, ctx, passed_cols, reason_cols, i)
+        if reasons:  # the signals explain a failure: they never fail an output the checks pass
             passed[i] = False
-            failure[i] = "; ".join(reasons)
+            failure[i] = "; ".join(reasons + explained)
     out = pd.DataFrame({"pred": preds})
     for name in used:
         out[f"check_{name}"] = pd.array(passed_cols[name], dtype="boolean")
@@ -397,9 +310,19 @@ def run_checks(outputs: Sequence[str], rows: Sequence[Mapping[str, Any]], checks
     return out
 
 
+def _apply(names, output: str, row: Mapping, ctx: CheckContext, passed_cols: dict, reason_cols: dict, i: int) -> list:
+    """Run the named checks on one output, fill their cells of row i; the failing ones' reasons."""
+    reasons = []
+    for name in names:
+        ok, why = CHECKERS[name].func(output, row, ctx)
+        if ok is None:
+            continue
+        passed_cols[name][i] = bool(ok)
+        reason_cols[name][i] = "" if ok else reason(why)
+        if not ok:
+            reasons.append(reason(why))
+    return reasons
+
+
 def describe_checks() -> list[dict]:
     return [{"name": c.name, "needs": list(c.needs), "description": c.description} for c in CHECKERS.values()]
-
-
-# The free-form scorers (contains, token_f1, rouge_l, numeric, judge) register themselves beside the checks above.
-from erroranalysis.infer import scorers  # noqa: E402, F401

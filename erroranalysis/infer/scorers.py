@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from erroranalysis.core.errors import UserError
 from erroranalysis.core.params import Float, Params, param
-from erroranalysis.infer.output_checks import CheckContext, normalize, register
+from erroranalysis.infer.check_registry import CheckContext, normalize, register
 
 PANEL = "Output checks"
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from erroranalysis.infer.output_checks import UNPARSEABLE
+from erroranalysis.infer.output_signals import SIGNALS
 
 GROUP_COLUMNS = ("task", "filter")  # how sources group their rows (lm-eval: task and filter; Inspect: task)
 # A reason that only repeats another check's failure in the same row (no JSON to validate because the output is
@@ -76,7 +77,9 @@ def generation_metrics(preds, labels: list[str], max_new_tokens: int | None = No
 
 
 def _check_columns(preds) -> list[str]:
-    return [c for c in preds.columns if c.startswith("check_") and not c.endswith("_reason")]
+    """The run's check columns; a signal that applied to no row (shape beside json) is no check of this run."""
+    return [c for c in preds.columns if c.startswith("check_") and not c.endswith("_reason")
+            and not (c[len("check_"):] in SIGNALS and preds[c].isna().all())]
 
 
 def _applied_passed(values) -> tuple[np.ndarray, np.ndarray]:

@@ -88,10 +88,15 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
                                                                        for b in model.features]}
     with run.stage("cluster", record) as staging:
         timings: dict[str, float] = {}
-        vectors, embed_rows = _timed(timings, "embed", _embed, inputs, progress)
+        by_mode = params.failure_modes and {"failure_reason", "output", "prompt"} <= set(inputs.predictions.columns)
+        vectors, embed_rows = _timed(timings, "embed", _embed, inputs, progress, "output" if by_mode else "text")
         failures = inputs.predictions.iloc[inputs.fail_rows].reset_index(drop=True)
-        groups, slice_names = _slice_groups(run, failures) if params.slice_groups else (None, {})
-        result = _timed(timings, "cluster", _fit, model, vectors, len(inputs.fail_rows), failures, groups, progress)
+        groups, slice_names = _slice_groups(run, failures) if params.slice_groups and not by_mode else (None, {})
+        if by_mode and len(failures):
+            result = _timed(timings, "cluster", _fit_modes, inputs, vectors, failures, params, progress)
+        else:
+            result = _timed(timings, "cluster", _fit, model, vectors, len(inputs.fail_rows), failures, groups,
+                            progress)
         fail_vectors = vectors[:len(inputs.fail_rows)]
         clusters = _timed(timings, "name", _describe, run, inputs, failures, result, fail_vectors, slice_names,
                           params)
@@ -147,8 +152,9 @@ def _timed(timings: dict, name: str, function, *args):
     return out
 
 
-def _embed(inputs: _Inputs, progress: Progress | None) -> tuple[np.ndarray, np.ndarray]:
-    """Vectors of the failures, then of the context rows; and those rows."""
+def _embed(inputs: _Inputs, progress: Progress | None, column: str = "text") -> tuple[np.ndarray, np.ndarray]:
+    """Vectors of the failures, then of the context rows, of their `column` (a generation run's failure modes:
+    the output alone); and those rows."""
     embed_rows = np.concatenate([inputs.fail_rows, inputs.context_rows])
     if not len(embed_rows):
         return np.zeros((0, 0), dtype=np.float32), embed_rows
@@ -156,7 +162,10 @@ def _embed(inputs: _Inputs, progress: Progress | None) -> tuple[np.ndarray, np.n
     if progress:
         progress("embed", 0, len(embed_rows))
     phase = (lambda done, total: progress("embed", done, total)) if progress else None
-    vectors = np.asarray(inputs.embedder.embed(inputs.predictions.iloc[embed_rows], progress=phase), dtype=np.float32)
+    frame = inputs.predictions.iloc[embed_rows]
+    if column != "text":
+        frame = frame.assign(text=frame[column].fillna("").astype(str))
+    vectors = np.asarray(inputs.embedder.embed(frame, progress=phase), dtype=np.float32)
     if progress:
         progress("embed", len(embed_rows), len(embed_rows))
     if vectors.ndim != 2 or len(vectors) != len(embed_rows):
@@ -181,10 +190,27 @@ def _fit(model, vectors: np.ndarray, n_fail: int, failures, groups, progress: Pr
     return model.result_
 
 
+def _fit_modes(inputs: _Inputs, vectors: np.ndarray, failures, params: ClusterParams, progress: Progress | None):
+    """A generation run's failures by failure mode (`cluster.cluster_by_mode`): their reasons, their outputs'
+    vectors, and their prompts' vectors as the weak signal that vetoes a split by topic."""
+    from erroranalysis import cluster
+
+    if progress:
+        progress("cluster", 0, 1)
+    prompts = failures.assign(text=failures["prompt"].fillna("").astype(str))
+    prompt_vectors = np.asarray(inputs.embedder.embed(prompts), dtype=np.float32) if hasattr(
+        inputs.embedder, "embed_texts") else None  # a file of vectors holds the outputs' only
+    result = cluster.cluster_by_mode(failures["failure_reason"].astype(str).tolist(), vectors[:len(failures)],
+                                     prompt_vectors, params.project(cluster.ClusteringParams))
+    if progress:
+        progress("cluster", 1, 1)
+    return result
+
+
 def _describe(run, inputs: _Inputs, failures, result, fail_vectors, slice_names: dict, params: ClusterParams):
     from erroranalysis import cluster
 
-    correct_texts = inputs.predictions["text"].to_numpy()[inputs.correct_rows].tolist()
+    correct_texts = _topic_texts(inputs.predictions)[inputs.correct_rows].tolist()
     clusters = cluster.describe_clusters(
         failures, result.labels, membership=result.membership, vectors=fail_vectors, correct_texts=correct_texts,
         kinds=result.cluster_tier, local_error_rate=result.local_error_rate, reassigned=result.reassigned,
@@ -331,7 +357,8 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
     with run.stage("cluster_names", {**params.record(), **namer.record()}) as staging:
         clusters = cluster.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=_stored_vectors(run, failures),
-            correct_texts=predictions.loc[predictions["correct"], "text"].tolist(), kinds=_stored_kinds(part, labels),
+            correct_texts=_topic_texts(predictions)[predictions["correct"].to_numpy()].tolist(),
+            kinds=_stored_kinds(part, labels),
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), naming=params, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)
         clusters = _with_slice(clusters, cluster_group, slice_names)
@@ -341,6 +368,12 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
     return {"run": str(run.path), "n_clusters": int(len(clusters)),
             "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name), "kind": str(r.kind)}
                          for r in clusters.itertuples()]}
+
+
+def _topic_texts(predictions) -> np.ndarray:
+    """What the keywords contrast: a generation run's prompts (its topics), else the texts."""
+    column = "prompt" if {"failure_reason", "prompt"} <= set(predictions.columns) else "text"
+    return predictions[column].fillna("").astype(str).to_numpy()
 
 
 def _stored_vectors(run, failures) -> np.ndarray | None:

@@ -19,7 +19,7 @@ import numpy as np
 from erroranalysis import rundir
 from erroranalysis.core.errors import DataError, ParameterError, preview, where
 from erroranalysis.core.progress import as_reporter
-from erroranalysis.infer import output_cells, output_checks
+from erroranalysis.infer import output_cells, output_checks, reference_diff
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.infer.scorers import ScorerParams, require_packages
 from erroranalysis.metrics.generation import low_loss_failures
@@ -97,7 +97,8 @@ def generation_stage(run: Run, lm, prepared: dict, gen_opts: GenerationParams, e
         staging.facts["tokens_per_second"] = round(float(result["n_output_tokens"].sum()) / seconds, 1)
         staging.facts["truncated_prompts"] = int(encoded["truncated"].sum())
         n_tokens = [len(p) for p in encoded["prompt_ids"]]
-        staging.write_parquet(rundir.PREDICTIONS, prediction_table(prepared, result, n_tokens, encoded["truncated"]))
+        staging.write_parquet(rundir.PREDICTIONS, prediction_table(prepared, result, n_tokens, encoded["truncated"],
+                                                                   max_new_tokens=gen_opts.max_new_tokens))
         if training_state is not None:
             staging.write_json(rundir.TRAINER_STATE, training_state)
 
@@ -141,6 +142,9 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
                                       regex=gen_opts.regex)
     available = set(present) | ({"label"} if label_column else set()) | ({"regex"} if gen_opts.regex else set())
     available |= {"score"} & set(given)
+    if "reference" in present and any(reference_diff.json_reference(v) is not None
+                                      for v in frame[present["reference"]].to_numpy(dtype=object)):
+        available.add("json_reference")  # the default compares it field by field (`json_fields`)
     checks = output_cells.check_names(gen_opts.output_checks) if gen_opts.output_checks else None
     if checks is None:
         checks = output_checks.default_checks(available)
@@ -285,17 +289,20 @@ def _score_text(text: str):
     return number if np.isfinite(number) else text
 
 
-def prediction_table(prepared: dict, result: dict, n_tokens, truncated: np.ndarray):
-    """predictions.parquet for a generation run: the core columns, then prompt, output, checks and losses
-    (`n_tokens`: the prompt's tokens as the model saw them, per row)."""
+def prediction_table(prepared: dict, result: dict, n_tokens, truncated: np.ndarray, max_new_tokens: int | None = None):
+    """predictions.parquet for a generation run: the core columns, then prompt, output, checks (with the signals,
+    `output_signals`) and losses (`n_tokens`: the prompt's tokens as the model saw them, per row;
+    `max_new_tokens`: the limit the outputs were generated under, when known)."""
     import pandas as pd
 
     eval_set: EvalSet = prepared["eval_set"]
     frame = eval_set.frame
     outputs = list(result["output"])
-    rows = [{**row, "stop_reason": reason} for row, reason in zip(prepared["rows"], result["stop_reason"])]
+    rows = [{**row, "stop_reason": reason, "n_output_tokens": int(count), "prompt": prompt} for row, reason, count, prompt
+            in zip(prepared["rows"], result["stop_reason"], result["n_output_tokens"], prepared["prompts"])]
     checked = output_checks.run_checks(outputs, rows, prepared["checks"], labels=prepared["allowed"],
-                                       per_row_checks=prepared["per_row_checks"], scoring=prepared["scoring"])
+                                       per_row_checks=prepared["per_row_checks"], scoring=prepared["scoring"],
+                                       max_new_tokens=max_new_tokens)
     passed = checked["passed"].to_numpy(dtype=bool)
     if prepared["gold"] is not None:
         label = prepared["gold"].astype(str)
