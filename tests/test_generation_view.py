@@ -58,7 +58,8 @@ def cluster(run_dir: Path, **params) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """runs/extraction (clustered), runs/refusals (every failing output the same sentence; clustered, none found),
+    """runs/extraction (clustered), runs/refusals (every failing output the same sentence; clustered by embedding alone,
+    none found),
     runs/filters (one document per filter, two filters; not clustered), runs/labels (the tiny LM's run, a label
     column)."""
     from ui_fixtures import make_generation_run, tiny_causal_lm
@@ -78,7 +79,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                 for i in range(30)]
     made["refusals"] = stages.analyze("generation", write_jsonl(inputs / "refusals.jsonl", refusals), runs / "refusals",
                                         stages.Reading(data=opts), after=NO_STAGES).path
-    cluster(made["refusals"], error_aware=False)
+    cluster(made["refusals"], error_aware=False, failure_modes=False)  # by embedding alone: identical, none found
     docs = [{"id": f"d{i}:{f}", "prompt": f"What is {i} + {i}?", "output": f"{2 * i}" if f == "flexible" or i % 3
              else "[invalid]", "reference": str(2 * i), "filter": f, "task": "sums"}
             for i in range(20) for f in ("strict", "flexible")]
@@ -98,14 +99,14 @@ def test_metrics_add_failure_modes_lengths_and_groups_and_keep_the_old_keys(runs
         assert key in checks
     assert checks["n_failed"] == 30 and checks["label_column"] is False
     modes = {m["reason"]: m for m in checks["failure_reasons"]}
-    assert set(modes) == {"json: extra text around the JSON", "json: cut off at max_new_tokens",
-                          "json_schema: required"}  # not "json_schema: no JSON to validate" again
+    assert set(modes) == {"json: text before the JSON", "json: cut off at max_new_tokens",
+                          "json_schema: required"}  # not "json_schema: no JSON to validate" or "length: cut off" again
     preds = Run.open(runs["extraction"]).predictions()
     assert preds["failure_reason"].str.contains("no JSON to validate").sum() == 10  # the row still says it
     assert all(m["count"] == 10 and m["share_of_failures"] == pytest.approx(1 / 3) for m in modes.values())
     cut = modes["json: cut off at max_new_tokens"]["exemplar"]
     assert cut["example_id"] == "r01" and cut["output"] == '{"name": "Cust'
-    assert modes["json: extra text around the JSON"]["exemplar"]["output"].startswith("Sure! Here is")
+    assert modes["json: text before the JSON"]["exemplar"]["output"].startswith("Sure! Here is")
     length = checks["output_length"]
     assert length["limit"] is None and length["stopped_by_length"] == 10 and length["max"] == 22
     assert {r["stop_reason"]: r["mean_output_tokens"] for r in checks["per_stop_reason"]} == {"eos": 14.2,
@@ -266,7 +267,7 @@ def test_the_clusters_page_shows_a_generation_exemplar_output_first(runs, monkey
     at = _app(monkeypatch, runs, tmp_path, "extraction", "clusters")
     markdown = "\n".join(m.value for m in at.markdown)
     assert "**Failing checks**" in markdown and "pass → fail" not in markdown  # not the made-up confusion
-    assert "json: extra text around the JSON · **" in markdown
+    assert "json: text before the JSON · **" in markdown
     assert [e.label for e in at.expander][:1] == ["Prompt"]
     assert not at.expander[0].proto.expanded  # the prompt folded
     outputs = [c.value for c in at.code]

@@ -38,10 +38,6 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.core.errors import ParameterError
-
-# The free-form scorers, the JSON reference's field comparison and the signals register themselves in the registry
-# when imported: importing this module fills CHECKERS.
-from erroranalysis.infer import output_signals, reference_diff, scorers  # noqa: F401
 from erroranalysis.infer.check_registry import (  # noqa: F401 (the public names of the registry)
     CHECKERS,
     CheckContext,
@@ -51,7 +47,6 @@ from erroranalysis.infer.check_registry import (  # noqa: F401 (the public names
     reason,
     register,
 )
-from erroranalysis.infer.output_signals import json_shape
 
 UNPARSEABLE = "unparseable"
 
@@ -246,7 +241,9 @@ def default_checks(available: Iterable[str]) -> list[str]:
         checks.append("tool_call")
     if "score" in available:
         checks.append("judge")
-    if "reference" in available:  # a reference given is always compared: JSON field by field, text normalized
+    # A reference given is always compared: JSON field by field, text normalized; unless a judge's score came with it
+    # (lm-eval's metric, an Inspect scorer), which is that comparison already, made on the answer the tool extracted.
+    if "reference" in available and "score" not in available:
         checks.append("json_fields" if "json_reference" in available else "normalized")
     return checks
 
@@ -326,3 +323,10 @@ def _apply(names, output: str, row: Mapping, ctx: CheckContext, passed_cols: dic
 
 def describe_checks() -> list[dict]:
     return [{"name": c.name, "needs": list(c.needs), "description": c.description} for c in CHECKERS.values()]
+
+
+# After the format checks above, in this order (the order of the check columns and of failure reasons): the
+# free-form scorers, the JSON reference's field comparison and the signals register themselves when imported, so
+# importing this module fills CHECKERS.
+from erroranalysis.infer import output_signals, reference_diff, scorers  # noqa: E402, F401, I001
+from erroranalysis.infer.output_signals import json_shape  # noqa: E402

@@ -15,7 +15,9 @@ from erroranalysis.infer.output_signals import SIGNALS
 GROUP_COLUMNS = ("task", "filter")  # how sources group their rows (lm-eval: task and filter; Inspect: task)
 # A reason that only repeats another check's failure in the same row (no JSON to validate because the output is
 # not JSON): counted once, as the other check's.
-REPEATS = {"json_schema: no JSON to validate": "json"}
+# A reason that only repeats another failing check's: not counted again (a cut-off output's failing json check
+# already says "cut off at max_new_tokens").
+REPEATS = {"json_schema: no JSON to validate": "json", "length: cut off at max_tokens": "json"}
 EXEMPLAR_CHARS = 300  # characters of an exemplar's output kept in metrics.json
 
 
