@@ -111,7 +111,7 @@ def test_a_real_server_names_error_types_and_the_answers_are_cached(server, tmp_
     from erroranalysis.rundir import Run, readers
 
     run = _run_with_clusters(tmp_path / "run")
-    params = stages.ClusterParams(namer=server, namer_calls=2, namer_examples=2, namer_timeout=600)
+    params = stages.ClusterParams(namer=server, namer_calls=2, namer_examples=2, namer_timeout=300)
     stages.name_run(run, params)
     opened = Run.open(run)
     first = opened.manifest["stages"]["cluster_names"]["llm_names"]

@@ -127,7 +127,9 @@ def test_overview_metrics_tables_and_slices(start, workspace):
     assert labels == ["Accuracy", "Macro F1", "Failures", "ECE", "Brier"]
     assert at.metric[0].value == "80.0%"
     per_class = at.dataframe[0].value
-    assert list(per_class["f1"]) == sorted(per_class["f1"])  # worst first
+    averages = per_class["label"].isin(["micro avg", "macro avg", "weighted avg"])
+    assert list(per_class["label"][averages]) == ["micro avg", "macro avg", "weighted avg"]  # last, as sklearn's
+    assert averages.tail(3).all() and list(per_class["f1"][~averages]) == sorted(per_class["f1"][~averages])
     assert "95% CI" in texts(at)
     slices = at.dataframe[2].value
     assert list(slices["error_rate"]) == sorted(slices["error_rate"], reverse=True)

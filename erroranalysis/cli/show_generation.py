@@ -5,7 +5,8 @@ had a label column. Rendering only: the figures are metrics.json's `output_check
 
 from __future__ import annotations
 
-from erroranalysis.metrics.display import percent, rate
+from erroranalysis.metrics.display import output_length, percent, rate
+from erroranalysis.metrics.generation import pooled_filters
 
 EXEMPLAR_CHARS = 60  # characters of an exemplar's output in a table cell
 
@@ -20,11 +21,6 @@ def one_line(text, limit: int = EXEMPLAR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def pooled_over_filters(checks: dict) -> int:
-    """How many filters the run's rows pool (lm-eval writes each document once per filter); 0 or 1: none."""
-    return len({g["group"].get("filter") for g in checks.get("per_group") or [] if "filter" in g["group"]})
-
-
 def print_generation(metrics: dict, run, out) -> None:
     """The generation run's summary, before its clusters."""
     from rich.markup import escape
@@ -32,7 +28,7 @@ def print_generation(metrics: dict, run, out) -> None:
 
     checks = metrics["output_checks"]
     _source_scores(run, out)
-    filters = pooled_over_filters(checks)
+    filters = pooled_filters(checks)
     if filters > 1:
         out.print(f"{filters} filters: each document is a row per filter, so read the pass rates per filter "
                   "below, not pooled", markup=False)
@@ -131,18 +127,7 @@ def _stops(checks: dict, out) -> None:
         out.print(table)
     length = checks.get("output_length")
     if length and length.get("mean") is not None:
-        out.print(length_line(length), markup=False)
-
-
-def length_line(length: dict) -> str:
-    """Output lengths against the limit, in one line."""
-    text = (f"output length (n_output_tokens): median {sig(length['median'])}, 95th percentile "
-            f"{sig(length['p95'])}, max {sig(length['max'])}; passing {sig(length['mean_passed'])} vs failing "
-            f"{sig(length['mean_failed'])} on average")
-    if length.get("limit"):
-        return text + f"; limit {length['limit']:,}: {length['at_limit']:,} outputs reached it"
-    stopped = length.get("stopped_by_length")
-    return text + "; limit unknown" + (f" ({stopped:,} stopped for length)" if stopped else "")
+        out.print(output_length(length), markup=False)
 
 
 def _loss(checks: dict, out) -> None:

@@ -25,6 +25,7 @@ from erroranalysis.core.params import Float, Int, Params, Text, param
 PANEL = "Failure clusters: LLM names (optional)"
 KEY_VARIABLES = ("ERRORANALYSIS_NAMER_API_KEY", "OPENAI_API_KEY")
 NAME_LIMIT, SUMMARY_LIMIT, FIELD_LIMIT = 120, 600, 400
+ANSWER_TOKENS = 128  # a name and a sentence or two; a model that rambles past it answers no JSON (keyword name kept)
 SYSTEM = ("You name the error types of a machine-learning model. Each error type is a group of failing examples. "
           "Answer with one JSON object and nothing else: {\"name\": \"...\", \"summary\": \"...\"}. The name says "
           "how the model fails first and the topic second, in at most 12 words (for example: \"cut off at "
@@ -122,7 +123,7 @@ def _connect(params: NamerParams, client, facts: dict):
 
 def _ask(client, model: str, text: str, facts: dict) -> dict | None:
     try:
-        reply = client.chat.completions.create(model=model, temperature=0, max_tokens=200,
+        reply = client.chat.completions.create(model=model, temperature=0, max_tokens=ANSWER_TOKENS,
                                                messages=[{"role": "system", "content": SYSTEM},
                                                          {"role": "user", "content": text}])
         answer = parse_answer(reply.choices[0].message.content or "")

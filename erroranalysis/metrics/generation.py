@@ -250,3 +250,9 @@ def adjust_metrics(result: dict, preds, labels: list[str], max_new_tokens: int |
     overall["n_label_errors"] = overall.get("n_failures")
     overall["n_failures"] = result["output_checks"]["n_failed"]
     return result
+
+
+def pooled_filters(checks: dict) -> int:
+    """How many filters a run's rows pool (a table with a `filter` column: lm-eval writes each document once per
+    filter); 0 or 1: none, so one pass rate over the rows means something."""
+    return len({g["group"].get("filter") for g in checks.get("per_group") or [] if "filter" in g["group"]})

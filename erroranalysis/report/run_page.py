@@ -8,7 +8,7 @@ failure modes instead (GENERATION_SECTIONS), with per-class and confusion only w
 from __future__ import annotations
 
 from erroranalysis.metrics.averages import average_rows
-from erroranalysis.metrics.display import rate
+from erroranalysis.metrics.display import output_length, rate
 from erroranalysis.report import figures
 from erroranalysis.report.page import cut, esc, figure, kpis, note, num, page, pct, table
 
@@ -134,7 +134,8 @@ def output_checks(checks: dict) -> str:
             ("mean_output_tokens", "mean length", lambda v: num(v, ".3g"))])
     length = checks.get("output_length")
     if length and length.get("mean") is not None:
-        body += note(_length_text(length))
+        sentence = output_length(length)
+        body += note(esc(sentence[0].upper() + sentence[1:] + "."))
     return body + _loss(checks.get("loss") or {})
 
 
@@ -153,16 +154,6 @@ def _exemplar_cell(ex: dict) -> str:
     if not ex:
         return "–"
     return f"<b>{esc(ex.get('example_id'))}</b><div class=text>{esc(cut(ex.get('output'), TEXT_CHARS))}</div>"
-
-
-def _length_text(length: dict) -> str:
-    text = (f"Output length (n_output_tokens): median {num(length['median'], '.3g')}, 95th percentile "
-            f"{num(length['p95'], '.3g')}, max {num(length['max'], '.3g')}; passing {num(length['mean_passed'], '.3g')}"
-            f" against failing {num(length['mean_failed'], '.3g')} on average")
-    if length.get("limit"):
-        return text + f"; the limit {length['limit']:,} was reached by {length['at_limit']:,} outputs."
-    stopped = length.get("stopped_by_length")
-    return text + "; the limit is unknown" + (f" ({stopped:,} stopped for length)." if stopped else ".")
 
 
 def _loss(loss: dict) -> str:

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from erroranalysis.metrics.display import output_length
+from erroranalysis.metrics.generation import pooled_filters
 from erroranalysis_ui.eaui import charts
 from erroranalysis_ui.eaui import components as ui
 
@@ -19,20 +21,12 @@ def is_generation(metrics: dict) -> bool:
     return bool(metrics.get("output_checks"))
 
 
-def _sig(value) -> str:
-    return f"{float(value):.3g}" if charts.finite(value) else "–"
-
-
-def _filters(checks: dict) -> int:
-    return len({g["group"].get("filter") for g in checks.get("per_group") or [] if "filter" in g["group"]})
-
-
 def overview(metrics: dict) -> None:
     """The headline figures, then checks, groups and failure modes (left), stop reasons, lengths and loss (right)."""
     checks = metrics["output_checks"]
     loss = checks.get("loss") or {}
     length = checks.get("output_length") or {}
-    filters = _filters(checks)
+    filters = pooled_filters(checks)
     with ui.figures():
         if filters > 1:
             ui.figure("Filters", str(filters), "Each document is a row per filter: read the pass rates per filter "
@@ -124,11 +118,8 @@ def _stops(checks: dict) -> None:
                                                                                         format="%.3g")})
     length = checks.get("output_length") or {}
     if length.get("mean") is not None:
-        limit = (f"the limit {length['limit']:,} reached by {length['at_limit']:,}" if length.get("limit")
-                 else "the limit unknown")
-        st.caption(f"Output length (n_output_tokens): median {_sig(length.get('median'))}, 95th percentile "
-                   f"{_sig(length.get('p95'))}, max {_sig(length.get('max'))}; passing {_sig(length.get('mean_passed'))}"
-                   f" against failing {_sig(length.get('mean_failed'))} on average; {limit}.")
+        sentence = output_length(length)
+        st.caption(sentence[0].upper() + sentence[1:] + ".")
 
 
 def _loss(loss: dict) -> None:
