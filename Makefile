@@ -5,6 +5,9 @@ EA      := .venv/bin/erroranalysis
 SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
 RUNS    ?= runs
 PYTEST_ARGS ?=
+# pytest-xdist: one worker per core (CI: 2); tests/conftest.py says how work is grouped and ordered.
+JOBS    ?= auto
+XDIST   := -n $(JOBS)
 
 .PHONY: venv sample demo demo-batch demo-generation test test-quick test-storage browsers nginx bench clean
 
@@ -51,10 +54,10 @@ nginx:
 	test -x /usr/sbin/nginx || command -v nginx >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx)
 
 test: venv sample browsers nginx
-	ERRORANALYSIS_SAMPLE=$(SAMPLE) .venv/bin/pytest $(PYTEST_ARGS)
+	ERRORANALYSIS_SAMPLE=$(SAMPLE) .venv/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 test-quick: venv
-	.venv/bin/pytest -m "not slow" $(PYTEST_ARGS)
+	.venv/bin/pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # Object storage against a local S3 server: the tests start `moto_server -H 127.0.0.1` on a free port themselves.
 test-storage: venv

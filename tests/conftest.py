@@ -8,6 +8,68 @@ from pathlib import Path
 
 import pytest
 
+from erroranalysis.cluster import numba_cache_dir
+
+# Every process the suite starts (xdist workers, CLI subprocesses, tests that point ERRORANALYSIS_CACHE_DIR at a
+# temporary folder) loads UMAP's compiled kernels from one on-disk cache: only the first UMAP fit on a machine
+# pays the 30 to 45 s of numba compilation.
+os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
+# Under pytest-xdist the workers share the cores: one torch/BLAS thread pool per worker sized to its share, not
+# each sized to the whole machine (two pools of 2 threads on 2 cores spin against each other).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+# `make test` runs the suite on pytest-xdist workers (`-n auto`). A unit of work is a test file (its module fixtures
+# built once, its tests in order, as in a serial run) or a group named below: the Ray tests share one (one local
+# Ray at a time; test_engines kills Ray actors by name), the memorization test is a unit alone. Units are handed
+# out longest first (measured with --durations on 2 cores), so the longest overlap the rest of the suite instead of
+# ending it; then the other files with slow tests; then the rest in collection order. (Groups are given here by
+# node id: xdist's own `xdist_group` marks do not reach its scheduler under pytest 9.)
+GROUPS = {
+    "tests/test_overfit_lm.py::test_smollm2_memorizes_16_sft_examples_on_cpu": "memorization",
+    "tests/test_engines.py": "ray",
+    "tests/test_ray_cluster.py": "ray",
+    "tests/test_ray_failures.py": "ray",
+    "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
+}
+LONGEST_FIRST = ("memorization", "ray", "tests/test_ui_browser.py")
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its group, else its file."""
+    file, _, name = nodeid.partition("::")
+    return GROUPS.get(f"{file}::{name.split('[')[0]}") or GROUPS.get(file) or file
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    slow_units = {work_unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
+
+    def rank(item) -> int:
+        unit = work_unit(item.nodeid)
+        if unit in LONGEST_FIRST:
+            return LONGEST_FIRST.index(unit)
+        return len(LONGEST_FIRST) + (unit not in slow_units)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Schedule whole work units (above) in the order collected, instead of xdist's test by test."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    if config.getvalue("dist") != "load":  # `-n N` alone; an explicit --dist keeps its meaning
+        return None
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the longest-first order
+    return WorkUnits(config, log)
+
+
 LABELS = ["negative", "neutral", "positive"]
 WORDS = {
     "negative": ["awful", "terrible", "broken", "refund", "worst"],
