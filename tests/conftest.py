@@ -27,7 +27,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 # ending it; then the other files with slow tests; then the rest in collection order. (Groups are given here by
 # node id: xdist's own `xdist_group` marks do not reach its scheduler under pytest 9.)
 GROUPS = {
-    "tests/test_overfit_lm.py::test_smollm2_memorizes_16_sft_examples_on_cpu": "memorization",
+    "tests/test_overfit_lm.py::test_smollm2_memorizes_8_sft_examples_on_cpu": "memorization",
     "tests/test_engines.py": "ray",
     "tests/test_ray_cluster.py": "ray",
     "tests/test_ray_failures.py": "ray",
@@ -106,7 +106,7 @@ def build_tiny_checkpoint(folder: Path, labels: list[str] = LABELS, seed: int = 
     tokenizer = AutoTokenizer.from_pretrained(base)
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128, num_labels=len(labels),
-                        id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+                        id2label=dict(enumerate(labels)), label2id={name: i for i, name in enumerate(labels)})
     model = BertForSequenceClassification(config).eval()
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
