@@ -33,7 +33,11 @@ GROUPS = {
     "tests/test_ray_failures.py": "ray",
     "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
 }
-LONGEST_FIRST = ("memorization", "ray", "tests/test_ui_browser.py")
+# The slow part of each, alone, on the shared 2-core machine at a load average of ~14 (so 3 to 5x an idle one's):
+# ray 600+ s, test_overfit 265, test_generation 263 (the first GGUF conversion), test_kill_processes 223,
+# test_kill_matrix 203, test_generations_import 182 (a real lm-eval run); the memorization test 770 s.
+LONGEST_FIRST = ("ray", "memorization", "tests/test_overfit.py", "tests/test_generation.py",
+                 "tests/test_kill_processes.py", "tests/test_kill_matrix.py", "tests/test_generations_import.py")
 
 
 def work_unit(nodeid: str) -> str:
