@@ -24,8 +24,9 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 # built once, its tests in order, as in a serial run) or a group named below: the Ray tests share one (one local
 # Ray at a time; test_engines kills Ray actors by name), the memorization test is a unit alone. Units are handed
 # out longest first (measured with --durations on 2 cores), so the longest overlap the rest of the suite instead of
-# ending it; then the other files with slow tests; then the rest in collection order. (Groups are given here by
-# node id: xdist's own `xdist_group` marks do not reach its scheduler under pytest 9.)
+# ending it; then the other files with slow tests (most slow tests first), then the rest (most tests first, so that
+# small files even out the end). Groups are given here by node id: xdist's own `xdist_group` marks do not reach its
+# scheduler under pytest 9.
 GROUPS = {
     "tests/test_overfit_lm.py::test_smollm2_memorizes_8_sft_examples_on_cpu": "memorization",
     "tests/test_engines.py": "ray",
@@ -48,13 +49,16 @@ def work_unit(nodeid: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    slow_units = {work_unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    from collections import Counter
 
-    def rank(item) -> int:
+    slow = Counter(work_unit(item.nodeid) for item in items if item.get_closest_marker("slow"))
+    sizes = slow + Counter(work_unit(item.nodeid) for item in items if work_unit(item.nodeid) not in slow)
+
+    def rank(item) -> tuple:
         unit = work_unit(item.nodeid)
         if unit in LONGEST_FIRST:
-            return LONGEST_FIRST.index(unit)
-        return len(LONGEST_FIRST) + (unit not in slow_units)
+            return LONGEST_FIRST.index(unit), 0, ""
+        return len(LONGEST_FIRST) + (unit not in slow), -sizes[unit], unit
 
     items.sort(key=rank)  # stable: each file's tests keep their order
 
