@@ -5,8 +5,9 @@ EA      := .venv/bin/erroranalysis
 SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
 RUNS    ?= runs
 PYTEST_ARGS ?=
-# pytest-xdist: one worker per core (CI: 2); tests/conftest.py says how work is grouped and ordered.
-JOBS    ?= auto
+# pytest-xdist: one worker per logical CPU (CI: 2; `auto` would count physical cores, 1 on many 2-vCPU machines);
+# tests/conftest.py says how work is grouped and ordered. JOBS=0: one process.
+JOBS    ?= logical
 XDIST   := -n $(JOBS)
 
 .PHONY: venv sample demo demo-batch demo-generation test test-quick test-storage browsers nginx bench clean
