@@ -20,10 +20,10 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS",
                           str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
-# `make test` runs the suite on pytest-xdist workers (`-n auto`). A unit of work is a test file (its module fixtures
+# `make test` runs the suite on pytest-xdist workers (`-n logical`). A unit of work is a test file (its module fixtures
 # built once, its tests in order, as in a serial run) or a group named below: the Ray tests share one (one local
 # Ray at a time; test_engines kills Ray actors by name), the memorization test is a unit alone. Units are handed
-# out longest first (measured with --durations on 2 cores), so the longest overlap the rest of the suite instead of
+# out longest first (measured, below), so the longest overlap the rest of the suite instead of
 # ending it; then the other files with slow tests (most slow tests first), then the rest (most tests first, so that
 # small files even out the end). Groups are given here by node id: xdist's own `xdist_group` marks do not reach its
 # scheduler under pytest 9.
@@ -34,11 +34,13 @@ GROUPS = {
     "tests/test_ray_failures.py": "ray",
     "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
 }
-# The slow part of each, alone, on the shared 2-core machine at a load average of ~14 (so 3 to 5x an idle one's):
-# ray 600+ s, test_overfit 265, test_generation 263 (the first GGUF conversion), test_kill_processes 223,
-# test_kill_matrix 203, test_generations_import 182 (a real lm-eval run); the memorization test 770 s.
-LONGEST_FIRST = ("ray", "memorization", "tests/test_overfit.py", "tests/test_generation.py",
-                 "tests/test_kill_processes.py", "tests/test_kill_matrix.py", "tests/test_generations_import.py")
+# The longest units in one `-n 2` run of the whole suite on the shared 2-core machine (load average 10 to 15): the
+# Ray tests ~770 s, the memorization test 339 s, test_ui_browser ~240 s (its workspace: two CLI runs, SmolLM2's
+# among them), test_static_embedding ~170 s (distilling the static model from MiniLM); then, measured file by
+# file at that load, test_overfit, test_generation (the first GGUF conversion), the kill tests, the lm-eval run.
+LONGEST_FIRST = ("ray", "memorization", "tests/test_ui_browser.py", "tests/test_static_embedding.py",
+                 "tests/test_overfit.py", "tests/test_generation.py", "tests/test_kill_processes.py",
+                 "tests/test_kill_matrix.py", "tests/test_generations_import.py")
 
 
 def work_unit(nodeid: str) -> str:
