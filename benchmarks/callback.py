@@ -79,8 +79,8 @@ def one(mode: str, steps: int, evals: int, reducer: str, eval_name: str, work: P
     callback = None
     if mode in ("callback", "instead"):
         from erroranalysis import stages
-        from erroranalysis.data import DataOptions
         from erroranalysis.integrations import attach
+        from erroranalysis.sources.table import DataOptions
 
         after = stages.AfterParams(checks=None, cluster=stages.ClusterParams(reducer=reducer, layout=reducer))
         callback = attach(trainer, SAMPLE / f"{eval_name}.jsonl", out=work / "runs" / "bench",

@@ -168,7 +168,7 @@ def planted_texts(n: int = 3000, n_copies: int = 300, seed: int = 0) -> None:
     from common import corpus_sentences, edited, sample_checkpoint
 
     from erroranalysis.datachecks.duplicates import near_duplicate_pairs, normalize_text
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
     from erroranalysis.infer.classifier import ChunkPredictor
 
     rng = random.Random(seed)
@@ -195,7 +195,7 @@ def planted_texts(n: int = 3000, n_copies: int = 300, seed: int = 0) -> None:
         found = near_duplicate_pairs(minilm, threshold=threshold)
         score(f"MiniLM cosine >= {threshold}", zip(found["i"], found["j"]), seconds)
     for dims in (256, 384):
-        from erroranalysis.static_embedding import StaticEmbedder
+        from erroranalysis.embed.static import StaticEmbedder
 
         static = StaticEmbedder(pca_dims=dims)
         static.load()  # distilled once and cached: the build is not the search's time

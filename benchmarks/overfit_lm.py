@@ -73,10 +73,10 @@ def main() -> None:
         print(f"control (answers shuffled): answer loss {k.initial_loss:.4f} -> {k.final_loss:.4f}, "
               f"{k.steps[-1] if k.steps else 0} steps")
     if args.masked:
+        import pandas as pd
+
         from erroranalysis.checklist.sft_rows import IGNORE, encode_row
         from erroranalysis.infer.causal_lm import load_causal_lm
-
-        import pandas as pd
 
         lm = load_causal_lm(gguf, device="cpu")
         masked = folder / "masked.jsonl"

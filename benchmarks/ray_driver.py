@@ -74,9 +74,9 @@ def hwm_mb() -> float:
 
 def driver(checkpoint: str, data: str, out: str, engine: str, actors: int | None, metrics: bool) -> None:
     """One driver: infer, then (when asked) metrics without the bootstrap; prints JSON (seconds, peaks)."""
-    from erroranalysis.data import DataOptions
     from erroranalysis.engines import Engine
     from erroranalysis.rundir import create_run
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import InferParams, MetricsParams, compute_run_metrics, prepare_checkpoint
     from erroranalysis.stages.infer import infer_stage
 

@@ -142,7 +142,7 @@ def goal(n: int, quality: bool = True) -> None:
     import subprocess
     import time
 
-    from erroranalysis.static_embedding import StaticEmbedder
+    from erroranalysis.embed.static import StaticEmbedder
 
     StaticEmbedder().load()  # built once per machine; not part of the figure
     with tempfile.TemporaryDirectory(prefix="ea_goal_") as tmp:

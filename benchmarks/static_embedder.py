@@ -49,7 +49,7 @@ def vectors_of(name: str, texts: list[str]) -> np.ndarray:
     import pandas as pd
 
     if name == "minilm":
-        from erroranalysis.embedding import MiniLMEmbedder
+        from erroranalysis.embed.models import MiniLMEmbedder
 
         return MiniLMEmbedder().embed_texts(texts)
     return corpora.embeddings("static-bench", pd.DataFrame({"text": texts}), name)
@@ -182,7 +182,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--static", nargs="+", default=["static"], help="static, static-<pca dims>")
     args = parser.parse_args(argv)
-    from erroranalysis.static_embedding import StaticEmbedder
+    from erroranalysis.embed.static import StaticEmbedder
 
     for name in args.static:  # distilled once (cached); not part of any figure
         StaticEmbedder(**({"pca_dims": int(name.split("-")[1])} if "-" in name else {})).load()

@@ -70,7 +70,7 @@ def continue_training(checkpoint: Path, rows: list[dict], out: Path, *, epochs: 
 def sample_runs(min_type: int):
     """Run A (the sample checkpoint) and two second runs, B1 (A fine-tuned one more epoch on the validation split)
     and B2 (a checkpoint trained from all-MiniLM-L6-v2 on the validation split alone); truth = the confusion."""
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
     sample = Path(os.environ["ERRORANALYSIS_SAMPLE"])

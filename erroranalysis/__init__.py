@@ -15,7 +15,7 @@ __version__ = "0.2.0"
 _API = {
     "analyze": "erroranalysis.api", "run": "erroranalysis.api", "open": "erroranalysis.api",
     "Run": "erroranalysis.api", "Metrics": "erroranalysis.api", "Comparison": "erroranalysis.api",
-    "DataOptions": "erroranalysis.data", "SourceParams": "erroranalysis.generations",
+    "DataOptions": "erroranalysis.sources.table", "SourceParams": "erroranalysis.sources.generations",
     "GenerationParams": "erroranalysis.infer.generation", "InferParams": "erroranalysis.stages",
     "MetricsParams": "erroranalysis.stages", "CheckParams": "erroranalysis.stages",
     "SliceParams": "erroranalysis.stages", "ClusterParams": "erroranalysis.stages",

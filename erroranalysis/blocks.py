@@ -4,7 +4,7 @@ set themselves (on a shared disk or object storage) while the driver holds none 
 `scan` reads what the driver needs without the rows: the row count and schema from the Parquet footer, a streamed
 sha256, and the first rows, validated as in-process (so a wrong column name fails before any worker starts).
 `read_block` reads rows start..start+n and applies the same validation, per block, with the same one-line errors
-(`erroranalysis.data.load_eval_set`; rows are numbered in the whole file, ids default to the row number in the
+(`erroranalysis.sources.table.load_eval_set`; rows are numbered in the whole file, ids default to the row number in the
 whole file), then maps the gold labels onto the model's. What one block cannot check, ids unique across blocks,
 `duplicate_ids` checks from 64-bit hashes the workers send back (8 bytes per row on the driver, with --id-column).
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis import storage
-from erroranalysis.data import FORMATS, DataOptions, EvalSet, as_source, load_eval_set, map_labels
-from erroranalysis.errors import DataError, where
+from erroranalysis.core import storage
+from erroranalysis.core.errors import DataError, where
+from erroranalysis.sources.table import FORMATS, DataOptions, EvalSet, as_source, load_eval_set, map_labels
 
 HEAD_ROWS = 1000  # rows the driver reads and validates before the run starts
 

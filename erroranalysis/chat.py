@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 
 
 def parse_messages(value, at: str) -> list[dict]:

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis import storage
-from erroranalysis.errors import DataError, preview, where
-from erroranalysis.gold import refuse_lists
-from erroranalysis.params import Int, Params, Text, param
-from erroranalysis.schemas import PREDICTIONS
-from erroranalysis.validation import check_int
+from erroranalysis.core import storage
+from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.core.params import Int, Params, Text, param
+from erroranalysis.core.schemas import PREDICTIONS
+from erroranalysis.core.validation import check_int
+from erroranalysis.sources.gold import refuse_lists
 
 # Texts are cut at this many characters when they are read (flagged `truncated`): every model reads far fewer,
 # and one 50 MB line would otherwise cost minutes and gigabytes in every stage that tokenizes or splits words.
@@ -113,7 +113,7 @@ def load_eval_set(path: str | Path | InMemory, *, text_column: str = "text", lab
     Texts longer than `max_chars` are cut (the end kept with `keep_end`, for prompts) and flagged in `_cut`;
     `strings_only=False` lets the text column hold other values (chat messages). `table`: the file already read
     (frame with `_line`, format name), by a reader of another tool's format, or a block of rows of a file
-    (`erroranalysis.blocks`), with the file's `sha256` known.
+    (`erroranalysis.sources.blocks`), with the file's `sha256` known.
     """
     check_int("max_chars", max_chars, 1)
     path = as_source(path)

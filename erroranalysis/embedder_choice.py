@@ -2,7 +2,7 @@
 turns it into vectors for each use.
 
 Names: `auto` (the default), `static` (a model2vec model distilled from the packaged MiniLM,
-`erroranalysis.static_embedding`), `minilm` (the packaged sentence model), `hidden` (the checkpoint's own hidden
+`erroranalysis.embed.static`), `minilm` (the packaged sentence model), `hidden` (the checkpoint's own hidden
 states), `none` (no text vectors), or a local folder: a sentence-transformers / transformers model (mean-pooled,
 as MiniLM) or a saved model2vec model. Clustering also takes a `.npy` file of vectors.
 
@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from erroranalysis.errors import DataError, ModelError, ParameterError
-from erroranalysis.params import Rule
+from erroranalysis.core.errors import DataError, ModelError, ParameterError
+from erroranalysis.core.params import Rule
 
 NAMES = ("auto", "static", "minilm", "hidden", "none")
 #: what the checks use vectors for, and clustering
@@ -109,7 +109,8 @@ def plan(choice: str, *, has_hidden: bool, n_rows: int, uses=USES, label: str = 
 def text_embedder(source: str, *, cache: bool = True, cache_dir=None, batch_size: int = 32, device: str = "auto",
                   log=None):
     """The embedder of texts a source names: static, minilm or a local model folder."""
-    from erroranalysis import embedding, static_embedding
+    from erroranalysis.embed import models as embedding
+    from erroranalysis.embed import static as static_embedding
 
     if source == "static":
         embedding.minilm_path()
@@ -125,7 +126,8 @@ def text_embedder(source: str, *, cache: bool = True, cache_dir=None, batch_size
 def folder_embedder(folder: Path, **options):
     """A model2vec folder, or a sentence-transformers / transformers folder whose pooling is the mean (what
     MiniLMEmbedder computes); anything else is refused, naming what was found."""
-    from erroranalysis import embedding, static_embedding
+    from erroranalysis.embed import models as embedding
+    from erroranalysis.embed import static as static_embedding
 
     if not folder.is_dir():
         raise ModelError(f"{folder}: no such model folder; pass static, minilm, hidden, none or a local "

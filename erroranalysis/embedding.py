@@ -12,7 +12,7 @@ Sources, one interface (`embed(frame) -> float32 [n, d]` over rows of prediction
   through a sidecar `<file>.json` (`{"example_ids": [...]}`, the format of a run's own `embeddings.json`).
 
 `erroranalysis.stages.embedders.resolve_embedder(spec, run)` turns a CLI spec (`static`, `minilm`, `hidden`, a
-folder, `FILE.npy`; `erroranalysis.embedder_choice`) into one of these and checks it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
+folder, `FILE.npy`; `erroranalysis.embed.choice`) into one of these and checks it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
 `MiniLMEmbedder.__call__` maps a batch of rows to a batch of vectors, the shape Ray Data's `map_batches` wants.
 """
 
@@ -28,15 +28,15 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from erroranalysis import files
-from erroranalysis.files import cache_root  # noqa: F401  (embedding.cache_root, as before)
-from erroranalysis.errors import DataError, ModelError
-from erroranalysis.libraries import import_model_libraries, quiet_transformers
-from erroranalysis.validation import check_param
+from erroranalysis.core import files
+from erroranalysis.core.errors import DataError, ModelError
+from erroranalysis.core.files import cache_root  # noqa: F401  (embedding.cache_root, as before)
+from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
+from erroranalysis.core.validation import check_param
 
 Progress = Callable[[int, int], None]  # (done, total)
 
-# which embedder each use takes: erroranalysis.embedder_choice (names, the rule, local folders)
+# which embedder each use takes: erroranalysis.embed.choice (names, the rule, local folders)
 
 
 class Embedder(Protocol):
@@ -335,7 +335,7 @@ class PrecomputedEmbedder:
         ids = frame["example_id"].astype(str).tolist()
         missing = [i for i in ids if i not in self.row_of]
         if missing:
-            from erroranalysis.errors import preview
+            from erroranalysis.core.errors import preview
 
             raise DataError(f"{self.sidecar}: no vectors for example ids {preview(missing)}; "
                             "embed every example that is clustered.")

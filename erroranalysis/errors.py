@@ -2,7 +2,7 @@
 
 A `UserError` is the user's to fix: its message is a single line that names the file, line, column or value
 and says how to fix it. The CLI prints it and exits 2. Anything else is our bug and exits 1. Parameter checks
-live in `erroranalysis.validation`.
+live in `erroranalysis.core.validation`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class RunError(UserError):
 
 class ParameterError(UserError):
     """A parameter value out of its allowed range. `param` names the parameter; `flag`, when the parameter is
-    declared (`erroranalysis.params`), the option that sets it, so the CLI names what the user typed."""
+    declared (`erroranalysis.core.params`), the option that sets it, so the CLI names what the user typed."""
 
     def __init__(self, param: str, value, expected: str, flag: str | None = None, none: str | None = None):
         # `none`: what None means, where None is allowed too (the Python API may pass it; a flag not given is it)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 
 _FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 

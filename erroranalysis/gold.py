@@ -1,6 +1,6 @@
 """The gold of each sequence task, read from an eval set's columns into the arrays its metrics take.
 
-- single-label: class names (`erroranalysis.data.map_labels`); a list in the label column is refused here, since
+- single-label: class names (`erroranalysis.sources.table.map_labels`); a list in the label column is refused here, since
   it is multi-label gold for a single-label head, never guessed;
 - multi-label: a multi-hot matrix [n, k] in the model's label order, from a list of names or ids per example, a
   delimited string (`--label-sep`), or one 0/1 column per label (`--label-per-column`);
@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
 
 NONE = "(none)"  # how an example with no gold (or no predicted) label reads in the label/pred columns
 JOIN = " | "  # the label/pred columns of a multi-label run: the set's names in the model's label order

@@ -20,7 +20,7 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.errors import ParameterError
+from erroranalysis.core.errors import ParameterError
 
 # ---------------------------------------------------------------------------------------------------------- rules
 

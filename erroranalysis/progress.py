@@ -3,7 +3,7 @@
 `Reporter.stage(name, total)` is a context manager yielding `advance(n)`. In a terminal it draws a rich bar per
 stage (transient); anywhere else it logs one line when the stage starts, one every `interval` seconds (~10 s) with
 rows done, rate and time left, and one when it ends, from a timer thread, so a stage that reports rarely (or not at
-all: slices) still shows it is alive. The lines go through `logging` (logger `erroranalysis.progress`, set up for
+all: slices) still shows it is alive. The lines go through `logging` (logger `erroranalysis.core.progress`, set up for
 the command line by `configure_logging`), or to `stream` when one is given. `phases(name)` serves callbacks of the
 form `progress(phase, done, total)` (the cluster stage, the memorization check); `as_reporter` turns the older
 `progress(done, total)` functions into a Reporter, so library callers that pass a function keep working.
@@ -27,7 +27,7 @@ log = logging.getLogger(f"{LOGGER}.progress")
 def configure_logging(level: str = "warning", stream: TextIO | None = None) -> None:
     """The command line's logging: progress lines and notes always (plain, on stderr), the library's other
     messages from `level` up, as `level: message`."""
-    from erroranalysis.validation import check_choice
+    from erroranalysis.core.validation import check_choice
 
     check_choice("--log-level", level, LEVELS)
     root = logging.getLogger(LOGGER)

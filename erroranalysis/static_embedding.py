@@ -27,9 +27,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from erroranalysis import files
-from erroranalysis.errors import ModelError
-from erroranalysis.validation import check_param
+from erroranalysis.core import files
+from erroranalysis.core.errors import ModelError
+from erroranalysis.core.validation import check_param
 
 Progress = Callable[[int, int], None]
 
@@ -65,7 +65,7 @@ def weights_file(source: Path) -> Path:
 
 def source_sha256(source: Path) -> str:
     """The source weights' SHA-256, remembered by (path, size, mtime) so later runs do not re-read 90 MB."""
-    from erroranalysis.embedding import cache_root
+    from erroranalysis.embed.models import cache_root
 
     return files.remembered_sha256(weights_file(source), cache_root() / "static" / "hashes")
 
@@ -76,7 +76,7 @@ def settings(pca_dims: int = PCA_DIMS) -> dict:
 
 def model_folder(source: Path, pca_dims: int = PCA_DIMS) -> tuple[Path, dict]:
     """(the cache folder of the static model distilled from `source` with these settings, its description)."""
-    from erroranalysis.embedding import cache_root
+    from erroranalysis.embed.models import cache_root
 
     described = {"source_sha256": source_sha256(source), **settings(pca_dims)}
     digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
@@ -87,7 +87,7 @@ def build_static_model(source: str | Path | None = None, *, pca_dims: int = PCA_
                        log: Callable[[str], None] | None = None) -> Path:
     """The cached model2vec folder distilled from `source` (default: the packaged MiniLM), distilling it on first
     use. Offline: the source is a local folder and model2vec reads nothing else."""
-    from erroranalysis.embedding import minilm_path
+    from erroranalysis.embed.models import minilm_path
 
     check_param("pca_dims", pca_dims, isinstance(pca_dims, int) and 2 <= pca_dims <= 384, "an integer in [2, 384]")
     source = Path(source) if source is not None else minilm_path()
@@ -97,7 +97,7 @@ def build_static_model(source: str | Path | None = None, *, pca_dims: int = PCA_
     check_model2vec()
     if log:
         log(f"distilling the static embedder from {source} (once, about 1.5 minutes on 2 cores): {target}")
-    from erroranalysis.libraries import import_model_libraries, quiet_transformers
+    from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
 
     import_model_libraries()
     from model2vec.distill import distill

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 
 ARROW_SCHEMES = ("s3", "gs", "gcs")  # pyarrow's own filesystems
 FSSPEC_SCHEMES = ("az", "abfs", "abfss")  # through fsspec (adlfs)
@@ -127,7 +127,7 @@ class ObjectPath:
 
 def digest(path) -> dict:
     """{"sha256", "bytes"} of a local file or folder (`files.digest`), or of an object."""
-    from erroranalysis import files
+    from erroranalysis.core import files
 
     return path.digest() if isinstance(path, ObjectPath) else files.digest(path)
 

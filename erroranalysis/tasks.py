@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erroranalysis.errors import ModelError
-from erroranalysis.params import Flag, Float, Params, Rule, Text, is_number, param
+from erroranalysis.core.errors import ModelError
+from erroranalysis.core.params import Flag, Float, Params, Rule, Text, is_number, param
 
 
 @dataclass(frozen=True)

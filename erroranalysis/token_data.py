@@ -15,9 +15,9 @@ from typing import Sequence
 
 import numpy as np
 
-from erroranalysis.data import DataOptions, EvalSet, InMemory, load_eval_set, read_table
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.metrics.tokens import encode_spans
+from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, load_eval_set, read_table
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Sentences:
 def read_sentences(data: str | Path | InMemory, data_opts: DataOptions, tokens_column: str, tags_column: str,
                    spans_column: str, labels: Sequence[str], types: Sequence[str]) -> Sentences:
     """Read and check a token-classification eval set against the model's tags (`labels`) and entity types."""
-    from erroranalysis.data import as_source
+    from erroranalysis.sources.table import as_source
 
     path = as_source(data)
     table = read_table(path, encoding=data_opts.encoding, split=data_opts.split)

@@ -1,14 +1,14 @@
-"""Checks of single values outside a parameter dataclass, in the one message format of `erroranalysis.params`.
+"""Checks of single values outside a parameter dataclass, in the one message format of `erroranalysis.core.params`.
 
-A declared parameter is checked by its dataclass (`erroranalysis.params.Params`); these are for values a function
+A declared parameter is checked by its dataclass (`erroranalysis.core.params.Params`); these are for values a function
 takes directly (a threshold argument, a column count). Each raises a `ParameterError` carrying the parameter's
 name, its value and what was expected.
 """
 
 from __future__ import annotations
 
-from erroranalysis.errors import ParameterError
-from erroranalysis.params import Choice, Float, Int
+from erroranalysis.core.errors import ParameterError
+from erroranalysis.core.params import Choice, Float, Int
 
 
 def check_param(name: str, value, ok: bool, expected: str) -> None:

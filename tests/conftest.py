@@ -136,7 +136,7 @@ def eval_jsonl(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_run(tiny_checkpoint, tmp_path_factory) -> Path:
     """A finished run (inference + metrics, no clustering) of the tiny checkpoint over the tiny eval set."""
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
     folder = tmp_path_factory.mktemp("tiny_run")

@@ -52,14 +52,14 @@ def moto_server():
 
 def make_bucket(name: str) -> None:
     """Create a bucket on the server the environment names."""
-    from erroranalysis.storage import fsspec_filesystem
+    from erroranalysis.core.storage import fsspec_filesystem
 
     fsspec_filesystem("s3").mkdir(name)
 
 
 def upload(local, url: str) -> str:
     """Copy a local file to s3://bucket/key; return the URL."""
-    from erroranalysis.storage import fsspec_filesystem
+    from erroranalysis.core.storage import fsspec_filesystem
 
     fsspec_filesystem("s3").put_file(str(local), url)
     return url

@@ -12,7 +12,7 @@ import pytest
 from conftest import eval_rows, write_jsonl
 
 import erroranalysis as ea
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
 
 PUBLIC = ["__version__", "analyze", "run", "open", "Run", "Metrics", "Comparison", "DataOptions", "SourceParams",
           "GenerationParams", "InferParams", "MetricsParams", "CheckParams", "SliceParams", "ClusterParams",

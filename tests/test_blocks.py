@@ -1,4 +1,4 @@
-"""A Parquet eval set read in row ranges (what Ray workers read, erroranalysis.blocks) gives the rows, ids, line
+"""A Parquet eval set read in row ranges (what Ray workers read, erroranalysis.sources.blocks) gives the rows, ids, line
 numbers and one-line errors of reading the whole file in-process; the driver's scan gives the same data entry."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import LABELS, eval_rows
 
-from erroranalysis import blocks
-from erroranalysis.data import DataOptions, read_eval_set
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.infer.predictions import input_table
+from erroranalysis.sources import blocks
+from erroranalysis.sources.table import DataOptions, read_eval_set
 
 
 def _parquet(path, rows):
@@ -40,7 +40,7 @@ def test_a_bad_value_in_a_block_is_the_in_process_error(tmp_path):
     rows[70]["label"] = "nonsense"
     data = _parquet(tmp_path / "eval.parquet", rows)
     with pytest.raises(DataError) as whole:
-        from erroranalysis.data import map_labels
+        from erroranalysis.sources.table import map_labels
 
         eval_set = read_eval_set(data, DataOptions(id_column="id"))
         map_labels(eval_set.frame["label"].to_numpy(), LABELS, source=str(eval_set.path),

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
 from erroranalysis.infer import output_cells, output_checks
 from erroranalysis.infer.output_cells import parse_check_names, parse_regex, parse_schema, parse_tools, prepare_columns
 from erroranalysis.infer.output_checks import (

@@ -10,7 +10,7 @@ import pytest
 from fake_runs import commit, inferred_run
 
 from erroranalysis import rundir
-from erroranalysis.errors import DataError, ParameterError, RunError
+from erroranalysis.core.errors import DataError, ParameterError, RunError
 from erroranalysis.rundir import create_run
 from erroranalysis.stages.cluster import cluster_run, name_run
 
@@ -426,7 +426,7 @@ def test_minilm_umap_end_to_end_and_cache(tmp_path, monkeypatch):
     assert np.allclose(np.linalg.norm(np.load(run.file(rundir.EMBEDDINGS)), axis=1), 1, atol=1e-4)
 
     # re-clustering never re-embeds: the cache answers every text
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
 
     def refuse(self, *args, **kwargs):
         raise AssertionError("re-embedded a cached text")

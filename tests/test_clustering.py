@@ -19,7 +19,7 @@ from erroranalysis.cluster import (
     relabel_by_size,
     take_out_groups,
 )
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
 
 LABELS = ["alpha", "beta", "gamma"]
 

@@ -11,11 +11,12 @@ import pytest
 from fake_runs import commit, inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis import compare, compare_report, rundir, stages
+from erroranalysis import compare, rundir, stages
 from erroranalysis.cli.app import app
-from erroranalysis.errors import DataError, ParameterError, UserError
+from erroranalysis.core.errors import DataError, ParameterError, UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis.metrics import confusion_counts
+from erroranalysis.report import compare_markdown as compare_report
 
 LABELS = ["business", "sport", "tech"]
 
@@ -46,7 +47,7 @@ def write_run(path: Path, frame: pd.DataFrame, *, labels=LABELS, clusters: dict[
             {"cluster_id": c, "size": int((cid == c).sum()), "name": names.get(c, f"cluster {c}"), "keywords": ["w"],
              "top_confusions": [], "exemplar_ids": []} for c in sorted(set(cid) - {-1})])
     if vectors is not None:
-        from erroranalysis import embedding
+        from erroranalysis.embed import models as embedding
 
         emb = embedding.PrecomputedEmbedder(vectors, frame["example_id"].astype(str).tolist())
         fail = frame[~frame["correct"]]

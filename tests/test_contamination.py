@@ -16,10 +16,10 @@ from conftest import write_jsonl
 from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
+from erroranalysis.core.errors import DataError
 from erroranalysis.datachecks.contamination import chunked, find_contamination, ngrams, normalize, words
 from erroranalysis.datachecks.near_duplicates import exact_pairs, groups, minhash_pairs, precision_recall
 from erroranalysis.datachecks.train_texts import sft_texts
-from erroranalysis.errors import DataError
 from erroranalysis.rundir import Run, readers
 from erroranalysis.stages.data_checks import CheckParams, checks_run
 

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from conftest import eval_rows, write_jsonl
 
-from erroranalysis.data import MAX_CHARS, load_eval_set, map_labels
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core.errors import DataError, ParameterError
+from erroranalysis.sources.table import MAX_CHARS, load_eval_set, map_labels
 
 
 def test_jsonl_maps_columns_and_keeps_metadata(tmp_path):

@@ -9,9 +9,9 @@ import pytest
 from fake_runs import inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis import schemas
 from erroranalysis.cli.app import app
-from erroranalysis.errors import DataError, ParameterError, RunError
+from erroranalysis.core import schemas
+from erroranalysis.core.errors import DataError, ParameterError, RunError
 from erroranalysis.rundir import CHECKS, CHECKS_JSON
 from erroranalysis.rundir.readers import read_checks, read_checks_report, read_predictions
 from erroranalysis.stages.data_checks import checks_run, label_issue_share

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from erroranalysis.checklist.overfit import OverfitParams
 from erroranalysis.cli.app import app
-from erroranalysis.data import DataOptions
-from erroranalysis.errors import DataError, RunError
+from erroranalysis.core.errors import DataError, RunError
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import CheckParams, InferParams
 from erroranalysis.stages.doctor import REPORT_JSON, REPORT_MD
 from erroranalysis.stages.doctor import run_doctor as doctor

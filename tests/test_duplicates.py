@@ -6,6 +6,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from erroranalysis.core.errors import DataError, ParameterError
 from erroranalysis.datachecks.duplicates import (
     duplicate_summary,
     find_duplicates,
@@ -16,7 +17,6 @@ from erroranalysis.datachecks.duplicates import (
     text_keys,
     top_k_neighbors,
 )
-from erroranalysis.errors import DataError, ParameterError
 
 
 def bow_embed(texts, dim=256):

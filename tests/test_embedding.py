@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 from fake_runs import inferred_run
 
-from erroranalysis.embedding import (
+from erroranalysis.core.errors import DataError, ParameterError, RunError
+from erroranalysis.embed.models import (
     EmbeddingCache,
     HiddenStatesEmbedder,
     MiniLMEmbedder,
@@ -14,7 +15,6 @@ from erroranalysis.embedding import (
     describe,
     text_hashes,
 )
-from erroranalysis.errors import DataError, ParameterError, RunError
 from erroranalysis.stages.embedders import resolve_embedder
 
 
@@ -206,7 +206,7 @@ def test_custom_embedder_passes_through(tmp_path):
 
 @pytest.mark.slow
 def test_minilm_real_model():
-    from erroranalysis.embedding import load_minilm
+    from erroranalysis.embed.models import load_minilm
 
     embedder = MiniLMEmbedder()
     texts = ["The striker scored a late goal.", "A late goal from the striker won it.",
@@ -223,7 +223,7 @@ def test_minilm_real_model():
 
 
 def test_check_vectors_rule():
-    from erroranalysis.embedder_choice import plan
+    from erroranalysis.embed.choice import plan
 
     checks = ("label_issues", "duplicates", "leakage", "shift")
     assert plan("auto", has_hidden=True, n_rows=100, uses=checks).source == "hidden"

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from conftest import eval_rows, write_jsonl
 
-from erroranalysis.data import DataOptions
+from erroranalysis.core.errors import ParameterError, RunError
 from erroranalysis.engines import Engine, EngineError
 from erroranalysis.engines.ray_data import check_coverage
-from erroranalysis.errors import ParameterError, RunError
 from erroranalysis.rundir import Run, formats, readers
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
 CHUNK = 40  # rows per chunk (and Ray block): several shards per actor on a small eval set
@@ -232,7 +232,7 @@ def test_blocks_give_every_actor_work():
 @pytest.mark.slow
 def test_minilm_on_ray_gives_the_in_process_vectors(local_ray, monkeypatch):
     """The checks' embedding for predictions brought with analyze: MiniLMEmbedder.__call__ on Ray actors."""
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
     from erroranalysis.engines import ray_data
 
     texts = [r["text"] for r in eval_rows(90)]

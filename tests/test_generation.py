@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from erroranalysis.errors import DataError, ModelError, ParameterError, UserError
+from erroranalysis.core.errors import DataError, ModelError, ParameterError, UserError
 
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
@@ -180,7 +180,7 @@ def test_render_prompt_with_and_without_template(lm, plain_lm_dir):
 
 
 def test_parse_messages():
-    from erroranalysis.chat import parse_messages
+    from erroranalysis.sources.messages import parse_messages
 
     assert parse_messages('[{"role": "user", "content": "hi"}]', "f") == [{"role": "user", "content": "hi"}]
     for bad, why in [("[]", "f: holds an empty list"), ("[{", "f: not valid JSON"), ("hi", "f: holds a str"),
@@ -330,8 +330,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _run(model, data, out, **gen):
-    from erroranalysis.data import DataOptions
     from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams
     from erroranalysis.stages.generate import run_generation
 

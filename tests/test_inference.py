@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import eval_rows, write_jsonl
 
-from erroranalysis.errors import ModelError, ParameterError
+from erroranalysis.core.errors import ModelError, ParameterError
 from erroranalysis.infer.classifier import infer, load_classifier
 
 
@@ -207,8 +207,8 @@ def test_bf16_note_only_on_a_cpu_without_native_bf16(tmp_path):
 
 
 def test_manifest_records_the_precision_that_ran(tiny_checkpoint, eval_jsonl, tmp_path, monkeypatch):
-    from erroranalysis.data import DataOptions
     from erroranalysis.infer import classifier
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
     notes = []
@@ -246,8 +246,8 @@ def test_train_texts_go_through_the_checkpoint_batched_as_the_run_was(tiny_check
                                                                       monkeypatch):
     """The checks embed a train file with the run's own checkpoint, with the batching the manifest recorded (a
     batch size alone, without its token budget, would run 128-row batches of any length)."""
-    from erroranalysis.data import DataOptions
     from erroranalysis.infer import classifier
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, InferParams, checks_run, run_checkpoint
 
     run = run_checkpoint(tiny_checkpoint, eval_jsonl, tmp_path / "run", data_opts=DataOptions(id_column="id"),

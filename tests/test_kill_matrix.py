@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 
 from erroranalysis import rundir
 from erroranalysis.cli.app import app
-from erroranalysis.data import DataOptions
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import Run, readers
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import (
     AfterParams,
     CheckParams,

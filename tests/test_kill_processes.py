@@ -40,7 +40,7 @@ main()
 SLOW_EMBEDDING = """
 import sys, time
 import numpy as np
-import erroranalysis.embedding as e
+import erroranalysis.embed.models as e
 def slow(self, frame, progress=None):
     time.sleep(60)
 e.PrecomputedEmbedder.embed = slow

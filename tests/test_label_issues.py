@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from erroranalysis.core.errors import DataError, ParameterError
 from erroranalysis.datachecks.label_issues import COLUMNS, find_label_issues, neighbor_label_probs, precision_at_k
-from erroranalysis.errors import DataError, ParameterError
 
 CLASSES = ["business", "sport", "tech"]
 

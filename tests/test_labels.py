@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from erroranalysis.errors import ParameterError, UserError
+from erroranalysis.core.errors import ParameterError, UserError
 from erroranalysis.labels import SCHEMA_VERSION, LabelStore, run_key, workspace_db
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from erroranalysis import stages
 from erroranalysis.cli.app import app
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import LabelStore, eventlog
 from erroranalysis.labels.archive import read_archive
 from erroranalysis.labels.eventlog import TABLES

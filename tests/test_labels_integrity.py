@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from ui_fixtures import make_run
 
 from erroranalysis.cli.app import app
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import DamagedError, LabelStore, NameClashError, WriteFailedError, backup
 from erroranalysis.labels.schema import SCHEMA_VERSION
 

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
-from erroranalysis.errors import ParameterError, UserError
+from erroranalysis.core.errors import ParameterError, UserError
 from erroranalysis.labels import WRITERS, LabelStore, ReadOnlyError
 
 WRITES = {

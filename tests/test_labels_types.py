@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import KEEP, LabelStore, fold_name
 
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from ui_fixtures import make_run
 
 from erroranalysis.cli.app import app
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import DEFAULT_DB_NAME, LabelStore, labels_db_for
 from erroranalysis.labels.taxonomy import load
 from erroranalysis.labels.workspace import MAX_LEVELS

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
-from erroranalysis.errors import DataError, ParameterError, UserError
+from erroranalysis.core.errors import DataError, ParameterError, UserError
 from erroranalysis.metrics import bucket_values, calibration, compute_metrics, word_counts
 
 LABELS = ["ant", "bee", "cat", "dog", "eel"]

@@ -11,10 +11,10 @@ import pytest
 from task_fixtures import ML_LABELS, build_head, multilabel_rows, write_jsonl
 from test_cli_run import assert_user_error, invoke
 
-from erroranalysis import gold
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.metrics.multilabel import compute_multilabel_metrics
 from erroranalysis.rundir import Run
+from erroranalysis.sources import gold
 
 
 @pytest.fixture(scope="module")
@@ -220,8 +220,8 @@ def test_planted_group_always_missing_one_label_is_found(ml_checkpoint, tmp_path
 def test_ray_gives_the_in_process_answers(ml_checkpoint, tmp_path):
     """--engine ray on a multi-label head: the workers read the sigmoids as the local engine does."""
     ray = pytest.importorskip("ray")
-    from erroranalysis.data import DataOptions
     from erroranalysis.engines import Engine
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
     data = write_jsonl(tmp_path / "eval.jsonl", multilabel_rows(40))

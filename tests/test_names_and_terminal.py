@@ -12,9 +12,9 @@ from fake_runs import inferred_run
 from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.terminal import visible
 from erroranalysis.labels import LabelStore, NameClashError, fold_name
-from erroranalysis.terminal import visible
 
 CLEAR = "\x1b[2J"
 HOSTILE = ["ok" + CLEAR, "rtl\u202eevil", "nul\x00byte", "zero\u200bwidth"]

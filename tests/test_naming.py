@@ -10,8 +10,8 @@ from erroranalysis.cluster import (
     pick_keywords,
     short_text,
 )
-from erroranalysis.errors import ParameterError
-from erroranalysis.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
+from erroranalysis.core.errors import ParameterError
+from erroranalysis.core.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
 
 
 def failures_frame():

@@ -12,10 +12,10 @@ import pytest
 from conftest import eval_rows, write_jsonl
 from object_store import KEY, SECRET, s3, upload  # noqa: F401 (s3: the fixture)
 
-from erroranalysis.data import DataOptions
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.storage import ObjectPath, is_url
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
-from erroranalysis.storage import ObjectPath, is_url
 
 AFTER = AfterParams(checks=None, slices=None, cluster=None)
 
@@ -76,8 +76,8 @@ def test_a_run_published_to_s3_commits_with_its_manifest_and_is_fetched_whole(s3
                                                                              monkeypatch):
     from test_cli_run import invoke
 
+    from erroranalysis.core.storage import fsspec_filesystem
     from erroranalysis.rundir import Run, remote
-    from erroranalysis.storage import fsspec_filesystem
 
     monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
     data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(40))
@@ -120,9 +120,9 @@ def test_a_run_published_to_s3_commits_with_its_manifest_and_is_fetched_whole(s3
 
 @pytest.mark.parametrize("name", ["../outside.txt", "/etc/passwd", "a/../../b"])
 def test_a_manifest_that_names_a_path_outside_the_run_is_refused_on_fetch(s3, tmp_path, name):
+    from erroranalysis.core.storage import fsspec_filesystem
     from erroranalysis.rundir import remote
     from erroranalysis.rundir.confine import OutsideError
-    from erroranalysis.storage import fsspec_filesystem
 
     url = f"s3://evals/bad/{abs(hash(name))}"
     fsspec_filesystem("s3").pipe(f"{url}/manifest.json", json.dumps(

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from erroranalysis.checklist.overfit import overfit_check
 from erroranalysis.checklist.overfit_diagnosis import ascii_curve
 from erroranalysis.cli.app import app
-from erroranalysis.errors import DataError, ModelError, ParameterError
+from erroranalysis.core.errors import DataError, ModelError, ParameterError
 
 FILLER = ("the a of to and in is it that was for on are with as at be this have from movie film plot actor "
           "scene story music time people way day man world life").split()

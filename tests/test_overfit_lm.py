@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from erroranalysis.checklist.overfit import OverfitParams, overfit_check
 from erroranalysis.checklist.sft_rows import IGNORE, encode_row
 from erroranalysis.cli.app import app
-from erroranalysis.errors import ParameterError
+from erroranalysis.core.errors import ParameterError
 
 ANIMALS = ["fox", "dog", "cat", "cow", "owl", "bee", "elk", "ram"]
 

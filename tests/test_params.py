@@ -1,6 +1,6 @@
 """Each parameter is declared once, and every command that offers it takes it from that declaration.
 
-The parameter dataclasses (`erroranalysis.params.Params`) hold each parameter's rule, default, help and flag; the
+The parameter dataclasses (`erroranalysis.core.params.Params`) hold each parameter's rule, default, help and flag; the
 CLI derives its options from them (`erroranalysis.cli.options`). These tests hold the rules a reader relies on:
 every field is declared and its default obeys its own rule; a command's options are exactly its groups' fields,
 with the declared flag, default and help; no command declares by hand a flag a parameter owns; every stage
@@ -19,20 +19,20 @@ from erroranalysis import stages
 from erroranalysis.checklist.overfit import OverfitParams
 from erroranalysis.cli import app as cli_app
 from erroranalysis.cli import options
-from erroranalysis.sft import SftParams
 from erroranalysis.cli import stage_groups as groups
 from erroranalysis.cluster import ClusteringParams, NamingParams
 from erroranalysis.compare import CompareParams
-from erroranalysis.data import DataOptions
+from erroranalysis.core.errors import ParameterError
+from erroranalysis.core.params import Params
 from erroranalysis.engines import Engine
-from erroranalysis.errors import ParameterError
 from erroranalysis.infer.generation import GenerationParams
-from erroranalysis.labels.matching import MatchParams
-from erroranalysis.params import Params
-from erroranalysis.slices import FeatureParams, SearchParams
-from erroranalysis.generations import SourceParams
 from erroranalysis.infer.scorers import ScorerParams
 from erroranalysis.integrations.trackers import TrackerParams
+from erroranalysis.labels.matching import MatchParams
+from erroranalysis.sft import SftParams
+from erroranalysis.slices import FeatureParams, SearchParams
+from erroranalysis.sources.generations import SourceParams
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.timeline import TrackParams
 
 DECLARED = [ClusteringParams, NamingParams, SearchParams, FeatureParams, stages.ClusterParams, stages.SliceParams,
@@ -195,7 +195,7 @@ def test_a_flag_shared_by_groups_sets_each_of_them():
 
 
 def test_two_meanings_of_one_flag_are_refused_when_the_command_is_built():
-    from erroranalysis.params import Int, param
+    from erroranalysis.core.params import Int, param
 
     @dataclasses.dataclass(frozen=True)
     class Other(Params):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from erroranalysis.progress import Reporter, as_reporter, duration
+from erroranalysis.core.progress import Reporter, as_reporter, duration
 
 
 class Clock:
@@ -53,10 +53,10 @@ def test_the_timer_writes_while_a_stage_runs_without_rows():
 
 
 def test_lines_go_through_logging_when_no_stream_is_given():
-    """The command line's lines: logged (logger erroranalysis.progress), shown at any --log-level but error."""
+    """The command line's lines: logged (logger erroranalysis.core.progress), shown at any --log-level but error."""
     import logging
 
-    from erroranalysis.progress import configure_logging
+    from erroranalysis.core.progress import configure_logging
 
     out = io.StringIO()
     configure_logging("warning", stream=out)

@@ -20,10 +20,10 @@ from conftest import eval_rows
 from object_store import s3, upload  # noqa: F401 (s3: the fixture)
 from test_engines import assert_same, ray_warnings
 
-from erroranalysis.data import DataOptions
+from erroranalysis.core.errors import DataError, RunError
 from erroranalysis.engines import Engine, EngineError
-from erroranalysis.errors import DataError, RunError
 from erroranalysis.rundir import Run, readers
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
 pytest.importorskip("ray")
@@ -35,9 +35,8 @@ AFTER = AfterParams(checks=None, slices=None, cluster=None)
 
 @pytest.fixture(scope="module")
 def cluster(s3):  # noqa: F811
-    from ray.cluster_utils import Cluster
-
     import ray
+    from ray.cluster_utils import Cluster
 
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     nodes.add_node(num_cpus=1)
@@ -97,7 +96,7 @@ def test_two_nodes_reading_s3_give_the_in_process_answers(cluster, tiny_checkpoi
 ])
 def test_a_bad_value_in_a_later_block_is_the_in_process_error(cluster, tiny_checkpoint, tmp_path, monkeypatch,
                                                               bad, says):
-    from erroranalysis import blocks
+    from erroranalysis.sources import blocks
 
     monkeypatch.setattr(blocks, "HEAD_ROWS", 20)  # the driver checks 20 rows first; a worker finds row 201
     rows = eval_rows(240)

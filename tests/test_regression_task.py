@@ -12,11 +12,11 @@ import pytest
 from task_fixtures import build_head, regression_rows, write_jsonl
 from test_cli_run import assert_user_error, invoke
 
-from erroranalysis.errors import DataError
-from erroranalysis.gold import regression_gold
+from erroranalysis.core.errors import DataError
 from erroranalysis.infer.predictions import Reading, within, worst_decile
 from erroranalysis.metrics.regression import compute_regression_metrics
 from erroranalysis.rundir import Run
+from erroranalysis.sources.gold import regression_gold
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_compare_needs_one_failure_rule(rg_checkpoint, tmp_path):
 def test_trainer_callback_refuses_a_regression_model_in_memory(rg_checkpoint):
     from transformers import AutoModelForSequenceClassification
 
-    from erroranalysis.errors import ModelError
+    from erroranalysis.core.errors import ModelError
     from erroranalysis.stages.steps import refuse_other_heads
 
     model = AutoModelForSequenceClassification.from_pretrained(rg_checkpoint)

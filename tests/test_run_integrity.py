@@ -14,7 +14,7 @@ import pytest
 from fake_runs import commit, inferred_run
 
 from erroranalysis import rundir
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import Run
 
 LABELS = ["a", "b"]

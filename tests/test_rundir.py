@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 from fake_runs import commit, inferred_run
 
-from erroranalysis import files, rundir
-from erroranalysis.errors import RunError
+from erroranalysis import rundir
+from erroranalysis.core import files
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import Run, create_run, readers
 from erroranalysis.rundir.migrate import migrate_run
 

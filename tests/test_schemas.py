@@ -1,4 +1,4 @@
-"""Each run-directory table is declared once (erroranalysis.schemas): the stages write no column it does not declare,
+"""Each run-directory table is declared once (erroranalysis.core.schemas): the stages write no column it does not declare,
 the readers hand back its list columns as lists, and the docs list the same columns."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from ui_fixtures import make_run
 
-from erroranalysis import rundir, schemas
+from erroranalysis import rundir
+from erroranalysis.core import schemas
 from erroranalysis.rundir import readers
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -221,7 +221,7 @@ def test_run_generation_with_t5(t5_dir, tmp_path, monkeypatch):
 
 def test_detection_takes_encoder_decoders_as_generation(t5_dir, bart_dir):
     from erroranalysis import tasks
-    from erroranalysis.errors import ModelError
+    from erroranalysis.core.errors import ModelError
     from erroranalysis.infer.classifier import read_config
 
     for folder in (t5_dir, bart_dir):
@@ -239,10 +239,10 @@ def test_the_trainer_callback_and_timeline_take_a_t5_in_training(t5_dir, tmp_pat
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Trainer, TrainingArguments
 
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
     from erroranalysis.infer.generation import GenerationParams
     from erroranalysis.integrations import attach
     from erroranalysis.rundir import Run
+    from erroranalysis.sources.table import DataOptions
 
     transformers.logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(t5_dir)

@@ -6,9 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from erroranalysis import sft
-from erroranalysis.errors import DataError, ParameterError
 from sft_fixtures import (
     CLEAN_CONV_PAIRS,
     CLEAN_MESSAGES,
@@ -18,6 +15,9 @@ from sft_fixtures import (
     tokenizer,
     write_jsonl,
 )
+
+from erroranalysis import sft
+from erroranalysis.core.errors import DataError, ParameterError
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,9 @@ import pytest
 from sft_fixtures import CLEAN_MESSAGES, CLEAN_PAIRS, conversation, save_tokenizer, tokenizer, write_jsonl
 from typer.testing import CliRunner
 
-from erroranalysis import rundir, schemas, stages
+from erroranalysis import rundir, stages
 from erroranalysis.cli.app import app
+from erroranalysis.core import schemas
 
 PLANTED = CLEAN_MESSAGES + [{"messages": conversation(a="")}, CLEAN_MESSAGES[0],
                             {"messages": conversation(a="The capital of France is Paris. " * 10)}]
@@ -192,7 +193,7 @@ def test_python_api_takes_a_dataframe_and_the_same_params(world, tmp_path):
     assert result.summary["counts"]["duplicate_row"] == 1 and result.summary["mode"] == "assistant-only"
     run = rundir.Run.open(tmp_path / "api")
     assert run.manifest["data"]["path"] == "DataFrame" and len(run.manifest["data"]["sha256"]) == 64
-    from erroranalysis.errors import ParameterError
+    from erroranalysis.core.errors import ParameterError
 
     with pytest.raises(ParameterError, match="mode='nope' is invalid"):
         ea.sft_check(world["tok"], frame, out=tmp_path / "bad", params={"mode": "nope"})

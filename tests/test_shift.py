@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from erroranalysis.core.errors import DataError, ParameterError
 from erroranalysis.datachecks.shift import class_balance, moved_words, shift_report, words
-from erroranalysis.errors import DataError, ParameterError
 
 VOCAB = [f"word{i}" for i in range(300)]
 

@@ -11,8 +11,9 @@ import typer
 from fake_runs import inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis import files, rundir, schemas
-from erroranalysis.errors import ParameterError, RunError
+from erroranalysis import rundir
+from erroranalysis.core import files, schemas
+from erroranalysis.core.errors import ParameterError, RunError
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, create_run
 from erroranalysis.rundir.readers import read_slices
 from erroranalysis.stages.slices import slices_run

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from erroranalysis import schemas
 from erroranalysis import slices as sl
-from erroranalysis.errors import DataError, ParameterError
+from erroranalysis.core import schemas
+from erroranalysis.core.errors import DataError, ParameterError
 from erroranalysis.slices import _merge
 
 FILLER = [f"w{i}" for i in range(120)]

@@ -9,9 +9,10 @@ import pytest
 from fake_runs import inferred_run
 from typer.testing import CliRunner
 
-from erroranalysis import embedder_choice, static_embedding
 from erroranalysis.cli.app import app
-from erroranalysis.errors import DataError, ModelError, ParameterError
+from erroranalysis.core.errors import DataError, ModelError, ParameterError
+from erroranalysis.embed import choice as embedder_choice
+from erroranalysis.embed import static as static_embedding
 from erroranalysis.rundir import readers
 from erroranalysis.stages.cluster import ClusterParams
 from erroranalysis.stages.data_checks import CheckParams, checks_run
@@ -30,7 +31,7 @@ def tiny_source(tmp_path_factory):
     """The packaged MiniLM's config and tokenizer with one small layer of random weights (a real config, fast)."""
     from transformers import AutoConfig, AutoTokenizer, BertModel
 
-    from erroranalysis.embedding import minilm_path
+    from erroranalysis.embed.models import minilm_path
 
     folder = tmp_path_factory.mktemp("tiny-minilm")
     config = AutoConfig.from_pretrained(minilm_path(), local_files_only=True)
@@ -166,7 +167,7 @@ def test_above_the_minilm_limit_label_issues_go_without_vectors_and_say_so(tmp_p
     monkeypatch.setattr(embedder_choice, "MINILM_MAX_ROWS", 10)
     run = small_run(tmp_path / "run")
     notes = []
-    from erroranalysis.progress import as_reporter
+    from erroranalysis.core.progress import as_reporter
 
     reporter = as_reporter(None)
     monkeypatch.setattr(type(reporter), "note", lambda self, message: notes.append(message))

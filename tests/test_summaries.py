@@ -1,4 +1,4 @@
-"""The counts the app's pages show (erroranalysis.summaries), on a run the stages made and a real labels store,
+"""The counts the app's pages show (erroranalysis.report.summaries), on a run the stages made and a real labels store,
 checked against counts made example by example from the run's own files. No Streamlit."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from ui_fixtures import make_run
 
-from erroranalysis import stages, summaries
+from erroranalysis import stages
 from erroranalysis.labels import LabelStore
+from erroranalysis.report import summaries
 from erroranalysis.rundir import readers
 
 

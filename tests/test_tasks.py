@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from erroranalysis import tasks
-from erroranalysis.errors import ModelError
+from erroranalysis.core.errors import ModelError
 
 
 def seq(problem=None, k=3, arch="BertForSequenceClassification"):

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ui_fixtures import make_run
 
 from erroranalysis import stages
-from erroranalysis.errors import DataError, ParameterError, RunError, UserError
+from erroranalysis.core.errors import DataError, ParameterError, RunError, UserError
 from erroranalysis.labels import LabelStore, taxonomy
 from erroranalysis.rundir import Run, readers
 from erroranalysis.stages import export as export_stage
@@ -223,8 +223,9 @@ def test_export_of_a_run_whose_cluster_stage_was_killed_says_what_it_lacks(tmp_p
     import pandas as pd
     from fake_runs import inferred_run
 
-    from erroranalysis import files, rundir
+    from erroranalysis import rundir
     from erroranalysis.cli.app import app
+    from erroranalysis.core import files
 
     frame = pd.DataFrame({"example_id": [f"e{i}" for i in range(12)], "text": ["t"] * 12, "label": ["a", "b"] * 6,
                           "pred": ["a"] * 12})

@@ -12,9 +12,10 @@ from fake_runs import commit, inferred_run
 from test_compare import LABELS, write_run, wrong
 from typer.testing import CliRunner
 
-from erroranalysis import rundir, schemas, stages
+from erroranalysis import rundir, stages
 from erroranalysis.cli.app import app
-from erroranalysis.errors import DataError, ParameterError, RunError, UserError
+from erroranalysis.core import schemas
+from erroranalysis.core.errors import DataError, ParameterError, RunError, UserError
 from erroranalysis.labels import LabelStore, matching
 from erroranalysis.stages import suggestions as suggestions_stage
 

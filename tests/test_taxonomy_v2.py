@@ -13,7 +13,7 @@ from ui_fixtures import make_run
 
 from erroranalysis import stages
 from erroranalysis.cli.app import app
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.labels import MAX_NAME, LabelStore, taxonomy
 from erroranalysis.labels.importing import import_taxonomy, load_taxonomy
 from erroranalysis.rundir import Run

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from erroranalysis import rundir, stages
 from erroranalysis.cli.app import app
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import LabelStore, labels_db_for
 from erroranalysis.rundir import Run, readers
 

@@ -145,7 +145,7 @@ def _raw_rows(rows: list[dict]) -> list[dict]:
 
 def test_raw_text_with_character_spans(model_dir, tmp_path):
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
 
     rng = random.Random(1)
     rows = [sentence(rng, i) for i in range(8)]
@@ -221,7 +221,7 @@ def test_tags_as_ids_and_iobes_model(tmp_path):
         rows.append({**r, "tags": [iobes.index(t) for t in tags]})
     data = write_sentences(tmp_path / "eval.jsonl", rows=rows)
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
 
     run = stages.run_token_classification(model, data, tmp_path / "run", data_opts=DataOptions(id_column="id"),
                                           after=stages.AfterParams(checks=None, slices=None, cluster=None))
@@ -239,7 +239,7 @@ def test_planted_type_confusion_is_found_as_a_slice_and_a_cluster(tmp_path):
     from token_fixtures import fine_tune, planted_sentence
 
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
 
     rng = random.Random(0)
     model = build_tiny_token_classifier(tmp_path / "model")
@@ -294,7 +294,7 @@ def test_python_api_and_cli_take_the_same_parameters(model_dir, tmp_path):
 
 def test_detection_names_token_classification():
     from erroranalysis import tasks
-    from erroranalysis.errors import ModelError
+    from erroranalysis.core.errors import ModelError
 
     config = {"architectures": ["BertForTokenClassification"], "id2label": dict(enumerate(TAGS))}
     assert tasks.detect(config) == "token-classification"
@@ -304,7 +304,7 @@ def test_detection_names_token_classification():
 
 def test_train_marks_seen_surfaces_and_export_report_work(model_dir, tmp_path):
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
 
     rng = random.Random(5)
     rows = [sentence(rng, i) for i in range(10)]

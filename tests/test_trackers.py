@@ -149,8 +149,8 @@ def test_the_trainer_callback_reaches_mlflow_grouped_as_elsewhere(tmp_path, trac
     from test_trainer_callback import FAST, make_trainer
 
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
     from erroranalysis.integrations import attach
+    from erroranalysis.sources.table import DataOptions
 
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "trainer")
     data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(60))

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from erroranalysis import rundir, stages
 from erroranalysis.cli.app import app
-from erroranalysis.data import DataOptions
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.integrations import IncrementalReducer
 from erroranalysis.labels import labels_db_for
 from erroranalysis.rundir import Run
+from erroranalysis.sources.table import DataOptions
 
 FAST = stages.AfterParams(checks=None, cluster=stages.ClusterParams(reducer="pca", layout="pca", min_failures=5))
 
@@ -244,7 +244,7 @@ def test_the_reducer_is_reused_while_the_failures_overlap_and_refitted_after(bas
 
 
 def test_memory_embedder_embeds_each_text_once(monkeypatch, tmp_path):
-    from erroranalysis import embedding
+    from erroranalysis.embed import models as embedding
     from erroranalysis.integrations import MemoryMiniLM
 
     monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from erroranalysis.checklist.training import diagnose, training_report
 from erroranalysis.checklist.training_log import find_log, load_training_log
 from erroranalysis.cli.app import app
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 
 STEPS = np.arange(10, 1001, 10)
 

@@ -442,7 +442,7 @@ def test_taxonomy_page_counts_and_downloads(start, db, workspace):
 
 
 def test_runs_outside_the_folder_are_refused(workspace, tmp_path):
-    from erroranalysis.errors import RunError
+    from erroranalysis.core.errors import RunError
 
     with pytest.raises(RunError, match="not a run"):
         data.run_dir(workspace, "../elsewhere")

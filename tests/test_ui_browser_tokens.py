@@ -19,7 +19,7 @@ PAGES = {"Runs": "Runs", "Overview": "Overview", "Confusion matrix": "Confusion 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
 
     pytest.importorskip("playwright")
     folder = tmp_path_factory.mktemp("tokbrowser")

@@ -21,7 +21,8 @@ from fake_runs import commit
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
-from erroranalysis import files, rundir, stages
+from erroranalysis import rundir, stages
+from erroranalysis.core import files
 from erroranalysis.labels import LabelStore
 from erroranalysis.rundir import Run, readers
 from erroranalysis.rundir.readers import OutsideError

@@ -8,9 +8,9 @@ from conftest import eval_rows, write_jsonl
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import FAKE, make_run
 
-from erroranalysis.data import DataOptions
 from erroranalysis.rundir import Run
 from erroranalysis.rundir.readers import read_checks_report
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import run_doctor
 
 

@@ -110,8 +110,8 @@ def test_timeline_page_in_a_real_browser_on_a_real_callback_run(tmp_path):
     from conftest import eval_rows, write_jsonl
     from playwright.sync_api import sync_playwright
 
-    from erroranalysis.data import DataOptions
     from erroranalysis.integrations import attach
+    from erroranalysis.sources.table import DataOptions
 
     data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(60))
     trainer = make_trainer(tmp_path)

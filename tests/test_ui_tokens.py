@@ -16,7 +16,7 @@ PAGES = ("runs", "overview", "confusion", "clusters", "slices", "compare", "labe
 @pytest.fixture(scope="module")
 def token_run(tmp_path_factory) -> Path:
     from erroranalysis import stages
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
 
     folder = tmp_path_factory.mktemp("tokui")
     model = build_tiny_token_classifier(folder / "model")
@@ -50,9 +50,8 @@ def _select_rows(at, rows: list[int]):
 
 
 def test_label_page_lists_error_spans_and_marks_the_sentence(app, token_run):
-    from erroranalysis_ui.eaui import state
-
     from erroranalysis.rundir import Run, readers
+    from erroranalysis_ui.eaui import state
 
     spans = readers.read_spans(Run.open(token_run))
     go(app, "label")

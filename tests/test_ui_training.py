@@ -15,9 +15,10 @@ from conftest import eval_rows, write_jsonl
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import make_run
 
-from erroranalysis import files, rundir
+from erroranalysis import rundir
 from erroranalysis.checklist.training import diagnose
 from erroranalysis.checklist.training_log import read_trainer_state
+from erroranalysis.core import files
 from erroranalysis_ui.eaui import charts, state
 
 
@@ -52,7 +53,7 @@ def point_model_at(run_dir: Path, folder: str) -> None:
 
 def checkpoint_run(checkpoint: Path, data: Path, out: Path):
     """`erroranalysis run` with the checkpoint (inference and metrics only)."""
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
     return run_checkpoint(checkpoint, data, out, data_opts=DataOptions(id_column="id"),

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from erroranalysis import stages
 from erroranalysis.cli.app import app
-from erroranalysis.data import DataOptions
 from erroranalysis.integrations.watch import Watcher, checkpoint_ready
 from erroranalysis.labels import labels_db_for
 from erroranalysis.rundir import Run
+from erroranalysis.sources.table import DataOptions
 
 runner = CliRunner()
 FAST = stages.AfterParams(checks=None, slices=None,

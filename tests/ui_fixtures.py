@@ -174,7 +174,7 @@ def analyze_frame(path: str | Path, frame, *, seed: int = 0, checks: bool = True
                   cluster: bool = True):
     """`erroranalysis analyze` on `frame` (id, text, label, pred, optional prob_<label>, metadata), written beside
     the run under `.inputs/` (a hidden folder, which the app does not list), then the stages that follow."""
-    from erroranalysis.data import DataOptions
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, MetricsParams, analyze_predictions
 
     path = Path(path)
@@ -204,8 +204,8 @@ def finish_run(run_dir: str | Path, *, seed: int = 0, checks: bool = True, slice
 def make_generation_run(path: str | Path, model_dir: str | Path, *, n: int = 24, seed: int = 0):
     """A generation run of the causal LM at `model_dir` (see `tiny_causal_lm`) over n JSON-answer prompts,
     then checks, slices and clusters as `erroranalysis run --task generation` runs them."""
-    from erroranalysis.data import DataOptions
     from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, MetricsParams, run_generation
 
     path = Path(path)

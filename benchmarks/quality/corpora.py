@@ -76,7 +76,7 @@ def load(name: str) -> pd.DataFrame:
 
 
 def _cache_file(name: str, texts: list[str], what: str) -> Path:
-    from erroranalysis.embedding import cache_root
+    from erroranalysis.embed.models import cache_root
 
     digest = hashlib.sha256("\x1e".join(texts).encode()).hexdigest()[:16]
     folder = cache_root() / "bench"
@@ -89,14 +89,14 @@ def embeddings(name: str, frame: pd.DataFrame, embedder: str = "minilm") -> np.n
     static model distilled from it ("static"; "static-<pca dims>" for other settings)."""
     texts = frame["text"].tolist()
     if embedder.startswith("static"):
-        from erroranalysis.static_embedding import PCA_DIMS, StaticEmbedder
+        from erroranalysis.embed.static import PCA_DIMS, StaticEmbedder
 
         dims = int(embedder.split("-")[1]) if "-" in embedder else PCA_DIMS
         return StaticEmbedder(pca_dims=dims).embed_texts(texts)  # ~10,000 texts/s: not worth a file
     file = _cache_file(name, texts, "minilm")
     if file.exists():
         return np.load(file)
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
 
     vectors = MiniLMEmbedder().embed_texts(texts).astype(np.float32)
     np.save(file, vectors)

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis.api.results import Comparison, Metrics, Run
-from erroranalysis.data import DataOptions, InMemory
-from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GenerationParams
+from erroranalysis.sources.generations import SourceParams
+from erroranalysis.sources.table import DataOptions, InMemory
 from erroranalysis.stages import (
     AfterParams,
     CheckParams,
@@ -103,7 +103,7 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
     `generation` (GenerationParams) and `tokens` (TokenParams: a token classifier's columns, aggregation, tag scheme;
     its error spans are what slices and clusters group) say how it runs."""
     from erroranalysis import stages
-    from erroranalysis.validation import check_choice
+    from erroranalysis.core.validation import check_choice
 
     check_choice("task", task, RUN_TASKS)
     task = stages.resolve_task(model, task)
@@ -144,7 +144,7 @@ def sft_check(model: str | Path, data, *, out: str | Path | None = None, params=
 
 
 def _check_task(task: str) -> None:
-    from erroranalysis.validation import check_choice
+    from erroranalysis.core.validation import check_choice
 
     check_choice("task", task, TASKS)
 
@@ -157,7 +157,7 @@ def _params(cls, value):
         return cls.of(**value)
     if isinstance(value, cls):
         return value
-    from erroranalysis.errors import ParameterError
+    from erroranalysis.core.errors import ParameterError
 
     raise ParameterError(cls.__name__, value, f"a {cls.__name__}, a dict of its fields, or None")
 
@@ -189,7 +189,7 @@ def _source(data):
         return InMemory(data.to_pandas(), name="Dataset")
     if isinstance(data, (list, tuple)) and all(isinstance(r, dict) for r in data):
         return InMemory(pd.DataFrame.from_records(list(data)), name="list of dicts")
-    from erroranalysis.errors import DataError
+    from erroranalysis.core.errors import DataError
 
     raise DataError(f"data of type {type(data).__name__} is not an eval set; pass a pandas DataFrame, a "
                     "datasets.Dataset, a list of dicts or a file path.")
@@ -203,7 +203,7 @@ def _out(out, kind: str) -> Path:
 
 
 def _progress(show: bool):
-    from erroranalysis.progress import reporter
+    from erroranalysis.core.progress import reporter
 
     return reporter() if show else None
 

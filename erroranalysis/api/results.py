@@ -17,7 +17,7 @@ import pandas as pd
 
 from erroranalysis.api import summary_html
 from erroranalysis.compare import CompareParams, Report
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import Run as RunDirectory
 from erroranalysis.rundir import readers
 

@@ -3,7 +3,7 @@ confusion matrix and the top clusters; small and without scripts (the full page 
 
 from __future__ import annotations
 
-from erroranalysis import compare_report
+from erroranalysis.report import compare_markdown as compare_report
 from erroranalysis.report import esc, table
 
 TOP_CLUSTERS = 8

@@ -5,7 +5,7 @@ Pure functions over the results the stages made; the training-log sections are t
 from __future__ import annotations
 
 from erroranalysis.checklist.doctor_report import Section, findings_summary, md_table, num, snippet, status_of
-from erroranalysis.findings import Finding
+from erroranalysis.core.findings import Finding
 
 LOW_PASS_RATE = 0.5
 LENGTH_STOPS_NOTABLE = 0.2  # share of failures that stopped at max_new_tokens worth a finding

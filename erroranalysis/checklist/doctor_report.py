@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from erroranalysis.findings import SEVERITIES, Finding
+from erroranalysis.core.findings import SEVERITIES, Finding
 
 TRAINING_CHECKS = ("non_finite", "loss_not_decreasing", "divergence", "grad_spike", "lr_zero", "lr_constant",
                    "lr_no_warmup", "lr_no_decay")

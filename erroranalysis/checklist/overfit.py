@@ -31,9 +31,9 @@ from erroranalysis.checklist.overfit_diagnosis import (
     LOSS_TARGET,
     diagnose,
 )
-from erroranalysis.findings import Finding
+from erroranalysis.core.findings import Finding
+from erroranalysis.core.params import SEED, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.infer import runtime
-from erroranalysis.params import SEED, Flag, Float, Int, Params, Text, param, spec_field
 
 TASKS = ("classification", "generation")
 DEFAULT_MAX_LENGTH = {"classification": 64, "generation": 512}
@@ -164,10 +164,9 @@ def overfit_check(model, data, params: OverfitParams = OverfitParams(), *, data_
     mirror a training setup that freezes them (e.g. "^bert\\." for a BERT encoder). `params` (keyword values
     override it): see `OverfitParams`; `data_opts` (a DataOptions): the columns of `data`.
     """
-    from erroranalysis.data import DataOptions, map_labels, read_eval_set
+    from erroranalysis.core.validation import check_choice
     from erroranalysis.infer.classifier import Classifier, load_classifier
-
-    from erroranalysis.validation import check_choice
+    from erroranalysis.sources.table import DataOptions, map_labels, read_eval_set
 
     check_choice("task", task, TASKS)
     params = params.replace(**values) if values else params

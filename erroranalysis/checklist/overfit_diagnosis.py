@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from erroranalysis.errors import preview
-from erroranalysis.findings import SEVERITIES, Finding
+from erroranalysis.core.errors import preview
+from erroranalysis.core.findings import SEVERITIES, Finding
 
 ACCURACY_TARGET = 0.99
 LOSS_TARGET = 0.1

@@ -44,7 +44,7 @@ from erroranalysis.checklist.overfit import (
 )
 from erroranalysis.checklist.overfit_diagnosis import ACCURACY_TARGET, LOSS_TARGET
 from erroranalysis.checklist.sft_rows import IGNORE, Example, encode_row, input_facts, shuffle_answers, through_eos
-from erroranalysis.findings import Finding
+from erroranalysis.core.findings import Finding
 
 LORA_RANK = 16
 EVAL_BATCH = 16
@@ -88,8 +88,8 @@ def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(), *, da
     """Fine-tune a copy of the causal LM `model` (a folder, a .gguf file or a loaded `CausalLM`) on `params.n` SFT
     rows of `data` and report whether it memorizes their answers (see the module's docstring)."""
     from erroranalysis.checklist.overfit_diagnosis import diagnose_lm
-    from erroranalysis.data import read_table
     from erroranalysis.infer.causal_lm import CausalLM, load_causal_lm
+    from erroranalysis.sources.table import read_table
 
     encoding = getattr(data_opts, "encoding", "utf-8") if data_opts is not None else "utf-8"
     split = getattr(data_opts, "split", None) if data_opts is not None else None

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from erroranalysis.chat import parse_messages
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.sources.messages import parse_messages
 
 IGNORE = -100
 

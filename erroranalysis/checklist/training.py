@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis.checklist.training_log import SIGNAL_NAMES, Signal, TrainingLog
-from erroranalysis.findings import SEVERITIES, Finding
+from erroranalysis.core.findings import SEVERITIES, Finding
 
 
 def find_non_finite(log: TrainingLog) -> list[Finding]:

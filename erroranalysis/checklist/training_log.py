@@ -14,8 +14,8 @@ from typing import Iterable
 
 import numpy as np
 
-from erroranalysis.data import json_lines
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.sources.table import json_lines
 
 # Signal name -> field names, columns or TensorBoard tags that hold it (compared in lower case).
 ALIASES = {

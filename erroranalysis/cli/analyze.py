@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Analyze predictions made elsewhere: metrics, data checks, slices and failure clusters, in a run."""
         from erroranalysis import stages
-        from erroranalysis.progress import reporter
-        from erroranalysis.validation import check_choice
+        from erroranalysis.core.progress import reporter
+        from erroranalysis.core.validation import check_choice
 
         check_choice("--task", task, TASKS)
         trackers.require()

@@ -105,7 +105,7 @@ def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
-    from erroranalysis import progress
+    from erroranalysis.core import progress
 
     if debug:
         os.environ["ERRORANALYSIS_DEBUG"] = "1"
@@ -117,7 +117,7 @@ def main() -> None:
     import signal
     import sys
 
-    from erroranalysis import libraries
+    from erroranalysis.core import libraries
     from erroranalysis.rundir import run as rundir_run
 
     libraries.FREEZE = True  # this process ends with its command: what torch and transformers made may be frozen

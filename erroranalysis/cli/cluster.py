@@ -29,7 +29,7 @@ def cluster(
 ) -> None:
     """Cluster a run's failing examples into named error types."""
     from erroranalysis import stages
-    from erroranalysis.progress import reporter
+    from erroranalysis.core.progress import reporter
 
     if names_only:
         summary = stages.name_run(run_dir, cluster)

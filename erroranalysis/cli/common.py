@@ -28,7 +28,7 @@ def print_json(obj) -> None:
     """The one form of `--json` output: strict JSON (NaN as null) on stdout."""
     import json
 
-    from erroranalysis.files import jsonable
+    from erroranalysis.core.files import jsonable
 
     typer.echo(json.dumps(jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False))
 
@@ -36,13 +36,13 @@ def print_json(obj) -> None:
 def write_json_out(path: Path | None, obj) -> None:
     """`--json-out FILE`: the result written atomically; a folder is refused before any work (`check_json_out`)."""
     if path is not None:
-        from erroranalysis import files
+        from erroranalysis.core import files
 
         files.write_json(path, obj)
 
 
 def check_json_out(path: Path | None) -> None:
-    from erroranalysis.validation import check_param
+    from erroranalysis.core.validation import check_param
 
     if path is not None:
         check_param("--json-out", str(path), not path.is_dir(), "a file path, not a folder")
@@ -54,7 +54,7 @@ def debug_enabled() -> bool:
 
 def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr (control and format characters made visible) and exit."""
-    from erroranalysis.terminal import visible
+    from erroranalysis.core.terminal import visible
 
     print(f"error: {visible(message)}", file=sys.stderr)
     raise typer.Exit(code)
@@ -65,7 +65,7 @@ def handle_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from erroranalysis.errors import ErrorAnalysisError, ParameterError
+        from erroranalysis.core.errors import ErrorAnalysisError, ParameterError
 
         try:
             result = command(*args, **kwargs)
@@ -116,10 +116,10 @@ def terminated(signum, frame) -> None:
 def console():
     """The terminal output of every command: user strings reach it escaped (rich.markup.escape) or with
     markup=False; every string it renders, table cells included, has its control and format characters made
-    visible (erroranalysis.terminal); a closed pipe (`| head`) ends the command quietly with exit 0."""
+    visible (erroranalysis.core.terminal); a closed pipe (`| head`) ends the command quietly with exit 0."""
     from rich.console import Console
 
-    from erroranalysis.terminal import visible
+    from erroranalysis.core.terminal import visible
 
     class _Console(Console):
         def render_str(self, text: str, **kwargs):

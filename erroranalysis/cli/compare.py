@@ -106,7 +106,7 @@ def _print(out, doc: dict, n_examples: int) -> None:
     from rich.table import Table
 
     from erroranalysis import compare as cmp
-    from erroranalysis import compare_report
+    from erroranalysis.report import compare_markdown as compare_report
 
     comps = doc["comparisons"]
     if len(comps) > 1:

@@ -43,7 +43,7 @@ def old_name(run: common.RunDir, as_json: common.Json = False, *, checks, engine
 
 def _check(run: Path, as_json: bool, checks, engine) -> None:
     from erroranalysis import stages
-    from erroranalysis.progress import reporter
+    from erroranalysis.core.progress import reporter
 
     summary = stages.checks_run(run, checks, progress=reporter(), engine=engine)
     if as_json:

@@ -49,9 +49,9 @@ def doctor(
     """Walk the debugging checklist and write doctor.md."""
     from rich.markup import escape
 
-    from erroranalysis.progress import reporter
+    from erroranalysis.core.progress import reporter
+    from erroranalysis.core.validation import check_choice
     from erroranalysis.stages import run_doctor, run_doctor_generation
-    from erroranalysis.validation import check_choice
 
     check_choice("--task", task, ("classification", "generation"))
     out = out if out is not None else Path("runs") / f"{Path(model).resolve().name}-doctor"

@@ -29,8 +29,8 @@ def export(
     as_json: Json = False,
 ) -> None:
     from erroranalysis import stages
+    from erroranalysis.core.validation import check_param
     from erroranalysis.labels import taxonomy
-    from erroranalysis.validation import check_param
 
     fmt = format.strip().lower()
     if fmt == "md":

@@ -39,7 +39,7 @@ def import_taxonomy(
     """Import a taxonomy's error types into a labels database."""
     from rich.markup import escape
 
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
     from erroranalysis.labels import LabelStore, importing
     from erroranalysis.labels.workspace import db_from_cwd
 

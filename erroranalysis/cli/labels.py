@@ -105,7 +105,7 @@ def archive(
     to: Annotated[Optional[Path], typer.Option(
         "--to", help="Archive file (appended to); default <name>-archive.sqlite beside the database.")] = None,
 ) -> None:
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
 
     if (before is None) == (keep is None):
         raise UserError("pass exactly one of --before DATE and --keep N.")
@@ -121,7 +121,7 @@ def archive(
 def _check_date(text: str) -> None:
     import datetime as _dt
 
-    from erroranalysis.errors import ParameterError
+    from erroranalysis.core.errors import ParameterError
 
     try:
         _dt.datetime.fromisoformat(text)
@@ -140,8 +140,8 @@ def log(
     user: Annotated[Optional[str], typer.Option("--user", help="Only this user's events.")] = None,
     as_json: common.Json = False,
 ) -> None:
+    from erroranalysis.core.validation import check_int
     from erroranalysis.labels.archive import read_archive
-    from erroranalysis.validation import check_int
 
     check_int("--limit", limit, 1)
     if archive_file is not None:
@@ -185,7 +185,7 @@ def migrate(
     rename_clashes: Annotated[bool, typer.Option(
         "--rename-clashes", help="Rename the newer ones of clashing error types: 'NAME (2)', ...")] = False,
 ) -> None:
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
     from erroranalysis.labels import schema
     from erroranalysis.labels.connection import Database
 

@@ -1,5 +1,5 @@
 """A command's options, derived from the parameter dataclasses it takes: each parameter is declared once
-(`erroranalysis.params`), and its flag, type, default and help reach every command that offers it from there.
+(`erroranalysis.core.params`), and its flag, type, default and help reach every command that offers it from there.
 
     @app.command("cluster")
     @common.handle_errors
@@ -22,7 +22,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from erroranalysis.params import Flag, Params, Spec, Strings
+from erroranalysis.core.params import Flag, Params, Spec, Strings
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def _build(groups, options: dict[str, _Option], given: dict[str, Any]) -> dict[s
 def _choose(values: dict, name: str, spec: Spec, chosen: str) -> None:
     """A value switch given (`--assistant-only`): it sets the parameter, and refuses a second switch or a different
     value of the option itself."""
-    from erroranalysis.errors import ParameterError
+    from erroranalysis.core.errors import ParameterError
 
     value = next(v for v in spec.rule.values if str(v).replace("_", "-") == chosen)
     if values.get(name, spec.default) not in (spec.default, value):

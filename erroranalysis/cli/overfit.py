@@ -44,8 +44,8 @@ def overfit(
 ) -> None:
     """Can the model memorize a tiny dataset?"""
     from erroranalysis.checklist.overfit import TASKS, overfit_check
-    from erroranalysis.progress import reporter
-    from erroranalysis.validation import check_choice
+    from erroranalysis.core.progress import reporter
+    from erroranalysis.core.validation import check_choice
 
     check_choice("--task", task, TASKS)
     common.check_json_out(json_out)

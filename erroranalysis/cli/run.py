@@ -103,8 +103,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a checkpoint over an eval set: predictions, metrics, data checks, error slices and failure clusters."""
         from erroranalysis import stages
-        from erroranalysis.progress import reporter
-        from erroranalysis.validation import check_param
+        from erroranalysis.core.progress import reporter
+        from erroranalysis.core.validation import check_param
 
         check_param("--task", task, task in TASKS, " or ".join(TASKS))
         trackers.require()

@@ -38,7 +38,7 @@ def sft_check(
 ) -> None:
     """What will the trainer actually train on?"""
     from erroranalysis import stages
-    from erroranalysis.progress import reporter
+    from erroranalysis.core.progress import reporter
 
     common.check_json_out(json_out)
     phases = reporter().phases("sft-check")
@@ -88,7 +88,7 @@ def print_rows(result, n: int) -> None:
     from rich.markup import escape
     from rich.text import Text
 
-    from erroranalysis.terminal import visible
+    from erroranalysis.core.terminal import visible
 
     out = common.console()
     rows = result.rows

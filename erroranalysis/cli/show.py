@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
 def open_shown(run_dir: str):
     """The run at a path, or at a URL: fetched (only what its manifest names, each object hash-checked) into its
     local mirror, which this read-only command may use; a writing command on a URL publishes instead."""
-    from erroranalysis import storage
+    from erroranalysis.core import storage
     from erroranalysis.rundir import Run, remote
 
     if storage.is_url(run_dir):

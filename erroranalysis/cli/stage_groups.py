@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from erroranalysis import stages
 from erroranalysis.cli.options import Group
-from erroranalysis.data import DataOptions
 from erroranalysis.engines import Engine
-from erroranalysis.generations import PANEL as SOURCE_PANEL
-from erroranalysis.generations import SourceParams
 from erroranalysis.infer.generation import GENERATION, GenerationParams
 from erroranalysis.infer.tokens import PANEL as TOKENS_PANEL
 from erroranalysis.integrations.trackers import PANEL as TRACKERS_PANEL
 from erroranalysis.integrations.trackers import TrackerParams
+from erroranalysis.sources.generations import PANEL as SOURCE_PANEL
+from erroranalysis.sources.generations import SourceParams
+from erroranalysis.sources.table import DataOptions
 from erroranalysis.tasks import PANEL as TASK_PANEL
 from erroranalysis.tasks import TaskParams
 

@@ -37,7 +37,7 @@ def timeline(
 ) -> None:
     """The timeline of a training run."""
     from erroranalysis import stages
-    from erroranalysis.validation import check_int
+    from erroranalysis.core.validation import check_int
 
     trackers.require()
     console = common.console()

@@ -103,7 +103,7 @@ def oidc_configured(app: Path) -> bool:
     """Whether a secrets.toml Streamlit reads has an [auth] section (Streamlit's OIDC login, st.login)."""
     import tomllib
 
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
 
     found = False
     for file in secrets_files(app):
@@ -118,7 +118,7 @@ def oidc_configured(app: Path) -> bool:
 
 def check_secret_file(path: Path) -> Path:
     """The proxy secret file, checked: readable, at least MIN_SECRET characters. Warns when others may read it."""
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
 
     try:
         secret = path.read_text(encoding="utf-8").strip()
@@ -136,7 +136,7 @@ def check_secret_file(path: Path) -> Path:
 
 def viewer_names(viewers: str | None, viewers_file: Path | None) -> tuple[str, ...]:
     """--viewers a,b and the names in --viewers-file (one per line or comma-separated; # starts a comment)."""
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
 
     text = viewers or ""
     if viewers_file is not None:
@@ -172,7 +172,7 @@ def _login(app: Path, header: str | None, secret_file: Path | None, user: str | 
     """What establishes identities, in words (None: the single local user), with the combinations refused."""
     import importlib.util
 
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
 
     if header is not None:
         header = header.strip()
@@ -240,9 +240,9 @@ def ui(
 ) -> None:
     import subprocess
 
-    from erroranalysis.errors import UserError
+    from erroranalysis.core.errors import UserError
+    from erroranalysis.core.validation import check_param
     from erroranalysis.rundir import MANIFEST
-    from erroranalysis.validation import check_param
 
     check_param("--port", port, 1 <= port <= 65535, "an integer from 1 to 65535")
     if target is None:

@@ -60,9 +60,9 @@ def watch(
     *, data_options, infer, generation, metrics, checks, slices, cluster, gate, trackers,
 ) -> None:
     """Analyze checkpoints as they land."""
+    from erroranalysis.core.validation import check_choice, check_number
     from erroranalysis.integrations.trackers import StepLogger
     from erroranalysis.integrations.watch import Watcher
-    from erroranalysis.validation import check_choice, check_number
 
     trackers.require()
     check_choice("--task", task, ("classification", "generation"))

@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from erroranalysis.cluster._params import MIN_CLUSTER_SIZE, MIN_SAMPLES, PAIR_WEIGHT
-from erroranalysis.validation import check_param
+from erroranalysis.core.validation import check_param
 
 
 class Clusterer(Protocol):

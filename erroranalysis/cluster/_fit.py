@@ -49,7 +49,7 @@ from erroranalysis.cluster._neighbors import assign_noise_by_vote, local_error_r
 from erroranalysis.cluster._params import ClusteringParams
 from erroranalysis.cluster._reduce import make_reducer
 from erroranalysis.cluster._sample import strata_of, stratified_sample
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 
 SYSTEMATIC, SCATTERED, BY_PAIR, SINGLE, SLICE = "systematic", "scattered", "confusion_pair", "single", "slice"
 

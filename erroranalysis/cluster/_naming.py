@@ -32,7 +32,7 @@ import numpy as np
 
 from erroranalysis.cluster._keywords import NGRAMS, class_tfidf, common_words, pick_keywords
 from erroranalysis.cluster._params import NamingParams
-from erroranalysis.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
+from erroranalysis.core.schemas import CLUSTER_NAMING_COLUMNS, CLUSTERS
 
 MAX_CORRECT_DOCS = 1000  # correct examples sampled as the contrast class
 

@@ -1,4 +1,4 @@
-"""The clustering's and the naming's parameters, each declared once (`erroranalysis.params`).
+"""The clustering's and the naming's parameters, each declared once (`erroranalysis.core.params`).
 
 `FailureClustering` takes a `ClusteringParams`; `describe_clusters` a `NamingParams`; the cluster stage's
 `ClusterParams` extends both with what only the stage needs (the embedder, the layout), so the same declaration
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from erroranalysis.cluster._reduce import REDUCERS
-from erroranalysis.params import SEED, Choice, Flag, Float, Int, Object, Params, param, spec_field
+from erroranalysis.core.params import SEED, Choice, Flag, Float, Int, Object, Params, param, spec_field
 
 # The smallest cluster HDBSCAN may form: one rule for the clustering's parameter and for a clusterer built by hand.
 MIN_CLUSTER_SIZE = Int(2)

@@ -12,13 +12,13 @@ from typing import Protocol
 import numpy as np
 
 from erroranalysis.cluster._neighbors import knn_cosine, unit_rows
-from erroranalysis.validation import check_param
+from erroranalysis.core.validation import check_param
 
 REDUCERS = ("umap", "pca", "none")
 
 
 def numba_cache_dir():
-    from erroranalysis.embedding import cache_root
+    from erroranalysis.embed.models import cache_root
 
     return cache_root() / "numba"
 

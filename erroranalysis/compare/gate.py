@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from erroranalysis.compare.stats import worse_p
-from erroranalysis.validation import check_param
+from erroranalysis.core.validation import check_param
 
 GATE_ALPHA = 0.05
 GATED_OVERALL = ("accuracy", "macro_f1")

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from erroranalysis.compare.stats import LEVEL, PER_CLASS, finite, mcnemar, paired_bootstrap
-from erroranalysis.errors import DataError, preview
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import DataError, preview
+from erroranalysis.core.validation import check_param
 
 FORMAT = "erroranalysis.compare"
 SCHEMA_VERSION = 1

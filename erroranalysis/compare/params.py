@@ -1,4 +1,4 @@
-"""The comparison's parameters, each declared once (`erroranalysis.params`): `compare`, the step gate of
+"""The comparison's parameters, each declared once (`erroranalysis.core.params`): `compare`, the step gate of
 `watch` and the callback, and the app's Compare page take them from here."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from erroranalysis.compare.gate import GATE_ALPHA
 from erroranalysis.compare.pairs import MIN_OVERLAP
 from erroranalysis.compare.stats import LEVEL
-from erroranalysis.params import SEED, Float, Int, Params, param, spec_field
+from erroranalysis.core.params import SEED, Float, Int, Params, param, spec_field
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from erroranalysis.compare.stats import finite
-from erroranalysis.files import jsonable
+from erroranalysis.core.files import jsonable
 
 REPORT_FILES = ("compare.json", "compare.md", "compare_examples.parquet")
 

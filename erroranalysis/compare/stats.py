@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 
-from erroranalysis.errors import DataError
-from erroranalysis.params import is_int
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.params import is_int
+from erroranalysis.core.validation import check_param
 
 LEVEL = 0.95
 EXACT_BELOW = 25  # McNemar: exact binomial test when fixed + broken is below this

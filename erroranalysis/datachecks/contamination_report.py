@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from erroranalysis.findings import Finding
+from erroranalysis.core.findings import Finding
 
 CONTAMINATION_SEVERE = 0.01  # as leakage: one eval example in a hundred seen in training is an error
 NEAR_DUPLICATE_NOTABLE = 0.05

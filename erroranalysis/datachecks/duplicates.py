@@ -16,7 +16,7 @@
 - Leakage: each eval text's closest training text, exact (same normalized hash) or near (cosine >= threshold).
 
 Embeddings are injected (`embeddings=` per row, or `embed=` a function texts -> vectors); the default is the
-packaged all-MiniLM-L6-v2 (`erroranalysis.embedding.MiniLMEmbedder`, mean pooling, L2-normalized, cached).
+packaged all-MiniLM-L6-v2 (`erroranalysis.embed.models.MiniLMEmbedder`, mean pooling, L2-normalized, cached).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.validation import check_param
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -341,7 +341,7 @@ def find_leakage(eval_texts: Sequence[str], train_texts: Sequence[str], *, eval_
 
 def default_embed() -> Embed:
     """The packaged all-MiniLM-L6-v2 (mean pooling, L2-normalized), with the shared on-disk cache."""
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
 
     return MiniLMEmbedder().embed_texts
 

@@ -35,9 +35,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError, preview
-from erroranalysis.params import is_int, is_number
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import DataError, preview
+from erroranalysis.core.params import is_int, is_number
+from erroranalysis.core.validation import check_param
 
 METHODS = ("self_confidence", "normalized_margin", "confidence_weighted_entropy")
 FILTERS = ("prune_by_noise_rate", "prune_by_class", "both", "confident_learning", "predicted_neq_given")

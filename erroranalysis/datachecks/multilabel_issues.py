@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from erroranalysis.gold import label_set
+from erroranalysis.sources.gold import label_set
 
 
 def find_multilabel_issues(gold: np.ndarray, probs: np.ndarray, classes: list[str], *,

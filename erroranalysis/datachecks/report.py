@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from erroranalysis.findings import SEVERITIES, Finding
+from erroranalysis.core.findings import SEVERITIES, Finding
 
 # Shares behind the findings.
 LABEL_ISSUE_NOTABLE = 0.05

@@ -12,7 +12,7 @@
   ROC AUC is ~0.5 when the sets look alike and near 1 when they are easy to tell apart. Its out-of-fold scores
   also name the eval examples least like training.
 
-Findings reuse `erroranalysis.findings.Finding` (check, severity, steps=(), message, advice).
+Findings reuse `erroranalysis.core.findings.Finding` (check, severity, steps=(), message, advice).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from erroranalysis.errors import DataError
-from erroranalysis.findings import SEVERITIES, Finding
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.findings import SEVERITIES, Finding
+from erroranalysis.core.validation import check_param
 
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 

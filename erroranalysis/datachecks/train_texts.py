@@ -9,12 +9,11 @@ n-gram checks compare words, not tokens. (The sft-check command renders rows the
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
-from erroranalysis.chat import parse_messages
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.sources.messages import parse_messages
 
 FORMATS = ("messages", "prompt/completion", "prompt", "text")
 ANSWER_ROLES = ("assistant",)

@@ -1,7 +1,7 @@
 """Where the batch functions run: in this process (`local`, the default) or on a Ray cluster (`ray`).
 
 Both engines run the same code on each chunk of rows: `erroranalysis.infer.classifier.ChunkPredictor` for
-inference, `erroranalysis.embedding.MiniLMEmbedder.__call__` for embedding. `local` feeds the chunks one after
+inference, `erroranalysis.embed.models.MiniLMEmbedder.__call__` for embedding. `local` feeds the chunks one after
 another; `ray` makes the eval set a Ray Dataset and runs them with `map_batches` over actors that each load the
 model once, writing shards (`sinks.ShardSink`). Ray is an optional extra: `pip install 'erroranalysis-ml[ray]'`.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erroranalysis.errors import UserError
-from erroranalysis.params import Choice, Int, Params, Text, param
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.params import Choice, Int, Params, Text, param
 
 ENGINES = ("local", "ray")
 INSTALL = "pip install 'erroranalysis-ml[ray]'  (or: pip install 'ray[data]')"

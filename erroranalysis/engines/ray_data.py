@@ -1,6 +1,6 @@
 """The Ray engine: the eval set as a Ray Dataset, `map_batches` over actors that load the model once each.
 
-The driver reads and validates the eval set with `erroranalysis.data` (the same rules and one-line errors as
+The driver reads and validates the eval set with `erroranalysis.sources.table` (the same rules and one-line errors as
 in-process, before any worker starts), then hands Ray the rows in blocks: the in-process chunk (`chunk_size`), or
 smaller so that every actor gets at least `Engine.blocks_per_actor` blocks (`--ray-blocks-per-actor`); each block
 is tokenized, length-sorted and batched as an in-process chunk is. Each actor
@@ -49,7 +49,7 @@ def connect(engine: Engine):
     if ray.is_initialized():
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         return ray
-    os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")  # progress is ours (erroranalysis.progress)
+    os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")  # progress is ours (erroranalysis.core.progress)
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data's INFO lines would bury ours
     on_term = signal.getsignal(signal.SIGTERM)
     try:
@@ -122,22 +122,21 @@ class ShardPredictor:
 
 class SourcePredictor(ShardPredictor):
     """`ShardPredictor` over row ranges (start, rows) of a Parquet eval set that each worker reads itself
-    (`erroranalysis.blocks`: the in-process validation, per block): the driver sends two integers per block and
+    (`erroranalysis.sources.blocks`: the in-process validation, per block): the driver sends two integers per block and
     gets back counts, never rows."""
 
     def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32",
                  source=None, options=None, sources: dict | None = None, sha256: str = ""):
         super().__init__(predictor_kwargs, labels, paths, hidden_dtype)
-        from erroranalysis import blocks
+        from erroranalysis.sources import blocks
 
         self.source, self.options, self.sources, self.sha256 = source, options, sources or {}, sha256
         self.file = blocks.parquet_file(source)
 
     def __call__(self, batch):
-        from erroranalysis import blocks
+        from erroranalysis.core.errors import UserError
         from erroranalysis.infer.predictions import confusion, input_table, output_table
-
-        from erroranalysis.errors import UserError
+        from erroranalysis.sources import blocks
 
         k = len(self.labels)
         found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "ids": [], "error": []}
@@ -247,10 +246,10 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
 def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
                    chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
                    hidden_dtype: str = "float32") -> tuple[np.ndarray, list, int]:
-    """`predict` with the workers reading the eval set (`scanned`, an `erroranalysis.blocks.Scanned` Parquet file)
+    """`predict` with the workers reading the eval set (`scanned`, an `erroranalysis.sources.blocks.Scanned` Parquet file)
     themselves: the driver holds its row ranges, the summed counts and, with an id column, 8 bytes per row to
     check that ids are unique. Returns (confusion counts, batching, texts cut)."""
-    from erroranalysis import blocks
+    from erroranalysis.sources import blocks
 
     ray = connect(engine)
     import ray.data
@@ -296,9 +295,9 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
 
 
 def _block_error(sent: str):
-    """The UserError a worker sent back for its block ("ClassName\tmessage"), as that class of erroranalysis.errors
+    """The UserError a worker sent back for its block ("ClassName\tmessage"), as that class of erroranalysis.core.errors
     (DataError when it is another)."""
-    from erroranalysis import errors
+    from erroranalysis.core import errors
 
     name, _, message = sent.partition("\t")
     kind = getattr(errors, name, None)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis import files
+from erroranalysis.core import files
 
 SHARD = "part-{start:012d}{suffix}"
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from erroranalysis.data import InMemory, read_table
-from erroranalysis.errors import DataError
-from erroranalysis.params import Choice, Float, Params, Text, param
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.params import Choice, Float, Params, Text, param
+from erroranalysis.sources.table import InMemory, read_table
 
 FORMATS = ("auto", "table", "lm-eval", "inspect", "chat")
 PANEL = "Generations made elsewhere (analyze --task generation)"
@@ -98,13 +98,13 @@ def read_generations(path: str | Path | InMemory, params: SourceParams = SourceP
     if fmt == "table":
         return read_table(path, encoding=encoding, split=split)[0], fmt
     if fmt == "lm-eval":
-        from erroranalysis.generations.lm_eval import read_samples
+        from erroranalysis.sources.lm_eval import read_samples
 
         return read_samples(path, encoding=encoding), fmt
     if fmt == "inspect":
-        from erroranalysis.generations.inspect_logs import read_log
+        from erroranalysis.sources.inspect_log import read_log
 
         return read_log(path), fmt
-    from erroranalysis.generations.chat import read_chat
+    from erroranalysis.sources.chat_jsonl import read_chat
 
     return read_chat(path, encoding=encoding), fmt

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from erroranalysis.data import jsonl_records
-from erroranalysis.errors import DataError, where
+from erroranalysis.core.errors import DataError, where
+from erroranalysis.sources.table import jsonl_records
 
 
 def read_chat(path: Path, *, encoding: str = "utf-8") -> pd.DataFrame:

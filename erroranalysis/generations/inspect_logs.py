@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError, UserError
+from erroranalysis.core.errors import DataError, UserError
 
 GRADES = {"C": 1.0, "P": 0.5, "I": 0.0, "N": 0.0}  # inspect_ai.scorer CORRECT, PARTIAL, INCORRECT, NOANSWER
 STOP_REASONS = {"stop": "eos", "max_tokens": "length", "model_length": "length"}

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis.data import jsonl_records
-from erroranalysis.errors import DataError, where
+from erroranalysis.core.errors import DataError, where
+from erroranalysis.sources.table import jsonl_records
 
 DOC_TEXT_LIMIT = 64  # a document's string fields up to this length are kept as metadata (categories, not passages)
 

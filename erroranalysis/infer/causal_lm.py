@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from erroranalysis import files
-from erroranalysis.files import cache_root  # noqa: F401  (causal_lm.cache_root, as before)
-from erroranalysis.errors import ModelError
+from erroranalysis.core import files
+from erroranalysis.core.errors import ModelError
+from erroranalysis.core.files import cache_root  # noqa: F401  (causal_lm.cache_root, as before)
+from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
 from erroranalysis.infer.runtime import check_precision
-from erroranalysis.libraries import import_model_libraries, quiet_transformers
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_CONTEXT = 2048

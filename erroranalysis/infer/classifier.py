@@ -15,11 +15,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from erroranalysis.errors import ModelError
-from erroranalysis.files import hash_files
+from erroranalysis.core.errors import ModelError
+from erroranalysis.core.files import hash_files
+from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
 from erroranalysis.infer import runtime
 from erroranalysis.infer.runtime import check_device, check_precision
-from erroranalysis.libraries import import_model_libraries, quiet_transformers
 
 
 @dataclass

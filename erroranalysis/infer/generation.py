@@ -23,13 +23,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from erroranalysis.errors import DataError, ModelError
+from erroranalysis.core.errors import DataError, ModelError
+from erroranalysis.core.params import SEED, Flag, Float, Int, Strings, Text, param, spec_field
 from erroranalysis.infer import runtime
 from erroranalysis.infer.causal_lm import CausalLM
 from erroranalysis.infer.decoding import decode
 from erroranalysis.infer.output_checks import CHECKERS
 from erroranalysis.infer.scorers import ScorerParams
-from erroranalysis.params import SEED, Flag, Float, Int, Strings, Text, param, spec_field
 
 GENERATION_BATCH = 16  # prompts per batch when --batch-size is not given
 LOSS_CHUNK = 128  # reference tokens teacher-forced per forward pass (bounds the logits held at once)

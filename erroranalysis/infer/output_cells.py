@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError, ParameterError, where
+from erroranalysis.core.errors import DataError, ParameterError, where
 from erroranalysis.infer.output_checks import CHECKERS
 
 

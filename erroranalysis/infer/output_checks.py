@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import ParameterError
+from erroranalysis.core.errors import ParameterError
 
 UNPARSEABLE = "unparseable"
 REASON_LIMIT = 200

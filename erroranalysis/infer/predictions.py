@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from erroranalysis.gold import label_set
-from erroranalysis.schemas import TASK_COLUMNS
+from erroranalysis.core.schemas import TASK_COLUMNS
+from erroranalysis.sources.gold import label_set
 
 MULTILABEL_COLUMNS, REGRESSION_COLUMNS = TASK_COLUMNS["multilabel"], TASK_COLUMNS["regression"]
 

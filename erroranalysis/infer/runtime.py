@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erroranalysis.params import Choice, Flag, Int, Rule, Spec
+from erroranalysis.core.params import Choice, Flag, Int, Rule, Spec
 
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda", "mps")

@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.params import Float, Params, param
 from erroranalysis.infer.output_checks import CheckContext, normalize, register
-from erroranalysis.params import Float, Params, param
 
 PANEL = "Output checks"
 

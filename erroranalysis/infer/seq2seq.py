@@ -83,7 +83,7 @@ def _decoder_step(lm: CausalLM, cache, encoded, mask):
 
 
 def raise_no_cache(lm: CausalLM) -> None:
-    from erroranalysis.errors import ModelError
+    from erroranalysis.core.errors import ModelError
 
     raise ModelError(f"{lm.path}: the decoder returned no cache; erroranalysis generates with encoder-decoder "
                      "transformers that keep one (T5, BART, mT5).")

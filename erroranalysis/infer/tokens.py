@@ -17,11 +17,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from erroranalysis.errors import ModelError
+from erroranalysis.core.errors import ModelError
+from erroranalysis.core.libraries import quiet_transformers
+from erroranalysis.core.params import Choice, Params, Text, param, spec_field
 from erroranalysis.infer import runtime
-from erroranalysis.libraries import quiet_transformers
 from erroranalysis.metrics.tokens import MODES, OUTSIDE, SCHEMES
-from erroranalysis.params import Choice, Params, Text, param, spec_field
 
 AGGREGATIONS = ("first", "mean", "max")
 PANEL = "Token classification (--task token-classification)"

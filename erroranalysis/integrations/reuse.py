@@ -17,8 +17,8 @@ import hashlib
 
 import numpy as np
 
-from erroranalysis.embedding import MiniLMEmbedder, text_hashes
-from erroranalysis.validation import check_choice, check_int, check_number
+from erroranalysis.core.validation import check_choice, check_int, check_number
+from erroranalysis.embed.models import MiniLMEmbedder, text_hashes
 
 
 class MemoryMiniLM(MiniLMEmbedder):

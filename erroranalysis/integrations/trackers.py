@@ -16,9 +16,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.params import Flag, Params, Strings, Text, param
 from erroranalysis.integrations import tracker_values as tv
-from erroranalysis.params import Flag, Params, Strings, Text, param
 
 TRACKERS = ("mlflow", "wandb", "tensorboard")
 PACKAGES = {"mlflow": ("mlflow", "MLflow"), "wandb": ("wandb", "Weights & Biases"),

@@ -24,13 +24,13 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from erroranalysis import stages
-from erroranalysis.data import DataOptions, read_eval_set
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.params import is_int
+from erroranalysis.core.validation import check_choice, check_param
 from erroranalysis.integrations.reuse import IncrementalReducer, MemoryMiniLM
 from erroranalysis.integrations.tracker_values import step_values
-from erroranalysis.params import is_int
 from erroranalysis.rundir import readers
-from erroranalysis.validation import check_choice, check_param
+from erroranalysis.sources.table import DataOptions, read_eval_set
 
 logger = logging.getLogger("erroranalysis")
 PREFIX = "eval_ea/"  # report_to integrations file "eval_*" keys under eval/: eval/ea/f1/<class>, eval/ea/type/T3

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from erroranalysis import stages
 from erroranalysis import timeline as tl
-from erroranalysis.data import DataOptions, read_eval_set
-from erroranalysis.errors import ModelError, UserError
+from erroranalysis.core.errors import ModelError, UserError
+from erroranalysis.core.validation import check_choice, check_number
 from erroranalysis.rundir import MANIFEST, TRAINER_STATE, Run
-from erroranalysis.validation import check_choice, check_number
+from erroranalysis.sources.table import DataOptions, read_eval_set
 
 Snapshot = tuple  # ((relative path, size, mtime_ns), ...)
 
@@ -215,7 +215,7 @@ class Watcher:
                                                   **common)
         found = stages.resolve_task(folder, "auto")
         if found != "classification":
-            from erroranalysis.errors import ModelError
+            from erroranalysis.core.errors import ModelError
 
             raise ModelError(f"{folder}: a {found} head; `watch` analyzes single-label classifiers and causal LMs in "
                              f"this version: run `erroranalysis run --model {folder}` on it.")

@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels.eventlog import Event, query
 from erroranalysis.labels.schema import NO_DELETE, NO_UPDATE
 

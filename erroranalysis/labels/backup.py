@@ -19,7 +19,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 
 
 def _stamp() -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.labels.fields import fold_name
 
 MAX_DEPTH = 16  # levels of error types, a top-level type included (docs/taxonomy.md: two are usual)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 
 Body = Callable[[sqlite3.Connection], Any]
 # SQLite's names for a write the disk refused (a full disk, a file-size limit, a failing device).

@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as _dt
 import math
 
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels.fields import FLAGS
 from erroranalysis.labels.taxonomy import FORMAT, SCHEMA_VERSION, labeled_rows
-from erroranalysis.validation import check_param
 
 
 def taxonomy_document(table, error_types, run: dict, *, exemplars: int = 3, include_text: bool = True) -> dict:

@@ -12,8 +12,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-from erroranalysis.errors import ParameterError
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import ParameterError
+from erroranalysis.core.validation import check_param
 
 MAX_NAME = 80
 MAX_TEXT = 10_000

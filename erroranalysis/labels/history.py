@@ -8,10 +8,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels import eventlog, rows
 from erroranalysis.labels.eventlog import Change, Event
-from erroranalysis.validation import check_param
 
 
 class HistoryOps:

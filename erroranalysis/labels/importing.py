@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.errors import DataError, UserError
+from erroranalysis.core.errors import DataError, UserError
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels.fields import display_name, fold_name
-from erroranalysis.validation import check_param
 
 ON_CLASH = ("reuse", "update", "fail")
 

@@ -21,9 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
-from erroranalysis.errors import DataError
-from erroranalysis.params import Choice, Flag, Float, Int, Params, Text, param
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.params import Choice, Flag, Float, Int, Params, Text, param
+from erroranalysis.core.validation import check_param
 
 METHODS = ("centroid", "knn")  # the first is the default (see docs/compare.md)
 AUTO_QUANTILE = 0.95

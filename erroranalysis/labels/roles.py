@@ -20,9 +20,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels.fields import fold_name
-from erroranalysis.validation import check_param
 
 WRITERS = ("app", "cli", "suggestion", "callback")
 

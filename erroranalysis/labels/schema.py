@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels.connection import Database, damaged, in_transaction
 from erroranalysis.labels.eventlog import now
 from erroranalysis.labels.fields import fold_name

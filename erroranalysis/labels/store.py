@@ -34,7 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels import eventlog, rows, schema
 from erroranalysis.labels.connection import Bound, Database, translate
 from erroranalysis.labels.eventlog import TABLES, Change
@@ -52,7 +53,6 @@ from erroranalysis.labels.roles import Access, ReadOnlyError, check_writer, defa
 from erroranalysis.labels.rows import Target
 from erroranalysis.labels.runkeys import RunKeyOps
 from erroranalysis.labels.types import TypeOps
-from erroranalysis.validation import check_param
 
 CLASH_CHOICES = ("merge", "rename")
 

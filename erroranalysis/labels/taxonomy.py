@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 from erroranalysis.labels.bounds import check_nesting, check_parents, parse
 from erroranalysis.labels.fields import FLAG_TITLES, FLAGS, MAX_NAME, SEVERITIES, display_name
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from erroranalysis.errors import ParameterError, UserError, preview
+from erroranalysis.core.errors import ParameterError, UserError, preview
 from erroranalysis.labels import eventlog
 from erroranalysis.labels.eventlog import Change
 from erroranalysis.labels.fields import MAX_NAME, check_severity, clean_name, clean_text, fold_name

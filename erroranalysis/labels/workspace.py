@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 
 DEFAULT_DB_NAME = "labels.sqlite"
 MAX_LEVELS = 3  # folders searched above a run when no root bounds the search

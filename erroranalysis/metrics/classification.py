@@ -11,9 +11,9 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError, preview
-from erroranalysis.params import is_int
-from erroranalysis.validation import check_param
+from erroranalysis.core.errors import DataError, preview
+from erroranalysis.core.params import is_int
+from erroranalysis.core.validation import check_param
 
 CI_LEVEL = 0.95
 TOP_CONFUSIONS = 10

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.validation import check_int
 from erroranalysis.metrics.classification import (
     CI_LEVEL,
     TOP_CONFUSIONS,
     metadata_rows,
 )
-from erroranalysis.validation import check_int
 
 BOOTSTRAP_CELLS = 4_000_000  # resample weights held at once
 

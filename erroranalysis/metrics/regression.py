@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.validation import check_int
 from erroranalysis.metrics.classification import CI_LEVEL, confusion_counts, encode_labels, metadata_rows
-from erroranalysis.validation import check_int
 
 QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 BOOTSTRAP_CELLS = 4_000_000

@@ -7,8 +7,8 @@ table) with several candidates.
 
 from __future__ import annotations
 
-from erroranalysis import compare_report
 from erroranalysis.compare import OVERALL, series_frame
+from erroranalysis.report import compare_markdown as compare_report
 from erroranalysis.report import figures
 from erroranalysis.report.page import cut, esc, figure, note, num, page, pct, table
 

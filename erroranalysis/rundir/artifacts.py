@@ -31,11 +31,11 @@ SFT_FINDINGS = "sft_findings.parquet"  # `erroranalysis sft-check`: one row per 
 SFT_ROWS = "sft_rows.parquet"  # each training row's text as trained / masked / cut spans
 SFT_SUMMARY = "sft_summary.json"  # counts per kind, tokens per row, trained tokens per row and per source
 
-from erroranalysis import schemas  # noqa: E402
+from erroranalysis.core import schemas
 
 CORE_COLUMNS = schemas.PREDICTIONS.columns  # predictions.parquet's own columns; the eval set's own follow
 
-# artifact -> its columns, declared once in erroranalysis.schemas; writes and reads are checked against them
+# artifact -> its columns, declared once in erroranalysis.core.schemas; writes and reads are checked against them
 TABLES = {PREDICTIONS: schemas.PREDICTIONS, CLUSTERS: schemas.CLUSTERS, ASSIGNMENTS: schemas.ASSIGNMENTS,
           SLICES: schemas.SLICES, SLICE_MEMBERS: schemas.SLICE_MEMBERS, CHECKS: schemas.CHECKS,
           SUGGESTIONS: schemas.SUGGESTIONS, CENTROIDS: schemas.CENTROIDS, SPANS: schemas.SPANS,

@@ -27,8 +27,8 @@ import secrets
 import shutil
 from pathlib import Path
 
-from erroranalysis import files
-from erroranalysis.errors import RunError
+from erroranalysis.core import files
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import confine
 from erroranalysis.rundir.artifacts import STAGE_ARTIFACTS, STAGING, TABLES
 
@@ -55,11 +55,11 @@ class Staging:
         return files.write_text(self.file(name), text)
 
     def write_parquet(self, name: str, frame) -> Path:
-        """Write table `name`, refused when it has a column erroranalysis.schemas does not declare for it (the
+        """Write table `name`, refused when it has a column erroranalysis.core.schemas does not declare for it (the
         readers check the columns they need)."""
         wrong = TABLES[name].undeclared(frame.columns) if name in TABLES else []
         if wrong:
-            raise ValueError(f"{name}: columns {wrong} are not declared; declare them in erroranalysis.schemas")
+            raise ValueError(f"{name}: columns {wrong} are not declared; declare them in erroranalysis.core.schemas")
         return files.write_parquet(self.file(name), frame)
 
     def write_npy(self, name: str, array) -> Path:

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 
 # The folders (or single files) readers may open in this context, as real paths; None: anywhere. A ContextVar, so
 # an app confines the script run of one session without touching another thread (or a test's own reads).

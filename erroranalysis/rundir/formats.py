@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis.errors import RunError, preview
+from erroranalysis.core.errors import RunError, preview
 from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co. are the readers' public API)
     OutsideError,
     check_allowed,

@@ -16,7 +16,7 @@ import stat
 import time
 from pathlib import Path
 
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir.artifacts import LOCK
 
 _HELD: dict[str, list] = {}  # realpath of the run -> [fd, depth]

@@ -13,8 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
-from erroranalysis import files
-from erroranalysis.errors import RunError
+from erroranalysis.core import files
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import confine, formats
 from erroranalysis.rundir.artifacts import MANIFEST, METRICS, STAGE_ARTIFACTS
 from erroranalysis.rundir.lock import RunLock

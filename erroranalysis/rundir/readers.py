@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis.errors import RunError, preview
+from erroranalysis.core.errors import RunError, preview
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
     CENTROIDS,
@@ -46,7 +46,8 @@ from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co
     real_roots,
 )
 from erroranalysis.rundir.formats import json_doc, npy, parquet, parquet_columns, require_columns
-from erroranalysis.rundir.resolve import NotCommitted, optional_reader, artifact_path, usable  # noqa: F401  (public API)
+from erroranalysis.rundir.resolve import NotCommitted, artifact_path, optional_reader, usable  # noqa: F401  (public API)
+
 
 @optional_reader
 def read_predictions(run, columns=None):

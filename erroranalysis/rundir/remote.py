@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from erroranalysis import files, storage
-from erroranalysis.errors import RunError
+from erroranalysis.core import files, storage
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import confine
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from erroranalysis import files
-from erroranalysis.errors import RunError
+from erroranalysis.core import files
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir.artifacts import MANIFEST, SOURCE_STAGES, STAGE_ARTIFACTS, owner
 from erroranalysis.rundir.confine import check_allowed, check_tree
 

@@ -23,8 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from erroranalysis import __version__, files, storage
-from erroranalysis.errors import RunError
+from erroranalysis import __version__
+from erroranalysis.core import files, storage
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import COMMANDS, INPUTS, MANIFEST, SOURCE_STAGES, STAGE_ARTIFACTS, STAGING
 from erroranalysis.rundir.lock import RunLock, host, writer_alive

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erroranalysis.params import Choice, File, Int, Params, Text, param
+from erroranalysis.core.params import Choice, File, Int, Params, Text, param
 
 # What carries a label: TRL's defaults (completion-only for prompt/completion rows, every token otherwise), or one
 # of its switches. Each value is its own flag on the command line (`--assistant-only`), "trl" is the default.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 
 TEMPLATE, SYSTEM, PROMPT, ANSWER, TEXT = 0, 1, 2, 3, 4
 ROLE_NAMES = {TEMPLATE: "template", SYSTEM: "system", PROMPT: "prompt", ANSWER: "answer", TEXT: "text"}

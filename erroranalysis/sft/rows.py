@@ -9,10 +9,11 @@ which trains on the conversation when there is one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
-from erroranalysis.chat import is_missing, parse_messages
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.sources.messages import is_missing, parse_messages
 
 FORMATS = ("messages", "prompt_completion", "text")
 
@@ -52,7 +53,7 @@ class SftRows:
 
 def read_rows(path, *, source_column: str | None = None, encoding: str = "utf-8") -> SftRows:
     """The SFT rows of `path` (.jsonl, .csv, .parquet or a save_to_disk folder), validated."""
-    from erroranalysis.data import as_source, read_table
+    from erroranalysis.sources.table import as_source, read_table
 
     source = as_source(path)
     frame, _ = read_table(source, encoding=encoding)
@@ -60,7 +61,7 @@ def read_rows(path, *, source_column: str | None = None, encoding: str = "utf-8"
 
 
 def rows_of(frame, name: str, source_column: str | None = None) -> SftRows:
-    """SftRows from a table with a `_line` column (what `erroranalysis.data.read_table` returns)."""
+    """SftRows from a table with a `_line` column (what `erroranalysis.sources.table.read_table` returns)."""
     columns = [c for c in frame.columns if c != "_line"]
     lines = frame["_line"].to_numpy(dtype=np.int64)
     fmt = detect_format(columns, name)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.sft.render import TEMPLATE
 
 IGNORE = -100
@@ -23,7 +23,7 @@ class TokenizedRow:
 
 
 def read_tokenized(path, n_rows: int, data_name: str) -> list[TokenizedRow]:
-    from erroranalysis.data import as_source, read_table
+    from erroranalysis.sources.table import as_source, read_table
 
     source = as_source(path)
     frame, _ = read_table(source)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.errors import ModelError
+from erroranalysis.core.errors import ModelError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 GENERATION_TAG = "{% generation %}"
@@ -52,7 +52,7 @@ def load_tokens(path: str | Path) -> Tokens:
 
     path = Path(path)
     folder = gguf_tokenizer(path) if is_gguf(path) else _folder(path)
-    from erroranalysis.libraries import import_model_libraries, quiet_transformers
+    from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
 
     import_model_libraries()
     from transformers import AutoTokenizer
@@ -121,7 +121,7 @@ def gguf_tokenizer(file: Path) -> Path:
     target = cache_root() / "gguf-tokenizer" / sha[:24]
     if (target / "tokenizer_config.json").is_file():
         return target
-    from erroranalysis.libraries import import_model_libraries, quiet_transformers
+    from erroranalysis.core.libraries import import_model_libraries, quiet_transformers
 
     import_model_libraries()
     from transformers import AutoTokenizer

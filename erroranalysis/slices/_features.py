@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from erroranalysis.errors import DataError
+from erroranalysis.core.errors import DataError
 
 if TYPE_CHECKING:
     from erroranalysis.slices._params import FeatureParams

@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from erroranalysis.errors import DataError, ModelError
+from erroranalysis.core.errors import DataError, ModelError
 from erroranalysis.slices._candidate import Candidate, EmbedFn
 from erroranalysis.slices._stats import sliceline_score
 
@@ -214,9 +214,9 @@ def _selected_group_pvalue(words: list[tuple[int, int]], base: float, merge_leve
 
 @functools.lru_cache(maxsize=2)
 def default_word_embedder(model_path: str | None = None, batch_size: int = 256) -> EmbedFn:
-    """The packaged all-MiniLM-L6-v2 through erroranalysis.embedding (one loader, one cache for the whole tool):
+    """The packaged all-MiniLM-L6-v2 through erroranalysis.embed.models (one loader, one cache for the whole tool):
     mean-pooled, L2-normalized vectors of words and short phrases."""
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
 
     embedder = MiniLMEmbedder(batch_size=batch_size, max_length=32, model_path=model_path)
     try:

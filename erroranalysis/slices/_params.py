@@ -1,10 +1,10 @@
-"""The slice search's and the feature extraction's parameters, each declared once (`erroranalysis.params`)."""
+"""The slice search's and the feature extraction's parameters, each declared once (`erroranalysis.core.params`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erroranalysis.params import Choice, Flag, Float, Int, Params, param
+from erroranalysis.core.params import Choice, Flag, Float, Int, Params, param
 from erroranalysis.slices._merge import CONCEPT_THRESHOLD
 from erroranalysis.slices._stats import CORRECTIONS
 

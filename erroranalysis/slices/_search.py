@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from erroranalysis.errors import DataError
-from erroranalysis.schemas import SLICE_MEMBERS, SLICES
+from erroranalysis.core.errors import DataError
+from erroranalysis.core.schemas import SLICE_MEMBERS, SLICES
 from erroranalysis.slices._candidate import Candidate, EmbedFn
 from erroranalysis.slices._conjunctions import needs_merge, search_conjunctions
 from erroranalysis.slices._features import KIND_ORDER, Features, default_min_support
@@ -44,7 +44,7 @@ from erroranalysis.slices._stats import adjust_pvalues, binomial_pvalues, slicel
 class SliceResult:
     """What `find_slices` found.
 
-    slices: one row per slice, best first (`erroranalysis.schemas.SLICES`): slice_id (rank, 0 = best), description, features
+    slices: one row per slice, best first (`erroranalysis.core.schemas.SLICES`): slice_id (rank, 0 = best), description, features
     (list of conjunct keys; a merged word group is one conjunct `text:job|text:office`), order (number of
     conjuncts), support, failures, error_rate, lift (error_rate / base_error_rate - 1), score (SliceLine),
     p_value (one-sided binomial test against the base error rate, corrected for every slice tried), p_raw (the

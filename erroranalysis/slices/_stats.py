@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from erroranalysis.validation import check_param
+from erroranalysis.core.validation import check_param
 
 CORRECTIONS = ("holm", "bh")
 

@@ -31,11 +31,12 @@ from erroranalysis.stages.infer import InferParams, resolve_task, run_checkpoint
 from erroranalysis.stages.infer import prepare as prepare_checkpoint
 from erroranalysis.stages.load_generations import analyze_generations
 from erroranalysis.stages.load_predictions import analyze_predictions
-from erroranalysis.stages.load_token_predictions import analyze_token_predictions
 from erroranalysis.stages.load_task_predictions import analyze_task_predictions
+from erroranalysis.stages.load_token_predictions import analyze_token_predictions
 from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics
 from erroranalysis.stages.report import Limits as ReportLimits
 from erroranalysis.stages.report import run_document, write_compare_html, write_run_report
+from erroranalysis.stages.sft_check import read_sft_run, sft_check
 from erroranalysis.stages.slices import SliceParams, slices_run
 from erroranalysis.stages.steps import (
     Gate,
@@ -47,7 +48,6 @@ from erroranalysis.stages.steps import (
     same_predictions,
 )
 from erroranalysis.stages.suggestions import apply_taxonomy, review, suggest
-from erroranalysis.stages.tokens import TokenParams, run_token_classification
 from erroranalysis.stages.timeline import (
     build_timeline,
     experiment_folder,
@@ -57,4 +57,4 @@ from erroranalysis.stages.timeline import (
     step_runs,
     write_timeline,
 )
-from erroranalysis.stages.sft_check import read_sft_run, sft_check
+from erroranalysis.stages.tokens import TokenParams, run_token_classification

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erroranalysis.params import Params
+from erroranalysis.core.params import Params
 from erroranalysis.rundir import Run
 from erroranalysis.stages.cluster import ClusterParams
 from erroranalysis.stages.data_checks import CheckParams
@@ -45,8 +45,8 @@ class AfterParams(Params):
 def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=None, engine=None) -> None:
     """Metrics, data checks (label issues, duplicates), slices, then clusters (which read checks and slices).
     `embedder` (an object with `key` and `embed(frame)`) replaces the cluster stage's default one; `progress` (an
-    `erroranalysis.progress.Reporter`) reports each stage; `engine` runs the checks' embedding (Ray or local)."""
-    from erroranalysis.progress import as_reporter
+    `erroranalysis.core.progress.Reporter`) reports each stage; `engine` runs the checks' embedding (Ray or local)."""
+    from erroranalysis.core.progress import as_reporter
     from erroranalysis.stages.cluster import cluster_run
     from erroranalysis.stages.data_checks import checks_run
     from erroranalysis.stages.metrics import compute_run_metrics

@@ -18,9 +18,9 @@ import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.cluster import REDUCERS, ClusteringParams, NamingParams
-from erroranalysis.errors import DataError, RunError
-from erroranalysis.embedder_choice import EmbedderName
-from erroranalysis.params import Choice, Flag, Int, Object, param
+from erroranalysis.core.errors import DataError, RunError
+from erroranalysis.core.params import Choice, Flag, Int, Object, param
+from erroranalysis.embed.choice import EmbedderName
 from erroranalysis.rundir import readers
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -112,7 +112,7 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
 
 
 def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
-    from erroranalysis import embedding
+    from erroranalysis.embed import models as embedding
     from erroranalysis.stages.embedders import cluster_plan, resolve_embedder
 
     run = rundir.Run.open(run_dir)
@@ -206,7 +206,7 @@ def _layout(inputs: _Inputs, vectors, embed_rows, params: ClusterParams, progres
 
 
 def _embeddings_meta(emb, vectors, fail_vectors, failures) -> dict:
-    from erroranalysis import embedding
+    from erroranalysis.embed import models as embedding
 
     dim = int(fail_vectors.shape[1]) if len(failures) else int(vectors.shape[1]) if vectors.ndim == 2 else 0
     return {"embedder": embedding.describe(emb), "dim": dim, "rows": int(len(failures)),

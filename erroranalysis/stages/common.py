@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from erroranalysis.data import EvalSet
 from erroranalysis.rundir import CORE_COLUMNS, Run
+from erroranalysis.sources.table import EvalSet
 
 
 def data_entry(eval_set: EvalSet) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis import __version__, compare_report, files, rundir
+from erroranalysis import __version__, rundir
 from erroranalysis import compare as cmp
 from erroranalysis.compare import (
     FORMAT,
@@ -26,8 +26,10 @@ from erroranalysis.compare import (
     labels_union,
     series,
 )
-from erroranalysis.errors import UserError
+from erroranalysis.core import files
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels.workspace import shown_key
+from erroranalysis.report import compare_markdown as compare_report
 from erroranalysis.rundir import readers
 
 

@@ -36,9 +36,9 @@ class TrainTexts:
 
 def read_train_texts(params) -> TrainTexts:
     """The training file of `params` (CheckParams) as SFT texts; ids from `train_id_column` or the 0-based row."""
-    from erroranalysis.data import read_table
+    from erroranalysis.core.errors import DataError, preview
     from erroranalysis.datachecks.train_texts import sft_texts
-    from erroranalysis.errors import DataError, preview
+    from erroranalysis.sources.table import read_table
 
     path = Path(params.train)
     raw, _ = read_table(path, encoding=params.encoding, split=params.split)

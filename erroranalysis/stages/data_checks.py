@@ -21,13 +21,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from erroranalysis import rundir, schemas
+from erroranalysis import rundir
+from erroranalysis.core import schemas
+from erroranalysis.core.findings import SEVERITIES
+from erroranalysis.core.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.datachecks.contamination import DEFAULT_N
 from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
-from erroranalysis.embedder_choice import EmbedderName
-from erroranalysis.findings import SEVERITIES
-from erroranalysis.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
+from erroranalysis.embed.choice import EmbedderName
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 
 
@@ -85,9 +86,9 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     """Run label-issue, duplicate, leakage and shift checks on a run; returns a summary (counts and findings).
 
     `embed` (texts -> float [n, d]) replaces the embedder `params` names; `train_set` (an `EvalSet` already
-    loaded) replaces `params.train`. `progress`: an `erroranalysis.progress.Reporter`, or a function that gets
+    loaded) replaces `params.train`. `progress`: an `erroranalysis.core.progress.Reporter`, or a function that gets
     each step's name; `engine` (`erroranalysis.engines.Engine`) runs the MiniLM embedding on Ray when asked."""
-    from erroranalysis.progress import Reporter, as_reporter
+    from erroranalysis.core.progress import Reporter, as_reporter
 
     if callable(overrides.get("embedder")):  # the 0.1 API took the function as `embedder`
         embed = overrides.pop("embedder")
@@ -254,7 +255,7 @@ def _shift(train_set, train_labels, texts, gold, ids, train_vectors, eval_vector
 def load_train(run: "rundir.Run", params: CheckParams):
     """The training file as an `EvalSet`, read with the eval set's column names (from the run's manifest) unless
     `params.train_*_column` say otherwise."""
-    from erroranalysis.data import read_train_set
+    from erroranalysis.sources.table import read_train_set
 
     columns = run.manifest.get("data", {}).get("columns", {}) or {}
     return read_train_set(params.train, text_column=params.train_text_column or columns.get("text") or "text",
@@ -276,7 +277,7 @@ class _Vectors:
 
     def __init__(self, source: str, eval_fn: Callable | None, train_fn: Callable | None, reports: bool = False,
                  plan=None):
-        from erroranalysis.embedder_choice import Plan
+        from erroranalysis.embed.choice import Plan
 
         self.source, self._eval, self._train = source, eval_fn, train_fn
         self.plan = plan if plan is not None else Plan(source)
@@ -300,7 +301,7 @@ class _Vectors:
 
     @classmethod
     def of(cls, run, choice: str, engine=None, n_rows: int = 0) -> "_Vectors":
-        from erroranalysis import embedder_choice
+        from erroranalysis.embed import choice as embedder_choice
 
         plan = embedder_choice.plan(choice, has_hidden=readers.usable(run, rundir.HIDDEN), n_rows=n_rows,
                                     uses=("label_issues", "duplicates", "leakage", "shift"))
@@ -317,7 +318,7 @@ class _Vectors:
 
 
 def _text_embed(embedder, engine) -> tuple[Callable, bool]:
-    from erroranalysis.embedding import MiniLMEmbedder
+    from erroranalysis.embed.models import MiniLMEmbedder
 
     # the static model embeds ~10,000 texts/s in-process: shipping them to Ray would cost more than it saves
     if engine is not None and engine.distributed and isinstance(embedder, MiniLMEmbedder):
@@ -345,7 +346,7 @@ def _checkpoint_embed(run) -> Callable:
     model = run.manifest.get("model") or {}
 
     def embed(texts: list[str]) -> np.ndarray:
-        from erroranalysis.errors import ModelError
+        from erroranalysis.core.errors import ModelError
         from erroranalysis.infer.classifier import infer, load_classifier
 
         path = model.get("path")

@@ -35,8 +35,8 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, log: str
     `overfit` (OverfitParams, None skips the memorization check), `checks` (CheckParams: the training file, the
     embedder), `cluster` (ClusterParams; None: no clustering); `embed` (texts -> vectors) replaces the checks'
     embedder."""
-    from erroranalysis.data import DataOptions, read_eval_set, read_train_set
     from erroranalysis.infer.classifier import read_config, weight_files
+    from erroranalysis.sources.table import DataOptions, read_eval_set, read_train_set
     from erroranalysis.stages.after import AfterParams
     from erroranalysis.stages.data_checks import CheckParams, checks_run
     from erroranalysis.stages.infer import InferParams, infer_stage, prepare
@@ -105,10 +105,10 @@ def run_doctor_generation(model: str | Path, data: str | Path, out: str | Path, 
     fail), then the data checks with contamination against the training file; doctor.md / doctor.json in `out`."""
     from erroranalysis.checklist import doctor_llm
     from erroranalysis.checklist.overfit import overfit_check
-    from erroranalysis.data import DataOptions
     from erroranalysis.infer.causal_lm import check_gguf, is_gguf
     from erroranalysis.infer.classifier import read_config
     from erroranalysis.infer.generation import GenerationParams
+    from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages.after import AfterParams
     from erroranalysis.stages.contamination import read_train_texts
     from erroranalysis.stages.data_checks import CheckParams, checks_run
@@ -170,7 +170,7 @@ def _write_report(run, sections: list[Section], model: Path, data: Path, params:
 
 def _training_log(model: Path, log):
     from erroranalysis.checklist.training_log import load_training_log
-    from erroranalysis.errors import DataError
+    from erroranalysis.core.errors import DataError
 
     if log is not None:
         return load_training_log(log), f"from {log}"

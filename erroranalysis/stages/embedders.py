@@ -1,16 +1,17 @@
 """Which embedder a stage uses for a run: a CLI spec (`auto`, `static`, `minilm`, `hidden`, a local model folder,
-`FILE.npy`; `erroranalysis.embedder_choice`) or the one the run's clustering used, checked before anything is
+`FILE.npy`; `erroranalysis.embed.choice`) or the one the run's clustering used, checked before anything is
 computed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from erroranalysis import embedder_choice, embedding, rundir
-from erroranalysis.errors import ParameterError, RunError
+from erroranalysis import rundir
+from erroranalysis.core.errors import ParameterError, RunError
+from erroranalysis.core.validation import check_param
+from erroranalysis.embed import choice as embedder_choice
+from erroranalysis.embed import models as embedding
 from erroranalysis.rundir import readers
-from erroranalysis.validation import check_param
-
 
 SPEC = "'auto', 'static', 'minilm', 'hidden', a local model folder or a path to a .npy file"
 
@@ -102,7 +103,7 @@ def run_embedder(run: rundir.Run, predictions, spec=None):
 
 def _recorded_static(recorded: dict):
     """The static model a clustering used: the packaged one (rebuilt from its settings) or a model2vec folder."""
-    from erroranalysis import static_embedding
+    from erroranalysis.embed import static as static_embedding
 
     if recorded.get("method") == "model2vec.distill":
         static_embedding.check_model2vec()

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from erroranalysis import files
-from erroranalysis.errors import UserError
+from erroranalysis.core import files
+from erroranalysis.core.errors import UserError
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels import FLAGS, LabelStore, labels_db_for
 from erroranalysis.labels.document import taxonomy_document
 from erroranalysis.labels.taxonomy import EXPORT_FORMATS, EXTENSIONS, to_csv, to_json, to_markdown, validate
 from erroranalysis.rundir import Run, readers
-from erroranalysis.validation import check_param
 
 
 def base_table(run: Run):

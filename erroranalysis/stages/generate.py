@@ -17,14 +17,14 @@ from typing import Any, Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, as_source, load_eval_set, read_table
-from erroranalysis.errors import DataError, ParameterError, preview, where
+from erroranalysis.core.errors import DataError, ParameterError, preview, where
+from erroranalysis.core.progress import as_reporter
 from erroranalysis.infer import output_cells, output_checks
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.infer.scorers import ScorerParams, require_packages
 from erroranalysis.metrics.generation import low_loss_failures
-from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, EvalSet, as_source, load_eval_set, read_table
 from erroranalysis.stages.after import AfterParams, after_predictions
 
 PASS, FAIL = "pass", "fail"
@@ -46,7 +46,7 @@ def run_generation(model: str | Path, data: str | Path, out: str | Path, *, data
                    embedder=None) -> Run:
     """Generate with `model` over the prompt set `data`, check the outputs, write the run at `out`, then run
     metrics (with an "output_checks" section) and the stages `after` names over the failing examples. `progress`:
-    an `erroranalysis.progress.Reporter`, or a function (rows done, total)."""
+    an `erroranalysis.core.progress.Reporter`, or a function (rows done, total)."""
     from erroranalysis.infer.causal_lm import load_causal_lm
 
     check_parameters(gen_opts)
@@ -177,7 +177,7 @@ def prepare_eval_set(data: str | Path, data_opts: DataOptions, gen_opts: Generat
 
     message_lists = None
     if messages:
-        from erroranalysis.chat import parse_messages
+        from erroranalysis.sources.messages import parse_messages
 
         message_lists = [parse_messages(cell, where(source, int(lines[i]), prompt_column))
                          for i, cell in enumerate(frame[prompt_column].to_numpy(dtype=object))]

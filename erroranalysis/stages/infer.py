@@ -16,14 +16,14 @@ from typing import Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, InMemory, map_labels, read_eval_set
+from erroranalysis.core.params import Choice, Params, param, spec_field
+from erroranalysis.core.progress import as_reporter
 from erroranalysis.engines import LOCAL, Engine
 from erroranalysis.infer import runtime
 from erroranalysis.infer.classifier import cpu_bf16_note
 from erroranalysis.infer.predictions import CLASSIFICATION, Reading
-from erroranalysis.params import Choice, Params, param, spec_field
-from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, map_labels, read_eval_set
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
 from erroranalysis.tasks import TaskParams
@@ -55,7 +55,7 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
     """`erroranalysis run`: infer with a checkpoint over an eval set, then the stages `after` names (`embedder`, an
     object with `key` and `embed(frame)`, replaces the cluster stage's). `task` (None or auto: from the
     checkpoint's config.json; classification, multilabel or regression) and `task_opts` say how its head reads.
-    `engine` says where inference runs; `progress` is a `erroranalysis.progress.Reporter` or a function (rows done,
+    `engine` says where inference runs; `progress` is a `erroranalysis.core.progress.Reporter` or a function (rows done,
     total) for inference alone; `log` gets notes for the user (bf16 emulated on this CPU)."""
     job = prepare(model, data, data_opts, infer_opts, engine, task=task, task_opts=task_opts)
     if engine.distributed:
@@ -78,7 +78,7 @@ def resolve_task(model: str | Path, task: str | None = "auto") -> str:
     file is generation); a head erroranalysis does not analyze, or a --task the config contradicts, is refused here
     in one line, before anything is loaded (`erroranalysis.tasks.detect`)."""
     from erroranalysis import tasks
-    from erroranalysis.errors import ModelError
+    from erroranalysis.core.errors import ModelError
     from erroranalysis.infer.classifier import read_config
 
     model = Path(model)
@@ -150,8 +150,8 @@ def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params:
     config.json and checked against `task` before anything heavy loads, the gold is read as that task takes it. On
     Ray, a classifier's Parquet eval set is only scanned (its footer, a digest and its first rows, validated): the
     workers read and validate its blocks."""
-    from erroranalysis import blocks
     from erroranalysis.infer.classifier import check_checkpoint, load_classifier, read_config, sequence_task
+    from erroranalysis.sources import blocks
 
     check_checkpoint(Path(model), params.trust_remote_code)
     task = sequence_task(model, task)
@@ -183,8 +183,8 @@ def config_labels(config: dict) -> list[str]:
 
 
 def _single_label(data, data_opts: DataOptions, labels: list[str], config: dict, model):
-    from erroranalysis.errors import ModelError
-    from erroranalysis.gold import ListLabels
+    from erroranalysis.core.errors import ModelError
+    from erroranalysis.sources.gold import ListLabels
 
     try:
         eval_set = read_eval_set(data, data_opts)
@@ -200,10 +200,10 @@ def _single_label(data, data_opts: DataOptions, labels: list[str], config: dict,
 
 def _task_gold(task: str, data, data_opts: DataOptions, opts: TaskParams, labels: list[str]):
     """(eval set, gold, reading) of a multi-label or regression run: the label column (or the 0/1 columns) read as
-    they are, then parsed by `erroranalysis.gold`."""
-    from erroranalysis import gold as golds
-    from erroranalysis.data import load_eval_set
+    they are, then parsed by `erroranalysis.sources.gold`."""
     from erroranalysis.infer.predictions import quantile_edges
+    from erroranalysis.sources import gold as golds
+    from erroranalysis.sources.table import load_eval_set
 
     columns = tuple(labels) if task == "multilabel" and opts.label_per_column else (data_opts.label_column,)
     eval_set = load_eval_set(data, text_column=data_opts.text_column, label_column=None,
@@ -226,7 +226,7 @@ def _task_gold(task: str, data, data_opts: DataOptions, opts: TaskParams, labels
 
 def check_engine(job: InferJob, engine: Engine) -> None:
     """What the Ray engine cannot do, refused before the run directory exists."""
-    from erroranalysis.errors import ParameterError
+    from erroranalysis.core.errors import ParameterError
 
     if job.task == "regression" and job.reading.tolerance is None:
         raise ParameterError("--engine", engine.engine, "local for a regression run without --tolerance (the "
@@ -262,9 +262,9 @@ def copy_training_log(checkpoint: Path, staging) -> None:
 def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndarray:
     """Run the checkpoint over the eval set with `engine`, streaming predictions.parquet, probs.npy and
     hidden_states.npy into the staging area (single files in-process, folders of shards on Ray)."""
-    from erroranalysis.blocks import Scanned
     from erroranalysis.infer.classifier import ChunkPredictor
     from erroranalysis.infer.predictions import input_table
+    from erroranalysis.sources.blocks import Scanned
 
     p = job.params
     hidden = staging.file(rundir.HIDDEN) if p.hidden != "none" else None

@@ -1,7 +1,7 @@
 """`erroranalysis analyze --task generation`: outputs an LLM wrote elsewhere (vLLM, SGLang, lm-evaluation-harness,
 Inspect, an API), checked and scored as a generation run made here, then the usual stages.
 
-The file is read by its format's reader (`erroranalysis.generations`), then validated, checked and tabled by the
+The file is read by its format's reader (`erroranalysis.sources.generations`), then validated, checked and tabled by the
 generation stage's own code (`generate.prepare_eval_set`, `output_checks`, `generate.prediction_table`), so a run
 from imported outputs has the columns, metrics and downstream stages of one made by `run --task generation`;
 there is no model, so the losses are NaN. Everything is checked before the run directory is created.
@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, InMemory, as_source
-from erroranalysis.errors import DataError, preview, where
-from erroranalysis.generations import SourceParams, read_generations
+from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.generations import SourceParams, read_generations
+from erroranalysis.sources.table import DataOptions, InMemory, as_source
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.generate import prediction_table, prepare_eval_set
 
@@ -31,7 +31,7 @@ def analyze_generations(data: str | Path | InMemory, out: str | Path, *, data_op
                         after: AfterParams = AfterParams(), overwrite: bool = False, embedder=None, progress=None,
                         engine=None) -> Run:
     """Check and score the outputs in `data` (a table, an lm-eval samples file, an Inspect log, chat JSONL; see
-    `erroranalysis.generations`), write the run at `out`, then metrics and the stages `after` names."""
+    `erroranalysis.sources.generations`), write the run at `out`, then metrics and the stages `after` names."""
     prepared = prepare_generations(data, data_opts, gen_opts, source)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, EvalSet, map_labels, read_eval_set
-from erroranalysis.errors import DataError, preview, where
+from erroranalysis.core.errors import DataError, preview, where
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, EvalSet, map_labels, read_eval_set
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
 
@@ -21,7 +21,7 @@ def analyze_predictions(file: str | Path, out: str | Path, *, data_opts: DataOpt
                         pred_column: str = "pred", after: AfterParams = AfterParams(),
                         overwrite: bool = False, embedder=None, progress=None, engine=None) -> Run:
     """`erroranalysis analyze`: predictions made elsewhere (text, label, pred, optional prob_<label> columns).
-    `progress`: an `erroranalysis.progress.Reporter`; `engine`: where the checks' MiniLM embedding runs."""
+    `progress`: an `erroranalysis.core.progress.Reporter`; `engine`: where the checks' MiniLM embedding runs."""
     eval_set = read_eval_set(file, data_opts, required=(pred_column,))
     frame = eval_set.frame
     prob_columns = [c for c in eval_set.metadata_columns if c.startswith(PROB_PREFIX)]

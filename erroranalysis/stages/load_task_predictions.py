@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis import gold as golds
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, load_eval_set
-from erroranalysis.errors import DataError, where
+from erroranalysis.core.errors import DataError, where
 from erroranalysis.infer import predictions as rows
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources import gold as golds
+from erroranalysis.sources.table import DataOptions, load_eval_set
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.common import data_entry
 from erroranalysis.stages.load_predictions import probability_columns

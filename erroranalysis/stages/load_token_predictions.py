@@ -15,15 +15,15 @@ from types import SimpleNamespace
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions, as_source, read_table
-from erroranalysis.errors import DataError, preview
+from erroranalysis.core.errors import DataError, preview
+from erroranalysis.core.progress import as_reporter
 from erroranalysis.infer.tokens import Encoded, TokenParams
 from erroranalysis.metrics import tokens as tm
-from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
+from erroranalysis.sources.table import DataOptions, as_source, read_table
+from erroranalysis.sources.tokens import read_sentences
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.tokens import TokenJob, tables, train_surfaces
-from erroranalysis.token_data import read_sentences
 
 PRED_COLUMN = "pred_tags"
 

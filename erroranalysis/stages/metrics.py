@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.params import SEED, Int, Params, param, spec_field
+from erroranalysis.core.params import SEED, Int, Params, param, spec_field
 from erroranalysis.rundir import Run, readers
 from erroranalysis.stages.common import metadata_of
 

@@ -11,9 +11,10 @@ import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from erroranalysis import __version__, files
+from erroranalysis import __version__
 from erroranalysis.compare import Report
-from erroranalysis.errors import UserError
+from erroranalysis.core import files
+from erroranalysis.core.errors import UserError
 from erroranalysis.rundir import Run, readers
 
 

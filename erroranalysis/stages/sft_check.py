@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from erroranalysis import files, rundir, sft
+from erroranalysis import rundir, sft
+from erroranalysis.core import files
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.sft import SftParams, SftResult
 
@@ -21,7 +22,7 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
               ) -> tuple[Run, SftResult]:
     """Check the SFT rows of `data` with the tokenizer of `model` (a folder or a .gguf file; `tokens`, an
     `sft.Tokens` already loaded, instead) and write the run at `out`."""
-    from erroranalysis.data import as_source
+    from erroranalysis.sources.table import as_source
 
     out = Path(out)
     rundir.check_out(out, overwrite)
@@ -46,7 +47,7 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
 
 
 def _sha(data) -> str | None:
-    from erroranalysis.data import InMemory
+    from erroranalysis.sources.table import InMemory
 
     if isinstance(data, InMemory):
         return data.sha256()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from erroranalysis import rundir, schemas
+from erroranalysis import rundir
+from erroranalysis.core import schemas
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, readers
 from erroranalysis.slices import FeatureParams, SearchParams
 from erroranalysis.stages.common import metadata_of

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import timeline as tl
-from erroranalysis.data import EvalSet, map_labels
-from erroranalysis.errors import ModelError
+from erroranalysis.core.errors import ModelError
+from erroranalysis.core.validation import check_param
 from erroranalysis.rundir import Run, create_run, readers
+from erroranalysis.sources.table import EvalSet, map_labels
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.infer import InferJob, InferParams, infer_stage
-from erroranalysis.validation import check_param
 
 SOURCES = ("callback", "watch")
 LAST_SIGNALS = ("loss", "eval_loss", "learning_rate", "grad_norm")

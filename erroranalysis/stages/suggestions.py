@@ -34,8 +34,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from erroranalysis import rundir, schemas
-from erroranalysis.errors import DataError, UserError, preview
+from erroranalysis import rundir
+from erroranalysis.core import schemas
+from erroranalysis.core.errors import DataError, UserError, preview
+from erroranalysis.core.validation import check_param
 from erroranalysis.labels.importing import ON_CLASH, ImportResult, import_taxonomy, load_taxonomy, plan_import
 from erroranalysis.labels.matching import (
     STATUS_FLAGGED,
@@ -54,7 +56,6 @@ from erroranalysis.labels.matching import (
 from erroranalysis.labels.taxonomy import parent_of as parent_type
 from erroranalysis.rundir import SUGGESTIONS, readers
 from erroranalysis.stages.embedders import run_embedder
-from erroranalysis.validation import check_param
 
 STAGE = "apply_taxonomy"
 
@@ -67,7 +68,7 @@ Progress = Callable[[int, int], None]
 def _failure_vectors(run: rundir.Run, emb, failures, progress: Progress | None) -> tuple[np.ndarray, bool]:
     """(the failures' vectors, whether they came from the run's embeddings.npy): stored vectors are used when this
     embedder made them and they cover every failure."""
-    from erroranalysis import embedding
+    from erroranalysis.embed import models as embedding
 
     ids = failures["example_id"].tolist()
     found = readers.read_embeddings(run, optional=True)
@@ -98,7 +99,7 @@ def _reference_vectors(emb, refs, predictions, source: str, progress: Progress |
     minilm embeds their texts (from the taxonomy, else the run's text of the same id). hidden states and
     precomputed vectors exist only for the run's own examples, so refs are looked up by id (and text, when given).
     """
-    from erroranalysis import embedding
+    from erroranalysis.embed import models as embedding
 
     by_id = predictions.set_index("example_id")
     notes = []

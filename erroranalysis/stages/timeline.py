@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis import __version__, files, rundir
+from erroranalysis import __version__, rundir
 from erroranalysis import timeline as tl
-from erroranalysis.errors import DataError, RunError, UserError
+from erroranalysis.core import files
+from erroranalysis.core.errors import DataError, RunError, UserError
+from erroranalysis.core.validation import check_int
 from erroranalysis.rundir import confine, readers
-from erroranalysis.validation import check_int
 
 FORMAT = "erroranalysis.timeline"
 SCHEMA_VERSION = 1

@@ -24,15 +24,15 @@ from typing import Callable
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.data import DataOptions
-from erroranalysis.errors import ModelError, where
+from erroranalysis.core.errors import ModelError, where
+from erroranalysis.core.progress import as_reporter
+from erroranalysis.core.schemas import SPAN_FEATURES
 from erroranalysis.infer.tokens import TokenParams
 from erroranalysis.metrics import tokens as tm
-from erroranalysis.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
-from erroranalysis.schemas import SPAN_FEATURES
+from erroranalysis.sources.table import DataOptions
+from erroranalysis.sources.tokens import Sentences, gold_from_spans, read_sentences
 from erroranalysis.stages.after import AfterParams, after_predictions
-from erroranalysis.token_data import Sentences, gold_from_spans, read_sentences
 
 TASK = "token-classification"
 
@@ -211,13 +211,13 @@ def _types_of(spans) -> str:
 
 
 def _span_columns(job: TokenJob) -> list[str]:
-    from erroranalysis.schemas import SPANS
+    from erroranalysis.core.schemas import SPANS
 
     return [c for c in SPANS.columns if c != "seen_in_train" or job.train_surfaces is not None]
 
 
 def _span_dtypes() -> dict:
-    from erroranalysis.schemas import SPANS
+    from erroranalysis.core.schemas import SPANS
 
     return SPANS.dtypes
 
@@ -246,7 +246,7 @@ def _span_row(job: TokenJob, i: int, sentence_id: str, k: int, r: dict, words, o
 
 
 def _meta_name(column: str) -> str:
-    from erroranalysis.schemas import SPANS, TOKEN_PREDICTION_COLUMNS
+    from erroranalysis.core.schemas import SPANS, TOKEN_PREDICTION_COLUMNS
 
     return f"meta_{column}" if column in SPANS.columns or column in TOKEN_PREDICTION_COLUMNS else column
 

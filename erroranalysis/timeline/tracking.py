@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from erroranalysis.params import Float, Params, param
+from erroranalysis.core.params import Float, Params, param
 
 MIN_OVERLAP = 0.3
 MIN_SIMILARITY = 0.9

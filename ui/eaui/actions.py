@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import state
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis_ui.eaui import data, labeled, state
 from erroranalysis_ui.eaui.config import AppConfig

@@ -4,7 +4,7 @@ up on the next render and an unchanged run costs nothing. The example table, the
 over them are in eaui.labeled.
 
 Large tables are cached with st.cache_resource (shared, not copied per rerun): treat them as read-only.
-Readers raise erroranalysis.errors.UserError (RunError) for a missing or damaged artifact; pages show the message.
+Readers raise erroranalysis.core.errors.UserError (RunError) for a missing or damaged artifact; pages show the message.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import streamlit as st
 
 from erroranalysis import stages
-from erroranalysis.errors import RunError, UserError
+from erroranalysis.core.errors import RunError, UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis.rundir import (
     ASSIGNMENTS,

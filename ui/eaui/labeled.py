@@ -1,5 +1,5 @@
 """The example table of a run (predictions with clusters, the 2-D layout and the labels attached), the workspace's
-labels store, and what the pages count over them (erroranalysis.summaries), cached.
+labels store, and what the pages count over them (erroranalysis.report.summaries), cached.
 
 The table is cached on the run's artifact stamps (eaui.data) and the store's version (its newest event id); after a
 labeling change it is patched from the events since, not rebuilt. Large tables are cached with st.cache_resource
@@ -14,10 +14,11 @@ from typing import Any
 
 import streamlit as st
 
-from erroranalysis import stages, summaries
-from erroranalysis.errors import UserError
+from erroranalysis import stages
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import LabelStore
 from erroranalysis.labels.workspace import keyed_by_path
+from erroranalysis.report import summaries
 from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, PREDICTIONS, SPANS
 from erroranalysis_ui.eaui.data import clusters, file_stamps, open_run, slice_stamps, slices
 
@@ -210,7 +211,7 @@ def _taxonomy_doc(path: str, stamps, db_path: str, key: str, version: int, _db: 
 
 
 def cluster_summary(path: Path, db: LabelStore):
-    """erroranalysis.summaries.cluster_summary of the run's example table and clusters, cached on their stamps and
+    """erroranalysis.report.summaries.cluster_summary of the run's example table and clusters, cached on their stamps and
     the labels version."""
     key = run_key(db, path)
     return _cluster_summary(str(path), file_stamps(path, *TABLE_FILES), str(db.path), key, db.version(), db)
@@ -223,7 +224,7 @@ def _cluster_summary(path: str, stamps, db_path: str, key: str, version: int, _d
 
 
 def confusion_pairs(path: Path):
-    """erroranalysis.summaries.confusion_pairs of every failure of the run, cached on its stamps."""
+    """erroranalysis.report.summaries.confusion_pairs of every failure of the run, cached on its stamps."""
     return _confusion_pairs(str(path), file_stamps(path, *TABLE_FILES))
 
 

@@ -14,7 +14,7 @@ import streamlit as st
 
 from erroranalysis import stages
 from erroranalysis import timeline as tl
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 from erroranalysis.labels import LabelStore
 from erroranalysis.rundir import ASSIGNMENTS, CLUSTERS, EMBEDDINGS, MANIFEST, METRICS, TRAINER_STATE
 from erroranalysis_ui.eaui import charts, data, labeled

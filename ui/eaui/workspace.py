@@ -20,7 +20,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
-from erroranalysis.errors import RunError
+from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import MANIFEST, Run, readers
 from erroranalysis.rundir.readers import OutsideError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from erroranalysis import summaries
+from erroranalysis.report import summaries
 from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views, tokens
 from erroranalysis_ui.eaui import components as ui
 

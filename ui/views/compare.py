@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from erroranalysis import compare as cmp
-from erroranalysis import compare_report
+from erroranalysis.report import compare_markdown as compare_report
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import data, state, tables
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis_ui.eaui import charts, data, labeled, state, tables, task_views
 from erroranalysis_ui.eaui import components as ui
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import data, labeled, tables
 

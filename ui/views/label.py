@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis.labels import SEVERITIES
 from erroranalysis_ui.eaui import actions, charts, data, labeled, state, tables, tokens
 from erroranalysis_ui.eaui import components as ui

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import data, state
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from erroranalysis import summaries
 from erroranalysis.labels import fold_name
+from erroranalysis.report import summaries
 from erroranalysis_ui.eaui import actions, charts, data, labeled, state, tables
 from erroranalysis_ui.eaui import components as ui
 

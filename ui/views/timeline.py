@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from erroranalysis import compare_report
+from erroranalysis.report import compare_markdown as compare_report
 from erroranalysis_ui.eaui import components as ui
 from erroranalysis_ui.eaui import data, labeled, state
 from erroranalysis_ui.eaui import timeline as tdata

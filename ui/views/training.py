@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from erroranalysis.checklist.training_log import SIGNAL_NAMES
-from erroranalysis.errors import UserError
+from erroranalysis.core.errors import UserError
 from erroranalysis_ui.eaui import charts, data, state
 from erroranalysis_ui.eaui import components as ui
 
