@@ -5,6 +5,10 @@ EA      := .venv/bin/erroranalysis
 SAMPLE  ?= $(HOME)/.cache/erroranalysis/sample
 RUNS    ?= runs
 PYTEST_ARGS ?=
+# pytest-xdist: one worker per logical CPU (CI: 2; `auto` would count physical cores, 1 on many 2-vCPU machines);
+# tests/conftest.py says how work is grouped and ordered. JOBS=0: one process.
+JOBS    ?= logical
+XDIST   := -n $(JOBS)
 
 .PHONY: venv sample demo demo-batch demo-generation test test-quick test-storage browsers nginx plotly-bundle bench clean
 
@@ -65,10 +69,10 @@ plotly-bundle: venv
 		&& mv package/plotly-cartesian.min.js . && rmdir package && rm plotly.js-cartesian-dist-min-$$v.tgz
 
 test: venv sample browsers nginx
-	ERRORANALYSIS_SAMPLE=$(SAMPLE) .venv/bin/pytest $(PYTEST_ARGS)
+	ERRORANALYSIS_SAMPLE=$(SAMPLE) .venv/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 test-quick: venv
-	.venv/bin/pytest -m "not slow" $(PYTEST_ARGS)
+	.venv/bin/pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # Object storage against a local S3 server: the tests start `moto_server -H 127.0.0.1` on a free port themselves.
 test-storage: venv

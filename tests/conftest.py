@@ -8,6 +8,78 @@ from pathlib import Path
 
 import pytest
 
+from erroranalysis.cluster import numba_cache_dir
+
+# Every process the suite starts (xdist workers, CLI subprocesses, tests that point ERRORANALYSIS_CACHE_DIR at a
+# temporary folder) loads UMAP's compiled kernels from one on-disk cache: only the first UMAP fit on a machine
+# pays the 30 to 45 s of numba compilation.
+os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
+# Under pytest-xdist the workers share the cores: one torch/BLAS thread pool per worker sized to its share, not
+# each sized to the whole machine (two pools of 2 threads on 2 cores spin against each other).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+# `make test` runs the suite on pytest-xdist workers (`-n logical`). A unit of work is a test file (its module fixtures
+# built once, its tests in order, as in a serial run) or a group named below: the Ray tests share one (one local
+# Ray at a time; test_engines kills Ray actors by name), the memorization test is a unit alone. Units are handed
+# out longest first (measured, below), so the longest overlap the rest of the suite instead of
+# ending it; then the other files with slow tests (most slow tests first), then the rest (most tests first, so that
+# small files even out the end). Groups are given here by node id: xdist's own `xdist_group` marks do not reach its
+# scheduler under pytest 9.
+GROUPS = {
+    "tests/test_overfit_lm.py::test_smollm2_memorizes_8_sft_examples_on_cpu": "memorization",
+    "tests/test_engines.py": "ray",
+    "tests/test_ray_cluster.py": "ray",
+    "tests/test_ray_failures.py": "ray",
+    "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
+}
+# The longest units in one `-n 2` run of the whole suite on the shared 2-core machine (load average 10 to 15): the
+# Ray tests ~770 s, the memorization test 339 s, test_ui_browser ~240 s (its workspace: two CLI runs, SmolLM2's
+# among them), test_static_embedding ~170 s (distilling the static model from MiniLM); then, measured file by
+# file at that load, test_overfit, test_generation (the first GGUF conversion), the kill tests, the lm-eval run.
+LONGEST_FIRST = ("ray", "memorization", "tests/test_ui_browser.py", "tests/test_static_embedding.py",
+                 "tests/test_overfit.py", "tests/test_generation.py", "tests/test_kill_processes.py",
+                 "tests/test_kill_matrix.py", "tests/test_generations_import.py")
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its group, else its file."""
+    file, _, name = nodeid.partition("::")
+    return GROUPS.get(f"{file}::{name.split('[')[0]}") or GROUPS.get(file) or file
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    from collections import Counter
+
+    slow = Counter(work_unit(item.nodeid) for item in items if item.get_closest_marker("slow"))
+    sizes = slow + Counter(work_unit(item.nodeid) for item in items if work_unit(item.nodeid) not in slow)
+
+    def rank(item) -> tuple:
+        unit = work_unit(item.nodeid)
+        if unit in LONGEST_FIRST:
+            return LONGEST_FIRST.index(unit), 0, ""
+        return len(LONGEST_FIRST) + (unit not in slow), -sizes[unit], unit
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Schedule whole work units (above) in the order collected, instead of xdist's test by test."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    if config.getvalue("dist") != "load":  # `-n N` alone; an explicit --dist keeps its meaning
+        return None
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the longest-first order
+    return WorkUnits(config, log)
+
+
 LABELS = ["negative", "neutral", "positive"]
 WORDS = {
     "negative": ["awful", "terrible", "broken", "refund", "worst"],
@@ -44,7 +116,7 @@ def build_tiny_checkpoint(folder: Path, labels: list[str] = LABELS, seed: int = 
     tokenizer = AutoTokenizer.from_pretrained(base)
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128, num_labels=len(labels),
-                        id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+                        id2label=dict(enumerate(labels)), label2id={name: i for i, name in enumerate(labels)})
     model = BertForSequenceClassification(config).eval()
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)

@@ -39,7 +39,8 @@ def cli(*args) -> "object":
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def test_markup_in_labels_names_and_paths_is_printed_as_it_is(tmp_path):
+def test_markup_in_labels_names_and_paths_is_printed_as_it_is(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # the path on one line, however deep the temporary folder (xdist's is deeper)
     out = tmp_path / "runs" / "a[/x]"
     made = cli("analyze", "--predictions", hostile_predictions(tmp_path), "--out", out, "--id-column", "id",
                "--no-data-checks")

@@ -204,12 +204,12 @@ def test_cli_json_and_bad_input(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_smollm2_memorizes_16_sft_examples_on_cpu(tmp_path, monkeypatch):
-    """SmolLM2-135M-Instruct (the packaged GGUF, converted once and cached) memorizes 16 arbitrary short answers with
-    the loss on the answer only, and greedy decoding then writes each answer exactly. 16 rows with a short system
-    prompt (31 tokens a row instead of 45 under SmolLM2's default one), not the checklist's 32, to keep the suite
-    near 20 minutes: 5 to 8 minutes on 2 cores (memorized at step 96 of at most 160); `benchmarks/overfit_lm.py`
-    memorizes the 32 (~8 minutes)."""
+def test_smollm2_memorizes_8_sft_examples_on_cpu(tmp_path, monkeypatch):
+    """SmolLM2-135M-Instruct (the packaged GGUF, converted once and cached) memorizes 8 arbitrary short answers with
+    the loss on the answer only, and greedy decoding then writes each answer exactly. 8 of the 32 rows, with a short
+    system prompt (31 tokens a row instead of 45 under SmolLM2's default one), in one batch: memorized at step 21
+    (answer loss 4.19 -> 0.031) where 16 rows in batches of 8 took 96 steps (290 s on an idle 2-core
+    machine), so the suite stays within 10 minutes; `benchmarks/overfit_lm.py` memorizes all 32."""
     from test_generation import _smollm2
 
     gguf = _smollm2()
@@ -220,10 +220,10 @@ def test_smollm2_memorizes_16_sft_examples_on_cpu(tmp_path, monkeypatch):
                           {"role": "user", "content": f"Code word number {i}?"},
                           {"role": "assistant", "content": f"The code word is {w}."}]} for i, w in enumerate(words)]
     data = write_jsonl(tmp_path / "sft.jsonl", rows)
-    result = check(gguf, data, OverfitParams(n=16, batch_size=8, lr=3e-4, steps=160,
+    result = check(gguf, data, OverfitParams(n=8, batch_size=8, lr=3e-4, steps=80,
                                              control=False, device="cpu", max_length=128))
     assert result.memorized, ([f.message for f in result.findings], result.curve.eval_loss)
-    assert all(e["reproduced"] for e in result.examples) and len(result.examples) == 16
+    assert all(e["reproduced"] for e in result.examples) and len(result.examples) == 8
 
 
 def test_doctor_for_a_causal_lm_walks_the_checklist(tiny, tmp_path):
