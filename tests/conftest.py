@@ -32,6 +32,7 @@ GROUPS = {
     "tests/test_engines.py": "ray",
     "tests/test_ray_cluster.py": "ray",
     "tests/test_ray_failures.py": "ray",
+    "tests/test_token_ray.py": "ray",
     "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
 }
 # The longest units in one `-n 2` run of the whole suite on the shared 2-core machine (load average 10 to 15): the
@@ -40,7 +41,10 @@ GROUPS = {
 # file at that load, test_overfit, test_generation (the first GGUF conversion), the kill tests, the lm-eval run.
 LONGEST_FIRST = ("ray", "memorization", "tests/test_ui_browser.py", "tests/test_static_embedding.py",
                  "tests/test_overfit.py", "tests/test_generation.py", "tests/test_kill_processes.py",
-                 "tests/test_kill_matrix.py", "tests/test_generations_import.py")
+                 "tests/test_kill_matrix.py", "tests/test_generations_import.py",
+                 # added since, measured alone at load 7 to 16: the real OpenAI-compatible server (~280 s), the
+                 # three heads' Trainer callback and watch runs
+                 "tests/test_llm_naming.py", "tests/test_heads_training.py")
 
 
 def work_unit(nodeid: str) -> str:
