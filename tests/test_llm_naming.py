@@ -44,6 +44,14 @@ def test_the_endpoint_is_checked_as_a_url():
     assert NamerParams().namer is None  # off by default: nothing leaves the machine
 
 
+def test_a_namer_without_the_openai_client_is_refused_before_any_work(monkeypatch):
+    from erroranalysis.core.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # what Python does for a package not installed
+    with pytest.raises(UserError, match=r"pip install 'erroranalysis-ml\[namer\]'"):
+        NamerParams(namer="http://127.0.0.1:8000/v1")
+
+
 def _run_with_clusters(folder: Path):
     from ui_fixtures import make_run
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core.errors import UserError
 from erroranalysis.core.params import Float, Int, Params, Text, param
 
 PANEL = "Failure clusters: LLM names (optional)"
@@ -48,8 +49,15 @@ class NamerParams(Params):
     namer_timeout: float = param(60.0, Float(0, low_open=True), "Seconds to wait for each call.", panel=PANEL)
 
     def validate(self) -> None:
-        if self.namer is not None and not re.match(r"https?://[^/\s]+", self.namer):
+        if self.namer is None:
+            return
+        if not re.match(r"https?://[^/\s]+", self.namer):
             self.fail("namer", self.namer, "an http:// or https:// URL of an OpenAI-compatible API")
+        try:  # said before any work, not after the clustering
+            import openai  # noqa: F401
+        except ImportError:
+            raise UserError("--namer needs the openai client: pip install 'erroranalysis-ml[namer]' (or pip install "
+                            "openai).") from None
 
 
 def prompt(row, examples: pd.DataFrame) -> str:
