@@ -35,11 +35,16 @@ class Task:
     available: bool = True
     sequence_head: bool = False  # an AutoModelForSequenceClassification checkpoint (softmax, sigmoid or regression)
     loader: str | None = None  # the stage `analyze` reads this task's predictions made elsewhere with
+    runner: str | None = None  # the stage `run` runs this task's checkpoints with
     pred_column: str = "pred"  # where `analyze` finds the predictions by default
 
     def outputs_function(self):
         """The function `outputs` names, imported on first use (torch stays unimported until a task runs)."""
         return self._function(self.outputs, "has no sequence-head outputs")
+
+    def runner_function(self):
+        """The stage that `run` runs this task's checkpoints with (`erroranalysis.stages.runner`)."""
+        return self._function(self.runner, "cannot run a checkpoint")
 
     def loader_function(self):
         """The stage that `analyze` reads this task's predictions with (`erroranalysis.stages.analyze`)."""
@@ -58,25 +63,30 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("classification", "single-label sequence classification (softmax)", "AutoModelForSequenceClassification",
          outputs="erroranalysis.infer.heads:softmax_outputs", metrics="erroranalysis.metrics.classification",
          failure="the arg-max class differs from the gold label", sequence_head=True,
-         loader="erroranalysis.stages.load_predictions:analyze_predictions"),
+         loader="erroranalysis.stages.load_predictions:analyze_predictions",
+         runner="erroranalysis.stages.runner:sequence_head"),
     Task("multilabel", "multi-label sequence classification (a sigmoid per label)",
          "AutoModelForSequenceClassification", outputs="erroranalysis.infer.heads:sigmoid_outputs",
          metrics="erroranalysis.metrics.multilabel",
          failure="any label wrong: a gold label missed or a label predicted without gold (at --threshold)",
-         sequence_head=True, loader="erroranalysis.stages.load_task_predictions:analyze_task_predictions"),
+         sequence_head=True, loader="erroranalysis.stages.load_task_predictions:analyze_task_predictions",
+         runner="erroranalysis.stages.runner:sequence_head"),
     Task("regression", "sequence regression (one score per text)", "AutoModelForSequenceClassification",
          outputs="erroranalysis.infer.heads:regression_outputs", metrics="erroranalysis.metrics.regression",
          failure="|prediction - gold| above --tolerance, or by default in the worst decile of |error|",
-         sequence_head=True, loader="erroranalysis.stages.load_task_predictions:analyze_task_predictions"),
+         sequence_head=True, loader="erroranalysis.stages.load_task_predictions:analyze_task_predictions",
+         runner="erroranalysis.stages.runner:sequence_head"),
     Task("generation", "generation by a causal LM (a folder or a .gguf file) or an encoder-decoder (T5, BART)",
          "AutoModelForCausalLM or AutoModelForSeq2SeqLM",
          metrics="erroranalysis.metrics.generation", failure="an output check fails or the reference is not matched",
-         loader="erroranalysis.stages.load_generations:analyze_generations"),
+         loader="erroranalysis.stages.load_generations:analyze_generations",
+         runner="erroranalysis.stages.runner:generation"),
     Task("token-classification", "token classification (NER, POS, chunking)", "AutoModelForTokenClassification",
          metrics="erroranalysis.metrics.tokens",
          failure="an error span (missed, spurious, wrong type, wrong boundary, wrong type and boundary); a sentence "
                  "fails when it holds one",
-         loader="erroranalysis.stages.load_token_predictions:analyze_token_predictions", pred_column="pred_tags"),
+         loader="erroranalysis.stages.load_token_predictions:analyze_token_predictions", pred_column="pred_tags",
+         runner="erroranalysis.stages.runner:token_classification"),
 )}
 
 CHOICES = ("auto", *TASKS)  # what --task takes: auto reads the checkpoint's config.json

@@ -85,8 +85,8 @@ def test_declared_but_unavailable_task_refused(monkeypatch):
         assert "\n" not in str(info.value) and "token-classification" not in tasks.supported()
 
 
-def test_every_task_names_a_loader_the_analyze_stage_finds():
-    """`analyze` asks the registry: each task's loader imports and takes the one signature."""
+def test_every_task_names_a_loader_and_a_runner_the_stages_find():
+    """`analyze` and `run` ask the registry: each task's loader and runner import and take one signature each."""
     import inspect
 
     from erroranalysis import stages
@@ -96,6 +96,9 @@ def test_every_task_names_a_loader_the_analyze_stage_finds():
         params = inspect.signature(loader).parameters
         assert list(params)[1:3] == ["out", "reading"], name
         assert {"task", "after", "overwrite", "embedder", "progress", "engine"} <= set(params), name
+        runner = inspect.signature(task.runner_function()).parameters
+        assert list(runner)[:4] == ["model", "data", "out", "setup"], name
+        assert {"task", "after", "overwrite", "progress", "engine", "embedder", "log"} <= set(runner), name
     assert stages.Reading().pred_column_of(tasks.TASKS["token-classification"]) == "pred_tags"
     assert stages.Reading(pred_column="tags").pred_column_of(tasks.TASKS["token-classification"]) == "tags"
 

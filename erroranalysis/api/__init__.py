@@ -112,19 +112,10 @@ def run(model: str | Path, data, *, out: str | Path | None = None, task: str = "
     options = _data_options(data_options, text, label, id)
     after = _after(metrics, checks, slices, cluster)
     out = _out(out, "run")
-    if task == "generation":
-        made = stages.run_generation(model, _source(data), out, data_opts=options,
-                                     gen_opts=_params(GenerationParams, generation), after=after,
-                                     overwrite=overwrite, progress=_progress(progress), embedder=embedder)
-    elif task == "token-classification":
-        made = stages.run_token_classification(model, _source(data), out, data_opts=options,
-                                               token_opts=_params(TokenParams, tokens), after=after,
-                                               overwrite=overwrite, progress=_progress(progress))
-    else:
-        made = stages.run_checkpoint(model, _source(data), out, data_opts=options,
-                                     infer_opts=_params(InferParams, infer), after=after, overwrite=overwrite,
-                                     progress=_progress(progress), embedder=embedder, task=task,
-                                     task_opts=_params(TaskParams, task_options))
+    setup = stages.Setup(data=options, infer=_params(InferParams, infer), task=_params(TaskParams, task_options),
+                         generation=_params(GenerationParams, generation), tokens=_params(TokenParams, tokens))
+    made = stages.run_model(task, model, _source(data), out, setup, after=after, overwrite=overwrite,
+                            progress=_progress(progress), embedder=embedder)
     return _logged(Run(made.path), trackers)
 
 

@@ -106,17 +106,8 @@ def register(app: typer.Typer) -> None:
         task = stages.resolve_task(model, task)
         after = groups.after(metrics, checks, slices, cluster)
         progress = reporter()
-        if task == "token-classification":
-            result = stages.run_token_classification(model, data, out, data_opts=data_options, token_opts=tokens,
-                                                     after=after, overwrite=overwrite, progress=progress,
-                                                     log=progress.note, engine=engine)
-        elif task != "generation":
-            result = stages.run_checkpoint(model, data, out, data_opts=data_options, infer_opts=infer, after=after,
-                                           overwrite=overwrite, progress=progress, engine=engine, log=progress.note,
-                                           task=task, task_opts=task_options)
-        else:
-            check_param("--engine", engine.engine, not engine.distributed, "local (generation runs in-process)")
-            result = stages.run_generation(model, data, out, data_opts=data_options, gen_opts=generation,
-                                           after=after, overwrite=overwrite, progress=progress, log=progress.note)
+        setup = stages.Setup(data=data_options, infer=infer, task=task_options, generation=generation, tokens=tokens)
+        result = stages.run_model(task, model, data, out, setup, after=after, overwrite=overwrite, progress=progress,
+                                  engine=engine, log=progress.note)
         report(result, as_json)
         log_to(trackers, result.path)

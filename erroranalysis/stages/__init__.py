@@ -33,6 +33,7 @@ from erroranalysis.stages.infer import prepare as prepare_checkpoint
 from erroranalysis.stages.metrics import MetricsParams, compute_run_metrics
 from erroranalysis.stages.report import Limits as ReportLimits
 from erroranalysis.stages.report import run_document, why_no_clusters, write_compare_html, write_run_report
+from erroranalysis.stages.runner import Setup, run_model
 from erroranalysis.stages.sft_check import read_sft_run, sft_check
 from erroranalysis.stages.slices import SliceParams, slices_run
 from erroranalysis.stages.steps import (
