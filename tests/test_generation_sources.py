@@ -105,6 +105,9 @@ def batch_files(tmp_path, n: int = 5):
 
 def test_a_batch_output_is_joined_to_its_requests_by_custom_id(tmp_path):
     requests, outputs = batch_files(tmp_path)
+    lost = {"custom_id": "req-9", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "smollm2", "messages": [{"role": "user", "content": "never answered"}]}}
+    requests.write_text(requests.read_text() + json.dumps(lost) + "\n")  # a request the batch never answered
     run, preds = analyzed(tmp_path, outputs, "--requests", requests)
     assert run.manifest["data"]["source_format"] == "openai-batch"
     assert sorted(preds.index) == ["req-0", "req-1", "req-2", "req-3"]
@@ -114,6 +117,7 @@ def test_a_batch_output_is_joined_to_its_requests_by_custom_id(tmp_path):
     assert not preds.loc["req-2", "correct"] and preds.loc["req-3", "correct"]  # the reference is compared
     excluded = run.manifest["data"]["excluded"]
     assert excluded["errors"] == 1 and "rate_limit_exceeded" in excluded["first"][0]
+    assert excluded["unanswered"] == 1 and "req-9: no response" in excluded["first"]
     assert "topic" in run.manifest["data"]["metadata_columns"]
 
 

@@ -39,12 +39,13 @@ def read(path: Path, params, *, encoding: str = "utf-8", split=None) -> pd.DataF
         raise DataError(f"{path}: an OpenAI Batch output file holds the answers but not the prompts; pass the "
                         "input file too: --requests batch_input.jsonl.")
     requests = _requests(Path(params.requests), encoding)
-    rows, excluded = [], []
+    rows, excluded, answered = [], [], set()
     for number, record in jsonl_records(path, encoding):
         custom_id = record.get("custom_id")
         if custom_id not in requests:
             raise DataError(f"{where(path, number, 'custom_id')}: {custom_id!r} is not in {params.requests}; pass "
                             "the input file this output was made from (--requests).")
+        answered.add(custom_id)
         failure = _failure(record)
         if failure:
             excluded.append(f"line {number} ({custom_id}): {failure}")
@@ -54,8 +55,7 @@ def read(path: Path, params, *, encoding: str = "utf-8", split=None) -> pd.DataF
         raise DataError(f"{path}: no answered request ({len(excluded)} errors"
                         + (f", first: {excluded[0]}" if excluded else "") + ").")
     frame = completions.read_columns(pd.DataFrame.from_records(rows))
-    answered = set(frame["example_id"])
-    unanswered = [c for c in requests if c not in answered and not any(f"({c})" in e for e in excluded)]
+    unanswered = [c for c in requests if c not in answered]  # neither an answer nor an error line
     frame.attrs["excluded"] = {"errors": len(excluded), "unanswered": len(unanswered),
                                "first": excluded[:SHOWN_ERRORS] + [f"{c}: no response" for c in unanswered][:1]}
     return frame
