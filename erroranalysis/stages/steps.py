@@ -141,17 +141,10 @@ def analyze_step(experiment: str | Path, job: InferJob, *, step: int, source: st
                  progress: Callable[[int, int], None] | None = None) -> Run:
     """Infer over the eval set, then metrics, slices and clusters (what `after` names), into
     `<experiment>/step-NNNNNN` (replacing an earlier run of the same step), then apply the taxonomy."""
-    experiment = Path(experiment)
-    manifest = job.manifest(seed=after.seed)
-    if job.clf.weights_sha256 is None:
-        manifest["model"]["in_memory"] = True
-    manifest["training"] = training_entry(step, epoch=epoch, experiment=experiment, source=source,
-                                          checkpoint=checkpoint, training_state=job.training_state)
-    with create_run(experiment / tl.step_name(step), overwrite=True, **manifest) as run:
-        infer_stage(run, job, progress)
-        after_predictions(run, after, embedder=embedder)
-    apply_latest_taxonomy(run, taxonomy)
-    return run
+    training = training_entry(step, epoch=epoch, experiment=experiment, source=source, checkpoint=checkpoint,
+                              training_state=job.training_state)
+    return _step_run(experiment, step, _job_manifest(job, after.seed), training,
+                     lambda run: infer_stage(run, job, progress), after, embedder, taxonomy)
 
 
 def analyze_generation_step(experiment: str | Path, lm, prepared: dict, gen_opts, *, step: int, source: str,
@@ -163,16 +156,13 @@ def analyze_generation_step(experiment: str | Path, lm, prepared: dict, gen_opts
     (`progress`: a Reporter or a function of rows done, total)."""
     from erroranalysis.stages.generate import encode_eval_set, generation_manifest, generation_stage
 
-    experiment = Path(experiment)
     encoded = encode_eval_set(lm, prepared, gen_opts)
     manifest = generation_manifest(lm, prepared, gen_opts, encoded, seed=after.seed)
-    manifest["training"] = training_entry(step, epoch=epoch, experiment=experiment, source=source,
-                                          checkpoint=checkpoint, training_state=training_state)
-    with create_run(experiment / tl.step_name(step), overwrite=True, **manifest) as run:
-        generation_stage(run, lm, prepared, gen_opts, encoded, progress, training_state=training_state)
-        after_predictions(run, after, embedder=embedder)
-    apply_latest_taxonomy(run, taxonomy)
-    return run
+    training = training_entry(step, epoch=epoch, experiment=experiment, source=source, checkpoint=checkpoint,
+                              training_state=training_state)
+    return _step_run(experiment, step, manifest, training,
+                     lambda run: generation_stage(run, lm, prepared, gen_opts, encoded, progress,
+                                                  training_state=training_state), after, embedder, taxonomy)
 
 
 def analyze_token_step(experiment: str | Path, job: TokenJob, *, step: int, source: str, epoch: float | None = None,
@@ -183,16 +173,29 @@ def analyze_token_step(experiment: str | Path, job: TokenJob, *, step: int, sour
     states), into `<experiment>/step-NNNNNN`. `embedder` is not used: spans are embedded in their context."""
     from erroranalysis.stages.tokens import token_after, token_stage
 
-    experiment = Path(experiment)
     after = token_after(after)
-    manifest = job.manifest(seed=after.seed)
+    training = training_entry(step, epoch=epoch, experiment=experiment, source=source, checkpoint=checkpoint,
+                              training_state=job.training_state)
+    return _step_run(experiment, step, _job_manifest(job, after.seed), training,
+                     lambda run: token_stage(run, job, progress), after, None, taxonomy)
+
+
+def _job_manifest(job, seed: int) -> dict:
+    """A checkpoint job's manifest; a model still in training (no weights file) is marked in memory."""
+    manifest = job.manifest(seed=seed)
     if job.clf.weights_sha256 is None:
         manifest["model"]["in_memory"] = True
-    manifest["training"] = training_entry(step, epoch=epoch, experiment=experiment, source=source,
-                                          checkpoint=checkpoint, training_state=job.training_state)
-    with create_run(experiment / tl.step_name(step), overwrite=True, **manifest) as run:
-        token_stage(run, job, progress)
-        after_predictions(run, after)
+    return manifest
+
+
+def _step_run(experiment, step: int, manifest: dict, training: dict, write, after: AfterParams, embedder,
+              taxonomy) -> Run:
+    """One step's run `<experiment>/step-NNNNNN` (replacing an earlier run of the step): `write(run)` commits its
+    predictions, then the stages `after` names, then the latest labeled taxonomy is applied."""
+    manifest["training"] = training
+    with create_run(Path(experiment) / tl.step_name(step), overwrite=True, **manifest) as run:
+        write(run)
+        after_predictions(run, after, embedder=embedder)
     apply_latest_taxonomy(run, taxonomy)
     return run
 
