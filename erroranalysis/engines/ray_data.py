@@ -77,13 +77,16 @@ def connect(engine: Engine):
 
 
 def bounded_map(ds, fn, **kwargs):
-    """`ds.map_batches(fn, ...)` with the actors' restarts and tasks' retries bounded (MAX_RESTARTS). Ray 2.60 has
-    no named parameter for them yet: they go as actor options, which it warns will move by 2.64."""
+    """`ds.map_batches(fn, ...)` with retries bounded (MAX_RESTARTS): an actor class's restarts and tasks' retries,
+    or a function task's retries. Ray 2.60 has no named parameter for the actors' yet: they go as actor options,
+    which it warns will move by 2.64."""
     import warnings
 
+    bounds = ({"max_restarts": MAX_RESTARTS, "max_task_retries": MAX_TASK_RETRIES} if isinstance(fn, type)
+              else {"max_retries": MAX_TASK_RETRIES})
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        return ds.map_batches(fn, max_restarts=MAX_RESTARTS, max_task_retries=MAX_TASK_RETRIES, **kwargs)
+        return ds.map_batches(fn, **bounds, **kwargs)
 
 
 class ShardPredictor:
@@ -275,7 +278,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     try:
         for row in done.iter_rows():
             if row["error"]:
-                raise _block_error(row["error"])
+                raise block_error(row["error"])
             start, rows = int(row["start"]), int(row["rows"])
             covered[start] = rows
             counts += np.asarray(row["confusion"], dtype=np.int64).reshape(k, k)
@@ -294,7 +297,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     return counts, sorted(ran), n_cut
 
 
-def _block_error(sent: str):
+def block_error(sent: str):
     """The UserError a worker sent back for its block ("ClassName\tmessage"), as that class of erroranalysis.core.errors
     (DataError when it is another)."""
     from erroranalysis.core import errors

@@ -1,0 +1,171 @@
+"""A pure function over the blocks of a Parquet artifact, run where the rows are: the driver holds aggregates only.
+
+`map_blocks(fn, path, engine)` cuts a Parquet file, or a folder of `part-*.parquet` shards, into blocks of rows
+from its footers alone (`plan`: no row is read on the driver), then calls `fn(table, block, **kwargs)` on each:
+in this process one block after another (`engine` None or local), or as Ray Data tasks, each of which reads its own
+block (`read`) from the shared disk or object storage. `fn` returns a small partial result (counts, sums, a
+bounded sample) that the caller merges; it may also write a shard of per-row output with `write_shard` into a
+staging folder the stage gave, named by the block's first row so that name order is row order, as the inference
+shards are (`erroranalysis.engines.sinks`). A `UserError` raised in a block comes back as the same one-line error
+on the driver; a worker that keeps dying fails the job with the reason (`ray_data.failure_reason`).
+
+Results arrive in any order under Ray; `map_blocks(..., ordered=True)` returns them in row order (they are small).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+ROWS_PER_BLOCK = 65_536
+SHARD = "part-{start:012d}.parquet"
+
+
+@dataclass(frozen=True)
+class Block:
+    """Rows `start`..`start + rows` of the whole artifact: rows `offset`.. of `file`, in its row groups `groups`
+    (`first_row`: the first row of `groups[0]` in the file)."""
+
+    file: str
+    start: int
+    rows: int
+    offset: int
+    groups: tuple[int, ...]
+    first_row: int
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.rows
+
+
+def files_of(path) -> list[str]:
+    """A Parquet artifact's files in row order: the file itself, or a folder's `part-*.parquet` by name."""
+    path = Path(path)
+    if path.is_dir():
+        return [str(p) for p in sorted(path.glob("part-*.parquet"))]
+    return [str(path)]
+
+
+def plan(path, rows_per_block: int = ROWS_PER_BLOCK) -> list[Block]:
+    """The blocks of `path`, at most `rows_per_block` rows each and never across files, from the footers only."""
+    import pyarrow.parquet as pq
+
+    blocks, start = [], 0
+    for file in files_of(path):
+        meta = pq.ParquetFile(file).metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        bounds = [0]
+        for size in sizes:
+            bounds.append(bounds[-1] + size)
+        for offset in range(0, bounds[-1], rows_per_block):
+            rows = min(rows_per_block, bounds[-1] - offset)
+            groups = tuple(i for i in range(len(sizes)) if bounds[i] < offset + rows and bounds[i + 1] > offset)
+            blocks.append(Block(file, start + offset, rows, offset, groups, bounds[groups[0]]))
+        start += bounds[-1]
+    return blocks
+
+
+def n_rows(blocks: list[Block]) -> int:
+    return blocks[-1].stop if blocks else 0
+
+
+def read(block: Block, columns=None):
+    """The block's rows (an Arrow table), only `columns` when given."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(block.file).read_row_groups(list(block.groups), columns=columns)
+    return table.slice(block.offset - block.first_row, block.rows)
+
+
+def write_shard(folder, block: Block, table) -> None:
+    """Write `table` (this block's per-row output) as the shard of its first row, atomically: a task that Ray runs
+    twice writes the same shard with the same content."""
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files.atomic_write(folder / SHARD.format(start=block.start), lambda p: pq.write_table(table, p))
+
+
+def map_blocks(fn: Callable, path, engine=None, *, columns=None, kwargs: dict | None = None,
+               rows_per_block: int = ROWS_PER_BLOCK, ordered: bool = False,
+               progress: Callable[[int], None] | None = None) -> list[tuple[Block, Any]] | Iterator:
+    """`fn(table, block, **kwargs)` over every block of the Parquet artifact at `path`: (block, result) pairs,
+    as they come (an iterator) or, `ordered`, a list in row order. `progress(rows)` after each block."""
+    blocks = plan(path, rows_per_block)
+    if engine is not None and engine.distributed:
+        results = _on_ray(fn, blocks, engine, columns, kwargs or {})
+    else:
+        results = ((b, fn(read(b, columns), b, **(kwargs or {}))) for b in blocks)
+    results = _reporting(results, progress)
+    return sorted(results, key=lambda pair: pair[0].start) if ordered else results
+
+
+def _reporting(results, progress):
+    for block, result in results:
+        if progress:
+            progress(block.rows)
+        yield block, result
+
+
+class _Task:
+    """What a Ray task runs on one block: read it, call `fn`, send back the pickled result (or the UserError's
+    class and text, which the driver raises as the in-process error)."""
+
+    def __init__(self, fn, blocks, columns, kwargs):
+        self.fn, self.blocks, self.columns, self.kwargs = fn, blocks, columns, kwargs
+
+    def __call__(self, batch: dict) -> dict:
+        import numpy as np
+
+        from erroranalysis.core.errors import UserError
+
+        out, errors = [], []
+        for i in batch["i"]:
+            block = self.blocks[int(i)]
+            try:
+                out.append(pickle.dumps(self.fn(read(block, self.columns), block, **self.kwargs)))
+                errors.append("")
+            except UserError as exc:
+                out.append(b"")
+                errors.append(f"{type(exc).__name__}\t{exc}")
+        return {"i": np.asarray(batch["i"]), "result": np.asarray(out, dtype=object),
+                "error": np.asarray(errors, dtype=object)}
+
+
+def _on_ray(fn, blocks: list[Block], engine, columns, kwargs) -> Iterator[tuple[Block, Any]]:
+    from erroranalysis.engines import EngineError
+    from erroranalysis.engines.ray_data import block_error, bounded_map, connect, failure_reason
+
+    ray = connect(engine)
+    import ray.data
+
+    if not blocks:
+        return
+    items = ray.data.from_items([{"i": i} for i in range(len(blocks))], override_num_blocks=len(blocks))
+    task = _Task(fn, blocks, columns, kwargs)
+    done = bounded_map(items, _call, fn_kwargs={"task": task}, batch_size=1, batch_format="numpy", num_cpus=1,
+                       concurrency=engine.concurrency)
+    seen = set()
+    try:
+        for row in done.iter_rows():
+            if row["error"]:
+                raise block_error(row["error"])
+            i = int(row["i"])
+            if i not in seen:  # a retried task may report twice; its result is the same
+                seen.add(i)
+                yield blocks[i], pickle.loads(row["result"])
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: a job over {Path(blocks[0].file).name} failed ({failure_reason(exc)}); "
+                          "nothing was committed, run the command again.") from None
+    if len(seen) != len(blocks):
+        raise EngineError(f"--engine ray: {len(blocks) - len(seen)} of {len(blocks)} blocks came back from no "
+                          "worker; nothing was committed, run the command again.")
+
+
+def _call(batch: dict, task: _Task) -> dict:
+    return task(batch)
