@@ -79,6 +79,25 @@ def read(block: Block, columns=None):
     return table.slice(block.offset - block.first_row, block.rows)
 
 
+def read_npy_rows(path, block: Block):
+    """Rows `block.start`..`block.stop` of an array artifact beside the Parquet one (probs.npy, hidden_states.npy):
+    a memory-mapped .npy file, or the `part-<first row>.npy` shards of a folder that cover them."""
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_dir():
+        return np.asarray(np.load(path, mmap_mode="r", allow_pickle=False)[block.start:block.stop])
+    parts = []
+    for shard in sorted(path.glob("part-*.npy")):
+        first = int(shard.name[len("part-"):-len(".npy")])
+        if first >= block.stop:
+            break
+        array = np.load(shard, mmap_mode="r", allow_pickle=False)
+        if first + len(array) > block.start:
+            parts.append(array[max(0, block.start - first):block.stop - first])
+    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+
+
 def write_shard(folder, block: Block, table) -> None:
     """Write `table` (this block's per-row output) as the shard of its first row, atomically: a task that Ray runs
     twice writes the same shard with the same content."""
