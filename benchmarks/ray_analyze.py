@@ -3,7 +3,8 @@
 What a user with a large predictions file runs: `erroranalysis analyze --predictions FILE --out RUN --id-column id`
 (every default stage: metrics, checks, slices, cluster) on Parquet predictions of short BBC News sentences (five
 topics, ~80% right, prob_<label> columns, a metadata column, 1% exact and 1% edited duplicates planted:
-`scale.predictions`), once in-process and once with `--engine ray` (a local Ray the driver starts, one task per CPU).
+`scale.predictions`; and an error slice, errors from source "email" at 46% against 20%), once in-process and once
+with `--engine ray` (a local Ray the driver starts, one task per CPU).
 Each run is its own process; printed per size and engine: wall seconds, the driver's own peak resident memory
 (VmHWM, read from /proc every 0.1 s; Ray's raylet, GCS and workers are other processes and not counted), each
 stage's seconds from the manifest, and, where both engines ran, what differs between their outputs.
@@ -22,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,7 +42,7 @@ def write_predictions(path: Path, n: int) -> Path:
     writer = None
     try:
         for i, start in enumerate(range(0, n, CHUNK)):
-            frame = predictions(min(CHUNK, n - start), seed=i)
+            frame = plant_slice(predictions(min(CHUNK, n - start), seed=i), seed=i)
             frame["id"] = [f"r{start + j}" for j in range(len(frame))]
             chunk = pa.Table.from_pandas(frame, preserve_index=False)
             writer = writer or pq.ParquetWriter(path, chunk.schema)
@@ -49,6 +51,24 @@ def write_predictions(path: Path, n: int) -> Path:
         if writer is not None:
             writer.close()
     return path
+
+
+def plant_slice(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """An error slice for the slices stage to find: a third of the rows from source "email" that were right become
+    wrong (the next topic), their prob_<label> columns swapped to stay consistent with the prediction."""
+    rng = np.random.default_rng(seed + 1000)
+    names = sorted(c[len("prob_"):] for c in frame.columns if c.startswith("prob_"))
+    right = (frame["label"] == frame["pred"]).to_numpy()
+    flip = (frame["source"] == "email").to_numpy() & right & (rng.random(len(frame)) < 0.33)
+    rows = flip.nonzero()[0]
+    old = np.array([names.index(p) for p in frame["pred"].to_numpy()[rows]])
+    new = (old + 1) % len(names)
+    probs = frame[[f"prob_{name}" for name in names]].to_numpy()
+    probs[rows, old], probs[rows, new] = probs[rows, new], probs[rows, old].copy()
+    for j, name in enumerate(names):
+        frame[f"prob_{name}"] = probs[:, j]
+    frame.loc[flip, "pred"] = np.array(names, dtype=object)[new]
+    return frame
 
 
 def analyze(data: Path, out: Path, engine: str) -> dict:
@@ -72,7 +92,7 @@ def differences(a: Path, b: Path) -> str:
             same = (ca[column].fillna(-1).to_numpy() == cb[column].fillna(-1).to_numpy()).mean()
             out.append(f"checks {column} {same:.1%} same")
     sa, sb = (pd.read_parquet(p / "slices.parquet") for p in (a, b))
-    shared = len(set(sa["name"]) & set(sb["name"])) if "name" in sa and "name" in sb else 0
+    shared = len(set(sa["description"]) & set(sb["description"]))
     out.append(f"slices {len(sa)} vs {len(sb)} ({shared} shared)")
     xa, xb = (pd.read_parquet(p / "assignments.parquet", columns=["example_id", "cluster_id"]) for p in (a, b))
     joined = xa.merge(xb, on="example_id", suffixes=("_a", "_b"))
