@@ -49,22 +49,33 @@ def files_of(path) -> list[str]:
 
 
 def plan(path, rows_per_block: int = ROWS_PER_BLOCK) -> list[Block]:
-    """The blocks of `path`, at most `rows_per_block` rows each and never across files, from the footers only."""
+    """The blocks of `path` from the footers only: whole row groups, as many as fit in `rows_per_block` rows (a
+    larger row group is a block of its own), never across files. A row group is the smallest read Parquet allows,
+    so cutting one would read it once per cut: the run's own artifacts are written in row groups of
+    `core.files.ROW_GROUP` rows, the block size."""
     import pyarrow.parquet as pq
 
     blocks, start = [], 0
     for file in files_of(path):
         meta = pq.ParquetFile(file).metadata
-        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        bounds = [0]
-        for size in sizes:
-            bounds.append(bounds[-1] + size)
-        for offset in range(0, bounds[-1], rows_per_block):
-            rows = min(rows_per_block, bounds[-1] - offset)
-            groups = tuple(i for i in range(len(sizes)) if bounds[i] < offset + rows and bounds[i + 1] > offset)
-            blocks.append(Block(file, start + offset, rows, offset, groups, bounds[groups[0]]))
-        start += bounds[-1]
+        offset, pending = 0, []  # pending: the row groups (index, rows) of the block being filled
+        for i in range(meta.num_row_groups):
+            size = meta.row_group(i).num_rows
+            if pending and sum(rows for _, rows in pending) + size > rows_per_block:
+                blocks.append(_whole(file, start, offset, pending))
+                offset += sum(rows for _, rows in pending)
+                pending = []
+            if size:
+                pending.append((i, size))
+        if pending:
+            blocks.append(_whole(file, start, offset, pending))
+            offset += sum(rows for _, rows in pending)
+        start += offset
     return blocks
+
+
+def _whole(file: str, start: int, offset: int, groups: list[tuple[int, int]]) -> Block:
+    return Block(file, start + offset, sum(rows for _, rows in groups), offset, tuple(i for i, _ in groups), offset)
 
 
 def n_rows(blocks: list[Block]) -> int:
