@@ -48,13 +48,14 @@ def files_of(path) -> list[str]:
     return [str(path)]
 
 
-def plan(path, rows_per_block: int = ROWS_PER_BLOCK) -> list[Block]:
+def plan(path, rows_per_block: int | None = None) -> list[Block]:
     """The blocks of `path` from the footers only: whole row groups, as many as fit in `rows_per_block` rows (a
     larger row group is a block of its own), never across files. A row group is the smallest read Parquet allows,
     so cutting one would read it once per cut: the run's own artifacts are written in row groups of
     `core.files.ROW_GROUP` rows, the block size."""
     import pyarrow.parquet as pq
 
+    rows_per_block = rows_per_block or ROWS_PER_BLOCK
     blocks, start = [], 0
     for file in files_of(path):
         meta = pq.ParquetFile(file).metadata
@@ -122,11 +123,11 @@ def write_shard(folder, block: Block, table) -> None:
 
 
 def map_blocks(fn: Callable, path, engine=None, *, columns=None, kwargs: dict | None = None,
-               rows_per_block: int = ROWS_PER_BLOCK, ordered: bool = False,
+               rows_per_block: int | None = None, ordered: bool = False,
                progress: Callable[[int], None] | None = None) -> list[tuple[Block, Any]] | Iterator:
     """`fn(table, block, **kwargs)` over every block of the Parquet artifact at `path`: (block, result) pairs,
     as they come (an iterator) or, `ordered`, a list in row order. `progress(rows)` after each block."""
-    blocks = plan(path, rows_per_block)
+    blocks = plan(path, rows_per_block or ROWS_PER_BLOCK)  # read at call time: tests set the module's value
     if engine is not None and engine.distributed:
         results = _on_ray(fn, blocks, engine, columns, kwargs or {})
     else:
