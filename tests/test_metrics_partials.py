@@ -8,8 +8,7 @@ import pyarrow as pa
 import pytest
 
 from erroranalysis.core.errors import DataError
-from erroranalysis.metrics import compute_metrics
-from erroranalysis.metrics import partials
+from erroranalysis.metrics import compute_metrics, partials
 from erroranalysis.metrics.partials import LIST, block_partial, counted_quantiles, finish, merge
 
 LABELS = ["ant", "bee", "cat", "dog"]
