@@ -109,3 +109,43 @@ def test_ray_gives_the_same_metrics_json(tmp_path, local_ray):
     run = analyzed(tmp_path)
     local = metrics_text(run)
     assert metrics_text(run, Engine("ray")) == local
+
+
+def crafted_run(out, bad_label_row: int | None = None, bad_probs_row: int | None = None, n: int = 150):
+    """A classification run written directly (as the stages write one), with a label outside the manifest's labels
+    or a NaN probability planted in one row: what an edited or damaged run holds."""
+    import pandas as pd
+
+    from erroranalysis import rundir
+    from erroranalysis.rundir import create_run
+
+    rng = np.random.default_rng(0)
+    label = np.asarray(LABELS, dtype=object)[rng.integers(0, 4, n)]
+    if bad_label_row is not None:
+        label[bad_label_row] = "yak"
+    probs = rng.dirichlet(np.ones(4), n).astype(np.float32)
+    if bad_probs_row is not None:
+        probs[bad_probs_row, 2] = np.nan
+    frame = pd.DataFrame({"example_id": [f"r{i}" for i in range(n)], "text": ["a b"] * n, "label": label,
+                          "pred": np.asarray(LABELS)[probs.argmax(1) % 4], "correct": np.zeros(n, bool),
+                          "shop": rng.integers(0, 3, n)})
+    with create_run(out, overwrite=True, task="classification", labels=LABELS, seed=0,
+                    data={"rows": n, "metadata_columns": ["shop"]}) as run:
+        with run.stage("load_predictions", {}) as staging:
+            staging.write_parquet(rundir.PREDICTIONS, frame)
+            staging.write_npy(rundir.PROBS, probs)
+    return run
+
+
+def test_a_bad_cell_in_a_block_is_the_same_one_line_error_under_both_engines(tmp_path, local_ray):
+    from erroranalysis.core.errors import DataError
+
+    for bad, expected in (({"bad_label_row": 100}, "y_true has labels not in labels: 'yak'"),
+                          ({"bad_probs_row": 93}, "probs row 93 has NaN or inf")):
+        run = crafted_run(tmp_path / "run", **bad)
+        errors = []
+        for engine in (None, Engine("ray")):
+            with pytest.raises(DataError) as caught:
+                stages.compute_run_metrics(run, engine=engine)
+            errors.append(str(caught.value))
+        assert errors[0] == errors[1] and errors[0].startswith(expected), errors

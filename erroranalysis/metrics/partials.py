@@ -13,9 +13,9 @@ rows): it is left out of `by_metadata` and named in `set_aside`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -136,7 +136,7 @@ def column_partial(values, t: np.ndarray, p: np.ndarray, k: int, offset: int, ki
                  floating=pd.api.types.is_float_dtype(dtype))
     if len(uniques) > MAX_DISTINCT:
         return ColumnPartial(kind, None, None, missing, distinct=len(uniques), **flags)
-    objects = np.asarray(uniques, dtype=object)
+    objects = np.asarray(uniques)  # native dtype where there is one: a float is 8 bytes, not a boxed object
     codes, pair, rows, position = codes[~absent], pair[~absent], rows[~absent], position[~absent]
     _, first = np.unique(codes, return_index=True)  # codes number values in order of first appearance
     counts = np.bincount(codes, minlength=len(objects))
