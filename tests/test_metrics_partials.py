@@ -140,3 +140,48 @@ def test_counted_quantiles_are_numpys():
         x = np.round(rng.normal(size=rng.integers(1, 60)) * rng.choice([1, 1e6]), rng.integers(0, 3))
         values, counts = np.unique(x, return_counts=True)
         assert np.array_equal(counted_quantiles(values, counts, q), np.quantile(x, q))
+
+
+def generation_frame(n: int = 240, seed: int = 0) -> pd.DataFrame:
+    """A generation run's predictions with every column output_checks reads: checks that apply to some rows, a
+    signal that applies to none, reasons (repeats among them), stop reasons, lengths with missing ones, losses,
+    low-loss failures and the task/filter groups."""
+    from erroranalysis.metrics.generation import low_loss_failures
+
+    rng = np.random.default_rng(seed)
+    json_ok = pd.array([None if r < 0.2 else bool(r < 0.6) for r in rng.random(n)], dtype=object)
+    schema_ok = pd.array([None if r < 0.5 else bool(r < 0.8) for r in rng.random(n)], dtype=object)
+    correct = np.array([(j is not False) and (s is not False) for j, s in zip(json_ok, schema_ok)])
+    reasons = np.array(["", "json: not valid JSON (Expecting x)", "json_schema: no JSON to validate",
+                        "length: cut off at max_tokens (64 tokens)", "json_schema: required (name)"], dtype=object)
+    failure = ["; ".join(sorted(set(rng.choice(reasons[1:], rng.integers(1, 3))))) if not ok else ""
+               for ok in correct]
+    lengths = rng.integers(1, 80, n).astype(np.float64)
+    lengths[rng.random(n) < 0.05] = np.nan
+    loss = np.round(rng.gamma(2, 1, n), 1)
+    return pd.DataFrame({
+        "example_id": [f"g{i}" for i in range(n)], "text": ["prompt"] * n,
+        "output": [f"output {i} " + "x" * int(rng.integers(0, 400)) for i in range(n)],
+        "label": rng.choice(["pass", "fail", "other"], n), "pred": rng.choice(["pass", "fail", "unparseable"], n),
+        "correct": correct, "check_json": json_ok, "check_json_schema": schema_ok,
+        "check_refusal": pd.array([None] * n, dtype=object), "failure_reason": failure,
+        "stop_reason": rng.choice(["stop", "length"], n), "n_output_tokens": lengths,
+        "reference_loss": loss, "output_loss": np.round(rng.gamma(2, 1, n), 2),
+        "low_loss_failure": low_loss_failures(loss, correct),
+        "task": rng.choice(["a", "b"], n), "filter": rng.choice(["strict", "flexible"], n)})
+
+
+def test_generation_checks_merged_over_blocks_are_the_whole():
+    from erroranalysis.metrics.generation import check_counts, finish_checks, generation_metrics, merge_checks
+
+    preds = generation_frame()
+    labels = ["pass", "fail", "other"]
+    expected = json.dumps(generation_metrics(preds, labels, max_new_tokens=64))
+    assert json.loads(expected)["failure_reasons"] and json.loads(expected)["loss"]["low_loss_failure_ids"]
+    for cuts in splits(len(preds), 2):
+        merged = None
+        bounds = [0, *cuts, len(preds)]
+        for start, stop in zip(bounds, bounds[1:]):
+            part = check_counts(preds.iloc[start:stop].reset_index(drop=True), labels, offset=start)
+            merged = part if merged is None else merge_checks(part, merged)  # any order
+        assert json.dumps(finish_checks(merged, labels, 64)) == expected, cuts

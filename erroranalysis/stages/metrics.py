@@ -8,6 +8,7 @@ import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.core.params import SEED, Int, Params, param, spec_field
+from erroranalysis.metrics.generation import adjust_metrics, check_counts, merge_checks
 from erroranalysis.rundir import Run, readers
 from erroranalysis.sources import cells
 from erroranalysis.stages.common import metadata_of
@@ -55,12 +56,16 @@ def block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     probs = readers.artifact_path(run, rundir.PROBS, required=False)
     if probs is not None:
         _check_probs_shape(probs, readers.n_predictions(run), len(run.labels))
+    generation = run.task == "generation"
+    columns = ["label", "pred", "text", *kinds, *(generation_columns(schema.names) if generation else ())]
     with run.stage("metrics", params.record()) as staging:
-        merged = None
-        for _, part in blocks.map_blocks(block_counts, path, engine, columns=["label", "pred", "text", *kinds],
-                                         kwargs={"labels": list(run.labels), "kinds": kinds,
-                                                 "probs": None if probs is None else str(probs)}):
+        merged, checks = None, None
+        for _, (part, counted) in blocks.map_blocks(
+                block_counts, path, engine, columns=list(dict.fromkeys(columns)),
+                kwargs={"labels": list(run.labels), "kinds": kinds, "probs": None if probs is None else str(probs),
+                        "generation": generation}):
             merged = part if merged is None else partials.merge(merged, part)  # counts: any order gives the same
+            checks = counted if checks is None else merge_checks(checks, counted)
         result, set_aside = partials.finish(merged or partials.Partial(len(run.labels)), run.labels,
                                             n_resamples=params.n_resamples, seed=params.seed)
         aside = [c for c in listed if c not in kinds] + set_aside
@@ -69,28 +74,31 @@ def block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
         if set_aside:
             staging.facts["metadata_set_aside_why"] = (f"more than {partials.MAX_DISTINCT:,} distinct values: "
                                                        f"{', '.join(set_aside)}")
-        if run.task == "generation":
-            from erroranalysis.metrics.generation import adjust_metrics
-
-            preds = readers.read_predictions(run, columns=generation_columns(schema.names))
+        if generation:
             limit = (run.manifest.get("generation") or {}).get("max_new_tokens")  # None for outputs made elsewhere
-            result = adjust_metrics(result, preds, run.labels, max_new_tokens=limit)
+            result = adjust_metrics(result, None, run.labels, max_new_tokens=limit, checks=checks)
         staging.write_json(rundir.METRICS, result)
     return result
 
 
-def block_counts(table, block, *, labels: list[str], kinds: dict[str, str], probs: str | None):
-    """One block's partial counts (run on a worker under Ray): its rows read as `readers.read_predictions` reads
-    them, its rows of probs.npy."""
+def block_counts(table, block, *, labels: list[str], kinds: dict[str, str], probs: str | None, generation: bool):
+    """One block's partial counts (run on a worker under Ray), and a generation run's `check_counts`: its rows read
+    as `readers.read_predictions` reads them, its rows of probs.npy."""
     from erroranalysis.engines import blocks
+    from erroranalysis.infer.output_checks import UNPARSEABLE
     from erroranalysis.metrics import partials
 
     frame = table.to_pandas()
-    return partials.block_partial(frame["label"].astype(str).to_numpy(), frame["pred"].fillna("").astype(str).to_numpy(),
-                                  labels, probs=None if probs is None else blocks.read_npy_rows(probs, block),
-                                  metadata=frame[list(kinds)] if kinds else None,
-                                  texts=frame["text"].fillna("").astype(str).to_numpy(), kinds=kinds,
-                                  offset=block.start)
+    frame["text"], frame["label"] = frame["text"].fillna("").astype(str), frame["label"].astype(str)
+    frame["pred"] = frame["pred"].fillna("").astype(str)
+    part = partials.block_partial(frame["label"].to_numpy(), frame["pred"].to_numpy(), labels,
+                                  probs=None if probs is None else blocks.read_npy_rows(probs, block),
+                                  metadata=frame[list(kinds)] if kinds else None, texts=frame["text"].to_numpy(),
+                                  kinds=kinds, offset=block.start)
+    if not generation:
+        return part, None
+    frame["example_id"], frame["correct"] = frame["example_id"].astype(str), frame["correct"].astype(bool)
+    return part, check_counts(frame, [label for label in labels if label != UNPARSEABLE], offset=block.start)
 
 
 def metadata_kind(kind) -> str | None:
@@ -106,11 +114,11 @@ def metadata_kind(kind) -> str | None:
 
 
 def generation_columns(columns) -> list[str]:
-    """What the output_checks section of a generation run reads (not the metadata): its checks, stop reasons,
-    lengths, losses, reasons and exemplars."""
+    """What the output_checks section of a generation run reads: its checks, stop reasons, lengths, losses,
+    reasons and exemplars."""
     from erroranalysis.metrics.generation import GROUP_COLUMNS
 
-    wanted = {"label", "pred", "output", "text", "stop_reason", "n_output_tokens", "failure_reason",
+    wanted = {"example_id", "correct", "label", "pred", "output", "text", "stop_reason", "n_output_tokens", "failure_reason",
               "reference_loss", "output_loss", "low_loss_failure", *GROUP_COLUMNS}
     return [c for c in columns if c in wanted or c.startswith("check_")]
 
