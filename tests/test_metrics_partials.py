@@ -185,3 +185,14 @@ def test_generation_checks_merged_over_blocks_are_the_whole():
             part = check_counts(preds.iloc[start:stop].reset_index(drop=True), labels, offset=start)
             merged = part if merged is None else merge_checks(part, merged)  # any order
         assert json.dumps(finish_checks(merged, labels, 64)) == expected, cuts
+
+
+def test_exact_sum_is_the_sum_of_the_fractions():
+    from fractions import Fraction
+
+    from erroranalysis.metrics.classification import exact_sum
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.normal(size=500) * 10.0 ** rng.integers(-300, 300, 500), [0.0, -0.0, 5e-324, 1.0]])
+    assert exact_sum(x) == sum(Fraction(v) for v in x.tolist())
+    assert exact_sum(x[:200]) + exact_sum(x[200:]) == exact_sum(x[::-1])

@@ -264,8 +264,8 @@ def exact_sum(values) -> Fraction:
     starts = np.flatnonzero(np.r_[True, exponent[1:] != exponent[:-1]])
     high, low = np.add.reduceat(ints >> 26, starts), np.add.reduceat(ints & (2 ** 26 - 1), starts)
     total = Fraction(0)
-    for e, h, l in zip(exponent[starts].tolist(), high.tolist(), low.tolist()):
-        total += Fraction((h << 26) + l) * Fraction(2) ** (e - 53)
+    for e, hi, lo in zip(exponent[starts].tolist(), high.tolist(), low.tolist()):
+        total += Fraction((hi << 26) + lo) * Fraction(2) ** (e - 53)
     return total
 
 
