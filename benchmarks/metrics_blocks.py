@@ -15,6 +15,7 @@ open) and after it; Ray's own processes (raylet, workers) are not the driver's a
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -110,8 +111,9 @@ def driver(out: str, way: str) -> None:
     else:
         result = compute_run_metrics(run, MetricsParams(n_resamples=0), engine=engine)
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "before": before, "after": hwm_mb(),
-                      "accuracy": result["overall"]["accuracy"], "by_metadata": sorted(result["by_metadata"])}))
+    digest = hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()[:12]
+    print(json.dumps({"seconds": seconds, "before": before, "after": hwm_mb(), "digest": digest,
+                      "by_metadata": sorted(result["by_metadata"])}))
 
 
 def main() -> None:
@@ -139,10 +141,10 @@ def main() -> None:
                 raise SystemExit(f"{way} failed:\n{proc.stderr[-3000:]}")
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append([way, f"{r['seconds']:.1f}", f"{r['before']:.0f}", f"{r['after']:.0f}",
-                         f"{r['accuracy']:.6f}", len(r["by_metadata"])])
+                         r["digest"], len(r["by_metadata"])])
     groups = f"row groups of {args.row_group:,}" if args.row_group else "row groups as the stages write them"
     print(f"metrics stage, {args.rows:,} rows, {groups} ({load_average()})")
-    print(table(rows, ["way", "seconds", "VmHWM before MB", "VmHWM after MB", "accuracy", "by_metadata keys"]))
+    print(table(rows, ["way", "seconds", "VmHWM before MB", "VmHWM after MB", "metrics sha256", "by_metadata keys"]))
 
 
 if __name__ == "__main__":
