@@ -212,7 +212,7 @@ def calibration(t: np.ndarray, probs: np.ndarray, n_bins: int = 15) -> dict:
     """
     confidence, correct = probs.max(axis=1).astype(np.float64), probs.argmax(axis=1) == t
     bin_of = calibration_bin(confidence, n_bins)
-    conf_sums = [exact_sum(confidence[bin_of == b]) for b in range(n_bins)]
+    conf_sums = binned_exact_sums(bin_of, confidence, n_bins)
     return calibration_from_sums(np.bincount(bin_of, minlength=n_bins), conf_sums,
                                  np.bincount(bin_of, weights=correct, minlength=n_bins), brier_sum(t, probs), len(t))
 
@@ -251,22 +251,28 @@ def brier_sum(t: np.ndarray, probs: np.ndarray) -> Fraction:
 
 def exact_sum(values) -> Fraction:
     """The exact sum of float64 values (finite), as a fraction: sums of blocks then add up to the sum of all rows
-    whatever the split, where floating-point sums would differ in the last bits. Each value is an integer
-    mantissa times a power of two; mantissas are summed per exponent in two 26/27-bit halves, so int64 never
-    overflows below 2**36 values."""
+    whatever the split, where floating-point sums would differ in the last bits."""
+    return binned_exact_sums(np.zeros(np.size(values), dtype=np.int64), values, 1)[0]
+
+
+def binned_exact_sums(bin_of: np.ndarray, values, n_bins: int) -> list[Fraction]:
+    """The exact sum of the values of each bin. Each value is an integer mantissa times a power of two; one sort
+    groups the mantissas by (bin, exponent), summed in two 26/27-bit halves so int64 never overflows below 2**36
+    values."""
     x = np.asarray(values, dtype=np.float64).ravel()
+    sums = [Fraction(0)] * n_bins
     if x.size == 0:
-        return Fraction(0)
+        return sums
     mantissa, exponent = np.frexp(x)
     ints = (mantissa * 2.0 ** 53).astype(np.int64)  # x = ints * 2**(exponent - 53), exactly
-    order = np.argsort(exponent, kind="stable")
-    exponent, ints = exponent[order], ints[order]
-    starts = np.flatnonzero(np.r_[True, exponent[1:] != exponent[:-1]])
+    key = np.asarray(bin_of, dtype=np.int64) * 4096 + (exponent + 2048)  # exponents lie in [-1073, 1024]
+    order = np.argsort(key, kind="stable")
+    key, ints = key[order], ints[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     high, low = np.add.reduceat(ints >> 26, starts), np.add.reduceat(ints & (2 ** 26 - 1), starts)
-    total = Fraction(0)
-    for e, hi, lo in zip(exponent[starts].tolist(), high.tolist(), low.tolist()):
-        total += Fraction((hi << 26) + lo) * Fraction(2) ** (e - 53)
-    return total
+    for k, hi, lo in zip(key[starts].tolist(), high.tolist(), low.tolist()):
+        sums[k // 4096] += Fraction((hi << 26) + lo) * Fraction(2) ** (k % 4096 - 2048 - 53)
+    return sums
 
 
 def _by_metadata(t, p, k, metadata, texts, max_values) -> dict:

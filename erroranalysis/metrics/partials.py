@@ -114,7 +114,7 @@ def _calibration_counts(out: Partial, t: np.ndarray, probs: np.ndarray, n_bins: 
     bin_of = cl.calibration_bin(confidence, n_bins)
     out.bins = np.bincount(bin_of, minlength=n_bins)
     out.correct = np.bincount(bin_of, weights=correct, minlength=n_bins)
-    out.conf_sums = [cl.exact_sum(confidence[bin_of == b]) for b in range(n_bins)]
+    out.conf_sums = cl.binned_exact_sums(bin_of, confidence, n_bins)
     out.brier = cl.brier_sum(t, probs)
 
 
