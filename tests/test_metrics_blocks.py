@@ -54,6 +54,7 @@ def planted_rows(n: int = 300, seed: int = 0) -> list[dict]:
 def analyzed(tmp_path, task: str = "classification", rows=None):
     from erroranalysis.sources.table import DataOptions
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = write_jsonl(tmp_path / "preds.jsonl", rows if rows is not None else planted_rows())
     return stages.analyze(task, path, tmp_path / "run", stages.Reading(data=DataOptions(id_column="id")),
                           after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False))
@@ -106,9 +107,12 @@ def local_ray():
 
 
 def test_ray_gives_the_same_metrics_json(tmp_path, local_ray):
-    run = analyzed(tmp_path)
-    local = metrics_text(run)
-    assert metrics_text(run, Engine("ray")) == local
+    from test_failure_modes import planted_rows as generation_rows
+
+    for run in (analyzed(tmp_path / "classification"), analyzed(tmp_path / "generation", "generation",
+                                                                 generation_rows())):
+        local = metrics_text(run)
+        assert metrics_text(run, Engine("ray")) == local, run.task
 
 
 def crafted_run(out, bad_label_row: int | None = None, bad_probs_row: int | None = None, n: int = 150):
