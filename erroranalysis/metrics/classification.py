@@ -6,6 +6,7 @@ and stay fast on millions of rows. Scores follow scikit-learn with `zero_divisio
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -209,26 +210,69 @@ def calibration(t: np.ndarray, probs: np.ndarray, n_bins: int = 15) -> dict:
     Confidence is the largest probability and a row is correct when its arg-max is the true class. Bins are
     equal-width, (lower, upper], the first also holding 0.
     """
-    confidence = probs.max(axis=1).astype(np.float64)
-    correct = probs.argmax(axis=1) == t
+    confidence, correct = probs.max(axis=1).astype(np.float64), probs.argmax(axis=1) == t
+    bin_of = calibration_bin(confidence, n_bins)
+    conf_sums = binned_exact_sums(bin_of, confidence, n_bins)
+    return calibration_from_sums(np.bincount(bin_of, minlength=n_bins), conf_sums,
+                                 np.bincount(bin_of, weights=correct, minlength=n_bins), brier_sum(t, probs), len(t))
+
+
+def calibration_bin(confidence: np.ndarray, n_bins: int) -> np.ndarray:
+    """Each row's reliability bin: equal-width, (lower, upper], the first also holding 0."""
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    bin_of = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, n_bins - 1)
-    count = np.bincount(bin_of, minlength=n_bins)
-    conf_sum = np.bincount(bin_of, weights=confidence, minlength=n_bins)
-    acc_sum = np.bincount(bin_of, weights=correct, minlength=n_bins)
+    return np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, n_bins - 1)
+
+
+def calibration_from_sums(count, conf_sums, acc_sum, brier_total, n: int) -> dict:
+    """The calibration section from per-bin row counts, exact confidence sums and correct counts, and the exact
+    Brier sum: the same numbers whether the sums come from all rows at once or from merged blocks."""
+    n_bins = len(count)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    conf_sum = np.array([float(c) for c in conf_sums], dtype=np.float64)
     mean_conf, mean_acc = _safe_div(conf_sum, count), _safe_div(acc_sum, count)
-    ece = float((count / len(t) * np.abs(mean_acc - mean_conf)).sum())
+    ece = float((count / n * np.abs(mean_acc - mean_conf)).sum())
     bins = [{"lower": float(edges[i]), "upper": float(edges[i + 1]), "count": int(count[i]),
              "confidence": float(mean_conf[i]) if count[i] else None,
              "accuracy": float(mean_acc[i]) if count[i] else None} for i in range(n_bins)]
-    return {"n_bins": n_bins, "ece": ece, "brier": brier_score(t, probs), "bins": bins}
+    return {"n_bins": n_bins, "ece": ece, "brier": float(brier_total / n), "bins": bins}
 
 
 def brier_score(t: np.ndarray, probs: np.ndarray) -> float:
     """Mean over rows of sum over classes of (p - one_hot)^2, without building the one-hot matrix."""
+    return float(brier_sum(t, probs) / len(t))
+
+
+def brier_sum(t: np.ndarray, probs: np.ndarray) -> Fraction:
+    """The exact sum over rows of each row's Brier term (a row's term depends on that row alone)."""
     squares = np.einsum("ij,ij->i", probs, probs, dtype=np.float64)
     p_true = probs[np.arange(len(t)), t].astype(np.float64)
-    return float(np.mean(squares - 2 * p_true + 1))
+    return exact_sum(squares - 2 * p_true + 1)
+
+
+def exact_sum(values) -> Fraction:
+    """The exact sum of float64 values (finite), as a fraction: sums of blocks then add up to the sum of all rows
+    whatever the split, where floating-point sums would differ in the last bits."""
+    return binned_exact_sums(np.zeros(np.size(values), dtype=np.int64), values, 1)[0]
+
+
+def binned_exact_sums(bin_of: np.ndarray, values, n_bins: int) -> list[Fraction]:
+    """The exact sum of the values of each bin. Each value is an integer mantissa times a power of two; one sort
+    groups the mantissas by (bin, exponent), summed in two 26/27-bit halves so int64 never overflows below 2**36
+    values."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    sums = [Fraction(0)] * n_bins
+    if x.size == 0:
+        return sums
+    mantissa, exponent = np.frexp(x)
+    ints = (mantissa * 2.0 ** 53).astype(np.int64)  # x = ints * 2**(exponent - 53), exactly
+    key = np.asarray(bin_of, dtype=np.int64) * 4096 + (exponent + 2048)  # exponents lie in [-1073, 1024]
+    order = np.argsort(key, kind="stable")
+    key, ints = key[order], ints[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    high, low = np.add.reduceat(ints >> 26, starts), np.add.reduceat(ints & (2 ** 26 - 1), starts)
+    for k, hi, lo in zip(key[starts].tolist(), high.tolist(), low.tolist()):
+        sums[k // 4096] += Fraction((hi << 26) + lo) * Fraction(2) ** (k % 4096 - 2048 - 53)
+    return sums
 
 
 def _by_metadata(t, p, k, metadata, texts, max_values) -> dict:
@@ -277,7 +321,11 @@ def group_metrics(t: np.ndarray, p: np.ndarray, k: int, codes: np.ndarray, names
     like sklearn's default.
     """
     m = len(names)
-    cms = np.bincount((codes * k + t) * k + p, minlength=m * k * k).reshape(m, k, k)
+    return group_rows(np.bincount((codes * k + t) * k + p, minlength=m * k * k).reshape(m, k, k), names)
+
+
+def group_rows(cms: np.ndarray, names: Sequence[str]) -> list[dict]:
+    """`group_metrics`'s rows from the confusion counts [m, k, k] of each value: a value without rows is left out."""
     s = scores_from_confusion(cms)
     present = (s["support"] + s["predicted"]) > 0
     out = []

@@ -54,7 +54,7 @@ def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=N
 
     reporter = as_reporter(progress)
     with reporter.stage("metrics"):
-        compute_run_metrics(run, after.metrics)
+        compute_run_metrics(run, after.metrics, engine=engine)
     if after.checks is not None:
         checks_run(run.path, after.checks, progress=reporter, engine=engine)
     if after.slices is not None:
