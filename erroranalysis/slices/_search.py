@@ -294,9 +294,20 @@ def _merged_or_words(candidates, X, weight, failed, stats: _Singles, base: float
 
 
 def _tables(kept, features: Features, ids: np.ndarray, base: float):
-    """(slices.parquet, slice_members.parquet) of the kept slices, best first."""
-    rows, member_ids, member_slice = [], [], []
-    for rank, (cand, mask) in enumerate(kept):
+    """(slices.parquet, slice_members.parquet) of the kept slices, best first; members row by row (the order the
+    distributed engine's shards give)."""
+    rows = [np.flatnonzero(mask) for _, mask in kept]
+    slice_of = np.concatenate([np.full(len(r), rank, dtype=np.int64) for rank, r in enumerate(rows)])
+    rows = np.concatenate(rows)
+    order = np.lexsort((slice_of, rows))
+    members = pd.DataFrame({"example_id": ids[rows[order]], "slice_id": slice_of[order]})
+    return slice_table([cand for cand, _ in kept], features, base), members
+
+
+def slice_table(kept: list[Candidate], features: Features, base: float) -> pd.DataFrame:
+    """slices.parquet: one row per kept slice, best first."""
+    rows = []
+    for rank, cand in enumerate(kept):
         error_rate = cand.failures / cand.support
         conjuncts = sorted(cand.conjuncts, key=lambda c: (KIND_ORDER.get(features.kinds[c[0]], 9), c[0]))
         rows.append({
@@ -305,13 +316,8 @@ def _tables(kept, features: Features, ids: np.ndarray, base: float):
             "support": cand.support, "failures": cand.failures, "error_rate": error_rate,
             "lift": error_rate / base - 1.0, "score": cand.score, "p_value": cand.p_value, "p_raw": cand.p_raw,
         })
-        idx = np.flatnonzero(mask)
-        member_ids.append(ids[idx])
-        member_slice.append(np.full(len(idx), rank, dtype=np.int64))
     slices = pd.DataFrame(rows, columns=list(SLICES.columns))
-    slices = slices.astype({"slice_id": "int64", "order": "int64", "support": "int64", "failures": "int64"})
-    members = pd.DataFrame({"example_id": np.concatenate(member_ids), "slice_id": np.concatenate(member_slice)})
-    return slices, members
+    return slices.astype({"slice_id": "int64", "order": "int64", "support": "int64", "failures": "int64"})
 
 
 def _as_ids(example_ids) -> np.ndarray:

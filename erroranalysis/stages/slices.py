@@ -3,6 +3,11 @@
 Reads predictions (text, label, correct, truncated and the metadata columns), runs
 `erroranalysis.slices.extract_features` and `find_slices`. Parameters are checked when `SliceParams` is built and
 inputs before the stage starts, so a bad call leaves the previous slices intact. See docs/run-directory.md.
+
+Under a distributed engine (`--engine ray`) the driver reads no row: `erroranalysis.slices.search_blocks` runs
+per-block counting passes on the workers and merges counts (the method: `erroranalysis.slices._blocks`,
+docs/scale.md), and the workers write slice_members.parquet as one shard per block. Same slices, counts and members
+as in process; duplicate example ids are then checked within each block only.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import Any
 
 from erroranalysis import rundir
 from erroranalysis.core import schemas
-from erroranalysis.rundir import SLICE_MEMBERS, SLICES, readers
+from erroranalysis.core.errors import RunError
+from erroranalysis.rundir import SLICE_MEMBERS, SLICES, Run, readers
+from erroranalysis.rundir.artifacts import TABLES
 from erroranalysis.slices import FeatureParams, SearchParams
 from erroranalysis.stages.common import metadata_of
 
@@ -27,23 +34,25 @@ class SliceParams(FeatureParams, SearchParams):
     (`slices.SearchParams`, `slices.FeatureParams`)."""
 
 
-def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embed_fn=None,
+def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embed_fn=None, engine=None,
                **overrides) -> dict[str, Any]:
     """Find a run's error slices and commit them; return a summary (counts, base error rate, messages, slices).
 
     `embed_fn` replaces the packaged word-embedding model used to merge near-synonymous word slices
-    (`merge=False` skips merging)."""
+    (`merge=False` skips merging). `engine` (`erroranalysis.engines.Engine`): a distributed one counts on its
+    workers (`_by_blocks`)."""
     from erroranalysis import slices as sl
 
     params = params.replace(**overrides) if overrides else params
     run = rundir.Run.open(run_dir)
+    if engine is not None and engine.distributed:
+        return _by_blocks(run, params, embed_fn, engine)
     frame = readers.read_units(run)
     listed = (run.manifest.get("data") or {}).get("metadata_columns") or []
     absent = [c for c in listed if c not in frame.columns]
     support = sl.default_min_support(len(frame)) if params.min_support is None else int(params.min_support)
     meta_cols = metadata_of(run, frame.columns)
-    record = {**params.record(), "min_support": support, "metadata_columns": meta_cols,
-              "embedder": None if not params.merge else ("all-MiniLM-L6-v2" if embed_fn is None else "custom")}
+    record = _record(run, params, support, meta_cols, embed_fn)
 
     with run.stage(STAGE, record) as staging:
         start = time.perf_counter()
@@ -70,3 +79,81 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
     summary["files"] = [SLICES, SLICE_MEMBERS]
     summary["slices"] = result.slices.drop(columns=["features"]).to_dict("records")
     return summary
+
+
+def _record(run: Run, params: SliceParams, support: int, meta_cols: list[str], embed_fn) -> dict:
+    return {**params.record(), "min_support": support, "metadata_columns": meta_cols,
+            "embedder": None if not params.merge else ("all-MiniLM-L6-v2" if embed_fn is None else "custom")}
+
+
+def _by_blocks(run: Run, params: SliceParams, embed_fn, engine) -> dict[str, Any]:
+    """The stage on a distributed engine: counts from the workers, members written by them (`slices_run`)."""
+    import pyarrow.parquet as pq
+
+    from erroranalysis import slices as sl
+    from erroranalysis.engines import blocks
+
+    name = readers.units_artifact(run)
+    path = readers.artifact_path(run, name)
+    names = pq.read_schema(blocks.files_of(path)[0]).names
+    missing = [c for c in TABLES[name].required if c not in names]
+    if missing:
+        raise RunError(f"{path}: no column {missing[0]!r}; run the stage that writes {name} again.")
+    n = blocks.n_rows(blocks.plan(path))
+    listed = (run.manifest.get("data") or {}).get("metadata_columns") or []
+    absent = [c for c in listed if c not in names]
+    support = sl.default_min_support(n) if params.min_support is None else int(params.min_support)
+    meta_cols = metadata_of(run, names)
+    inputs = sl.Inputs(label=run.task in ("classification", "token-classification"), truncated="truncated" in names,
+                       metadata=tuple(meta_cols), source=name)
+    record = {**_record(run, params, support, meta_cols, embed_fn), "engine": "ray"}
+
+    def run_pass(fn, ordered, **kwargs):
+        done = blocks.map_blocks(_block_task, path, engine, columns=inputs.columns(), ordered=ordered,
+                                 kwargs={"fn": fn, "inputs": inputs, "kwargs": kwargs})
+        return (result for _, result in done)
+
+    with run.stage(STAGE, record) as staging:
+        found = sl.search_blocks(run_pass, n, min_support=support, params=params, embed_fn=embed_fn)
+        result = found.result
+        if found.slices:
+            folder = staging.file(SLICE_MEMBERS)
+            for _ in blocks.map_blocks(_members_task, path, engine, columns=inputs.columns(),
+                                       kwargs={"inputs": inputs, "spec": found.spec, "slices": found.slices,
+                                               "folder": str(folder)}):
+                pass
+        else:
+            staging.write_parquet(SLICE_MEMBERS, result.members.astype(schemas.SLICE_MEMBERS.dtypes))
+        staging.write_parquet(SLICES, result.slices)
+        summary = result.summary()
+        if absent:
+            summary["messages"].insert(0, f"metadata columns {absent} are listed in the manifest but not in "
+                                          f"{rundir.PREDICTIONS}; skipped.")
+        summary["feature_seconds"] = round(found.feature_seconds, 3)
+        summary["search_seconds"] = round(found.search_seconds, 3)
+        staging.facts.update({k: summary[k] for k in ("n_examples", "n_failures", "base_error_rate", "n_features",
+                                                      "n_tested", "n_slices", "messages")})
+    summary["run"] = str(run.path)
+    summary["files"] = [SLICES, SLICE_MEMBERS]
+    summary["slices"] = result.slices.drop(columns=["features"]).to_dict("records")
+    return summary
+
+
+def _block_task(table, block, fn, inputs, kwargs):
+    """A counting pass on one block (`erroranalysis.slices.search_blocks`): the block's rows checked, then `fn`."""
+    from erroranalysis import slices as sl
+
+    return fn(sl.rows_of(table.to_pandas(), inputs, block.start), **kwargs)
+
+
+def _members_task(table, block, inputs, spec, slices, folder) -> int:
+    """Pass 4 on one block: its members of the kept slices, written as the block's shard of slice_members."""
+    import pyarrow as pa
+
+    from erroranalysis import slices as sl
+    from erroranalysis.engines import blocks
+
+    members = sl.member_rows(sl.rows_of(table.to_pandas(), inputs, block.start), spec, slices)
+    blocks.write_shard(folder, block, pa.table({"example_id": pa.array(members["example_id"].tolist(), pa.string()),
+                                                "slice_id": pa.array(members["slice_id"], pa.int64())}))
+    return len(members)
