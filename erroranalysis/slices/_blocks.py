@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from erroranalysis.core.errors import RunError
+from erroranalysis.core.errors import RunError, preview
 from erroranalysis.slices import _columns as columns
 from erroranalysis.slices._features import _STOP_WORDS, count_terms
 
@@ -45,7 +45,7 @@ class Inputs:
     label: bool
     truncated: bool
     metadata: tuple[str, ...]
-    source: str = "predictions.parquet"
+    source: str = "predictions.parquet"  # the file, as errors name it
 
     def columns(self) -> list[str]:
         return ["example_id", "text", "correct", *(["label"] if self.label else []),
@@ -65,19 +65,18 @@ class Rows:
 
 
 def rows_of(frame: pd.DataFrame, inputs: Inputs, start: int) -> Rows:
-    """The block's rows, checked as `rundir.readers.read_units` checks the whole table (row numbers are the
-    table's: `start` is the block's first row)."""
+    """The block's rows, checked as `rundir.readers.read_units` checks the whole table, with its messages (the
+    counts are the block's; `start`, the block's first row, is kept for callers that name rows)."""
     ids, correct = frame["example_id"], frame["correct"]
-    where = f"{inputs.source}, column"
     if ids.isna().any():
-        raise RunError(f"{where} 'example_id': missing id at row {start + int(np.flatnonzero(ids.isna())[0])}; "
-                       "every example needs one.")
+        raise RunError(f"{inputs.source}, column 'example_id': {int(ids.isna().sum())} missing ids; every example "
+                       "needs one.")
     if correct.isna().any():
-        raise RunError(f"{where} 'correct': missing value at row {start + int(np.flatnonzero(correct.isna())[0])}; "
-                       "run the stage that writes predictions again.")
+        raise RunError(f"{inputs.source}, column 'correct': {int(correct.isna().sum())} missing values; run the stage "
+                       "that writes predictions again.")
     if correct.dtype != bool and not set(np.unique(correct.to_numpy())) <= {0, 1}:
-        raise RunError(f"{where} 'correct': values {list(np.unique(correct.to_numpy())[:3])} are not booleans; run "
-                       "the stage that writes predictions again.")
+        raise RunError(f"{inputs.source}, column 'correct': values {preview(np.unique(correct.to_numpy())[:3])} are "
+                       "not booleans; run the stage that writes predictions again.")
     return Rows(ids.astype(str).to_numpy(dtype=object), [t if isinstance(t, str) else "" for t in frame["text"]],
                 ~correct.astype(bool).to_numpy(),
                 frame["label"].tolist() if inputs.label else None,

@@ -40,13 +40,13 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
 
     `embed_fn` replaces the packaged word-embedding model used to merge near-synonymous word slices
     (`merge=False` skips merging). `engine` (`erroranalysis.engines.Engine`): a distributed one counts on its
-    workers (`_by_blocks`)."""
+    workers (`slices_by_blocks`)."""
     from erroranalysis import slices as sl
 
     params = params.replace(**overrides) if overrides else params
     run = rundir.Run.open(run_dir)
     if engine is not None and engine.distributed:
-        return _by_blocks(run, params, embed_fn, engine)
+        return slices_by_blocks(run, params, embed_fn, engine)
     frame = readers.read_units(run)
     listed = (run.manifest.get("data") or {}).get("metadata_columns") or []
     absent = [c for c in listed if c not in frame.columns]
@@ -86,8 +86,10 @@ def _record(run: Run, params: SliceParams, support: int, meta_cols: list[str], e
             "embedder": None if not params.merge else ("all-MiniLM-L6-v2" if embed_fn is None else "custom")}
 
 
-def _by_blocks(run: Run, params: SliceParams, embed_fn, engine) -> dict[str, Any]:
-    """The stage on a distributed engine: counts from the workers, members written by them (`slices_run`)."""
+def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=None, engine=None) -> dict[str, Any]:
+    """The stage from per-block counts (`erroranalysis.slices.search_blocks`): on a distributed engine's workers,
+    which also write the members, or, `engine` None, block after block in this process. `slices_run` calls it for a
+    distributed engine; the result is the in-process one."""
     import pyarrow.parquet as pq
 
     from erroranalysis import slices as sl
@@ -99,18 +101,19 @@ def _by_blocks(run: Run, params: SliceParams, embed_fn, engine) -> dict[str, Any
     missing = [c for c in TABLES[name].required if c not in names]
     if missing:
         raise RunError(f"{path}: no column {missing[0]!r}; run the stage that writes {name} again.")
-    n = blocks.n_rows(blocks.plan(path))
+    n = blocks.n_rows(blocks.plan(path))  # from the footers
     listed = (run.manifest.get("data") or {}).get("metadata_columns") or []
     absent = [c for c in listed if c not in names]
     support = sl.default_min_support(n) if params.min_support is None else int(params.min_support)
     meta_cols = metadata_of(run, names)
     inputs = sl.Inputs(label=run.task in ("classification", "token-classification"), truncated="truncated" in names,
-                       metadata=tuple(meta_cols), source=name)
+                       metadata=tuple(meta_cols), source=str(path))
     record = {**_record(run, params, support, meta_cols, embed_fn), "engine": "ray"}
 
     def run_pass(fn, ordered, **kwargs):
         done = blocks.map_blocks(_block_task, path, engine, columns=inputs.columns(), ordered=ordered,
-                                 kwargs={"fn": fn, "inputs": inputs, "kwargs": kwargs})
+                                 kwargs={"fn": fn, "inputs": inputs, "kwargs": kwargs},
+                                 rows_per_block=blocks.ROWS_PER_BLOCK)
         return (result for _, result in done)
 
     with run.stage(STAGE, record) as staging:
@@ -119,6 +122,7 @@ def _by_blocks(run: Run, params: SliceParams, embed_fn, engine) -> dict[str, Any
         if found.slices:
             folder = staging.file(SLICE_MEMBERS)
             for _ in blocks.map_blocks(_members_task, path, engine, columns=inputs.columns(),
+                                       rows_per_block=blocks.ROWS_PER_BLOCK,
                                        kwargs={"inputs": inputs, "spec": found.spec, "slices": found.slices,
                                                "folder": str(folder)}):
                 pass
