@@ -66,19 +66,8 @@ def slices_run(run_dir: str | Path, params: SliceParams = SliceParams(), *, embe
             features, frame["correct"].to_numpy(), example_ids=frame["example_id"].to_numpy(dtype=object),
             params=params.project(sl.SearchParams).replace(min_support=support), embed_fn=embed_fn)
         staging.write_parquet(SLICE_MEMBERS, result.members.astype(schemas.SLICE_MEMBERS.dtypes))
-        staging.write_parquet(SLICES, result.slices)
-        summary = result.summary()
-        if absent:
-            summary["messages"].insert(0, f"metadata columns {absent} are listed in the manifest but not in "
-                                          f"{rundir.PREDICTIONS}; skipped.")
-        summary["feature_seconds"] = round(feature_seconds, 3)
-        summary["search_seconds"] = round(time.perf_counter() - start - feature_seconds, 3)
-        staging.facts.update({k: summary[k] for k in ("n_examples", "n_failures", "base_error_rate", "n_features",
-                                                      "n_tested", "n_slices", "messages")})
-    summary["run"] = str(run.path)
-    summary["files"] = [SLICES, SLICE_MEMBERS]
-    summary["slices"] = result.slices.drop(columns=["features"]).to_dict("records")
-    return summary
+        summary = _commit(staging, result, absent, feature_seconds, time.perf_counter() - start - feature_seconds)
+    return _returned(summary, run, result)
 
 
 def _record(run: Run, params: SliceParams, support: int, meta_cols: list[str], embed_fn) -> dict:
@@ -108,7 +97,8 @@ def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=Non
     meta_cols = metadata_of(run, names)
     inputs = sl.Inputs(label=run.task in ("classification", "token-classification"), truncated="truncated" in names,
                        metadata=tuple(meta_cols), source=str(path))
-    record = {**_record(run, params, support, meta_cols, embed_fn), "engine": "ray"}
+    record = {**_record(run, params, support, meta_cols, embed_fn),  # how: docs/scale.md
+              "engine": engine.engine if engine is not None else "local", "method": "per-block counts"}
 
     def run_pass(fn, ordered, **kwargs):
         done = blocks.map_blocks(_block_task, path, engine, columns=inputs.columns(), ordered=ordered,
@@ -128,15 +118,25 @@ def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=Non
                 pass
         else:
             staging.write_parquet(SLICE_MEMBERS, result.members.astype(schemas.SLICE_MEMBERS.dtypes))
-        staging.write_parquet(SLICES, result.slices)
-        summary = result.summary()
-        if absent:
-            summary["messages"].insert(0, f"metadata columns {absent} are listed in the manifest but not in "
-                                          f"{rundir.PREDICTIONS}; skipped.")
-        summary["feature_seconds"] = round(found.feature_seconds, 3)
-        summary["search_seconds"] = round(found.search_seconds, 3)
-        staging.facts.update({k: summary[k] for k in ("n_examples", "n_failures", "base_error_rate", "n_features",
-                                                      "n_tested", "n_slices", "messages")})
+        summary = _commit(staging, result, absent, found.feature_seconds, found.search_seconds)
+    return _returned(summary, run, result)
+
+
+def _commit(staging, result, absent: list[str], feature_seconds: float, search_seconds: float) -> dict:
+    """Stage slices.parquet (slice_members is staged already) and the manifest's facts; the summary."""
+    staging.write_parquet(SLICES, result.slices)
+    summary = result.summary()
+    if absent:
+        summary["messages"].insert(0, f"metadata columns {absent} are listed in the manifest but not in "
+                                      f"{rundir.PREDICTIONS}; skipped.")
+    summary["feature_seconds"] = round(feature_seconds, 3)
+    summary["search_seconds"] = round(search_seconds, 3)
+    staging.facts.update({k: summary[k] for k in ("n_examples", "n_failures", "base_error_rate", "n_features",
+                                                  "n_tested", "n_slices", "messages")})
+    return summary
+
+
+def _returned(summary: dict, run: Run, result) -> dict:
     summary["run"] = str(run.path)
     summary["files"] = [SLICES, SLICE_MEMBERS]
     summary["slices"] = result.slices.drop(columns=["features"]).to_dict("records")
