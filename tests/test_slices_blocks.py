@@ -171,3 +171,22 @@ def test_the_stage_on_ray_gives_the_in_process_tables(local_ray, analyzed, tmp_p
     pd.testing.assert_frame_equal(got_members, members, check_dtype=False)
     assert (tmp_path / "run" / "slice_members.parquet").is_dir()  # one shard per block, written by the workers
     assert Run.open(tmp_path / "run").manifest["stages"]["slices"]["params"]["engine"] == "ray"
+
+
+def test_a_bad_cell_in_a_later_block_is_the_in_process_error(tmp_path, monkeypatch):
+    from fake_runs import inferred_run
+
+    from erroranalysis.core.errors import RunError
+
+    frame = predictions(300, 0)
+    frame["correct"] = frame["correct"].astype(object)
+    frame.loc[250, "correct"] = None
+    run = inferred_run(tmp_path / "run", frame, labels=["p", "q", "r"], data={"metadata_columns": list(META)})
+    with pytest.raises(RunError) as in_process:
+        slices_run(run.path, merge=False)
+    monkeypatch.setattr(engine_blocks, "ROWS_PER_BLOCK", 100)
+    with pytest.raises(RunError) as by_blocks:
+        slices_by_blocks(Run.open(run.path), SliceParams(merge=False))
+    assert str(by_blocks.value) == str(in_process.value)
+    assert "column 'correct': 1 missing values" in str(in_process.value)
+    assert not (run.path / "slices.parquet").exists()
