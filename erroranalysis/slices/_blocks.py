@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from erroranalysis.core.errors import RunError, preview
 from erroranalysis.slices import _columns as columns
-from erroranalysis.slices._features import _STOP_WORDS, count_terms
+from erroranalysis.slices._features import count_terms, stop_phrase
 
 
 @dataclass(frozen=True)
@@ -172,12 +172,6 @@ def count_block(rows: Rows, spec: Spec) -> tuple[np.ndarray, np.ndarray]:
             np.asarray(X.T @ rows.failed.astype(np.int64)).ravel().astype(np.int64))
 
 
-def stop_phrase(term: str) -> bool:
-    """A phrase that starts or ends with a function word (`count_terms` drops them)."""
-    words = term.split(" ")
-    return len(words) > 1 and (words[0] in _STOP_WORDS or words[-1] in _STOP_WORDS)
-
-
 def pattern_block(rows: Rows, spec: Spec) -> dict[bytes, list[int]]:
     """Pass 3: the block's distinct rows over the spec's features ({feature positions as int32 bytes: [examples,
     failures]})."""
@@ -269,10 +263,10 @@ def search_blocks(run_pass, n: int, *, min_support: int, params, embed_fn=None) 
     from erroranalysis.slices._params import FeatureParams, SearchParams
     from erroranalysis.slices._search import (
         SliceResult,
-        _nothing_to_slice,
         empty_members,
         empty_slices,
         features_read,
+        nothing_to_slice,
         search_rows,
         singles,
         slice_table,
@@ -318,7 +312,7 @@ def search_blocks(run_pass, n: int, *, min_support: int, params, embed_fn=None) 
         return SliceResult(empty_slices() if slices is None else slices, empty_members(object), n, n_failures, base,
                            len(features), n_tested, min_support, messages)
 
-    nothing = _nothing_to_slice(n, n_failures, min_support, len(features))
+    nothing = nothing_to_slice(n, n_failures, min_support, len(features))
     if nothing:
         messages.append(nothing)
         return BlockSearch(result(), spec, [], feature_seconds, time.perf_counter() - start - feature_seconds)

@@ -164,6 +164,12 @@ def extract_features(
     return Features(matrix, keys, descriptions, groups, kinds, terms, messages)
 
 
+def stop_phrase(term: str) -> bool:
+    """A phrase that starts or ends with a function word: `count_terms` leaves it out."""
+    words = term.split(" ")
+    return len(words) > 1 and (words[0] in _STOP_WORDS or words[-1] in _STOP_WORDS)
+
+
 def text_message(n: int, has_terms: bool, any_text: bool, min_support: int, messages: list[str]) -> None:
     """Why there are no word features, when there are none."""
     if has_terms or not n:
@@ -247,9 +253,7 @@ def count_terms(
     keep = np.ones(len(all_names), dtype=bool)
     if phrase_stop_words and len(all_names):
         for i in range(offsets[1], len(all_names)):
-            words = all_names[i].split(" ")
-            if words[0] in _STOP_WORDS or words[-1] in _STOP_WORDS:
-                keep[i] = False
+            keep[i] = not stop_phrase(all_names[i])
     if max_features is not None and keep.sum() > max_features:
         support = np.bincount(term_of, minlength=len(all_names))
         order = np.argsort(-np.where(keep, support, -1), kind="stable")[:max_features]

@@ -126,7 +126,7 @@ def find_slices(
                            empty_members(ids.dtype) if members is None else members,
                            n, n_failures, base, len(features), n_tested, min_support, messages)
 
-    nothing = _nothing_to_slice(n, n_failures, min_support, len(features))
+    nothing = nothing_to_slice(n, n_failures, min_support, len(features))
     if nothing:
         messages.append(nothing)
         return result()
@@ -226,7 +226,7 @@ def search_rows(X, weight, failed, features: Features, support, fails, n: int, n
     return kept, n_tested
 
 
-def _nothing_to_slice(n: int, n_failures: int, min_support: int, n_features: int) -> str | None:
+def nothing_to_slice(n: int, n_failures: int, min_support: int, n_features: int) -> str | None:
     """Why no slice can stand out, or None."""
     if n == 0:
         return "no examples: nothing to slice."
