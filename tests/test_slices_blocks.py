@@ -152,6 +152,11 @@ def test_the_stage_from_blocks_in_process_gives_the_in_process_tables(analyzed, 
     pd.testing.assert_frame_equal(got_members, members, check_dtype=False)
     assert {'text contains "storm"', 'source == "b"'} <= set(slices["description"])
     assert summary["n_examples"] == 2000 and summary["n_slices"] == len(slices)
+    # the folder of shards replaced the file; in process again, a file replaces the folder
+    assert (tmp_path / "run" / "slice_members.parquet").is_dir()
+    slices_run(tmp_path / "run", merge=False)
+    assert (tmp_path / "run" / "slice_members.parquet").is_file()
+    pd.testing.assert_frame_equal(tables(tmp_path / "run")[1], members)
 
 
 @pytest.fixture(scope="module")
