@@ -107,6 +107,13 @@ def test_search_over_random_blocks_gives_the_whole_search(seed, merge, max_order
     bounds = cuts(len(frame), rng)
     found = sl.search_blocks(over_blocks(frame, bounds, rng), len(frame), min_support=12, params=params,
                              embed_fn=embed)
+    # every feature and its examples and failures, merged from the blocks, are the whole's
+    got = found.features
+    assert (got.keys, got.descriptions, got.groups, got.kinds, got.terms) == (
+        features.keys, features.descriptions, features.groups, features.kinds, features.terms)
+    assert got.messages == expected.messages  # the features' messages, then the search's
+    assert found.support.tolist() == features.support().tolist()
+    assert found.fails.tolist() == np.asarray(features.matrix.T @ whole.failed.astype(np.int64)).ravel().tolist()
     pd.testing.assert_frame_equal(found.result.slices, expected.slices)
     assert found.result.summary() == expected.summary()
     members = pd.concat([sl.member_rows(sl.rows_of(frame.iloc[a:b].reset_index(drop=True), INPUTS, a), found.spec,

@@ -243,14 +243,18 @@ def member_rows(rows: Rows, spec: Spec, slices: list[list[list[int]]]) -> pd.Dat
 
 @dataclass
 class BlockSearch:
-    """What `search_blocks` found: the result (members empty: pass 4 writes them), the features' spec, each kept
-    slice's conjuncts (positions in `spec`), and the seconds of the features (passes 1, 2) and of the search."""
+    """What `search_blocks` found: the result (members empty: pass 4 writes them), the spec of the features the
+    slices use, each kept slice's conjuncts (positions in `spec`), the seconds of the features (passes 1, 2) and of
+    the search, and every feature (`Features`, its matrix the distinct rows read) with its examples and failures."""
 
     result: object
     spec: Spec
     slices: list
     feature_seconds: float
     search_seconds: float
+    features: object = None
+    support: np.ndarray | None = None
+    fails: np.ndarray | None = None
 
 
 def search_blocks(run_pass, n: int, *, min_support: int, params, embed_fn=None) -> BlockSearch:
@@ -315,7 +319,8 @@ def search_blocks(run_pass, n: int, *, min_support: int, params, embed_fn=None) 
     nothing = nothing_to_slice(n, n_failures, min_support, len(features))
     if nothing:
         messages.append(nothing)
-        return BlockSearch(result(), spec, [], feature_seconds, time.perf_counter() - start - feature_seconds)
+        return BlockSearch(result(), spec, [], feature_seconds, time.perf_counter() - start - feature_seconds,
+                           features, support, fails)
     stats = singles(support, fails, n, n_failures, search)
     read = features_read(features, stats, n, n_failures, search)
     patterns: dict[bytes, list[int]] = {}
@@ -331,4 +336,4 @@ def search_blocks(run_pass, n: int, *, min_support: int, params, embed_fn=None) 
     position = {g: k for k, g in enumerate(used)}
     slices = [[[position[i] for i in conjunct] for conjunct in c.conjuncts] for c, _ in kept]
     return BlockSearch(found, spec.subset(used), slices, feature_seconds,
-                       time.perf_counter() - start - feature_seconds)
+                       time.perf_counter() - start - feature_seconds, features, support, fails)
