@@ -59,7 +59,7 @@ def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=N
         checks_run(run.path, after.checks, progress=reporter, engine=engine)
     if after.slices is not None:
         with reporter.stage("slices"):
-            slices_run(run.path, after.slices)
+            slices_run(run.path, after.slices, engine=engine)
     if after.cluster is not None:
         summary = cluster_run(run.path, after.cluster, embedder=embedder, progress=reporter.phases("cluster"))
         if summary.get("embedder_note"):
