@@ -50,9 +50,9 @@ def files_of(path) -> list[str]:
 
 def plan(path, rows_per_block: int | None = None) -> list[Block]:
     """The blocks of `path` from the footers only: whole row groups, as many as fit in `rows_per_block` rows (a
-    larger row group is a block of its own), never across files. A row group is the smallest read Parquet allows,
-    so cutting one would read it once per cut: the run's own artifacts are written in row groups of
-    `core.files.ROW_GROUP` rows, the block size."""
+    larger row group is cut into blocks of that size), never across files. A row group is the smallest read
+    Parquet allows, so each cut of one reads all of it: the run's own artifacts are written in row groups of
+    `core.files.ROW_GROUP` rows, the block size, so each of their blocks reads its rows once."""
     import pyarrow.parquet as pq
 
     rows_per_block = rows_per_block or ROWS_PER_BLOCK
@@ -66,7 +66,11 @@ def plan(path, rows_per_block: int | None = None) -> list[Block]:
                 blocks.append(_whole(file, start, offset, pending))
                 offset += sum(rows for _, rows in pending)
                 pending = []
-            if size:
+            if size > rows_per_block:  # cut: each cut reads the whole group (a file the run did not write)
+                blocks.extend(Block(file, start + offset + cut, min(rows_per_block, size - cut), offset + cut, (i,),
+                                    offset) for cut in range(0, size, rows_per_block))
+                offset += size
+            elif size:
                 pending.append((i, size))
         if pending:
             blocks.append(_whole(file, start, offset, pending))

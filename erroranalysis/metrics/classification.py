@@ -33,7 +33,7 @@ def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.D
     `labels` fixes the class order (confusion rows = true, columns = predicted); `probs` is float
     [n, n_classes] in that order; `metadata` holds one column for metrics by its values; `texts` gives `text_length`.
     """
-    labels = _check_labels(labels)
+    labels = check_labels(labels)
     _check_options(n_bins, n_resamples, seed, max_metadata_values)
     t = encode_labels(y_true, labels, "y_true")
     p = encode_labels(y_pred, labels, "y_pred")
@@ -44,12 +44,7 @@ def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.D
     k = len(labels)
     cm = confusion_counts(t, p, k)
     acc_ci, f1_ci = bootstrap_intervals(cm, n_resamples, seed) if n_resamples else (None, None)
-    result = {
-        "overall": _overall(cm, acc_ci),
-        "per_class": _per_class(cm, labels, f1_ci),
-        "confusion": _confusion(cm, labels),
-        "top_confusions": top_confusions(cm, labels),
-    }
+    result = confusion_summary(cm, labels, acc_ci, f1_ci)
     if probs is not None:
         result["calibration"] = calibration(t, probs, n_bins)
         result["overall"]["ece"] = result["calibration"]["ece"]
@@ -59,7 +54,7 @@ def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.D
     return result
 
 
-def _check_labels(labels) -> list[str]:
+def check_labels(labels) -> list[str]:
     if labels is None or isinstance(labels, str) or len(labels) == 0:
         raise DataError(f"labels={labels!r} is invalid: expected a non-empty list of class names.")
     names = [str(label) for label in labels]
@@ -133,6 +128,12 @@ def _safe_div(num, den) -> np.ndarray:
     # sklearn's zero_division=0: an undefined ratio counts as 0.
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
     return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
+
+
+def confusion_summary(cm: np.ndarray, labels: list[str], acc_ci, f1_ci) -> dict:
+    """What metrics.json says from the confusion counts alone: overall, per class, the matrix, top confusions."""
+    return {"overall": _overall(cm, acc_ci), "per_class": _per_class(cm, labels, f1_ci),
+            "confusion": _confusion(cm, labels), "top_confusions": top_confusions(cm, labels)}
 
 
 def _overall(cm: np.ndarray, acc_ci) -> dict:
@@ -369,8 +370,8 @@ def _quantile_buckets(series: pd.Series) -> tuple[np.ndarray, list[str]]:
     # (e_i, e_i+1] buckets, the first closed on the left, as pandas.qcut makes them.
     codes = np.clip(np.searchsorted(edges, x, side="left") - 1, 0, max(len(edges) - 2, 0))
     if len(edges) == 1:
-        return codes, [_fmt(edges[0])]
-    names = [f"{'[' if i == 0 else '('}{_fmt(edges[i])}, {_fmt(edges[i + 1])}]" for i in range(len(edges) - 1)]
+        return codes, [format_edge(edges[0])]
+    names = [f"{'[' if i == 0 else '('}{format_edge(edges[i])}, {format_edge(edges[i + 1])}]" for i in range(len(edges) - 1)]
     return codes, names
 
 
@@ -386,5 +387,5 @@ def _top_values(series: pd.Series, max_values: int) -> tuple[np.ndarray, list[st
     return remap[codes], names
 
 
-def _fmt(x: float) -> str:
+def format_edge(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.4g}"

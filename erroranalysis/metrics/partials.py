@@ -196,7 +196,7 @@ def _regroup(values: pd.DataFrame) -> pd.DataFrame:
 def finish(partial: Partial, labels: Sequence[str], *, n_resamples: int = 1000, seed: int = 0,
            max_metadata_values: int = 20) -> tuple[dict, list[str]]:
     """(metrics.json as `compute_metrics` gives it for all the rows, the metadata columns set aside)."""
-    labels = cl._check_labels(labels)
+    labels = cl.check_labels(labels)
     for name, found in partial.unknown.items():
         if found:
             unknown = sorted(found, key=found.get)
@@ -208,8 +208,7 @@ def finish(partial: Partial, labels: Sequence[str], *, n_resamples: int = 1000, 
         raise DataError(f"probs row {partial.bad_probs_row} has NaN or inf; expected probabilities in [0, 1].")
     cm = partial.cm
     acc_ci, f1_ci = cl.bootstrap_intervals(cm, n_resamples, seed) if n_resamples else (None, None)
-    result = {"overall": cl._overall(cm, acc_ci), "per_class": cl._per_class(cm, labels, f1_ci),
-              "confusion": cl._confusion(cm, labels), "top_confusions": cl.top_confusions(cm, labels)}
+    result = cl.confusion_summary(cm, labels, acc_ci, f1_ci)
     if partial.bins is not None:
         result["calibration"] = cl.calibration_from_sums(partial.bins, partial.conf_sums, partial.correct,
                                                          partial.brier, partial.n)
@@ -273,8 +272,8 @@ def _quantile_codes(values: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
                                         np.linspace(0, 1, cl.QUANTILE_BUCKETS + 1)))
     codes = np.clip(np.searchsorted(edges, x, side="left") - 1, 0, max(len(edges) - 2, 0))
     if len(edges) == 1:
-        return codes, [cl._fmt(edges[0])]
-    names = [f"{'[' if i == 0 else '('}{cl._fmt(edges[i])}, {cl._fmt(edges[i + 1])}]" for i in range(len(edges) - 1)]
+        return codes, [cl.format_edge(edges[0])]
+    names = [f"{'[' if i == 0 else '('}{cl.format_edge(edges[i])}, {cl.format_edge(edges[i + 1])}]" for i in range(len(edges) - 1)]
     return codes, names
 
 
