@@ -45,7 +45,8 @@ class AfterParams(Params):
 def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=None, engine=None) -> None:
     """Metrics, data checks (label issues, duplicates), slices, then clusters (which read checks and slices).
     `embedder` (an object with `key` and `embed(frame)`) replaces the cluster stage's default one; `progress` (an
-    `erroranalysis.core.progress.Reporter`) reports each stage; `engine` runs the checks' embedding (Ray or local)."""
+    `erroranalysis.core.progress.Reporter`) reports each stage; `engine` says where each stage runs (this process,
+    or Ray workers over blocks of the predictions)."""
     from erroranalysis.core.progress import as_reporter
     from erroranalysis.stages.cluster import cluster_run
     from erroranalysis.stages.data_checks import checks_run
