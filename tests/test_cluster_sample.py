@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from erroranalysis.cluster import FailureClustering
-from erroranalysis.cluster._sample import quotas, strata_of, stratified_sample
+from erroranalysis.cluster._sample import quotas, sample_keys, smallest, strata_of, stratified_sample
 
 
 def test_quotas_are_proportional_with_a_floor():
@@ -19,11 +19,32 @@ def test_quotas_are_proportional_with_a_floor():
 
 def test_the_sample_is_seeded_and_stratified():
     strata = np.repeat([0, 1, 2], [5000, 500, 50])
-    a = stratified_sample(strata, 600, np.random.default_rng(3), floor=40)
-    b = stratified_sample(strata, 600, np.random.default_rng(3), floor=40)
+    ids = [f"x{i}" for i in range(len(strata))]
+    a = stratified_sample(strata, ids, 600, 3, floor=40)
+    b = stratified_sample(strata, ids, 600, 3, floor=40)
     assert np.array_equal(a, b) and len(a) == 600 and len(np.unique(a)) == 600
     assert (np.diff(a) > 0).all()
     assert np.bincount(strata[a]).tolist()[2] == 40  # the floor, above its share (5)
+    assert not np.array_equal(a, stratified_sample(strata, ids, 600, 4, floor=40))  # the seed matters
+
+
+def test_the_sample_follows_the_ids_not_their_order():
+    """The rule a block-by-block sample relies on: the same ids give the same sample in any row order, and the
+    smallest keys of each part of any split hold the smallest keys overall."""
+    rng = np.random.default_rng(0)
+    strata = rng.integers(0, 4, 3000)
+    ids = np.array([f"id-{i}" for i in range(3000)], dtype=object)
+    picked = set(ids[stratified_sample(strata, ids, 300, 11, floor=20)])
+    order = rng.permutation(3000)
+    assert set(ids[order][stratified_sample(strata[order], ids[order], 300, 11, floor=20)]) == picked
+    keys = sample_keys(ids, 11)
+    cuts = np.sort(rng.choice(np.arange(1, 3000), 6, replace=False))
+    parts = [p[smallest(keys[p], ids[p], 50)] for p in np.split(np.arange(3000), cuts)]
+    union = np.concatenate(parts)
+    assert set(ids[union[smallest(keys[union], ids[union], 50)]]) == set(ids[smallest(keys, ids, 50)])
+    # against an independent computation: sort by (key, id) in Python
+    expected = sorted(zip(keys.tolist(), ids.tolist()))[:50]
+    assert set(ids[smallest(keys, ids, 50)]) == {i for _, i in expected}
 
 
 def test_strata_need_both_columns():
