@@ -144,8 +144,8 @@ def _cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, 
     columns = set(_parquet_columns(path))
     if params.failure_modes and {"failure_reason", "output", "prompt"} <= columns:
         return None
-    if embedder is None and str(params.embedder) not in ("auto", "static", "minilm") and not (
-            isinstance(params.embedder, str) and Path(params.embedder).expanduser().is_dir()):
+    if embedder is None and not hasattr(params.embedder, "embed") and str(params.embedder) not in (
+            "auto", "static", "minilm") and not Path(str(params.embedder)).expanduser().is_dir():
         return None  # hidden states and vectors from a file are read whole: the in-process stage
     per_block = blocks.ROWS_PER_BLOCK
     base = [c for c in ("example_id", "correct", "label", "pred") if c in columns]
@@ -539,7 +539,9 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
     with run.stage("cluster_names", {**params.record(), **namer.record()}) as staging:
         clusters = cluster.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=_stored_vectors(run, failures),
-            correct_texts=_topic_texts(predictions)[predictions["correct"].to_numpy()].tolist(),
+            correct_texts=_topic_texts(predictions)[sampled_rows(
+                predictions, np.flatnonzero(predictions["correct"].to_numpy()), cluster.MAX_CORRECT_DOCS,
+                params.seed)].tolist(),
             kinds=_stored_kinds(part, labels),
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), naming=params, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)
