@@ -134,7 +134,6 @@ def _blocks_of(frame, cuts):
 def test_block_passes_merge_to_the_whole(split):
     """Passes 1 and 2 of the cluster stage under ray over a random cut into blocks: the strata counts and the
     sample equal the in-process ones (`strata_of`, `stratified_sample`) on the whole table."""
-    from collections import Counter
 
     from erroranalysis.cluster import blockwise
 
