@@ -205,3 +205,23 @@ def test_a_bad_vector_on_a_worker_is_the_in_process_error(analyzed, local_ray, t
         assert run.manifest["stages"]["cluster"]["status"] == "failed"
         assert not (run.path / "assignments.parquet").exists()
     assert errors[0] == errors[1] == "embedder 'test-broken': returned NaN or infinite values."
+
+
+def test_with_slices_and_checks_ray_reads_only_the_failures_rows(analyzed, local_ray, tmp_path, monkeypatch):
+    """After the checks and slices stages, below `max_fit`: the slice groups, slice overlaps and label-issue
+    shares read from those stages' tables filtered to the failures equal the in-process ones."""
+    from erroranalysis.stages import CheckParams, SliceParams, checks_run, slices_run
+
+    source, _ = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
+    base = tmp_path / "base"
+    shutil.copytree(source, base)
+    checks_run(base, CheckParams(embedder="none"))
+    slices_run(base, SliceParams(merge=False))
+    local, _ = _cluster(base, tmp_path / "local", max_fit=1000)
+    ray_run, _ = _cluster(base, tmp_path / "ray", Engine("ray"), max_fit=1000)
+    clusters = readers.read_clusters(ray_run)
+    assert {"slices", "label_issue_share"} <= set(clusters.columns)
+    assert clusters["slices"].map(len).sum() > 0  # the planted groups' words are error slices
+    pd.testing.assert_frame_equal(readers.read_clusters(local), clusters)
+    pd.testing.assert_frame_equal(readers.read_assignments(local), readers.read_assignments(ray_run))

@@ -194,7 +194,7 @@ def _cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, 
                                             np.arange(len(vectors)) < len(failures), failures, n_fail)
             note = cluster.sample_note(len(failures), n_fail, resolved)
         else:
-            groups, slice_names = _slice_groups(run, failures) if params.slice_groups else (None, {})
+            groups, slice_names = _slice_groups(run, failures, True) if params.slice_groups else (None, {})
             result = _timed(timings, "cluster", _fit, model, vectors, len(failures), failures, groups, progress)
             fitted = cluster.Assigned(result.labels, result.membership, result.tier, result.reassigned,
                                       cluster_tier=result.cluster_tier)
@@ -227,7 +227,7 @@ def _cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, 
         else:
             sizes_of = None
         clusters = _timed(timings, "name", _describe_sample, run, failures, result, fail_vectors, slice_names,
-                          params, _topic_texts(naming).tolist(), sizes_of, n_fail)
+                          params, _topic_texts(naming).tolist(), sizes_of, n_fail, True)
         clusters = named_by_llm(run, staging, clusters, failures, result.labels, params)
         meta = _embeddings_meta(emb, vectors, fail_vectors, failures)
         if sampled:
@@ -288,7 +288,7 @@ def _parquet_columns(path) -> list[str]:
 
 
 def _describe_sample(run, failures, result, fail_vectors, slice_names: dict, params: ClusterParams,
-                     correct_texts: list, sizes: dict | None, n_fail: int):
+                     correct_texts: list, sizes: dict | None, n_fail: int, filtered: bool = False):
     """clusters.parquet from the failures on the driver (all of them, or the fit sample with `sizes` summed over
     every block: size and share then count all failures, the other columns describe the sample)."""
     from erroranalysis import cluster
@@ -303,7 +303,7 @@ def _describe_sample(run, failures, result, fail_vectors, slice_names: dict, par
         clusters["size"] = clusters["cluster_id"].map(sizes).astype(clusters["size"].dtype)
         clusters["share_of_failures"] = (clusters["size"] / max(n_fail, 1)).round(5)
         clusters = clusters.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
-    return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels)
+    return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels, filtered)
 
 
 def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
@@ -434,10 +434,10 @@ def _summary(run, inputs: _Inputs, result, meta: dict, clusters) -> dict:
     }
 
 
-def _slice_groups(run: rundir.Run, failures):
+def _slice_groups(run: rundir.Run, failures, filtered: bool = False):
     """Each failure's strong slice for the clustering (-1 none) and {slice_id: description}; (None, {}) when the
-    slices stage has not run."""
-    found = readers.read_slices(run, optional=True)
+    slices stage has not run. `filtered`: read only these failures' slice memberships (`_slices_of`)."""
+    found = _slices_of(run, failures["example_id"], filtered)
     if found is None:
         return None, {}
     slices, members = found
@@ -464,17 +464,19 @@ def _with_slice(clusters, cluster_group: dict, slice_names: dict):
     return clusters
 
 
-def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels: np.ndarray):
+def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels: np.ndarray,
+                      filtered: bool = False):
     """Add what the slices and checks stages know about each cluster, when those stages are done:
     `slices` (descriptions of the slices holding most of its failures, with that share) and
-    `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`."""
+    `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`.
+    `filtered`: read only the rows of `failure_ids` from those stages' per-example tables (`--engine ray`)."""
     import pandas as pd
 
     from erroranalysis.stages.data_checks import label_issue_share
 
     clusters = clusters.copy()
     members = {int(c): set(failure_ids[labels == c]) for c in clusters["cluster_id"]}
-    found = readers.read_slices(run, optional=True)
+    found = _slices_of(run, failure_ids, filtered)
     if found is not None:
         slices, in_slice = found
         by_slice = {sid: set(ids) for sid, ids in in_slice.groupby("slice_id")["example_id"]}
@@ -484,12 +486,46 @@ def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels
                 ((len(ids & by_slice.get(sid, set())) / max(len(ids), 1), sid) for sid in names), reverse=True)
              if share >= SLICE_OVERLAP]
             for ids in (members[int(c)] for c in clusters["cluster_id"])]
-    checks = readers.read_checks(run, optional=True)
+    checks = _rows_for(run, rundir.CHECKS, failure_ids, ("example_id", "label_issue")) if filtered else \
+        readers.read_checks(run, optional=True)
     if checks is not None:
         shares = [label_issue_share(checks, sorted(members[int(c)])) for c in clusters["cluster_id"]]
         clusters["label_issue_share"] = pd.array(shares, dtype="Float64")
         clusters["probably_mislabeled"] = clusters["label_issue_share"].fillna(0) >= MISLABELED
     return clusters
+
+
+def _slices_of(run: rundir.Run, example_ids, filtered: bool):
+    """(slices, members) as `readers.read_slices` gives them, with only the members among `example_ids` when
+    `filtered`; None when the slices stage has not run."""
+    if not filtered:
+        return readers.read_slices(run, optional=True)
+    members = _rows_for(run, rundir.SLICE_MEMBERS, example_ids, ("example_id", "slice_id"))
+    if members is None:
+        return None
+    return readers.parquet(readers.artifact_path(run, rundir.SLICES)), members
+
+
+def _rows_for(run: rundir.Run, name: str, example_ids, columns):
+    """The rows of a per-example table (checks.parquet, slice_members.parquet) whose example id is in
+    `example_ids`, filtered as they are read, so the driver never holds the whole table; None when its stage never
+    committed it."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    try:
+        file = readers.artifact_path(run, name)
+    except readers.NotCommitted:
+        return None
+    dataset = ds.dataset(str(file), format="parquet")
+    kind = dataset.schema.field("example_id").type
+    ids = [str(i) for i in example_ids]
+    wanted = pa.array(ids).cast(kind) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else \
+        pa.array([int(i) for i in ids if i.lstrip("-").isdigit()], type=kind)
+    present = [c for c in columns if c in dataset.schema.names]
+    frame = dataset.to_table(columns=present, filter=ds.field("example_id").isin(wanted)).to_pandas()
+    frame["example_id"] = frame["example_id"].astype(str)
+    return frame
 
 
 def _assignments(predictions, fail_rows: np.ndarray, result, xy: np.ndarray):
