@@ -148,33 +148,9 @@ def _cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, 
             "auto", "static", "minilm") and not Path(str(params.embedder)).expanduser().is_dir():
         return None  # hidden states and vectors from a file are read whole: the in-process stage
     per_block = blocks.ROWS_PER_BLOCK
-    base = [c for c in ("example_id", "correct", "label", "pred") if c in columns]
-    counted = [r for _, r in blocks.map_blocks(blockwise.block_strata, path, engine, columns=base,
-                                               rows_per_block=per_block)]
-    pairs = sum((r["pairs"] for r in counted), Counter())
-    n_correct, n_rows = sum(r["correct"] for r in counted), sum(r["rows"] for r in counted)
-    n_fail = int(sum(pairs.values()))
-    keys = sorted(pairs)
-    sizes = np.array([pairs[k] for k in keys], dtype=np.int64)
-    mcs = params.min_cluster_size or cluster.default_min_cluster_size(n_fail)
-    sampled = n_fail > params.max_fit
-    take = cluster.quotas(sizes, params.max_fit, 2 * mcs) if sampled else sizes
-    want_context = n_fail > 0 and (params.error_aware or params.layout != "none")
-    n_context = min(n_correct, params.max_fit) if want_context else 0
-    quotas = {**{k: int(t) for k, t in zip(keys, take)},
-              blockwise.CORRECT: min(n_correct, max(n_context, cluster.MAX_CORRECT_DOCS))}
-    sample = None
-    for _, part in blocks.map_blocks(blockwise.block_sample, path, engine, rows_per_block=per_block,
-                                     kwargs={"quotas": quotas, "seed": params.seed}):
-        sample = blockwise.merge_sample([p for p in (sample, part) if p is not None], quotas)
-    sample = sample if sample is not None else pd.DataFrame(columns=[*base, "text", "_row", "_key"])
-    sample = sample.drop(columns=["_stratum"], errors="ignore")
-    is_fail = ~sample["correct"].to_numpy(dtype=bool)
-    failures = sample[is_fail].drop(columns=["_row", "_key"]).reset_index(drop=True)
-    correct = sample[~is_fail].drop(columns=["_row"]).reset_index(drop=True)
-    context = correct.iloc[_smallest_rows(correct, n_context)]
-    naming = correct.iloc[_smallest_rows(correct, cluster.MAX_CORRECT_DOCS)]
-    local = pd.concat([failures, context], ignore_index=True).drop(columns=["_key"])
+    failures, context, naming, n_fail, n_rows = _sample_on_blocks(path, engine, params, columns, per_block)
+    sampled, n_context = n_fail > params.max_fit, len(context)
+    local = pd.concat([failures, context], ignore_index=True)
     fail_rows, context_rows = np.arange(len(failures)), np.arange(len(failures), len(local))
     plan = cluster_plan(n_fail + n_context) if embedder is None and params.embedder == "auto" else None
     emb = embedder if embedder is not None else resolve_embedder(
@@ -211,19 +187,7 @@ def _cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, 
             progress=_rows_done(progress, "place", n_rows)))
         timings["place"] = time.perf_counter() - t
         if sampled:
-            mapping = cluster.size_order(dict(totals["sizes"]), totals["first"])
-            blocks.map_blocks(blockwise.renumber_block, placement.folder, engine, rows_per_block=per_block,
-                              kwargs={"mapping": mapping, "folder": placement.folder}, ordered=True)
-            labels = np.array([mapping.get(int(c), -1) for c in fitted.labels], dtype=np.int64)
-            kinds = {mapping[c]: t for c, t in fitted.cluster_tier.items() if c in mapping}
-            parents = {} if params.parent_similarity is None else cluster.parents_of(
-                {mapping[c]: s for c, s in totals["sums"].items()}, {mapping[c]: n for c, n in totals["sizes"].items()},
-                min_similarity=params.parent_similarity)
-            result = cluster.ClusteringResult(
-                labels=labels, membership=fitted.strength, reassigned=fitted.reassigned, tier=fitted.tier,
-                local_error_rate=rate, coordinates=None, method="hdbscan", note=note, params=resolved,
-                cluster_tier=kinds, cluster_parent=parents)
-            sizes_of = {mapping[c]: n for c, n in totals["sizes"].items()}
+            result, sizes_of = _numbered(engine, placement, totals, fitted, rate, resolved, note, params, per_block)
         else:
             sizes_of = None
         clusters = _timed(timings, "name", _describe_sample, run, failures, result, fail_vectors, slice_names,
@@ -255,6 +219,66 @@ def _cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, 
                        "described_from": "the fit sample" if sampled else "all failures"},
             "timings": {k: round(v, 3) for k, v in timings.items()}})
     return summary
+
+
+def _numbered(engine, placement, totals: dict, fitted, rate, resolved: dict, note: str, params: ClusterParams,
+              per_block: int):
+    """Pass 4: clusters numbered by their sizes summed over the blocks (the rule of `relabel_by_size`), the shards
+    rewritten with those ids, parents from the summed directions; (the fit sample's ClusteringResult, {cluster id:
+    size over every failure})."""
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+
+    mapping = cluster.size_order(dict(totals["sizes"]), totals["first"])
+    blocks.map_blocks(blockwise.renumber_block, placement.folder, engine, rows_per_block=per_block,
+                      kwargs={"mapping": mapping, "folder": placement.folder}, ordered=True)
+    labels = np.array([mapping.get(int(c), -1) for c in fitted.labels], dtype=np.int64)
+    sizes = {mapping[c]: n for c, n in totals["sizes"].items()}
+    parents = {} if params.parent_similarity is None else cluster.parents_of(
+        {mapping[c]: s for c, s in totals["sums"].items()}, sizes, min_similarity=params.parent_similarity)
+    result = cluster.ClusteringResult(
+        labels=labels, membership=fitted.strength, reassigned=fitted.reassigned, tier=fitted.tier,
+        local_error_rate=rate, coordinates=None, method="hdbscan", note=note, params=resolved,
+        cluster_tier={mapping[c]: t for c, t in fitted.cluster_tier.items() if c in mapping},
+        cluster_parent=parents)
+    return result, sizes
+
+
+def _sample_on_blocks(path, engine, params: ClusterParams, columns: set, per_block: int):
+    """Passes 1 and 2: (the fit sample's failures, the context's correct examples, the keywords' contrast
+    examples, failures, rows), each frame in row order; the driver holds at most twice the sample at once."""
+    import pandas as pd
+
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+
+    base = [c for c in ("example_id", "correct", "label", "pred") if c in columns]
+    counted = [r for _, r in blocks.map_blocks(blockwise.block_strata, path, engine, columns=base,
+                                               rows_per_block=per_block)]
+    pairs = sum((r["pairs"] for r in counted), Counter())
+    n_correct, n_rows = sum(r["correct"] for r in counted), sum(r["rows"] for r in counted)
+    n_fail = int(sum(pairs.values()))
+    keys = sorted(pairs)
+    sizes = np.array([pairs[k] for k in keys], dtype=np.int64)
+    mcs = params.min_cluster_size or cluster.default_min_cluster_size(n_fail)
+    take = cluster.quotas(sizes, params.max_fit, 2 * mcs) if n_fail > params.max_fit else sizes
+    want_context = n_fail > 0 and (params.error_aware or params.layout != "none")
+    n_context = min(n_correct, params.max_fit) if want_context else 0
+    quotas = {**{k: int(t) for k, t in zip(keys, take)},
+              blockwise.CORRECT: min(n_correct, max(n_context, cluster.MAX_CORRECT_DOCS))}
+    sample = None
+    for _, part in blocks.map_blocks(blockwise.block_sample, path, engine, rows_per_block=per_block,
+                                     kwargs={"quotas": quotas, "seed": params.seed}):
+        sample = blockwise.merge_sample([p for p in (sample, part) if p is not None], quotas)
+    sample = sample if sample is not None else pd.DataFrame(columns=[*base, "text", "_row", "_key"])
+    is_fail = ~sample["correct"].to_numpy(dtype=bool)
+    failures = sample[is_fail].drop(columns=["_row", "_key", "_stratum"], errors="ignore").reset_index(drop=True)
+    correct = sample[~is_fail].drop(columns=["_row", "_stratum"], errors="ignore").reset_index(drop=True)
+    context = correct.iloc[_smallest_rows(correct, n_context)].drop(columns=["_key"])
+    naming = correct.iloc[_smallest_rows(correct, cluster.MAX_CORRECT_DOCS)]
+    return failures, context, naming, n_fail, n_rows
 
 
 def _rows_done(progress: Progress | None, phase: str, total: int):
