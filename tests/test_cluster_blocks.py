@@ -116,19 +116,23 @@ def _found_groups(assignments: pd.DataFrame, data: pd.DataFrame) -> None:
 
 
 def test_ray_places_the_rest_as_in_process(analyzed, local_ray, tmp_path, monkeypatch):
-    source, data = analyzed
+    """`analyze --no-checks --no-slices` of the same file with each engine (the cluster stage gets the engine)."""
+    _, data = analyzed
     monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)  # 8 blocks
-    local, _ = _cluster(source, tmp_path / "local", max_fit=150)
-    ray_run, summary = _cluster(source, tmp_path / "ray", Engine("ray"), max_fit=150)
+    data_file = planted_predictions(tmp_path / "predictions.parquet")
+    after = AfterParams(checks=None, slices=None, cluster=ClusterParams(**FAST, max_fit=150))
+    local, ray_run = (analyze("classification", data_file, tmp_path / name, Reading(data=DataOptions(id_column="id")),
+                              after=after, embedder=WordsEmbedder(), engine=engine)
+                      for name, engine in (("local", None), ("ray", Engine("ray"))))
     a, b = readers.read_assignments(local), readers.read_assignments(ray_run)
     _found_groups(a, data)
     _found_groups(b, data)
     assert (ray_run.path / "assignments.parquet").is_dir()  # shards, one per block
     # the fitted sample: the rule's, and the one the ray driver fitted
-    from erroranalysis.cluster import _sample
+    from erroranalysis.cluster import _sample, default_min_cluster_size
 
     failures = readers.read_predictions(local).query("~correct").reset_index(drop=True)
-    mcs = summary["min_cluster_size"]
+    mcs = default_min_cluster_size(len(failures))
     rows = _sample.stratified_sample(_sample.strata_of(failures, len(failures)), failures["example_id"], 150, 3,
                                      floor=2 * mcs)
     fitted_ids = readers.read_embeddings(ray_run)[1]["example_ids"]
