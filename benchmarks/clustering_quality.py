@@ -49,6 +49,7 @@ VARIANTS: dict[str, dict] = {
     "concept-0.6": {"slice_params": {"concept_threshold": 0.6}},
     "purity-0.3": {"group_purity": 0.3},
     "purity-0.7": {"group_purity": 0.7},
+    "fit-500": {"max_fit": 500},  # fitted on a seeded sample of 500 failures, the rest placed (cluster/_sample.py)
 }
 
 

@@ -30,6 +30,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 GROUPS = {
     "tests/test_overfit_lm.py::test_smollm2_memorizes_8_sft_examples_on_cpu": "memorization",
     "tests/test_engines.py": "ray",
+    "tests/test_cluster_blocks.py": "ray",
     "tests/test_ray_cluster.py": "ray",
     "tests/test_ray_failures.py": "ray",
     "tests/test_token_ray.py": "ray",

@@ -8,10 +8,11 @@ hold the parts; this is the API.
 
 from __future__ import annotations
 
+from erroranalysis.cluster._assigned import Assigned, reference_distance, sample_note
 from erroranalysis.cluster._blocks import Clusterer, ConfusionPairFeature, FeatureBlock, HDBSCANClusterer
 from erroranalysis.cluster._fit import ClusteringResult, FailureClustering, cluster_failures, default_min_cluster_size
-from erroranalysis.cluster._groups import group_scatter, relabel_by_size, take_out_groups
-from erroranalysis.cluster._hierarchy import cluster_parents
+from erroranalysis.cluster._groups import group_scatter, relabel_by_size, size_order, take_out_groups
+from erroranalysis.cluster._hierarchy import cluster_parents, parents_of
 from erroranalysis.cluster._keywords import MAX_CHARS, TOKEN_PATTERN, class_tfidf, pick_keywords, same_stem, stem
 from erroranalysis.cluster._modes import MODE, categories, cluster_by_mode, group_by_mode, mode_of
 from erroranalysis.cluster._naming import (
@@ -34,3 +35,4 @@ from erroranalysis.cluster._reduce import (
     make_reducer,
     numba_cache_dir,
 )
+from erroranalysis.cluster._sample import quotas, sample_keys, smallest

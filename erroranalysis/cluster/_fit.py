@@ -27,7 +27,9 @@ The pipeline, like BERTopic's but small:
 Edges: no failures (nothing to do), fewer than `min_failures` (grouped by confusion pair, and the result says
 so), identical vectors (one cluster). Above `max_fit` failures the reducer and clusterer are fitted on a seeded
 sample stratified by confusion pair (`_sample`: each (gold, pred) pair keeps its share, and at least twice the
-minimum cluster size) and the rest join their nearest fitted neighbours, so memory and time stay bounded.
+minimum cluster size; within a pair the failures with the smallest seeded hash of their id, a rule that does not
+depend on how rows are cut into blocks) and the rest join their nearest fitted neighbours, so memory and time stay
+bounded. `fit_sample` is the same fit for a caller that holds only the sample (the `--engine ray` stage).
 
 Heavy imports (umap, hdbscan, sklearn) happen inside functions. `import_umap()` turns on numba's on-disk cache
 for UMAP, so only the first process on a machine pays the ~30 s of compilation.
@@ -151,11 +153,8 @@ class FailureClustering:
         self.result_ = self._trivial(X, frame, params)
         if self.result_ is not None:
             return self
-        rng = np.random.default_rng(self.params.seed)
-        fit_rows = self._fit_rows(frame, n, mcs, rng, params)
-        rate, systematic = self._local_tiers(vectors, failed, fit_rows, rng, params)
-        Y, Z = self._coordinates(X, fit_rows, self._feature_matrix(frame, n))
-        fitted = self._cluster_tiers(Z, None if systematic is None else systematic[fit_rows], mcs, params)
+        fit_rows = self._fit_rows(frame, n, mcs, params)
+        fitted, Y, rate = self._fit_on(vectors, failed, fit_rows, frame, mcs, params)
         placed, note = place_the_rest(X, fit_rows, fitted, Y, params)
         cluster_group = self._take_out(placed, groups, mcs, params)
         result = self._result(placed.labels, placed.strength, method="hdbscan", note=note, params=params,
@@ -166,6 +165,31 @@ class FailureClustering:
             params["n_parents"] = len(set(result.cluster_parent.values()))
         self.result_ = result
         return self
+
+    def fit_sample(self, vectors: np.ndarray, failed: np.ndarray | None, frame, n_failures: int):
+        """Fit on failures that are the `_sample` of `n_failures` failures, as `fit` fits its own sample: the
+        `--engine ray` cluster stage's driver holds only the sample and places the rest on the workers
+        (`_assigned.place`). Returns (the sample's Assigned, before relabelling by size; its local error rate;
+        the resolved parameters)."""
+        vectors, failed, _ = _checked_inputs(vectors, failed, frame, None)
+        m = int(failed.sum())
+        mcs = self.params.min_cluster_size or default_min_cluster_size(n_failures)
+        self.min_cluster_size_ = mcs
+        params = {"min_cluster_size": mcs, "n_failures": n_failures}
+        self._record_sample(strata_of(frame, m), mcs, params)
+        fitted, _, rate = self._fit_on(vectors, failed, np.arange(m), frame, mcs, params)
+        params["fit_sample"] = m
+        return fitted, rate, params
+
+    def _fit_on(self, vectors, failed, fit_rows, frame, mcs: int, params: dict):
+        """Tiers, coordinates and clusters of the failures `fit_rows`: (their Assigned, their coordinates, the
+        local error rate of every failure, NaN outside the fit)."""
+        rng = np.random.default_rng(self.params.seed)
+        n = int(failed.sum())
+        rate, systematic = self._local_tiers(vectors, failed, fit_rows, rng, params)
+        Y, Z = self._coordinates(vectors[failed], fit_rows, self._feature_matrix(frame, n))
+        fitted = self._cluster_tiers(Z, None if systematic is None else systematic[fit_rows], mcs, params)
+        return fitted, Y, rate
 
     def _trivial(self, X: np.ndarray, frame, params: dict) -> ClusteringResult | None:
         """The results that need no clustering: no failures, too few, or all on one vector."""
@@ -181,14 +205,19 @@ class FailureClustering:
                                 tier=np.full(n, SINGLE, dtype=object))
         return None
 
-    def _fit_rows(self, frame, n: int, mcs: int, rng, params: dict) -> np.ndarray:
-        """All failures, or above `max_fit` a seeded sample stratified by confusion pair (`_sample`)."""
+    def _fit_rows(self, frame, n: int, mcs: int, params: dict) -> np.ndarray:
+        """All failures, or above `max_fit` a seeded sample stratified by confusion pair, by the smallest seeded
+        hashes of the example ids (`_sample`; row positions stand in for ids without a frame holding them)."""
         if n <= self.params.max_fit:
             return np.arange(n)
         strata = strata_of(frame, n)
+        self._record_sample(strata, mcs, params)
+        ids = frame["example_id"].to_numpy() if frame is not None and "example_id" in frame.columns else np.arange(n)
+        return stratified_sample(strata, ids, self.params.max_fit, self.params.seed, floor=2 * mcs)
+
+    def _record_sample(self, strata, mcs: int, params: dict) -> None:
         params.update(fit_sample_seed=self.params.seed, fit_sample_strata="label, pred" if strata.any() else "none",
-                      fit_sample_floor=2 * mcs)
-        return stratified_sample(strata, self.params.max_fit, rng, floor=2 * mcs)
+                      fit_sample_floor=2 * mcs, fit_sample_rule="smallest seeded hash of example_id per stratum")
 
     def _local_tiers(self, vectors, failed, fit_rows, rng, params: dict):
         """(local error rate, systematic?) per failure from the correct examples around it; (NaN, None) without

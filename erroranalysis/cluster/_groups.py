@@ -58,11 +58,17 @@ def group_scatter(labels: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
 def relabel_by_size(labels: np.ndarray) -> tuple[np.ndarray, dict[int, int]]:
     """Renumber clusters 0.. by size, largest first (ties: first seen first); -1 stays -1."""
     labels = np.asarray(labels, dtype=np.int64)
-    ids = [c for c in np.unique(labels) if c >= 0]
-    first = {c: int(np.flatnonzero(labels == c)[0]) for c in ids}
-    order = sorted(ids, key=lambda c: (-int((labels == c).sum()), first[c]))
-    mapping = {int(c): i for i, c in enumerate(order)}
+    ids = [int(c) for c in np.unique(labels) if c >= 0]
+    mapping = size_order({c: int((labels == c).sum()) for c in ids},
+                         {c: int(np.flatnonzero(labels == c)[0]) for c in ids})
     out = np.full(len(labels), -1, dtype=np.int64)
     for old, new in mapping.items():
         out[labels == old] = new
     return out, mapping
+
+
+def size_order(sizes: dict[int, int], first: dict[int, int]) -> dict[int, int]:
+    """{old id: new id} numbering clusters 0.. by `sizes`, largest first (ties: smallest `first` row first): the
+    rule of `relabel_by_size`, from counts that blocks of rows can sum."""
+    order = sorted(sizes, key=lambda c: (-sizes[c], first[c]))
+    return {int(c): i for i, c in enumerate(order)}

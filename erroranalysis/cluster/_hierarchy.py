@@ -25,13 +25,24 @@ def cluster_parents(vectors: np.ndarray, labels: np.ndarray, *, min_similarity: 
     if len(ids) < 2:
         return {}
     unit = unit_rows(vectors)
-    centres = unit_rows(np.stack([unit[labels == c].mean(axis=0) for c in ids]))
+    return parents_of({int(c): unit[labels == c].sum(axis=0, dtype=np.float64) for c in ids},
+                      {int(c): int((labels == c).sum()) for c in ids}, min_similarity=min_similarity)
+
+
+def parents_of(direction_sums: dict[int, np.ndarray], sizes: dict[int, int], *, min_similarity: float = 0.6
+               ) -> dict[int, int]:
+    """`cluster_parents` from each cluster's sum of its members' unit vectors and its size: sums that blocks of
+    rows can add up (the `--engine ray` cluster stage)."""
+    ids = np.array(sorted(direction_sums), dtype=np.int64)
+    if len(ids) < 2:
+        return {}
+    centres = unit_rows(np.stack([np.asarray(direction_sums[int(c)], dtype=np.float64) / max(sizes[int(c)], 1)
+                                  for c in ids]))
     from scipy.cluster.hierarchy import fcluster, linkage
 
     tree = linkage(centres.astype(np.float64), method="average", metric="cosine")
     side = fcluster(tree, t=1.0 - min_similarity, criterion="distance")
     groups = [ids[side == s] for s in np.unique(side)]
     groups = [g for g in groups if len(g) >= 2]
-    sizes = {int(c): int((labels == c).sum()) for c in ids}
     groups.sort(key=lambda g: (-sum(sizes[int(c)] for c in g), int(g.min())))
     return {int(c): p for p, g in enumerate(groups) for c in g}

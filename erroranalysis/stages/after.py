@@ -62,6 +62,6 @@ def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=N
         with reporter.stage("slices"):
             slices_run(run.path, after.slices, engine=engine)
     if after.cluster is not None:
-        summary = cluster_run(run.path, after.cluster, embedder=embedder, progress=reporter.phases("cluster"))
+        summary = cluster_run(run.path, after.cluster, embedder=embedder, progress=reporter.phases("cluster"), engine=engine)
         if summary.get("embedder_note"):
             reporter.note(f"cluster: {summary['embedder_note']}")

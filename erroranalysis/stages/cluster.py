@@ -10,9 +10,11 @@ recomputes only clusters.parquet (names, keywords, exemplars) from the stored cl
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,15 +74,21 @@ class _Inputs:
 
 
 def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *, embedder=None, clusterer=None,
-                features: Sequence = (), progress: Progress | None = None, **overrides) -> dict:
+                features: Sequence = (), progress: Progress | None = None, engine=None, **overrides) -> dict:
     """Cluster a run's failures and commit the clustering; return a summary (counts, noise share, method, note,
     cluster names). `embedder` (an object with `key` and `embed(frame)`) replaces the one `params` names;
-    `clusterer` and `features` are passed to `cluster.FailureClustering`."""
+    `clusterer` and `features` are passed to `cluster.FailureClustering`. Under a distributed `engine`
+    (`--engine ray`) the driver holds the fit sample only (`_cluster_on_blocks`)."""
     if embedder is not None and not hasattr(embedder, "embed"):
         overrides["embedder"], embedder = embedder, None
     params = params.replace(**overrides) if overrides else params
     start = time.perf_counter()
     model = params.model(clusterer, features)
+    if engine is not None and getattr(engine, "distributed", False):
+        summary = _cluster_on_blocks(run_dir, params, model, embedder, engine, progress)
+        if summary is not None:
+            summary["seconds"] = round(time.perf_counter() - start, 3)
+            return summary
     inputs = _read_inputs(run_dir, params, embedder)
     run = inputs.run
     record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
@@ -119,6 +127,209 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
     return summary
 
 
+def _cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, progress: Progress | None):
+    """The stage with the driver holding a bounded sample (`cluster.blockwise`; docs/scale.md): count the strata,
+    take the seeded sample, embed and fit it here as in process, place the other failures and write assignments
+    per block on the workers, renumber clusters by their summed sizes. None when the run needs the in-process
+    stage (a generation run's failure modes, vectors from a file or the hidden states)."""
+    import pandas as pd
+
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+    from erroranalysis.stages.embedders import cluster_plan, resolve_embedder
+
+    run = rundir.Run.open(run_dir)
+    path = readers.artifact_path(run, readers.units_artifact(run))
+    columns = set(_parquet_columns(path))
+    if params.failure_modes and {"failure_reason", "output", "prompt"} <= columns:
+        return None
+    if embedder is None and not hasattr(params.embedder, "embed") and str(params.embedder) not in (
+            "auto", "static", "minilm") and not Path(str(params.embedder)).expanduser().is_dir():
+        return None  # hidden states and vectors from a file are read whole: the in-process stage
+    per_block = blocks.ROWS_PER_BLOCK
+    failures, context, naming, n_fail, n_rows = _sample_on_blocks(path, engine, params, columns, per_block)
+    sampled, n_context = n_fail > params.max_fit, len(context)
+    local = pd.concat([failures, context], ignore_index=True)
+    fail_rows, context_rows = np.arange(len(failures)), np.arange(len(failures), len(local))
+    plan = cluster_plan(n_fail + n_context) if embedder is None and params.embedder == "auto" else None
+    emb = embedder if embedder is not None else resolve_embedder(
+        plan.source if plan else params.embedder, run, local, cache=params.cache,
+        batch_size=params.embed_batch_size, n_rows=n_fail + n_context)
+    inputs = _Inputs(run, local, emb, plan, fail_rows, context_rows, np.zeros(0, np.int64))
+    record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
+              getattr(emb, "key", "custom"), "features": [getattr(b, "name", type(b).__name__)
+                                                           for b in model.features]}
+    with run.stage("cluster", record) as staging:
+        timings: dict[str, float] = {}
+        vectors, embed_rows = _timed(timings, "embed", _embed, inputs, progress)
+        fail_vectors = vectors[:len(failures)]
+        slice_names: dict = {}
+        if sampled:
+            fitted, rate, resolved = _timed(timings, "cluster", model.fit_sample, vectors,
+                                            np.arange(len(vectors)) < len(failures), failures, n_fail)
+            note = cluster.sample_note(len(failures), n_fail, resolved)
+        else:
+            groups, slice_names = _slice_groups(run, failures, True) if params.slice_groups else (None, {})
+            result = _timed(timings, "cluster", _fit, model, vectors, len(failures), failures, groups, progress)
+            fitted = cluster.Assigned(result.labels, result.membership, result.tier, result.reassigned,
+                                      cluster_tier=result.cluster_tier)
+            rate, resolved, note = result.local_error_rate, result.params, result.note
+        xy = _timed(timings, "layout", _layout, inputs, vectors, embed_rows, params, progress)
+        placement = blockwise.Placement(
+            ids=failures["example_id"].to_numpy(dtype=object), vectors=fail_vectors, fitted=fitted, rate=rate,
+            xy=xy[:len(failures)], d90=cluster.reference_distance(fail_vectors) if sampled and len(failures) else 0.0,
+            context_xy=dict(zip(context["example_id"], map(tuple, xy[len(failures):]))), embedder=emb,
+            folder=str(staging.file(rundir.ASSIGNMENTS)))
+        t = time.perf_counter()
+        totals = blockwise.merge_counts(r for _, r in blocks.map_blocks(
+            blockwise.place_block, path, engine, rows_per_block=per_block, kwargs={"placement": placement},
+            progress=_rows_done(progress, "place", n_rows)))
+        timings["place"] = time.perf_counter() - t
+        if sampled:
+            result, sizes_of = _numbered(engine, placement, totals, fitted, rate, resolved, note, params, per_block)
+        else:
+            sizes_of = None
+        clusters = _timed(timings, "name", _describe_sample, run, failures, result, fail_vectors, slice_names,
+                          params, _topic_texts(naming).tolist(), sizes_of, n_fail, True)
+        clusters = named_by_llm(run, staging, clusters, failures, result.labels, params)
+        meta = _embeddings_meta(emb, vectors, fail_vectors, failures)
+        if sampled:
+            meta["sample_of"] = n_fail  # the fit sample's vectors, not every failure's
+        staging.write_npy(rundir.EMBEDDINGS, np.ascontiguousarray(fail_vectors, dtype=np.float32))
+        staging.write_json(rundir.EMBEDDINGS_META, meta)
+        staging.write_parquet(rundir.CLUSTERS, clusters)
+        clustered = int(sum(totals["sizes"].values())) if sampled else int((result.labels >= 0).sum())
+        summary = {
+            "run": str(run.path), "n_examples": n_rows, "n_failures": n_fail, "n_clusters": int(len(clusters)),
+            "noise_share": round(1 - clustered / n_fail if sampled else result.noise_share, 4),
+            "method": result.method,
+            "note": result.note, "embedder": meta["embedder"]["name"], "embedder_note": plan.note if plan else None,
+            "min_cluster_size": int(resolved.get("min_cluster_size", 0)),
+            "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name),
+                          "kind": str(r.kind)} for r in clusters.itertuples()]}
+        staging.facts.update({
+            "n_failures": n_fail, "n_clusters": summary["n_clusters"], "noise_share": summary["noise_share"],
+            "method": result.method, "note": result.note,
+            "resolved": {k: v for k, v in resolved.items() if k != "n_failures"},
+            "embedder_key": getattr(emb, "key", None), "n_embedded": int(len(embed_rows) + totals["placed"]),
+            "embedder_plan": plan.record() if plan else None,
+            "engine": {"blocks": True, "fit_sample": int(len(failures)), "context_sample": int(len(context)),
+                       "placed_on_workers": int(totals["placed"]),
+                       "described_from": "the fit sample" if sampled else "all failures"},
+            "timings": {k: round(v, 3) for k, v in timings.items()}})
+    return summary
+
+
+def _numbered(engine, placement, totals: dict, fitted, rate, resolved: dict, note: str, params: ClusterParams,
+              per_block: int):
+    """Pass 4: clusters numbered by their sizes summed over the blocks (the rule of `relabel_by_size`), the shards
+    rewritten with those ids, parents from the summed directions; (the fit sample's ClusteringResult, {cluster id:
+    size over every failure})."""
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+
+    mapping = cluster.size_order(dict(totals["sizes"]), totals["first"])
+    blocks.map_blocks(blockwise.renumber_block, placement.folder, engine, rows_per_block=per_block,
+                      kwargs={"mapping": mapping, "folder": placement.folder}, ordered=True)
+    labels = np.array([mapping.get(int(c), -1) for c in fitted.labels], dtype=np.int64)
+    sizes = {mapping[c]: n for c, n in totals["sizes"].items()}
+    parents = {} if params.parent_similarity is None else cluster.parents_of(
+        {mapping[c]: s for c, s in totals["sums"].items()}, sizes, min_similarity=params.parent_similarity)
+    result = cluster.ClusteringResult(
+        labels=labels, membership=fitted.strength, reassigned=fitted.reassigned, tier=fitted.tier,
+        local_error_rate=rate, coordinates=None, method="hdbscan", note=note, params=resolved,
+        cluster_tier={mapping[c]: t for c, t in fitted.cluster_tier.items() if c in mapping},
+        cluster_parent=parents)
+    return result, sizes
+
+
+def _sample_on_blocks(path, engine, params: ClusterParams, columns: set, per_block: int):
+    """Passes 1 and 2: (the fit sample's failures, the context's correct examples, the keywords' contrast
+    examples, failures, rows), each frame in row order; the driver holds at most twice the sample at once."""
+    import pandas as pd
+
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+
+    base = [c for c in ("example_id", "correct", "label", "pred") if c in columns]
+    counted = [r for _, r in blocks.map_blocks(blockwise.block_strata, path, engine, columns=base,
+                                               rows_per_block=per_block)]
+    pairs = sum((r["pairs"] for r in counted), Counter())
+    n_correct, n_rows = sum(r["correct"] for r in counted), sum(r["rows"] for r in counted)
+    n_fail = int(sum(pairs.values()))
+    keys = sorted(pairs)
+    sizes = np.array([pairs[k] for k in keys], dtype=np.int64)
+    mcs = params.min_cluster_size or cluster.default_min_cluster_size(n_fail)
+    take = cluster.quotas(sizes, params.max_fit, 2 * mcs) if n_fail > params.max_fit else sizes
+    want_context = n_fail > 0 and (params.error_aware or params.layout != "none")
+    n_context = min(n_correct, params.max_fit) if want_context else 0
+    quotas = {**{k: int(t) for k, t in zip(keys, take)},
+              blockwise.CORRECT: min(n_correct, max(n_context, cluster.MAX_CORRECT_DOCS))}
+    sample = None
+    for _, part in blocks.map_blocks(blockwise.block_sample, path, engine, rows_per_block=per_block,
+                                     kwargs={"quotas": quotas, "seed": params.seed}):
+        sample = blockwise.merge_sample([p for p in (sample, part) if p is not None], quotas)
+    sample = sample if sample is not None else pd.DataFrame(columns=[*base, "text", "_row", "_key"])
+    is_fail = ~sample["correct"].to_numpy(dtype=bool)
+    failures = sample[is_fail].drop(columns=["_row", "_key", "_stratum"], errors="ignore").reset_index(drop=True)
+    correct = sample[~is_fail].drop(columns=["_row", "_stratum"], errors="ignore").reset_index(drop=True)
+    context = correct.iloc[_smallest_rows(correct, n_context)].drop(columns=["_key"])
+    naming = correct.iloc[_smallest_rows(correct, cluster.MAX_CORRECT_DOCS)]
+    return failures, context, naming, n_fail, n_rows
+
+
+def _rows_done(progress: Progress | None, phase: str, total: int):
+    """map_blocks' progress (rows of each block done) as the stage's (phase, rows done, total)."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def report(rows: int) -> None:
+        done[0] += rows
+        progress(phase, done[0], total)
+    return report
+
+
+def _smallest_rows(frame, k: int) -> np.ndarray:
+    """Positions of the `k` rows of a sample frame with the smallest keys, in row order."""
+    from erroranalysis.cluster import smallest
+
+    if not len(frame):
+        return np.zeros(0, np.int64)
+    return np.sort(smallest(frame["_key"].to_numpy(), frame["example_id"].to_numpy(), k))
+
+
+def _parquet_columns(path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    from erroranalysis.engines.blocks import files_of
+
+    found = files_of(path)
+    return list(pq.read_schema(found[0]).names) if found else []
+
+
+def _describe_sample(run, failures, result, fail_vectors, slice_names: dict, params: ClusterParams,
+                     correct_texts: list, sizes: dict | None, n_fail: int, filtered: bool = False):
+    """clusters.parquet from the failures on the driver (all of them, or the fit sample with `sizes` summed over
+    every block: size and share then count all failures, the other columns describe the sample)."""
+    from erroranalysis import cluster
+
+    clusters = cluster.describe_clusters(
+        failures, result.labels, membership=result.membership, vectors=fail_vectors, correct_texts=correct_texts,
+        kinds=result.cluster_tier, local_error_rate=result.local_error_rate, reassigned=result.reassigned,
+        naming=params.project(cluster.NamingParams),
+        titles={c: slice_names[g] for c, g in result.cluster_group.items()}, parents=result.cluster_parent)
+    clusters = _with_slice(clusters, result.cluster_group, slice_names)
+    if sizes is not None:
+        clusters["size"] = clusters["cluster_id"].map(sizes).astype(clusters["size"].dtype)
+        clusters["share_of_failures"] = (clusters["size"] / max(n_fail, 1)).round(5)
+        clusters = clusters.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
+    return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels, filtered)
+
+
 def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     from erroranalysis.embed import models as embedding
     from erroranalysis.stages.embedders import cluster_plan, resolve_embedder
@@ -129,9 +340,7 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> _Inputs:
     fail_rows, correct_rows = np.flatnonzero(failed), np.flatnonzero(~failed)
     want_context = len(fail_rows) > 0 and (params.error_aware or params.layout != "none")
     context_rows = correct_rows if want_context else correct_rows[:0]
-    if len(context_rows) > params.max_fit:
-        rng = np.random.default_rng(params.seed)
-        context_rows = np.sort(rng.choice(context_rows, params.max_fit, replace=False))
+    context_rows = sampled_rows(predictions, context_rows, params.max_fit, params.seed)
     n_rows = len(fail_rows) + len(context_rows)
     plan = cluster_plan(n_rows) if embedder is None and params.embedder == "auto" else None
     emb = embedder if embedder is not None else resolve_embedder(
@@ -210,14 +419,9 @@ def _fit_modes(inputs: _Inputs, vectors: np.ndarray, failures, params: ClusterPa
 def _describe(run, inputs: _Inputs, failures, result, fail_vectors, slice_names: dict, params: ClusterParams):
     from erroranalysis import cluster
 
-    correct_texts = _topic_texts(inputs.predictions)[inputs.correct_rows].tolist()
-    clusters = cluster.describe_clusters(
-        failures, result.labels, membership=result.membership, vectors=fail_vectors, correct_texts=correct_texts,
-        kinds=result.cluster_tier, local_error_rate=result.local_error_rate, reassigned=result.reassigned,
-        naming=params.project(cluster.NamingParams),
-        titles={c: slice_names[g] for c, g in result.cluster_group.items()}, parents=result.cluster_parent)
-    clusters = _with_slice(clusters, result.cluster_group, slice_names)
-    return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels)
+    naming_rows = sampled_rows(inputs.predictions, inputs.correct_rows, cluster.MAX_CORRECT_DOCS, params.seed)
+    return _describe_sample(run, failures, result, fail_vectors, slice_names, params,
+                            _topic_texts(inputs.predictions)[naming_rows].tolist(), None, len(failures))
 
 
 def _layout(inputs: _Inputs, vectors, embed_rows, params: ClusterParams, progress: Progress | None) -> np.ndarray:
@@ -254,10 +458,10 @@ def _summary(run, inputs: _Inputs, result, meta: dict, clusters) -> dict:
     }
 
 
-def _slice_groups(run: rundir.Run, failures):
+def _slice_groups(run: rundir.Run, failures, filtered: bool = False):
     """Each failure's strong slice for the clustering (-1 none) and {slice_id: description}; (None, {}) when the
-    slices stage has not run."""
-    found = readers.read_slices(run, optional=True)
+    slices stage has not run. `filtered`: read only these failures' slice memberships (`_slices_of`)."""
+    found = _slices_of(run, failures["example_id"], filtered)
     if found is None:
         return None, {}
     slices, members = found
@@ -284,17 +488,19 @@ def _with_slice(clusters, cluster_group: dict, slice_names: dict):
     return clusters
 
 
-def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels: np.ndarray):
+def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels: np.ndarray,
+                      filtered: bool = False):
     """Add what the slices and checks stages know about each cluster, when those stages are done:
     `slices` (descriptions of the slices holding most of its failures, with that share) and
-    `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`."""
+    `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`.
+    `filtered`: read only the rows of `failure_ids` from those stages' per-example tables (`--engine ray`)."""
     import pandas as pd
 
     from erroranalysis.stages.data_checks import label_issue_share
 
     clusters = clusters.copy()
     members = {int(c): set(failure_ids[labels == c]) for c in clusters["cluster_id"]}
-    found = readers.read_slices(run, optional=True)
+    found = _slices_of(run, failure_ids, filtered)
     if found is not None:
         slices, in_slice = found
         by_slice = {sid: set(ids) for sid, ids in in_slice.groupby("slice_id")["example_id"]}
@@ -304,7 +510,8 @@ def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels
                 ((len(ids & by_slice.get(sid, set())) / max(len(ids), 1), sid) for sid in names), reverse=True)
              if share >= SLICE_OVERLAP]
             for ids in (members[int(c)] for c in clusters["cluster_id"])]
-    checks = readers.read_checks(run, optional=True)
+    checks = _rows_for(run, rundir.CHECKS, failure_ids, ("example_id", "label_issue")) if filtered else \
+        readers.read_checks(run, optional=True)
     if checks is not None:
         shares = [label_issue_share(checks, sorted(members[int(c)])) for c in clusters["cluster_id"]]
         clusters["label_issue_share"] = pd.array(shares, dtype="Float64")
@@ -312,28 +519,63 @@ def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels
     return clusters
 
 
+def _slices_of(run: rundir.Run, example_ids, filtered: bool):
+    """(slices, members) as `readers.read_slices` gives them, with only the members among `example_ids` when
+    `filtered`; None when the slices stage has not run."""
+    if not filtered:
+        return readers.read_slices(run, optional=True)
+    members = _rows_for(run, rundir.SLICE_MEMBERS, example_ids, ("example_id", "slice_id"))
+    if members is None:
+        return None
+    return readers.parquet(readers.artifact_path(run, rundir.SLICES)), members
+
+
+def _rows_for(run: rundir.Run, name: str, example_ids, columns):
+    """The rows of a per-example table (checks.parquet, slice_members.parquet) whose example id is in
+    `example_ids`, filtered as they are read, so the driver never holds the whole table; None when its stage never
+    committed it."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    try:
+        file = readers.artifact_path(run, name)
+    except readers.NotCommitted:
+        return None
+    dataset = ds.dataset(str(file), format="parquet")
+    kind = dataset.schema.field("example_id").type
+    ids = [str(i) for i in example_ids]
+    wanted = pa.array(ids).cast(kind) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else \
+        pa.array([int(i) for i in ids if i.lstrip("-").isdigit()], type=kind)
+    present = [c for c in columns if c in dataset.schema.names]
+    frame = dataset.to_table(columns=present, filter=ds.field("example_id").isin(wanted)).to_pandas()
+    frame["example_id"] = frame["example_id"].astype(str)
+    return frame
+
+
 def _assignments(predictions, fail_rows: np.ndarray, result, xy: np.ndarray):
-    import pandas as pd
+    from erroranalysis.cluster import blockwise
 
     n = len(predictions)
-    cluster_id = np.full(n, -1, dtype=np.int32)
-    membership = np.zeros(n, dtype=np.float32)
-    reassigned = np.zeros(n, dtype=bool)
-    tier = np.full(n, "", dtype=object)
-    rate = np.full(n, np.nan, dtype=np.float32)
-    cluster_id[fail_rows] = result.labels
-    membership[fail_rows] = result.membership
-    reassigned[fail_rows] = result.reassigned
-    tier[fail_rows] = result.tier.astype(str)
-    rate[fail_rows] = result.local_error_rate
+    out = {"cluster_id": np.full(n, -1, dtype=np.int64), "membership": np.zeros(n, dtype=np.float32),
+           "reassigned": np.zeros(n, dtype=bool), "tier": np.full(n, "", dtype=object),
+           "local_error_rate": np.full(n, np.nan, dtype=np.float32), "xy": xy}
+    out["cluster_id"][fail_rows], out["membership"][fail_rows] = result.labels, result.membership
+    out["reassigned"][fail_rows], out["tier"][fail_rows] = result.reassigned, result.tier.astype(str)
+    out["local_error_rate"][fail_rows] = result.local_error_rate
     failure = np.zeros(n, dtype=bool)
     failure[fail_rows] = True
-    return pd.DataFrame({
-        "example_id": predictions["example_id"].to_numpy(), "cluster_id": cluster_id, "failure": failure,
-        "membership": membership, "reassigned": reassigned,
-        "tier": pd.array(tier, dtype="string") if n else pd.array([], dtype="string"),
-        "local_error_rate": rate, "x": xy[:, 0].astype(np.float32), "y": xy[:, 1].astype(np.float32),
-    })
+    return blockwise.assignments_frame(predictions["example_id"].to_numpy(), failure, out)
+
+
+def sampled_rows(predictions, rows: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """`rows` (positions in `predictions`), or above `k` the `k` of them with the smallest seeded hash of their
+    example id, in row order: the rule that picks the context rows and the contrast texts under both engines."""
+    if len(rows) <= k:
+        return rows
+    from erroranalysis.cluster import sample_keys, smallest
+
+    ids = predictions["example_id"].to_numpy()[rows]
+    return np.sort(rows[smallest(sample_keys(ids, seed), ids, k)])
 
 
 def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overrides) -> dict:
@@ -357,7 +599,9 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
     with run.stage("cluster_names", {**params.record(), **namer.record()}) as staging:
         clusters = cluster.describe_clusters(
             failures, labels, membership=part["membership"].to_numpy(), vectors=_stored_vectors(run, failures),
-            correct_texts=_topic_texts(predictions)[predictions["correct"].to_numpy()].tolist(),
+            correct_texts=_topic_texts(predictions)[sampled_rows(
+                predictions, np.flatnonzero(predictions["correct"].to_numpy()), cluster.MAX_CORRECT_DOCS,
+                params.seed)].tolist(),
             kinds=_stored_kinds(part, labels),
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), naming=params, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)

@@ -1,0 +1,143 @@
+"""The cluster stage's driver at 1M rows: peak memory (VmHWM) and seconds, in process vs `--engine ray`.
+
+A predictions file of `--rows` short texts with planted failure groups (`--failure-share` of the rows fail, each
+group as its own confusion pair) is analyzed once (`analyze`, metrics without the bootstrap, no checks, slices or
+clustering); then the cluster stage runs with its defaults (`auto` embedder: the static model at this size, UMAP,
+HDBSCAN, max_fit 20,000) on a copy of the run, once per engine, each in its own driver process, which prints its
+peak resident memory after the stage (VmHWM, with the imports and the Ray client; Ray's own processes, the raylet
+and the workers, are not the driver's) and the stage's seconds (Ray's start included). In process, the stage reads
+every prediction and embeds every failure on the driver; under ray the driver holds the fit sample.
+
+    .venv/bin/python benchmarks/cluster_driver.py                       # 1,000,000 rows, 30% failing
+    .venv/bin/python benchmarks/cluster_driver.py --rows 200000 --engines ray
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_average, table  # noqa: E402
+
+LABELS = ["billing", "account", "shipping"]
+GROUPS = [  # (gold, pred, words) of the planted failure groups
+    ("billing", "account", ["refund", "charged", "twice", "invoice", "card"]),
+    ("account", "shipping", ["password", "login", "locked", "reset", "email"]),
+    ("shipping", "billing", ["parcel", "courier", "late", "tracking", "damaged"]),
+    ("billing", "shipping", ["discount", "coupon", "expired", "promo", "code"]),
+    ("account", "billing", ["profile", "photo", "upload", "avatar", "crop"]),
+    ("shipping", "account", ["address", "postcode", "wrong", "street", "flat"]),
+]
+EVERYDAY = ["price", "plan", "upgrade", "weekend", "store", "colour", "size", "gift", "menu", "thanks", "hello",
+            "please", "today", "order", "help", "team", "again", "soon", "week", "great"]
+
+
+def write_predictions(path: Path, n: int, failure_share: float, seed: int = 0) -> Path:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("id", pa.string()), ("text", pa.string()), ("label", pa.string()), ("pred", pa.string())])
+    everyday = np.asarray(EVERYDAY, dtype=object)
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, n, 1 << 16):
+            m = min(1 << 16, n - start)
+            fail = rng.random(m) < failure_share
+            group = rng.integers(0, len(GROUPS), m)
+            filler = everyday[rng.integers(0, len(everyday), (m, 4))]
+            label = np.asarray(LABELS, dtype=object)[rng.integers(0, 3, m)]
+            texts, golds, preds = [], [], []
+            for i in range(m):
+                if fail[i]:
+                    gold, pred, words = GROUPS[group[i]]
+                    picks = rng.choice(words, 3, replace=False)
+                    texts.append(" ".join([*picks, *filler[i, :2]]))
+                    golds.append(gold)
+                    preds.append(pred)
+                else:
+                    texts.append(" ".join(filler[i]))
+                    golds.append(label[i])
+                    preds.append(label[i])
+            writer.write_table(pa.table({"id": [f"r{i}" for i in range(start, start + m)], "text": texts,
+                                         "label": golds, "pred": preds}, schema=schema))
+    return path
+
+
+def hwm_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def driver(run: str, engine: str) -> None:
+    """One driver: the cluster stage on `run`; prints JSON (seconds, peak MB, the stage's facts)."""
+    from erroranalysis.engines import Engine
+    from erroranalysis.rundir import Run
+    from erroranalysis.stages.cluster import ClusterParams, cluster_run
+
+    before = hwm_mb()
+    start = time.perf_counter()
+    summary = cluster_run(run, ClusterParams(), engine=None if engine == "local" else Engine("ray"))
+    seconds = time.perf_counter() - start
+    facts = Run.open(run).manifest["stages"]["cluster"]
+    print(json.dumps({"seconds": seconds, "peak": hwm_mb(), "before": before, "n_failures": summary["n_failures"],
+                      "n_clusters": summary["n_clusters"], "noise": summary["noise_share"],
+                      "timings": facts.get("timings"), "engine": facts.get("engine")}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--failure-share", type=float, default=0.3)
+    parser.add_argument("--engines", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--driver", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.driver:
+        driver(*args.driver)
+        return
+    from erroranalysis.sources.table import DataOptions
+    from erroranalysis.stages import AfterParams, MetricsParams
+    from erroranalysis.stages.analyze import Reading, analyze
+
+    rows = []
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    with tempfile.TemporaryDirectory(prefix="ea_cluster_driver_") as tmp:
+        tmp = Path(tmp)
+        data = write_predictions(tmp / "predictions.parquet", args.rows, args.failure_share)
+        t = time.perf_counter()
+        base = analyze("classification", data, tmp / "run", Reading(data=DataOptions(id_column="id")),
+                       after=AfterParams(metrics=MetricsParams(n_resamples=0), checks=None, slices=None,
+                                         cluster=None)).path
+        print(f"analyzed {args.rows:,} rows in {time.perf_counter() - t:.0f} s ({load_average()})", file=sys.stderr)
+        for engine in args.engines:
+            run = tmp / f"run_{engine}"
+            shutil.copytree(base, run)
+            print(f"cluster, {engine} ({load_average()})", file=sys.stderr, flush=True)
+            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine], capture_output=True,
+                                  text=True, env=env)
+            if proc.returncode:
+                raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"  {json.dumps(r)}", file=sys.stderr, flush=True)
+            rows.append([f"{args.rows:,}", f"{r['n_failures']:,}", engine, f"{r['seconds']:.0f}",
+                         f"{r['peak']:.0f}", f"{r['before']:.0f}", str(r["n_clusters"]), f"{r['noise']:.3f}",
+                         " ".join(f"{k} {v:.0f}" for k, v in (r["timings"] or {}).items())])
+            shutil.rmtree(run)
+    print(table(rows, ["rows", "failures", "engine", "stage s", "driver peak MB", "MB before the stage", "clusters",
+                       "noise", "stage timings (s)"]))
+    print(f"\n{load_average()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The cluster stage under `--engine ray` (a real local Ray): the driver fits a seeded sample of the failures, the
+workers place the rest and write assignments per block. A real run made by `stages.analyze` from a predictions file
+with three planted failure groups; the embedder is a hashed bag of words (fast, deterministic; MiniLM would only
+be slow here), every other part is the real one.
+
+What both engines share above `max_fit`: the sample (`cluster._sample`), the fit on it, the rule that places the
+rest, cluster ids by size, membership, tier, local error rate, parents and sizes. What may differ, by design
+(docs/scale.md): x, y of the failures (in process the layout covers every failure; under ray the fit sample and
+the context, the rest at their nearest fitted failures), and the columns of clusters.parquet other than id, size,
+share and parent (under ray they describe the fit sample). Below `max_fit` every artifact is the same."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from erroranalysis.engines import Engine, blocks
+from erroranalysis.rundir import Run, readers
+from erroranalysis.sources.table import DataOptions
+from erroranalysis.stages import AfterParams
+from erroranalysis.stages.analyze import Reading, analyze
+from erroranalysis.stages.cluster import ClusterParams, cluster_run
+
+pytest.importorskip("ray")
+
+GROUPS = {  # planted failure groups: (gold, pred, words, size)
+    "refund": ("billing", "account", ["refund", "charged", "twice", "invoice", "card", "money"], 160),
+    "login": ("account", "shipping", ["password", "login", "locked", "reset", "email", "code"], 150),
+    "parcel": ("shipping", "billing", ["parcel", "courier", "late", "tracking", "box", "damaged"], 110),
+}
+FILLER = ["hello", "thanks", "please", "today", "order", "help", "team", "again", "soon", "week"]
+FAST = dict(reducer="pca", layout="pca", seed=3)
+
+
+class WordsEmbedder:
+    """Hashed bag of words: similar texts get similar vectors; module-level so Ray workers unpickle it."""
+
+    key = "test-words"
+
+    def embed(self, frame, progress=None) -> np.ndarray:
+        out = np.zeros((len(frame), 256), dtype=np.float32)
+        for i, text in enumerate(frame["text"]):
+            for word in str(text).lower().split():
+                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % 256] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def planted_predictions(path: Path) -> Path:
+    """~1,000 predictions: the planted groups fail (each as its own confusion), the rest is right."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, (gold, pred, words, size) in GROUPS.items():
+        for _ in range(size):
+            text = " ".join([*rng.choice(words, 4, replace=False), *rng.choice(FILLER, 1)])
+            rows.append({"text": text, "label": gold, "pred": pred, "group": name})
+    everyday = ["price", "plan", "upgrade", "address", "weekend", "store", "colour", "size", "gift", "menu"]
+    for _ in range(560):
+        label = ["billing", "account", "shipping"][int(rng.integers(3))]
+        rows.append({"text": " ".join([*rng.choice(everyday, 3, replace=False), *rng.choice(FILLER, 2)]),
+                     "label": label, "pred": label, "group": ""})
+    frame = pd.DataFrame(rows).sample(frac=1.0, random_state=1).reset_index(drop=True)
+    frame.insert(0, "id", [f"r{i:05d}" for i in range(len(frame))])
+    frame.to_parquet(path, index=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray whose workers can import this module (the embedder's class)."""
+    ray = pytest.importorskip("ray")
+    here = str(Path(__file__).resolve().parent)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, *([old] if old else [])])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory):
+    """A real run (predictions and metrics) from `analyze`, clustered by nothing yet."""
+    folder = tmp_path_factory.mktemp("cluster_blocks")
+    data = planted_predictions(folder / "predictions.parquet")
+    run = analyze("classification", data, folder / "run", Reading(data=DataOptions(id_column="id")),
+                  after=AfterParams(checks=None, slices=None, cluster=None))
+    return run.path, pd.read_parquet(data)
+
+
+def _cluster(source: Path, out: Path, engine=None, **params) -> tuple[Run, dict]:
+    shutil.copytree(source, out)
+    summary = cluster_run(out, ClusterParams(**FAST, **params), embedder=WordsEmbedder(), engine=engine)
+    return Run.open(out), summary
+
+
+def _found_groups(assignments: pd.DataFrame, data: pd.DataFrame) -> None:
+    """Each planted group is mostly one cluster of its own."""
+    merged = assignments.merge(data[["id", "group"]], left_on="example_id", right_on="id")
+    main = {}
+    for name in GROUPS:
+        ids = merged.loc[merged["group"] == name, "cluster_id"].to_numpy()
+        main[name] = np.bincount(ids[ids >= 0]).argmax()
+        assert (ids == main[name]).mean() >= 0.9, name
+    assert len(set(main.values())) == len(GROUPS)
+
+
+def test_ray_places_the_rest_as_in_process(analyzed, local_ray, tmp_path, monkeypatch):
+    """`analyze --no-checks --no-slices` of the same file with each engine (the cluster stage gets the engine)."""
+    _, data = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)  # 8 blocks
+    data_file = planted_predictions(tmp_path / "predictions.parquet")
+    after = AfterParams(checks=None, slices=None, cluster=ClusterParams(**FAST, max_fit=150))
+    local, ray_run = (analyze("classification", data_file, tmp_path / name, Reading(data=DataOptions(id_column="id")),
+                              after=after, embedder=WordsEmbedder(), engine=engine)
+                      for name, engine in (("local", None), ("ray", Engine("ray"))))
+    a, b = readers.read_assignments(local), readers.read_assignments(ray_run)
+    _found_groups(a, data)
+    _found_groups(b, data)
+    assert (ray_run.path / "assignments.parquet").is_dir()  # shards, one per block
+    # the fitted sample: the rule's, and the one the ray driver fitted
+    from erroranalysis.cluster import _sample, default_min_cluster_size
+
+    failures = readers.read_predictions(local).query("~correct").reset_index(drop=True)
+    mcs = default_min_cluster_size(len(failures))
+    rows = _sample.stratified_sample(_sample.strata_of(failures, len(failures)), failures["example_id"], 150, 3,
+                                     floor=2 * mcs)
+    fitted_ids = readers.read_embeddings(ray_run)[1]["example_ids"]
+    assert fitted_ids == failures["example_id"].iloc[rows].tolist()
+    facts = ray_run.manifest["stages"]["cluster"]
+    assert facts["engine"]["fit_sample"] == 150 and facts["engine"]["placed_on_workers"] == len(failures) - 150
+    # every failure's assignment
+    for column in ("example_id", "cluster_id", "failure", "reassigned", "tier"):
+        assert a[column].tolist() == b[column].tolist(), column
+    np.testing.assert_allclose(a["membership"], b["membership"], rtol=1e-6)
+    np.testing.assert_array_equal(a["local_error_rate"].isna(), b["local_error_rate"].isna())
+    np.testing.assert_allclose(a["local_error_rate"].fillna(0), b["local_error_rate"].fillna(0), rtol=1e-6)
+    assert np.isfinite(b.loc[b["failure"], ["x", "y"]].to_numpy()).all()
+    ca, cb = readers.read_clusters(local), readers.read_clusters(ray_run)
+    for column in ("cluster_id", "size", "share_of_failures", "parent_id"):
+        assert ca[column].tolist() == cb[column].tolist(), column
+
+
+def test_the_sample_does_not_depend_on_the_blocks(analyzed, local_ray, tmp_path, monkeypatch):
+    source, _ = analyzed
+    runs = []
+    for rows in (100, 333):
+        monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", rows)
+        runs.append(_cluster(source, tmp_path / f"ray{rows}", Engine("ray"), max_fit=150)[0])
+    assert readers.read_embeddings(runs[0])[1]["example_ids"] == readers.read_embeddings(runs[1])[1]["example_ids"]
+    pd.testing.assert_frame_equal(readers.read_assignments(runs[0]), readers.read_assignments(runs[1]))
+
+
+def test_below_max_fit_ray_writes_the_in_process_artifacts(analyzed, local_ray, tmp_path, monkeypatch):
+    source, _ = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
+    local, _ = _cluster(source, tmp_path / "local", max_fit=1000)
+    ray_run, _ = _cluster(source, tmp_path / "ray", Engine("ray"), max_fit=1000)
+    pd.testing.assert_frame_equal(readers.read_assignments(local), readers.read_assignments(ray_run))
+    pd.testing.assert_frame_equal(readers.read_clusters(local), readers.read_clusters(ray_run))
+    va, ma = readers.read_embeddings(local)
+    vb, mb = readers.read_embeddings(ray_run)
+    np.testing.assert_array_equal(va, vb)
+    assert {**ma, "created": None} == {**mb, "created": None}
+
+
+class BrokenEmbedder(WordsEmbedder):
+    """Returns NaN for one example: a bad value the driver never sees under ray (a failure outside the sample)."""
+
+    key = "test-broken"
+
+    def __init__(self, bad_id: str):
+        self.bad_id = bad_id
+
+    def embed(self, frame, progress=None) -> np.ndarray:
+        out = super().embed(frame)
+        out[(frame["example_id"].astype(str) == self.bad_id).to_numpy()] = np.nan
+        return out
+
+
+def test_a_bad_vector_on_a_worker_is_the_in_process_error(analyzed, local_ray, tmp_path, monkeypatch):
+    from erroranalysis.cluster import _sample, default_min_cluster_size
+    from erroranalysis.core.errors import DataError
+
+    source, _ = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
+    failures = readers.read_predictions(Run.open(source)).query("~correct").reset_index(drop=True)
+    rows = _sample.stratified_sample(_sample.strata_of(failures, len(failures)), failures["example_id"], 150, 3,
+                                     floor=2 * default_min_cluster_size(len(failures)))
+    bad = failures["example_id"].drop(index=rows).iloc[0]  # placed on a worker, never embedded on the driver
+    errors = []
+    for name, engine in (("local", None), ("ray", Engine("ray"))):
+        shutil.copytree(source, tmp_path / name)
+        with pytest.raises(DataError) as caught:
+            cluster_run(tmp_path / name, ClusterParams(**FAST, max_fit=150), embedder=BrokenEmbedder(bad),
+                        engine=engine)
+        errors.append(str(caught.value))
+        run = Run.open(tmp_path / name)
+        assert run.manifest["stages"]["cluster"]["status"] == "failed"
+        assert not (run.path / "assignments.parquet").exists()
+    assert errors[0] == errors[1] == "embedder 'test-broken': returned NaN or infinite values."
+
+
+def test_with_slices_and_checks_ray_reads_only_the_failures_rows(analyzed, local_ray, tmp_path, monkeypatch):
+    """After the checks and slices stages, below `max_fit`: the slice groups, slice overlaps and label-issue
+    shares read from those stages' tables filtered to the failures equal the in-process ones."""
+    from erroranalysis.stages import CheckParams, SliceParams, checks_run, slices_run
+
+    source, _ = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
+    base = tmp_path / "base"
+    shutil.copytree(source, base)
+    checks_run(base, CheckParams(embedder="none"))
+    slices_run(base, SliceParams(merge=False))
+    local, _ = _cluster(base, tmp_path / "local", max_fit=1000)
+    ray_run, _ = _cluster(base, tmp_path / "ray", Engine("ray"), max_fit=1000)
+    clusters = readers.read_clusters(ray_run)
+    assert {"slices", "label_issue_share"} <= set(clusters.columns)
+    assert clusters["slices"].map(len).sum() > 0  # the planted groups' words are error slices
+    pd.testing.assert_frame_equal(readers.read_clusters(local), clusters)
+    pd.testing.assert_frame_equal(readers.read_assignments(local), readers.read_assignments(ray_run))
