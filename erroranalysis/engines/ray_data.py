@@ -129,12 +129,12 @@ class SourcePredictor(ShardPredictor):
     gets back counts, never rows."""
 
     def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32",
-                 source=None, options=None, sources: dict | None = None, sha256: str = ""):
+                 source=None, options=None, sources: dict | None = None, sha256: str = "", rows_path=None):
         super().__init__(predictor_kwargs, labels, paths, hidden_dtype)
         from erroranalysis.sources import blocks
 
         self.source, self.options, self.sources, self.sha256 = source, options, sources or {}, sha256
-        self.file = blocks.parquet_file(source)
+        self.file = blocks.parquet_file(rows_path if rows_path is not None else source)  # a JSONL/CSV file's copy
 
     def __call__(self, batch):
         from erroranalysis.core.errors import UserError
@@ -266,7 +266,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     ds = ray.data.from_items(ranges, override_num_blocks=len(ranges))
     kwargs = {"predictor_kwargs": {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}, "labels": labels,
               "paths": tuple(p and str(p) for p in paths), "hidden_dtype": hidden_dtype, "source": scanned.path,
-              "options": options, "sources": scanned.sources, "sha256": scanned.sha256}
+              "options": options, "sources": scanned.sources, "sha256": scanned.sha256, "rows_path": scanned.rows_path}
     done = bounded_map(ds, SourcePredictor, fn_constructor_kwargs=kwargs, batch_size=1, batch_format="pyarrow",
                        num_cpus=1, num_gpus=gpus or None, compute=ray.data.ActorPoolStrategy(size=actors))
     k = len(labels)
@@ -293,8 +293,32 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
                           "run the command again.") from None
     check_coverage(covered, n_rows, paths)
     if options.id_column:
-        blocks.duplicate_ids(hashes, scanned.path, options)
+        blocks.duplicate_ids(hashes, scanned.path, options, scanned.rows_path)
     return counts, sorted(ran), n_cut
+
+
+def run_task(fn: Callable, engine: Engine, **kwargs):
+    """`fn(**kwargs)` as one Ray task (a worker reads what the driver must not hold), its small result; a UserError
+    it raises comes back as the same one-line error."""
+    ray = connect(engine)
+    task = ray.remote(_one_task).options(num_cpus=1, max_retries=MAX_TASK_RETRIES)
+    try:
+        result, error = ray.get(task.remote(fn, kwargs))
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: a worker task failed ({failure_reason(exc)}); nothing was committed, run "
+                          "the command again.") from None
+    if error:
+        raise block_error(error)
+    return result
+
+
+def _one_task(fn: Callable, kwargs: dict):
+    from erroranalysis.core.errors import UserError
+
+    try:
+        return fn(**kwargs), ""
+    except UserError as exc:  # sent back as data: Ray would keep only its text inside a traceback
+        return None, f"{type(exc).__name__}\t{exc}"
 
 
 def block_error(sent: str):

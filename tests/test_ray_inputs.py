@@ -1,0 +1,148 @@
+"""Under `--engine ray` the workers read the inputs: `analyze` of Parquet, JSONL and CSV predictions files, and `run`
+over a JSONL eval set, give the in-process artifacts, with the in-process one-line errors for a bad cell.
+
+A real local Ray (`ray.init(num_cpus=2)`), the real stages; blocks of 25 rows, so every file is several blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import LABELS, eval_rows, write_jsonl
+
+from erroranalysis import stages
+from erroranalysis.core.errors import DataError
+from erroranalysis.engines import Engine
+from erroranalysis.rundir import Run
+from erroranalysis.sources.table import DataOptions
+
+ROWS = 120
+AFTER = stages.AfterParams.with_seed(0, checks=False, slices=False, cluster=False)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _small_blocks(monkeypatch):
+    import erroranalysis.engines.blocks as engine_blocks
+    import erroranalysis.stages.infer as infer_stage
+
+    monkeypatch.setattr(engine_blocks, "ROWS_PER_BLOCK", 25)
+    monkeypatch.setattr(infer_stage, "CHUNK_ROWS", 25)
+
+
+def predictions(output: str, n: int = ROWS) -> list[dict]:
+    """Rows of a predictions file: the model's output as prob_<label> columns, a scores list, or labels only."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, row in enumerate(eval_rows(n)):
+        p = rng.dirichlet(np.ones(3))
+        row = {**row, "pred": LABELS[int(np.argmax(p))] if i % 7 else row["label"]}
+        row["stars"] = None if i % 11 == 3 else row["stars"]  # nulls in some blocks only: one type across shards
+        if output == "prob_columns":
+            row.update({f"prob_{label}": float(p[j]) for j, label in enumerate(LABELS)})
+        elif output == "scores":
+            row["probs"] = [float(v) for v in p]
+        rows.append(row)
+    return rows
+
+
+def write(path, rows: list[dict]):
+    if path.suffix == ".jsonl":
+        return write_jsonl(path, rows)
+    frame = pd.DataFrame(rows)
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+    return path
+
+
+def analyze(data, out, engine: str):
+    reading = stages.Reading(data=DataOptions(id_column="id"))
+    return stages.analyze("classification", data, out, reading, after=AFTER, engine=Engine(engine))
+
+
+def data_entry(run: Run) -> dict:
+    return run.manifest["data"]
+
+
+@pytest.mark.parametrize("suffix,output", [(".parquet", "prob_columns"), (".parquet", "scores"),
+                                           (".parquet", "labels"), (".jsonl", "prob_columns"),
+                                           (".jsonl", "scores"), (".jsonl", "labels"), (".csv", "prob_columns"),
+                                           (".csv", "labels")])
+def test_workers_read_predictions_as_in_process(local_ray, tmp_path, suffix, output):
+    data = write(tmp_path / f"predictions{suffix}", predictions(output))
+    local = analyze(data, tmp_path / "local", "local")
+    distributed = analyze(data, tmp_path / "ray", "ray")
+    assert (distributed.path / "predictions.parquet").is_dir()  # shards written by the workers
+    assert len(list((distributed.path / "predictions.parquet").glob("part-*.parquet"))) == ROWS // 25 + 1
+    assert distributed.manifest["stages"]["load_predictions"]["read_by"] == "workers"
+    pd.testing.assert_frame_equal(local.predictions(), distributed.predictions())
+    if output == "labels":
+        assert not (distributed.path / "probs.npy").exists()
+    else:
+        np.testing.assert_array_equal(np.asarray(local.probs()), np.asarray(distributed.probs()))
+    assert local.manifest["labels"] == distributed.manifest["labels"]
+    assert data_entry(local) == data_entry(distributed)
+    assert local.metrics()["overall"] == distributed.metrics()["overall"]
+    assert not list(tmp_path.glob(".ray.rows-*"))  # the JSONL/CSV copy is gone
+
+
+def test_labels_learned_from_every_block(local_ray, tmp_path):
+    """No output columns and no --labels: the labels are every block's distinct gold and predicted ones."""
+    rows = predictions("labels")
+    rows[-1]["pred"] = "sarcastic"  # only in the last block
+    data = write(tmp_path / "predictions.jsonl", rows)
+    local, distributed = analyze(data, tmp_path / "local", "local"), analyze(data, tmp_path / "ray", "ray")
+    assert distributed.manifest["labels"] == local.manifest["labels"] == sorted([*LABELS, "sarcastic"])
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl", ".csv"])
+@pytest.mark.parametrize("bad", ["probability", "empty_prediction", "duplicate_id"])
+def test_a_bad_cell_gives_the_in_process_error(local_ray, tmp_path, suffix, bad):
+    rows = predictions("prob_columns")
+    if bad == "probability":
+        rows[87]["prob_neutral"] = 2.0
+    elif bad == "empty_prediction":
+        rows[61]["pred"] = ""
+    else:
+        rows[90]["id"] = rows[10]["id"]
+    data = write(tmp_path / f"predictions{suffix}", rows)
+    with pytest.raises(DataError) as local:
+        analyze(data, tmp_path / "local", "local")
+    with pytest.raises(DataError) as distributed:
+        analyze(data, tmp_path / "ray", "ray")
+    assert str(distributed.value) == str(local.value)
+    line = {"probability": 88, "empty_prediction": 62, "duplicate_id": 91}[bad] + (suffix == ".csv")
+    assert f":{line}" in str(local.value)
+    predictions_file = tmp_path / "ray" / "predictions.parquet"
+    assert not predictions_file.exists()  # nothing committed
+    if (tmp_path / "ray" / "manifest.json").exists():
+        assert Run(tmp_path / "ray").manifest["stages"]["load_predictions"]["status"] == "failed"
+    assert not list(tmp_path.glob(".ray.rows-*"))
+
+
+def test_run_reads_a_jsonl_eval_set_on_the_workers(local_ray, tiny_checkpoint, tmp_path):
+    data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(100))
+    opts = DataOptions(id_column="id")
+    infer = stages.InferParams(batch_size=8)
+    local = stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "local", data_opts=opts, infer_opts=infer,
+                                  after=AFTER)
+    distributed = stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "ray", data_opts=opts, infer_opts=infer,
+                                        after=AFTER, engine=Engine("ray"))
+    assert distributed.manifest["stages"]["infer"]["read_by"] == "workers"
+    a, b = local.predictions(), distributed.predictions()
+    assert a.columns.tolist() == b.columns.tolist()
+    for column in ("example_id", "text", "label", "pred", "correct", "truncated", "source", "stars"):
+        assert a[column].tolist() == b[column].tolist(), column
+    np.testing.assert_allclose(np.asarray(distributed.probs()), np.asarray(local.probs()), atol=1e-5)
+    assert data_entry(local) == data_entry(distributed)
+    assert not list(tmp_path.glob(".ray.rows-*"))
