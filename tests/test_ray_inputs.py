@@ -122,7 +122,7 @@ def test_a_bad_cell_gives_the_in_process_error(local_ray, tmp_path, suffix, bad)
         analyze(data, tmp_path / "ray", "ray")
     assert str(distributed.value) == str(local.value)
     line = {"probability": 88, "empty_prediction": 62, "duplicate_id": 91}[bad] + (suffix == ".csv")
-    assert f":{line}" in str(local.value)
+    assert f"line {line}," in str(local.value)
     predictions_file = tmp_path / "ray" / "predictions.parquet"
     assert not predictions_file.exists()  # nothing committed
     if (tmp_path / "ray" / "manifest.json").exists():
