@@ -150,62 +150,64 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
     texts cut and, with --id-column, 8-byte id hashes; the second pass converts each block and writes it as shards
     of the stage (`part-<first row>`), the driver checking that they cover every row once before it commits."""
     from erroranalysis.core import storage
-    from erroranalysis.engines import blocks as engine_blocks
     from erroranalysis.engines import ray_data
-    from erroranalysis.sources import blocks
     from erroranalysis.stages import inputs
 
-    data_opts, pred_column, outputs = reading.data, reading.pred_column_of(task), reading.output
     if not storage.is_url(out):
         rundir.check_out(Path(out), overwrite)  # a clash fails before any work
     ray_data.connect(engine)  # fail before anything is written when Ray is missing or unreachable
-    with inputs.worker_rows(file, data_opts, engine, out) as copy:
-        source = as_source(file)
-        head = blocks.read_rows(copy or source, 0, blocks.HEAD_ROWS)
-        scores, prob_columns = output_columns([c for c in head.columns if c != "_line"], head, outputs, source)
-        scanned = blocks.scan(source, data_opts, None, required=(pred_column,) + ((scores,) if scores else ()),
-                              rows_path=copy)
-        scanned.metadata_columns = [c for c in scanned.metadata_columns if c not in prob_columns]
-        layout = Layout.of(scanned, data_opts, pred_column, scores, prob_columns, outputs)
-        rows = copy or source
-        work = {"source": source, "opts": data_opts, "required": layout_required(layout), "sha256": scanned.sha256,
-                "layout": layout}
-        size = engine_blocks.ROWS_PER_BLOCK
-        found = _in_order(engine_blocks.map_blocks(_check_block, rows, engine, kwargs=work, rows_per_block=size))
-        labels = list(layout.labels) if layout.labels is not None else \
-            layout.order(set().union(*(f["labels"] for _, f in found)))
-        scanned.n_cut = sum(f["n_cut"] for _, f in found)
-        if data_opts.id_column:
-            blocks.duplicate_ids(np.concatenate([f["ids"] for _, f in found]), source, data_opts, copy)
+    with inputs.worker_rows(file, reading.data, engine, out) as copy:
+        scanned, work = _first_pass(file, copy, reading, task, engine)
         say_notes(scanned, progress)
+        layout, labels = work["layout"], work["labels"]
         manifest = {"task": "classification", "labels": labels, "seed": after.seed,
-                    "data": {**data_entry(scanned), "pred_column": pred_column,
-                             **({"probs_column": scores} if scores else {})}}
-        has_probs = bool(prob_columns or scores)
-        record = {"pred_column": pred_column, "probabilities": has_probs, "probs_column": scores}
+                    "data": {**data_entry(scanned), "pred_column": layout.pred_column,
+                             **({"probs_column": layout.scores} if layout.scores else {})}}
+        has_probs = bool(layout.prob_columns or layout.scores)
+        record = {"pred_column": layout.pred_column, "probabilities": has_probs, "probs_column": layout.scores}
         with create_run(out, overwrite=overwrite, **manifest) as run:
             with run.stage("load_predictions", record) as st:
                 paths = (st.file(rundir.PREDICTIONS), st.file(rundir.PROBS) if has_probs else None)
-                schema = blocks.parquet_file(rows).schema_arrow
-                written = _in_order(engine_blocks.map_blocks(
-                    _write_block, rows, engine, kwargs={**work, "labels": labels, "paths": paths, "schema": schema,
-                                                        "sources": scanned.sources}, rows_per_block=size))
+                written = _over_blocks(_write_block, scanned.rows, engine, {**work, "paths": paths})
                 ray_data.check_coverage({b.start: r for b, r in written}, scanned.n_rows, paths)
                 st.facts["read_by"] = "workers"
             after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
     return run
 
 
-def layout_required(layout: Layout) -> tuple[str, ...]:
-    return (layout.pred_column,) + ((layout.scores,) if layout.scores else ())
+def _first_pass(file, copy, reading: Reading, task: Task, engine):
+    """(the file as the driver knows it, what each block's conversion needs): the first rows read here, then every
+    block validated by the workers, which send back its distinct labels, texts cut and id hashes."""
+    from erroranalysis.sources import blocks
+
+    data_opts, pred_column, outputs = reading.data, reading.pred_column_of(task), reading.output
+    source = as_source(file)
+    head = blocks.read_rows(copy or source, 0, blocks.HEAD_ROWS)
+    scores, prob_columns = output_columns([c for c in head.columns if c != "_line"], head, outputs, source)
+    scanned = blocks.scan(source, data_opts, None, required=(pred_column,) + ((scores,) if scores else ()),
+                          rows_path=copy)
+    scanned.metadata_columns = [c for c in scanned.metadata_columns if c not in prob_columns]
+    layout = Layout.of(scanned, data_opts, pred_column, scores, prob_columns, outputs)
+    work = {"source": source, "opts": data_opts, "required": (pred_column,) + ((scores,) if scores else ()),
+            "sha256": scanned.sha256, "layout": layout}
+    found = _over_blocks(_check_block, scanned.rows, engine, work)
+    scanned.n_cut = sum(f["n_cut"] for _, f in found)
+    if data_opts.id_column:
+        blocks.duplicate_ids(np.concatenate([f["ids"] for _, f in found]), source, data_opts, copy)
+    labels = list(layout.labels) if layout.labels is not None else \
+        layout.order(set().union(*(f["labels"] for _, f in found)))
+    schema = blocks.parquet_file(scanned.rows).schema_arrow  # the shards' metadata columns keep the file's types
+    return scanned, {**work, "labels": labels, "schema": schema, "sources": scanned.sources}
 
 
-def _in_order(results) -> list:
-    """(block, result) pairs in row order, every block's; the first block's error (in file order) raised as the
-    in-process one-line error."""
+def _over_blocks(fn, rows, engine, kwargs: dict) -> list:
+    """`fn` over the blocks of Parquet file `rows` on the workers: (block, result) pairs in row order; the first
+    block's error in file order raised as the in-process one-line error (each block sends back its first)."""
+    from erroranalysis.engines import blocks as engine_blocks
     from erroranalysis.engines.ray_data import block_error
 
-    pairs = sorted(results, key=lambda pair: pair[0].start)
+    pairs = engine_blocks.map_blocks(fn, rows, engine, kwargs=kwargs, ordered=True,
+                                     rows_per_block=engine_blocks.ROWS_PER_BLOCK)
     for _, result in pairs:
         if isinstance(result, str):
             raise block_error(result)
@@ -226,7 +228,7 @@ def _check_block(table, block, *, source, opts: DataOptions, required, sha256: s
 
     try:
         eval_set = _block_rows(table, block, source, opts, required, sha256)
-        labels = distinct_labels(eval_set, layout) if layout.labels is None else set()
+        labels = distinct_labels(eval_set, layout)  # the predictions checked here too: before the run exists
     except UserError as exc:  # sent back as data: the driver raises the first block's, in file order
         return f"{type(exc).__name__}\t{exc}"
     ids = blocks.id_hashes(eval_set.frame["example_id"]) if opts.id_column else np.zeros(0, np.uint64)
@@ -234,7 +236,7 @@ def _check_block(table, block, *, source, opts: DataOptions, required, sha256: s
 
 
 def _write_block(table, block, *, source, opts: DataOptions, required, sha256: str, layout: Layout, labels,
-                 paths, schema, sources: dict):
+                 schema, sources: dict, paths):
     """A worker's second pass over a block: converted, written as the stage's shards of its first row (the
     probabilities first: the Parquet shard is the sign the block is whole); its rows, or its first bad cell."""
     import pyarrow as pa
