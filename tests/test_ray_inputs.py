@@ -46,6 +46,7 @@ def predictions(output: str, n: int = ROWS) -> list[dict]:
         p = rng.dirichlet(np.ones(3))
         row = {**row, "pred": LABELS[int(np.argmax(p))] if i % 7 else row["label"]}
         row["stars"] = None if i % 11 == 3 else row["stars"]  # nulls in some blocks only: one type across shards
+        row["text"] += "\nits second line" if i == 5 else ""  # in a CSV, a quoted cell over two lines
         if output == "prob_columns":
             row.update({f"prob_{label}": float(p[j]) for j, label in enumerate(LABELS)})
         elif output == "scores":
@@ -121,7 +122,8 @@ def test_a_bad_cell_gives_the_in_process_error(local_ray, tmp_path, suffix, bad)
     with pytest.raises(DataError) as distributed:
         analyze(data, tmp_path / "ray", "ray")
     assert str(distributed.value) == str(local.value)
-    line = {"probability": 88, "empty_prediction": 62, "duplicate_id": 91}[bad] + (suffix == ".csv")
+    # a CSV's header is line 1 and row 5's text spans two lines: later rows start 2 lines on
+    line = {"probability": 88, "empty_prediction": 62, "duplicate_id": 91}[bad] + 2 * (suffix == ".csv")
     assert f"line {line}," in str(local.value)
     predictions_file = tmp_path / "ray" / "predictions.parquet"
     assert not predictions_file.exists()  # nothing committed
@@ -146,3 +148,35 @@ def test_run_reads_a_jsonl_eval_set_on_the_workers(local_ray, tiny_checkpoint, t
     np.testing.assert_allclose(np.asarray(distributed.probs()), np.asarray(local.probs()), atol=1e-5)
     assert data_entry(local) == data_entry(distributed)
     assert not list(tmp_path.glob(".ray.rows-*"))
+
+
+def test_a_parquet_copy_reads_as_the_file(tmp_path):
+    """`to_parquet` keeps what the in-process reader made of each line: nested and list metadata, the line numbers
+    of a CSV whose quoted cell spans lines."""
+    from erroranalysis.sources import blocks
+    from erroranalysis.sources.table import load_eval_set
+
+    rows = [{**row, "meta": {"lang": "en", "n": i}, "tags": ["a", "b"][: i % 3]} for i, row in
+            enumerate(predictions("scores", 30))]
+    for path in (write_jsonl(tmp_path / "p.jsonl", rows), write(tmp_path / "p.csv", predictions("labels", 30))):
+        copy = tmp_path / f"{path.suffix[1:]}.parquet"
+        assert blocks.to_parquet(path, copy) == 30
+        opts = DataOptions(id_column="id")
+        whole = load_eval_set(path, id_column="id", required=("pred",))
+        read = blocks.rows_of(blocks.read_rows(copy, 0, 30), 0, opts, source=path, required=("pred",),
+                              sha256=whole.sha256)
+        assert read.metadata_columns == whole.metadata_columns
+        pd.testing.assert_frame_equal(read.frame, whole.frame)
+
+
+def test_a_column_parquet_cannot_hold_is_one_line(tmp_path):
+    from erroranalysis.sources import blocks
+
+    rows = predictions("labels", 10)
+    rows[4]["source"] = {"site": "web"}  # a mapping where other lines hold text: the in-process error
+    with pytest.raises(DataError, match=r"p.jsonl, line 5, column 'source': a dict {'site': 'web'} where line 1 "):
+        blocks.to_parquet(write_jsonl(tmp_path / "p.jsonl", rows), tmp_path / "copy.parquet")
+    rows[4]["source"] = 7  # a number where other lines hold text: Parquet has no such column
+    with pytest.raises(DataError, match=r"p.jsonl: column 'source' mixes kinds of values"):
+        blocks.to_parquet(write_jsonl(tmp_path / "p.jsonl", rows), tmp_path / "copy.parquet")
+    assert not (tmp_path / "copy.parquet").exists()

@@ -69,11 +69,13 @@ def convertible(path) -> bool:
 
 def to_parquet(source, target, encoding: str = "utf-8") -> int:
     """Write JSONL or CSV file `source` as Parquet file `target` with its `_line` column (read whole, in the process
-    that calls this: a worker); its rows. A column Arrow cannot store as one type is a one-line DataError."""
+    that calls this: a worker); its rows. A column Arrow cannot store as one type is a one-line DataError: the
+    in-process one for cells of two kinds (`cells.column_kind`), else one saying so (numbers and text)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from erroranalysis.core import files
+    from erroranalysis.sources import cells
     from erroranalysis.sources.table import read_table
 
     source = as_source(source)
@@ -85,6 +87,7 @@ def to_parquet(source, target, encoding: str = "utf-8") -> int:
             try:
                 pa.Table.from_pandas(frame[[name]], preserve_index=False)
             except (pa.ArrowException, TypeError, ValueError) as exc:
+                cells.column_kind(frame[name], source=source, lines=frame["_line"].to_numpy(), column=name)
                 raise DataError(f"{source}: column {name!r} mixes kinds of values that Parquet cannot hold in one "
                                 f"column ({storage.reason(exc)}); write every cell one way, or use --engine local."
                                 ) from None
