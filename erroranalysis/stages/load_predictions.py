@@ -11,6 +11,7 @@ import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.core.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources import cells
 from erroranalysis.sources.table import DataOptions, EvalSet, as_source, load_eval_set, map_labels, read_table
@@ -156,9 +157,10 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
     if not storage.is_url(out):
         rundir.check_out(Path(out), overwrite)  # a clash fails before any work
     ray_data.connect(engine)  # fail before anything is written when Ray is missing or unreachable
+    reporter = as_reporter(progress)
     with inputs.worker_rows(file, reading.data, engine, out) as copy:
-        scanned, work = _first_pass(file, copy, reading, task, engine)
-        say_notes(scanned, progress)
+        scanned, work = _first_pass(file, copy, reading, task, engine, reporter)
+        say_notes(scanned, reporter)
         layout, labels = work["layout"], work["labels"]
         manifest = {"task": "classification", "labels": labels, "seed": after.seed,
                     "data": {**data_entry(scanned), "pred_column": layout.pred_column,
@@ -166,16 +168,17 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
         has_probs = bool(layout.prob_columns or layout.scores)
         record = {"pred_column": layout.pred_column, "probabilities": has_probs, "probs_column": layout.scores}
         with create_run(out, overwrite=overwrite, **manifest) as run:
-            with run.stage("load_predictions", record) as st:
+            with run.stage("load_predictions", record) as st, \
+                    reporter.stage("load_predictions", total=scanned.n_rows) as advance:
                 paths = (st.file(rundir.PREDICTIONS), st.file(rundir.PROBS) if has_probs else None)
-                written = _over_blocks(_write_block, scanned.rows, engine, {**work, "paths": paths})
+                written = _over_blocks(_write_block, scanned.rows, engine, {**work, "paths": paths}, advance)
                 ray_data.check_coverage({b.start: r for b, r in written}, scanned.n_rows, paths)
                 st.facts["read_by"] = "workers"
             after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
     return run
 
 
-def _first_pass(file, copy, reading: Reading, task: Task, engine):
+def _first_pass(file, copy, reading: Reading, task: Task, engine, reporter):
     """(the file as the driver knows it, what each block's conversion needs): the first rows read here, then every
     block validated by the workers, which send back its distinct labels, texts cut and id hashes."""
     from erroranalysis.sources import blocks
@@ -190,7 +193,8 @@ def _first_pass(file, copy, reading: Reading, task: Task, engine):
     layout = Layout.of(scanned, data_opts, pred_column, scores, prob_columns, outputs)
     work = {"source": source, "opts": data_opts, "required": (pred_column,) + ((scores,) if scores else ()),
             "sha256": scanned.sha256, "layout": layout}
-    found = _over_blocks(_check_block, scanned.rows, engine, work)
+    with reporter.stage("check rows", total=scanned.n_rows) as advance:
+        found = _over_blocks(_check_block, scanned.rows, engine, work, advance)
     scanned.n_cut = sum(f["n_cut"] for _, f in found)
     if data_opts.id_column:
         blocks.duplicate_ids(np.concatenate([f["ids"] for _, f in found]), source, data_opts, copy)
@@ -200,13 +204,13 @@ def _first_pass(file, copy, reading: Reading, task: Task, engine):
     return scanned, {**work, "labels": labels, "schema": schema, "sources": scanned.sources}
 
 
-def _over_blocks(fn, rows, engine, kwargs: dict) -> list:
+def _over_blocks(fn, rows, engine, kwargs: dict, advance) -> list:
     """`fn` over the blocks of Parquet file `rows` on the workers: (block, result) pairs in row order; the first
     block's error in file order raised as the in-process one-line error (each block sends back its first)."""
     from erroranalysis.engines import blocks as engine_blocks
     from erroranalysis.engines.ray_data import block_error
 
-    pairs = engine_blocks.map_blocks(fn, rows, engine, kwargs=kwargs, ordered=True,
+    pairs = engine_blocks.map_blocks(fn, rows, engine, kwargs=kwargs, ordered=True, progress=advance,
                                      rows_per_block=engine_blocks.ROWS_PER_BLOCK)
     for _, result in pairs:
         if isinstance(result, str):
