@@ -43,7 +43,8 @@ import numpy as np
 import pandas as pd
 from common import ROOT, load_average, sample_checkpoint, table
 
-EA = str(ROOT / ".venv/bin/erroranalysis") if (ROOT / ".venv/bin/erroranalysis").exists() else "erroranalysis"
+EA = str(ROOT / ".venv/bin/erroranalysis") if (ROOT / ".venv/bin/erroranalysis").exists() else \
+    str(Path(sys.executable).with_name("erroranalysis"))
 STAGES = ("load + metrics", "checks", "slices", "cluster")
 
 

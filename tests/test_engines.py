@@ -269,3 +269,27 @@ def test_sinks_keep_hidden_states_as_asked(tmp_path, dtype, sharded):
     assert kept.dtype == np.float16 and np.allclose(kept, hidden, atol=1e-2)
     if sharded:
         check_coverage({0: 3, 3: 3}, 6, paths)
+
+
+def test_blocks_mapped_on_ray_give_the_in_process_results(local_ray, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core.errors import DataError
+    import test_blocks
+    from ray import cloudpickle
+    from test_blocks import _refuse_at, _sum
+
+    from erroranalysis.engines import blocks
+
+    cloudpickle.register_pickle_by_value(test_blocks)  # the workers cannot import a test module
+    pq.write_table(pa.table({"x": np.arange(5000), "y": np.arange(5000) % 11}), tmp_path / "a.parquet",
+                   row_group_size=700)
+    here = blocks.map_blocks(_sum, tmp_path / "a.parquet", None, kwargs={"column": "y"}, rows_per_block=600,
+                             ordered=True)
+    there = blocks.map_blocks(_sum, tmp_path / "a.parquet", Engine("ray"), kwargs={"column": "y"},
+                              rows_per_block=600, ordered=True)
+    assert here == there and len(there) == 9
+    with pytest.raises(DataError, match="row 4321: not a label"):
+        blocks.map_blocks(_refuse_at, tmp_path / "a.parquet", Engine("ray"), kwargs={"bad": 4321},
+                          rows_per_block=600, ordered=True)
