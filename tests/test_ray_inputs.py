@@ -180,3 +180,33 @@ def test_a_column_parquet_cannot_hold_is_one_line(tmp_path):
     with pytest.raises(DataError, match=r"p.jsonl: column 'source' mixes kinds of values"):
         blocks.to_parquet(write_jsonl(tmp_path / "p.jsonl", rows), tmp_path / "copy.parquet")
     assert not (tmp_path / "copy.parquet").exists()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ids_used_twice_are_found_from_any_split_as_in_process(tmp_path, seed):
+    """The ids cut by hash per block (`write_id_parts`), each part checked alone: the in-process error, whatever
+    the blocks, for the id whose first row comes first; none when every id is unique."""
+    from erroranalysis.sources import blocks
+    from erroranalysis.sources.table import load_eval_set
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    ids = [f"id{i}" for i in rng.permutation(n)]
+    for _ in range(3):  # three ids used again, anywhere
+        ids[int(rng.integers(n))] = ids[int(rng.integers(n))]
+    rows = [{"id": i, "text": "t", "label": "a"} for i in ids]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(1, 8)), replace=False))
+    for start, stop in zip([0, *cuts], [*cuts, n]):
+        blocks.write_id_parts(tmp_path / "ids", int(start), np.asarray(ids[start:stop], dtype=object),
+                              np.arange(start + 1, stop + 1))
+    found = [blocks.first_duplicate(tmp_path / "ids" / f"ids-{k:02d}") for k in range(blocks.ID_PARTS)]
+    opts = DataOptions(id_column="id")
+    if len(set(ids)) == n:
+        blocks.duplicate_error(found, path, opts)
+        return
+    with pytest.raises(DataError) as whole:
+        load_eval_set(path, id_column="id")
+    with pytest.raises(DataError) as parts:
+        blocks.duplicate_error(found, path, opts)
+    assert str(parts.value) == str(whole.value)

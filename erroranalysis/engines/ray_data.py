@@ -300,16 +300,22 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
 def run_task(fn: Callable, engine: Engine, **kwargs):
     """`fn(**kwargs)` as one Ray task (a worker reads what the driver must not hold), its small result; a UserError
     it raises comes back as the same one-line error."""
+    return run_tasks(fn, engine, [kwargs])[0]
+
+
+def run_tasks(fn: Callable, engine: Engine, calls: list[dict]) -> list:
+    """`fn(**kwargs)` for each of `calls` as Ray tasks at once: their small results in order (`run_task`)."""
     ray = connect(engine)
     task = ray.remote(_one_task).options(num_cpus=1, max_retries=MAX_TASK_RETRIES)
     try:
-        result, error = ray.get(task.remote(fn, kwargs))
+        done = ray.get([task.remote(fn, kwargs) for kwargs in calls])
     except ray.exceptions.RayError as exc:
         raise EngineError(f"--engine ray: a worker task failed ({failure_reason(exc)}); nothing was committed, run "
                           "the command again.") from None
-    if error:
-        raise block_error(error)
-    return result
+    for _, error in done:
+        if error:
+            raise block_error(error)
+    return [result for result, _ in done]
 
 
 def _one_task(fn: Callable, kwargs: dict):

@@ -198,6 +198,56 @@ def id_hashes(ids) -> np.ndarray:
     return pd.util.hash_array(np.asarray(ids, dtype=object)).astype(np.uint64)
 
 
+ID_PARTS = 16  # hash partitions of the ids, each checked by one task (`write_id_parts`, `first_duplicate`)
+
+
+def write_id_parts(folder, start: int, ids, lines) -> None:
+    """A block's ids (first row `start`) with their rows and lines, cut by hash into `ID_PARTS` folders
+    `ids-<k>/part-<start>.parquet`: an id used twice lands twice in one folder, whichever blocks hold it, so
+    `first_duplicate` finds it there and the driver holds none of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+
+    ids = np.asarray(ids, dtype=object)
+    part = id_hashes(ids) % ID_PARTS
+    for k in range(ID_PARTS):
+        rows = np.flatnonzero(part == k)
+        table = pa.table({"id": pa.array(ids[rows].tolist(), pa.string()), "row": start + rows,
+                          "line": np.asarray(lines, dtype=np.int64)[rows]})
+        target = Path(folder) / f"ids-{k:02d}" / f"part-{start:012d}.parquet"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        files.atomic_write(target, lambda p, t=table: pq.write_table(t, p))
+
+
+def first_duplicate(folder) -> tuple[int, int, int, str] | None:
+    """(first row, its line, the line of the id's next row, the id) of the id used twice whose first row comes
+    first in one `write_id_parts` folder; None when every id there is unique."""
+    import pyarrow.parquet as pq
+
+    parts = sorted(Path(folder).glob("part-*.parquet"))
+    if not parts:
+        return None
+    frame = pd.concat([pq.read_table(p).to_pandas() for p in parts], ignore_index=True).sort_values("row")
+    twice = frame[frame["id"].duplicated(keep=False)]
+    if twice.empty:
+        return None
+    first = twice.iloc[0]
+    second = twice[twice["id"] == first["id"]].iloc[1]
+    return int(first["row"]), int(first["line"]), int(second["line"]), str(first["id"])
+
+
+def duplicate_error(found: list, path, opts: DataOptions) -> None:
+    """The in-process one-line error for the id used twice whose first row comes first, from the partitions'
+    `first_duplicate` results."""
+    found = [f for f in found if f is not None]
+    if found:
+        _, first, second, value = min(found)
+        raise DataError(f"{where(as_source(path), second, opts.id_column)}: duplicate id {value!r} (first on line "
+                        f"{first}); ids must be unique.")
+
+
 def duplicate_ids(hashes: np.ndarray, path, opts: DataOptions, rows_path=None) -> None:
     """A one-line DataError naming the second row of an id used twice (hash equal, then ids compared); the rows are
     read from `rows_path` when they are in a copy of `path`."""

@@ -27,20 +27,28 @@ def workers_read(data) -> bool:
 
 
 @contextlib.contextmanager
+def scratch(beside) -> Iterator[Path]:
+    """A hidden folder beside `beside` (the run's path: on the filesystem the workers share) for what workers write
+    while they read the inputs; removed when the block ends."""
+    parent = Path(tempfile.gettempdir()) if storage.is_url(beside) else Path(beside).resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{Path(str(beside)).name}.rows-", dir=parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def worker_rows(data, opts: DataOptions, engine, beside) -> Iterator[Path | None]:
     """While the block runs: None for a Parquet file (the workers read it), else the path of a JSONL or CSV file's
-    Parquet copy, made by one worker in a hidden folder beside `beside` (the run's path)."""
+    Parquet copy, made by one worker in a `scratch` folder beside `beside` (the run's path)."""
     if blocks.readable(data):
         yield None
         return
     from erroranalysis.engines import ray_data
 
-    parent = tempfile.gettempdir() if storage.is_url(beside) else Path(beside).resolve().parent
-    Path(parent).mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f".{Path(str(beside)).name}.rows-", dir=parent))
-    try:
+    with scratch(beside) as folder:
         copy = folder / "rows.parquet"
         ray_data.run_task(blocks.to_parquet, engine, source=data, target=copy, encoding=opts.encoding)
         yield copy
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)

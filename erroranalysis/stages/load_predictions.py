@@ -147,9 +147,9 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
                         progress, engine) -> Run:
     """`analyze` with Ray workers reading the file in blocks (a JSONL or CSV file from a Parquet copy one worker
     makes, `stages.inputs`): the driver reads the first rows (the columns, the output's layout), then a first pass
-    over the blocks validates them and brings back per block the distinct labels (when nothing names them), the
-    texts cut and, with --id-column, 8-byte id hashes; the second pass converts each block and writes it as shards
-    of the stage (`part-<first row>`), the driver checking that they cover every row once before it commits."""
+    over the blocks validates them and brings back per block the distinct labels and the texts cut (`_first_pass`:
+    ids are checked unique on the workers); the second converts each block and writes it as shards of the stage
+    (`part-<first row>`), the driver checking that they cover every row once before it commits."""
     from erroranalysis.core import storage
     from erroranalysis.engines import ray_data
     from erroranalysis.stages import inputs
@@ -158,8 +158,8 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
         rundir.check_out(Path(out), overwrite)  # a clash fails before any work
     ray_data.connect(engine)  # fail before anything is written when Ray is missing or unreachable
     reporter = as_reporter(progress)
-    with inputs.worker_rows(file, reading.data, engine, out) as copy:
-        scanned, work = _first_pass(file, copy, reading, task, engine, reporter)
+    with inputs.worker_rows(file, reading.data, engine, out) as copy, inputs.scratch(out) as ids:
+        scanned, work = _first_pass(file, copy, reading, task, engine, reporter, ids)
         say_notes(scanned, reporter)
         layout, labels = work["layout"], work["labels"]
         manifest = {"task": "classification", "labels": labels, "seed": after.seed,
@@ -178,9 +178,12 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
     return run
 
 
-def _first_pass(file, copy, reading: Reading, task: Task, engine, reporter):
+def _first_pass(file, copy, reading: Reading, task: Task, engine, reporter, ids):
     """(the file as the driver knows it, what each block's conversion needs): the first rows read here, then every
-    block validated by the workers, which send back its distinct labels, texts cut and id hashes."""
+    block validated by the workers, which send back its distinct labels and texts cut, and with --id-column write
+    its ids cut by hash into folder `ids`, where one task per part finds an id used twice (`blocks.write_id_parts`):
+    the driver holds none of them."""
+    from erroranalysis.engines import ray_data
     from erroranalysis.sources import blocks
 
     data_opts, pred_column, outputs = reading.data, reading.pred_column_of(task), reading.output
@@ -194,10 +197,11 @@ def _first_pass(file, copy, reading: Reading, task: Task, engine, reporter):
     work = {"source": source, "opts": data_opts, "required": (pred_column,) + ((scores,) if scores else ()),
             "sha256": scanned.sha256, "layout": layout}
     with reporter.stage("check rows", total=scanned.n_rows) as advance:
-        found = _over_blocks(_check_block, scanned.rows, engine, work, advance)
+        found = _over_blocks(_check_block, scanned.rows, engine, {**work, "ids": ids}, advance)
     scanned.n_cut = sum(f["n_cut"] for _, f in found)
     if data_opts.id_column:
-        blocks.duplicate_ids(np.concatenate([f["ids"] for _, f in found]), source, data_opts, copy)
+        parts = [{"folder": ids / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
+        blocks.duplicate_error(ray_data.run_tasks(blocks.first_duplicate, engine, parts), source, data_opts)
     labels = list(layout.labels) if layout.labels is not None else \
         layout.order(set().union(*(f["labels"] for _, f in found)))
     schema = blocks.parquet_file(scanned.rows).schema_arrow  # the shards' metadata columns keep the file's types
@@ -225,8 +229,9 @@ def _block_rows(table, block, source, opts: DataOptions, required, sha256: str) 
     return blocks.rows_of(frame, block.start, opts, source=source, required=required, sha256=sha256)
 
 
-def _check_block(table, block, *, source, opts: DataOptions, required, sha256: str, layout: Layout):
-    """A worker's first pass over a block: {labels, n_cut, ids}, or its first bad cell as "Class\tmessage"."""
+def _check_block(table, block, *, source, opts: DataOptions, required, sha256: str, layout: Layout, ids):
+    """A worker's first pass over a block: {labels, n_cut}, its ids written into folder `ids` by hash
+    (`blocks.write_id_parts`), or its first bad cell as "Class\tmessage"."""
     from erroranalysis.core.errors import UserError
     from erroranalysis.sources import blocks
 
@@ -235,8 +240,9 @@ def _check_block(table, block, *, source, opts: DataOptions, required, sha256: s
         labels = distinct_labels(eval_set, layout)  # the predictions checked here too: before the run exists
     except UserError as exc:  # sent back as data: the driver raises the first block's, in file order
         return f"{type(exc).__name__}\t{exc}"
-    ids = blocks.id_hashes(eval_set.frame["example_id"]) if opts.id_column else np.zeros(0, np.uint64)
-    return {"labels": labels, "n_cut": int(eval_set.frame["_cut"].sum()), "ids": ids}
+    if opts.id_column:
+        blocks.write_id_parts(ids, block.start, eval_set.frame["example_id"], eval_set.frame["_line"])
+    return {"labels": labels, "n_cut": int(eval_set.frame["_cut"].sum())}
 
 
 def _write_block(table, block, *, source, opts: DataOptions, required, sha256: str, layout: Layout, labels,
