@@ -6,7 +6,9 @@ sha256, and the first rows, validated as in-process (so a wrong column name fail
 `read_block` reads rows start..start+n and applies the same validation, per block, with the same one-line errors
 (`erroranalysis.sources.table.load_eval_set`; rows are numbered in the whole file, ids default to the row number in the
 whole file), then maps the gold labels onto the model's. What one block cannot check, ids unique across blocks,
-`duplicate_ids` checks from 64-bit hashes the workers send back (8 bytes per row on the driver, with --id-column).
+`duplicate_ids` checks from 64-bit hashes the workers send back (8 bytes per row on the driver, with --id-column);
+or, holding nothing on the driver, the workers write each block's ids cut by hash into parts (`write_id_parts`) and
+one task per part finds the id used twice whose first row comes first (`first_duplicate`, `duplicate_error`).
 
 A JSONL or CSV file cannot be cut into row ranges without reading it (a CSV's quoted cells may hold newlines):
 `to_parquet` reads it whole with the in-process reader (the same rules, types and one-line errors) and writes a
