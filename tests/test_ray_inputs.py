@@ -210,3 +210,22 @@ def test_ids_used_twice_are_found_from_any_split_as_in_process(tmp_path, seed):
     with pytest.raises(DataError) as parts:
         blocks.duplicate_error(found, path, opts)
     assert str(parts.value) == str(whole.value)
+
+
+def test_run_finds_an_id_used_twice_across_blocks_as_in_process(local_ray, tiny_checkpoint, tmp_path, monkeypatch):
+    from erroranalysis.sources import blocks
+
+    monkeypatch.setattr(blocks, "HEAD_ROWS", 20)  # the driver checks 20 rows first; the workers find row 81
+    rows = eval_rows(100)
+    rows[80]["id"] = rows[7]["id"]
+    data = write(tmp_path / "eval.csv", rows)
+    opts, infer = DataOptions(id_column="id"), stages.InferParams(batch_size=8)
+    with pytest.raises(DataError) as local:
+        stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "local", data_opts=opts, infer_opts=infer, after=AFTER)
+    with pytest.raises(DataError) as distributed:
+        stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "ray", data_opts=opts, infer_opts=infer, after=AFTER,
+                              engine=Engine("ray"))
+    assert str(distributed.value) == str(local.value)
+    assert "line 82, column 'id': duplicate id 'ex007' (first on line 9)" in str(local.value)
+    assert Run(tmp_path / "ray").manifest["stages"]["infer"]["status"] == "failed"
+    assert not (tmp_path / "ray" / "predictions.parquet").exists()

@@ -6,9 +6,8 @@ sha256, and the first rows, validated as in-process (so a wrong column name fail
 `read_block` reads rows start..start+n and applies the same validation, per block, with the same one-line errors
 (`erroranalysis.sources.table.load_eval_set`; rows are numbered in the whole file, ids default to the row number in the
 whole file), then maps the gold labels onto the model's. What one block cannot check, ids unique across blocks,
-`duplicate_ids` checks from 64-bit hashes the workers send back (8 bytes per row on the driver, with --id-column);
-or, holding nothing on the driver, the workers write each block's ids cut by hash into parts (`write_id_parts`) and
-one task per part finds the id used twice whose first row comes first (`first_duplicate`, `duplicate_error`).
+holds nothing on the driver: the workers write each block's ids cut by hash into parts (`write_id_parts`) and one
+task per part finds the id used twice whose first row comes first (`first_duplicate`, `duplicate_error`).
 
 A JSONL or CSV file cannot be cut into row ranges without reading it (a CSV's quoted cells may hold newlines):
 `to_parquet` reads it whole with the in-process reader (the same rules, types and one-line errors) and writes a
@@ -196,7 +195,7 @@ def rows_of(raw: pd.DataFrame, start: int, opts: DataOptions, *, source, require
 
 
 def id_hashes(ids) -> np.ndarray:
-    """64-bit hashes of example ids: what the driver keeps to find an id used twice across blocks."""
+    """64-bit hashes of example ids: which part of `write_id_parts` each goes to."""
     return pd.util.hash_array(np.asarray(ids, dtype=object)).astype(np.uint64)
 
 
@@ -248,22 +247,6 @@ def duplicate_error(found: list, path, opts: DataOptions) -> None:
         _, first, second, value = min(found)
         raise DataError(f"{where(as_source(path), second, opts.id_column)}: duplicate id {value!r} (first on line "
                         f"{first}); ids must be unique.")
-
-
-def duplicate_ids(hashes: np.ndarray, path, opts: DataOptions, rows_path=None) -> None:
-    """A one-line DataError naming the second row of an id used twice (hash equal, then ids compared); the rows are
-    read from `rows_path` when they are in a copy of `path`."""
-    order = np.argsort(hashes, kind="stable")
-    same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
-    source = as_source(path)
-    file = parquet_file(as_source(rows_path) if rows_path is not None else source) if len(same) else None
-    for i in same:
-        first, second = sorted((int(order[i]), int(order[i + 1])))
-        a, b = (read_rows(source, row, 1, file) for row in (first, second))
-        id_a, id_b = (rows[opts.id_column].astype(str).iat[0] for rows in (a, b))
-        if id_a == id_b:
-            raise DataError(f"{where(source, int(b['_line'].iat[0]), opts.id_column)}: duplicate id {id_a!r} (first on "
-                            f"line {int(a['_line'].iat[0])}); ids must be unique.")
 
 
 def conform(table, schema, sources: dict):
