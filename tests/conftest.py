@@ -35,6 +35,9 @@ GROUPS = {
     "tests/test_token_ray.py": "ray",
     "tests/test_ray_inputs.py": "ray",
     "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
+    "tests/test_metrics_blocks.py::test_ray_gives_the_same_metrics_json": "ray",
+    "tests/test_metrics_blocks.py::test_a_bad_cell_in_a_block_is_the_same_one_line_error_under_both_engines": "ray",
+    "tests/test_slices_blocks.py::test_the_stage_on_ray_gives_the_in_process_tables": "ray",
 }
 # The longest units in one `-n 2` run of the whole suite on the shared 2-core machine (load average 10 to 15): the
 # Ray tests ~770 s, the memorization test 339 s, test_ui_browser ~240 s (its workspace: two CLI runs, SmolLM2's

@@ -77,7 +77,16 @@ def test_a_bad_value_in_a_block_is_the_one_line_error(tmp_path):
 
 def test_shards_are_named_by_their_first_row(tmp_path):
     path, table = _artifact(tmp_path)
-    for block in reversed(blocks.plan(path, 300)):  # written in any order
+    plan = blocks.plan(path, 300)
+    for block in reversed(plan):  # written in any order
         blocks.write_shard(tmp_path / "out.parquet", block, blocks.read(block))
     assert pq.read_table(tmp_path / "out.parquet").equals(table)
-    assert blocks.files_of(tmp_path / "out.parquet")[1].endswith("part-000000000300.parquet")
+    assert blocks.files_of(tmp_path / "out.parquet")[1].endswith(f"part-{plan[1].start:012d}.parquet")
+
+
+def test_blocks_read_whole_row_groups(tmp_path):
+    path, _ = _artifact(tmp_path)  # row groups of 130 rows
+    plan = blocks.plan(path, 300)
+    assert [b.rows for b in plan] == [260] * 3 + [220]  # two groups a block; the last 1000 - 780
+    assert all(b.offset == b.first_row for b in plan)
+    assert [b.rows for b in blocks.plan(path, 100)][:3] == [100, 30, 100]  # a larger group is cut

@@ -14,12 +14,12 @@ SLICES = options.Group("slices", groups.SLICES.params, deprecated={"--top": "top
 def register(app: typer.Typer) -> None:
     @app.command("slices")
     @common.handle_errors
-    @options.takes(SLICES)
-    def slices_command(run_dir: common.RunDir, as_json: common.Json = False, *, slices) -> None:
+    @options.takes(SLICES, groups.ENGINE)
+    def slices_command(run_dir: common.RunDir, as_json: common.Json = False, *, slices, engine) -> None:
         """Find error slices and write slices.parquet and slice_members.parquet into the run."""
         from erroranalysis import stages
 
-        summary = stages.slices_run(run_dir, slices)
+        summary = stages.slices_run(run_dir, slices, engine=engine)
         if as_json:
             common.print_json(summary)
             return

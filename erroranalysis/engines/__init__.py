@@ -1,5 +1,8 @@
 """Where the batch functions run: in this process (`local`, the default) or on a Ray cluster (`ray`).
 
+Inference and embedding run per chunk (below); the stages after them run per block of the run's Parquet artifacts
+(`erroranalysis.engines.blocks.map_blocks`), the driver merging what each block sends back.
+
 Both engines run the same code on each chunk of rows: `erroranalysis.infer.classifier.ChunkPredictor` for
 inference, `erroranalysis.embed.models.MiniLMEmbedder.__call__` for embedding. `local` feeds the chunks one after
 another; `ray` makes the eval set a Ray Dataset and runs them with `map_batches` over actors that each load the
@@ -27,8 +30,9 @@ class Engine(Params):
     machine belongs to, "HOST:PORT" a given one), `concurrency` (actors; None: one per GPU when the cluster has
     GPUs and the device allows, else one per CPU) and `blocks_per_actor` (how finely the rows are cut)."""
 
-    engine: str = param("local", Choice(*ENGINES), "Where inference and embedding run: local (this process) or ray "
-                      "(Ray Data; pip install 'erroranalysis-ml[ray]').", flag="--engine")
+    engine: str = param("local", Choice(*ENGINES), "Where inference and the stages after it run: local (this "
+                      "process) or ray (Ray Data workers over blocks of rows, the driver holding counts; pip install "
+                      "'erroranalysis-ml[ray]').", flag="--engine")
     address: str | None = param(None, Text(), "With --engine ray: auto (the cluster this machine is in) or "
                                 "HOST:PORT.", flag="--ray-address", none="start a local Ray")
     concurrency: int | None = param(None, Int(1), "With --engine ray: actors.", flag="--ray-actors",

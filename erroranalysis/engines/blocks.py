@@ -48,23 +48,39 @@ def files_of(path) -> list[str]:
     return [str(path)]
 
 
-def plan(path, rows_per_block: int = ROWS_PER_BLOCK) -> list[Block]:
-    """The blocks of `path`, at most `rows_per_block` rows each and never across files, from the footers only."""
+def plan(path, rows_per_block: int | None = None) -> list[Block]:
+    """The blocks of `path` from the footers only: whole row groups, as many as fit in `rows_per_block` rows (a
+    larger row group is cut into blocks of that size), never across files. A row group is the smallest read
+    Parquet allows, so each cut of one reads all of it: the run's own artifacts are written in row groups of
+    `core.files.ROW_GROUP` rows, the block size, so each of their blocks reads its rows once."""
     import pyarrow.parquet as pq
 
+    rows_per_block = rows_per_block or ROWS_PER_BLOCK
     blocks, start = [], 0
     for file in files_of(path):
         meta = pq.ParquetFile(file).metadata
-        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        bounds = [0]
-        for size in sizes:
-            bounds.append(bounds[-1] + size)
-        for offset in range(0, bounds[-1], rows_per_block):
-            rows = min(rows_per_block, bounds[-1] - offset)
-            groups = tuple(i for i in range(len(sizes)) if bounds[i] < offset + rows and bounds[i + 1] > offset)
-            blocks.append(Block(file, start + offset, rows, offset, groups, bounds[groups[0]]))
-        start += bounds[-1]
+        offset, pending = 0, []  # pending: the row groups (index, rows) of the block being filled
+        for i in range(meta.num_row_groups):
+            size = meta.row_group(i).num_rows
+            if pending and sum(rows for _, rows in pending) + size > rows_per_block:
+                blocks.append(_whole(file, start, offset, pending))
+                offset += sum(rows for _, rows in pending)
+                pending = []
+            if size > rows_per_block:  # cut: each cut reads the whole group (a file the run did not write)
+                blocks.extend(Block(file, start + offset + cut, min(rows_per_block, size - cut), offset + cut, (i,),
+                                    offset) for cut in range(0, size, rows_per_block))
+                offset += size
+            elif size:
+                pending.append((i, size))
+        if pending:
+            blocks.append(_whole(file, start, offset, pending))
+            offset += sum(rows for _, rows in pending)
+        start += offset
     return blocks
+
+
+def _whole(file: str, start: int, offset: int, groups: list[tuple[int, int]]) -> Block:
+    return Block(file, start + offset, sum(rows for _, rows in groups), offset, tuple(i for i, _ in groups), offset)
 
 
 def n_rows(blocks: list[Block]) -> int:
@@ -111,11 +127,11 @@ def write_shard(folder, block: Block, table) -> None:
 
 
 def map_blocks(fn: Callable, path, engine=None, *, columns=None, kwargs: dict | None = None,
-               rows_per_block: int = ROWS_PER_BLOCK, ordered: bool = False,
+               rows_per_block: int | None = None, ordered: bool = False,
                progress: Callable[[int], None] | None = None) -> list[tuple[Block, Any]] | Iterator:
     """`fn(table, block, **kwargs)` over every block of the Parquet artifact at `path`: (block, result) pairs,
     as they come (an iterator) or, `ordered`, a list in row order. `progress(rows)` after each block."""
-    blocks = plan(path, rows_per_block)
+    blocks = plan(path, rows_per_block or ROWS_PER_BLOCK)  # read at call time: tests set the module's value
     if engine is not None and engine.distributed:
         results = _on_ray(fn, blocks, engine, columns, kwargs or {})
     else:

@@ -6,6 +6,7 @@ and stay fast on millions of rows. Scores follow scikit-learn with `zero_divisio
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -32,7 +33,7 @@ def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.D
     `labels` fixes the class order (confusion rows = true, columns = predicted); `probs` is float
     [n, n_classes] in that order; `metadata` holds one column for metrics by its values; `texts` gives `text_length`.
     """
-    labels = _check_labels(labels)
+    labels = check_labels(labels)
     _check_options(n_bins, n_resamples, seed, max_metadata_values)
     t = encode_labels(y_true, labels, "y_true")
     p = encode_labels(y_pred, labels, "y_pred")
@@ -43,12 +44,7 @@ def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.D
     k = len(labels)
     cm = confusion_counts(t, p, k)
     acc_ci, f1_ci = bootstrap_intervals(cm, n_resamples, seed) if n_resamples else (None, None)
-    result = {
-        "overall": _overall(cm, acc_ci),
-        "per_class": _per_class(cm, labels, f1_ci),
-        "confusion": _confusion(cm, labels),
-        "top_confusions": top_confusions(cm, labels),
-    }
+    result = confusion_summary(cm, labels, acc_ci, f1_ci)
     if probs is not None:
         result["calibration"] = calibration(t, probs, n_bins)
         result["overall"]["ece"] = result["calibration"]["ece"]
@@ -58,7 +54,7 @@ def compute_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.D
     return result
 
 
-def _check_labels(labels) -> list[str]:
+def check_labels(labels) -> list[str]:
     if labels is None or isinstance(labels, str) or len(labels) == 0:
         raise DataError(f"labels={labels!r} is invalid: expected a non-empty list of class names.")
     names = [str(label) for label in labels]
@@ -132,6 +128,12 @@ def _safe_div(num, den) -> np.ndarray:
     # sklearn's zero_division=0: an undefined ratio counts as 0.
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
     return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
+
+
+def confusion_summary(cm: np.ndarray, labels: list[str], acc_ci, f1_ci) -> dict:
+    """What metrics.json says from the confusion counts alone: overall, per class, the matrix, top confusions."""
+    return {"overall": _overall(cm, acc_ci), "per_class": _per_class(cm, labels, f1_ci),
+            "confusion": _confusion(cm, labels), "top_confusions": top_confusions(cm, labels)}
 
 
 def _overall(cm: np.ndarray, acc_ci) -> dict:
@@ -209,26 +211,69 @@ def calibration(t: np.ndarray, probs: np.ndarray, n_bins: int = 15) -> dict:
     Confidence is the largest probability and a row is correct when its arg-max is the true class. Bins are
     equal-width, (lower, upper], the first also holding 0.
     """
-    confidence = probs.max(axis=1).astype(np.float64)
-    correct = probs.argmax(axis=1) == t
+    confidence, correct = probs.max(axis=1).astype(np.float64), probs.argmax(axis=1) == t
+    bin_of = calibration_bin(confidence, n_bins)
+    conf_sums = binned_exact_sums(bin_of, confidence, n_bins)
+    return calibration_from_sums(np.bincount(bin_of, minlength=n_bins), conf_sums,
+                                 np.bincount(bin_of, weights=correct, minlength=n_bins), brier_sum(t, probs), len(t))
+
+
+def calibration_bin(confidence: np.ndarray, n_bins: int) -> np.ndarray:
+    """Each row's reliability bin: equal-width, (lower, upper], the first also holding 0."""
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    bin_of = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, n_bins - 1)
-    count = np.bincount(bin_of, minlength=n_bins)
-    conf_sum = np.bincount(bin_of, weights=confidence, minlength=n_bins)
-    acc_sum = np.bincount(bin_of, weights=correct, minlength=n_bins)
+    return np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, n_bins - 1)
+
+
+def calibration_from_sums(count, conf_sums, acc_sum, brier_total, n: int) -> dict:
+    """The calibration section from per-bin row counts, exact confidence sums and correct counts, and the exact
+    Brier sum: the same numbers whether the sums come from all rows at once or from merged blocks."""
+    n_bins = len(count)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    conf_sum = np.array([float(c) for c in conf_sums], dtype=np.float64)
     mean_conf, mean_acc = _safe_div(conf_sum, count), _safe_div(acc_sum, count)
-    ece = float((count / len(t) * np.abs(mean_acc - mean_conf)).sum())
+    ece = float((count / n * np.abs(mean_acc - mean_conf)).sum())
     bins = [{"lower": float(edges[i]), "upper": float(edges[i + 1]), "count": int(count[i]),
              "confidence": float(mean_conf[i]) if count[i] else None,
              "accuracy": float(mean_acc[i]) if count[i] else None} for i in range(n_bins)]
-    return {"n_bins": n_bins, "ece": ece, "brier": brier_score(t, probs), "bins": bins}
+    return {"n_bins": n_bins, "ece": ece, "brier": float(brier_total / n), "bins": bins}
 
 
 def brier_score(t: np.ndarray, probs: np.ndarray) -> float:
     """Mean over rows of sum over classes of (p - one_hot)^2, without building the one-hot matrix."""
+    return float(brier_sum(t, probs) / len(t))
+
+
+def brier_sum(t: np.ndarray, probs: np.ndarray) -> Fraction:
+    """The exact sum over rows of each row's Brier term (a row's term depends on that row alone)."""
     squares = np.einsum("ij,ij->i", probs, probs, dtype=np.float64)
     p_true = probs[np.arange(len(t)), t].astype(np.float64)
-    return float(np.mean(squares - 2 * p_true + 1))
+    return exact_sum(squares - 2 * p_true + 1)
+
+
+def exact_sum(values) -> Fraction:
+    """The exact sum of float64 values (finite), as a fraction: sums of blocks then add up to the sum of all rows
+    whatever the split, where floating-point sums would differ in the last bits."""
+    return binned_exact_sums(np.zeros(np.size(values), dtype=np.int64), values, 1)[0]
+
+
+def binned_exact_sums(bin_of: np.ndarray, values, n_bins: int) -> list[Fraction]:
+    """The exact sum of the values of each bin. Each value is an integer mantissa times a power of two; one sort
+    groups the mantissas by (bin, exponent), summed in two 26/27-bit halves so int64 never overflows below 2**36
+    values."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    sums = [Fraction(0)] * n_bins
+    if x.size == 0:
+        return sums
+    mantissa, exponent = np.frexp(x)
+    ints = (mantissa * 2.0 ** 53).astype(np.int64)  # x = ints * 2**(exponent - 53), exactly
+    key = np.asarray(bin_of, dtype=np.int64) * 4096 + (exponent + 2048)  # exponents lie in [-1073, 1024]
+    order = np.argsort(key, kind="stable")
+    key, ints = key[order], ints[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    high, low = np.add.reduceat(ints >> 26, starts), np.add.reduceat(ints & (2 ** 26 - 1), starts)
+    for k, hi, lo in zip(key[starts].tolist(), high.tolist(), low.tolist()):
+        sums[k // 4096] += Fraction((hi << 26) + lo) * Fraction(2) ** (k % 4096 - 2048 - 53)
+    return sums
 
 
 def _by_metadata(t, p, k, metadata, texts, max_values) -> dict:
@@ -277,7 +322,11 @@ def group_metrics(t: np.ndarray, p: np.ndarray, k: int, codes: np.ndarray, names
     like sklearn's default.
     """
     m = len(names)
-    cms = np.bincount((codes * k + t) * k + p, minlength=m * k * k).reshape(m, k, k)
+    return group_rows(np.bincount((codes * k + t) * k + p, minlength=m * k * k).reshape(m, k, k), names)
+
+
+def group_rows(cms: np.ndarray, names: Sequence[str]) -> list[dict]:
+    """`group_metrics`'s rows from the confusion counts [m, k, k] of each value: a value without rows is left out."""
     s = scores_from_confusion(cms)
     present = (s["support"] + s["predicted"]) > 0
     out = []
@@ -321,8 +370,8 @@ def _quantile_buckets(series: pd.Series) -> tuple[np.ndarray, list[str]]:
     # (e_i, e_i+1] buckets, the first closed on the left, as pandas.qcut makes them.
     codes = np.clip(np.searchsorted(edges, x, side="left") - 1, 0, max(len(edges) - 2, 0))
     if len(edges) == 1:
-        return codes, [_fmt(edges[0])]
-    names = [f"{'[' if i == 0 else '('}{_fmt(edges[i])}, {_fmt(edges[i + 1])}]" for i in range(len(edges) - 1)]
+        return codes, [format_edge(edges[0])]
+    names = [f"{'[' if i == 0 else '('}{format_edge(edges[i])}, {format_edge(edges[i + 1])}]" for i in range(len(edges) - 1)]
     return codes, names
 
 
@@ -338,5 +387,5 @@ def _top_values(series: pd.Series, max_values: int) -> tuple[np.ndarray, list[st
     return remap[codes], names
 
 
-def _fmt(x: float) -> str:
+def format_edge(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.4g}"

@@ -37,91 +37,78 @@ def generation_metrics(preds, labels: list[str], max_new_tokens: int | None = No
     """The "output_checks" section of metrics.json: pass rates overall, per checker, per label, per stop reason and
     per group (task, filter), the failure modes with an exemplar each, output lengths against `max_new_tokens`
     (None: the limit is unknown), and loss beside behaviour."""
+    return finish_checks(check_counts(preds, labels), labels, max_new_tokens)
+
+
+def check_counts(preds, labels: list[str], offset: int = 0) -> dict:
+    """Everything "output_checks" needs from some rows (rows `offset`.. of the whole), as counts, exact sums and
+    a few rows: `merge_checks` of the counts of any split of the rows then `finish_checks` gives
+    `generation_metrics` of all of them."""
     passed = preds["correct"].to_numpy(dtype=bool)
-    n = len(passed)
-    out: dict[str, Any] = {"n": n, "n_passed": int(passed.sum()), "n_failed": int(n - passed.sum()),
-                           "pass_rate": _ratio(passed.sum(), n)}
-    per_check = []
-    for column in _check_columns(preds):
-        applied, ok = _applied_passed(preds[column])
-        per_check.append({"check": column[len("check_"):], "applied": int(applied.sum()), "passed": int(ok.sum()),
-                          "failed": int(applied.sum() - ok.sum()), "pass_rate": _ratio(ok.sum(), applied.sum())})
-    out["per_check"] = per_check
-    gold = preds["label"].astype(str)
-    per_label = []
+    checks = [c for c in preds.columns if c.startswith("check_") and not c.endswith("_reason")]
+    out: dict[str, Any] = {"n": len(passed), "passed": int(passed.sum()), "columns": list(preds.columns),
+                           "checks": {c: _check_pair(preds[c]) for c in checks}, "labels": {}}
+    gold = preds["label"].astype(str).to_numpy()
     for label in labels:
-        rows = (gold == label).to_numpy()
-        if not rows.any():
-            continue
-        entry = {"label": label, "n": int(rows.sum()), "pass_rate": _ratio(passed[rows].sum(), rows.sum()),
-                 "checks": {}}
-        for check in per_check:
-            column = preds[f"check_{check['check']}"][rows]
-            applied = column.notna().to_numpy()
-            entry["checks"][check["check"]] = _ratio(column.fillna(False).to_numpy(dtype=bool).sum(), applied.sum())
-        per_label.append(entry)
-    out["per_label"] = per_label
+        rows = gold == label
+        if rows.any():
+            out["labels"][label] = [int(rows.sum()), int(passed[rows].sum()),
+                                    {c: _check_pair(preds[c][rows]) for c in checks}]
     if "pred" in preds:
         out["unparseable"] = int((preds["pred"].astype(str) == UNPARSEABLE).sum())
     lengths = _lengths(preds)
-    if "stop_reason" in preds:
-        out["per_stop_reason"] = _per_stop_reason(preds["stop_reason"].astype(str).to_numpy(), passed, lengths)
+    stops = preds["stop_reason"].astype(str).to_numpy() if "stop_reason" in preds else None
+    if stops is not None:
+        out["stops"] = {stop: [int((stops == stop).sum()), int(passed[stops == stop].sum()),
+                               *(_sum(lengths[stops == stop]) if lengths is not None else ())]
+                        for stop in set(stops.tolist())}
     if lengths is not None:
-        out["output_length"] = output_length(lengths, passed, max_new_tokens,
-                                             preds["stop_reason"].astype(str).to_numpy() if "stop_reason" in preds
-                                             else None)
+        finite = lengths[np.isfinite(lengths)]
+        values, counts = np.unique(finite, return_counts=True)
+        out["lengths"] = {"values": values, "counts": counts, "all": _sum(lengths), "passed": _sum(lengths[passed]),
+                          "failed": _sum(lengths[~passed]),
+                          "by_length": int((stops == "length").sum()) if stops is not None else None}
     if "failure_reason" in preds:
-        out["failure_reasons"] = failure_modes(preds, passed)
-    out["group_columns"] = [c for c in GROUP_COLUMNS if c in preds]
-    out["per_group"] = per_group(preds, passed, out["group_columns"])
-    out["loss"] = _loss_summary(preds, passed)
+        out["reasons"] = _reason_counts(preds, passed, offset)
+    columns = [c for c in GROUP_COLUMNS if c in preds]
+    if columns:
+        keys = preds[columns].astype(str).agg("\x1f".join, axis=1).to_numpy()
+        out["groups"] = {key: [int((keys == key).sum()), int(passed[keys == key].sum()),
+                               {c: _check_pair(preds[c][keys == key]) for c in checks}]
+                         for key in set(keys.tolist())}
+    out["loss"] = {c: [_sum(v), _sum(v[passed]), _sum(v[~passed])] for c in ("reference_loss", "output_loss")
+                   if c in preds for v in [preds[c].to_numpy(dtype=np.float64)]}
+    if "low_loss_failure" in preds:
+        low = np.flatnonzero(preds["low_loss_failure"].to_numpy(dtype=bool))
+        loss = preds["reference_loss"].to_numpy(dtype=np.float64)[low]
+        ids = preds["example_id"].astype(str).to_numpy()[low]
+        out["low"] = [len(low), _lowest([(float(x), offset + int(r), i) for x, r, i in zip(loss, low, ids)])]
     return out
 
 
-def _check_columns(preds) -> list[str]:
-    """The run's check columns; a signal that applied to no row (shape beside json) is no check of this run."""
-    return [c for c in preds.columns if c.startswith("check_") and not c.endswith("_reason")
-            and not (c[len("check_"):] in SIGNALS and preds[c].isna().all())]
+def _check_pair(values) -> list[int]:
+    """[rows the check applied to, rows it passed]."""
+    applied, ok = _applied_passed(values)
+    return [int(applied.sum()), int(ok.sum())]
 
 
-def _applied_passed(values) -> tuple[np.ndarray, np.ndarray]:
-    return values.notna().to_numpy(), values.fillna(False).to_numpy(dtype=bool)
+def _sum(values) -> list:
+    """[exact sum, count] of the finite values."""
+    from erroranalysis.metrics.classification import exact_sum
+
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return [exact_sum(values), int(values.size)]
 
 
-def _lengths(preds) -> np.ndarray | None:
-    if "n_output_tokens" not in preds:
-        return None
-    return preds["n_output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
+def _lowest(items: list, limit: int = 20) -> list:
+    """The `limit` (loss, row, id) items of lowest loss, ties and NaN losses after, in row order."""
+    return sorted(items, key=lambda x: (x[0] != x[0], x[0] if x[0] == x[0] else 0.0, x[1]))[:limit]
 
 
-def _per_stop_reason(stops: np.ndarray, passed: np.ndarray, lengths: np.ndarray | None) -> list[dict]:
-    rows = []
-    for stop in sorted(set(stops.tolist())):
-        mask = stops == stop
-        entry = {"stop_reason": stop, "n": int(mask.sum()), "pass_rate": _ratio(passed[mask].sum(), mask.sum())}
-        if lengths is not None:
-            entry["mean_output_tokens"] = _mean(lengths[mask])
-        rows.append(entry)
-    return rows
-
-
-def output_length(lengths: np.ndarray, passed: np.ndarray, limit: int | None, stops: np.ndarray | None) -> dict:
-    """Output lengths (`n_output_tokens`) beside the limit: quantiles, passing against failing, and how many
-    outputs reached the limit (or, when the limit is unknown, stopped for length)."""
-    finite = np.isfinite(lengths)
-    values = lengths[finite]
-    quantiles = np.percentile(values, [50, 95]) if values.size else [None, None]
-    return {"mean": _mean(values), "median": _float(quantiles[0]), "p95": _float(quantiles[1]),
-            "max": _float(values.max()) if values.size else None, "mean_passed": _mean(lengths[passed]),
-            "mean_failed": _mean(lengths[~passed]), "limit": limit,
-            "at_limit": int((values >= limit).sum()) if limit else None,
-            "stopped_by_length": int((stops == "length").sum()) if stops is not None else None}
-
-
-def failure_modes(preds, passed: np.ndarray, top: int = 15) -> list[dict]:
-    """The failing rows per reason category (the part of a check's reason before its parentheses), most frequent
-    first, each with the share of failures and an exemplar (a row that fails that way alone when there is one). A
-    reason that only repeats another failing check's (REPEATS) is not counted."""
+def _reason_counts(preds, passed: np.ndarray, offset: int) -> dict:
+    """{reason category: [failing rows, first row failing that way alone, its exemplar, first row, its exemplar]}
+    over the failing rows; a reason that only repeats another failing check's (REPEATS) is not counted."""
     import pandas as pd
 
     failing = np.flatnonzero(~passed)
@@ -138,15 +125,152 @@ def failure_modes(preds, passed: np.ndarray, top: int = 15) -> list[dict]:
     rows, codes = pairs // k, pairs % k
     _, inverse, per_row = np.unique(rows, return_inverse=True, return_counts=True)
     alone = per_row[inverse] == 1  # the row fails this way only
-    counts = np.bincount(codes, minlength=len(names))
-    order = sorted((c for c in range(len(names)) if counts[c]), key=lambda c: (-counts[c], names[c]))[:top]
-    out = []
-    for c in order:
+    out = {}
+    for c in np.unique(codes).tolist():
         mine = codes == c
-        pick = rows[mine & alone][0] if (mine & alone).any() else rows[mine][0]
-        out.append({"reason": str(names[c]), "count": int(counts[c]),
-                    "share_of_failures": _ratio(counts[c], len(failing)), "exemplar": _exemplar(preds, int(pick))})
+        first_alone = int(rows[mine & alone][0]) if (mine & alone).any() else None
+        first = int(rows[mine][0])
+        out[str(names[c])] = [int(mine.sum()), *_row(preds, first_alone, offset), *_row(preds, first, offset)]
     return out
+
+
+def failure_modes(preds, passed: np.ndarray, top: int = 15) -> list[dict]:
+    """The failing rows per reason category (the part of a check's reason before its parentheses), most frequent
+    first, each with the share of failures and an exemplar (a row that fails that way alone when there is one). A
+    reason that only repeats another failing check's (REPEATS) is not counted."""
+    return _modes(_reason_counts(preds, passed, 0), int((~passed).sum()), top)
+
+
+def _modes(reasons: dict, failed: int, top: int) -> list[dict]:
+    order = sorted(reasons, key=lambda r: (-reasons[r][0], r))[:top]
+    return [{"reason": r, "count": m, "share_of_failures": _ratio(m, failed),
+             "exemplar": alone if alone_row is not None else first}
+            for r in order for m, alone_row, alone, _, first in [reasons[r]]]
+
+
+def _row(preds, row: int | None, offset: int) -> tuple:
+    return (None, None) if row is None else (offset + row, _exemplar(preds, row))
+
+
+def merge_checks(a: dict, b: dict) -> dict:
+    """The counts of the rows of `a` and `b` together (any order gives the same)."""
+    out = {"n": a["n"] + b["n"], "passed": a["passed"] + b["passed"], "columns": a["columns"],
+           "checks": {c: _add(a["checks"][c], b["checks"][c]) for c in a["checks"]},
+           "labels": _merge_keyed(a["labels"], b["labels"]), "loss": {c: [_add(x, y) for x, y in
+                                                                        zip(a["loss"][c], b["loss"][c])]
+                                                                     for c in a["loss"]}}
+    if "unparseable" in a:
+        out["unparseable"] = a["unparseable"] + b["unparseable"]
+    if "stops" in a:
+        out["stops"] = {s: _add(a["stops"].get(s), b["stops"].get(s)) for s in {**a["stops"], **b["stops"]}}
+    if "lengths" in a:
+        x, y = a["lengths"], b["lengths"]
+        values, inverse = np.unique(np.concatenate([x["values"], y["values"]]), return_inverse=True)
+        out["lengths"] = {"values": values, "counts": np.bincount(inverse, np.concatenate([x["counts"], y["counts"]]),
+                                                                   len(values)).astype(np.int64),
+                          **{key: _add(x[key], y[key]) for key in ("all", "passed", "failed", "by_length")}}
+    if "reasons" in a:
+        out["reasons"] = {r: _first_rows(a["reasons"].get(r), b["reasons"].get(r))
+                          for r in {**a["reasons"], **b["reasons"]}}
+    if "groups" in a:
+        out["groups"] = _merge_keyed(a["groups"], b["groups"])
+    if "low" in a:
+        out["low"] = [a["low"][0] + b["low"][0], _lowest(a["low"][1] + b["low"][1])]
+    return out
+
+
+def _add(x, y):
+    """Sum of two counts, [count, ...] lists or {name: [count, ...]} dicts; None is nothing."""
+    if x is None or y is None:
+        return y if x is None else x
+    if isinstance(x, dict):
+        return {key: _add(x.get(key), y.get(key)) for key in {**x, **y}}
+    if isinstance(x, list):
+        return [_add(u, v) for u, v in zip(x, y)]
+    return x + y
+
+
+def _merge_keyed(a: dict, b: dict) -> dict:
+    return {key: _add(a.get(key), b.get(key)) for key in {**a, **b}}
+
+
+def _first_rows(x: list | None, y: list | None) -> list:
+    if x is None or y is None:
+        return y if x is None else x
+    alone = min((v for v in (x[1:3], y[1:3]) if v[0] is not None), default=[None, None], key=lambda v: v[0])
+    first = min(x[3:5], y[3:5], key=lambda v: v[0])
+    return [x[0] + y[0], *alone, *first]
+
+
+def finish_checks(counts: dict, labels: list[str], max_new_tokens: int | None = None, top: int = 15) -> dict:
+    """`generation_metrics` from the merged `check_counts`."""
+    n, n_passed = counts["n"], counts["passed"]
+    out: dict[str, Any] = {"n": n, "n_passed": n_passed, "n_failed": n - n_passed, "pass_rate": _ratio(n_passed, n)}
+    # a signal that applied to no row (shape beside json) is no check of this run
+    checks = [c for c, (applied, _) in counts["checks"].items() if not (c[len("check_"):] in SIGNALS and not applied)]
+    out["per_check"] = [{"check": c[len("check_"):], "applied": applied, "passed": ok, "failed": applied - ok,
+                         "pass_rate": _ratio(ok, applied)}
+                        for c in checks for applied, ok in [counts["checks"][c]]]
+    out["per_label"] = [{"label": label, "n": m, "pass_rate": _ratio(ok, m),
+                         "checks": {c[len("check_"):]: _ratio(per[c][1], per[c][0]) for c in checks}}
+                        for label in labels if label in counts["labels"] for m, ok, per in [counts["labels"][label]]]
+    if "unparseable" in counts:
+        out["unparseable"] = counts["unparseable"]
+    lengths = counts.get("lengths")
+    if "stops" in counts:
+        out["per_stop_reason"] = [{"stop_reason": stop, "n": m, "pass_rate": _ratio(ok, m),
+                                   **({"mean_output_tokens": _exact_mean(*rest)} if lengths is not None else {})}
+                                  for stop in sorted(counts["stops"]) for m, ok, *rest in [counts["stops"][stop]]]
+    if lengths is not None:
+        out["output_length"] = _length_summary(lengths, max_new_tokens)
+    if "reasons" in counts:
+        out["failure_reasons"] = _modes(counts["reasons"], n - n_passed, top)
+    out["group_columns"] = [c for c in GROUP_COLUMNS if c in counts["columns"]]
+    groups = counts.get("groups") or {}
+    out["per_group"] = [{"group": dict(zip(out["group_columns"], key.split("\x1f"))), "n": m, "n_passed": ok,
+                         "pass_rate": _ratio(ok, m),
+                         "checks": {c[len("check_"):]: _ratio(per[c][1], per[c][0]) for c in checks if per[c][0]}}
+                        for key in sorted(groups) for m, ok, per in [groups[key]]]
+    summary: dict[str, Any] = {c: {"mean": _exact_mean(*every), "mean_passed": _exact_mean(*ok),
+                                   "mean_failed": _exact_mean(*bad)}
+                               for c, (every, ok, bad) in counts["loss"].items()}
+    if "low" in counts:
+        summary["low_loss_failures"] = counts["low"][0]
+        summary["low_loss_failure_ids"] = [item[2] for item in counts["low"][1]]
+    out["loss"] = summary
+    return out
+
+
+def _length_summary(lengths: dict, limit: int | None) -> dict:
+    from erroranalysis.metrics.partials import counted_quantiles
+
+    values, counts = lengths["values"], lengths["counts"]
+    quantiles = counted_quantiles(values, counts, np.true_divide([50, 95], 100)) if values.size else [None, None]
+    return {"mean": _exact_mean(*lengths["all"]), "median": _float(quantiles[0]), "p95": _float(quantiles[1]),
+            "max": _float(values.max()) if values.size else None, "mean_passed": _exact_mean(*lengths["passed"]),
+            "mean_failed": _exact_mean(*lengths["failed"]), "limit": limit,
+            "at_limit": int(counts[values >= limit].sum()) if limit else None,
+            "stopped_by_length": lengths["by_length"]}
+
+
+def _exact_mean(total, count: int) -> float | None:
+    return float(total / count) if count else None
+
+
+def _check_columns(preds) -> list[str]:
+    """The run's check columns; a signal that applied to no row (shape beside json) is no check of this run."""
+    return [c for c in preds.columns if c.startswith("check_") and not c.endswith("_reason")
+            and not (c[len("check_"):] in SIGNALS and preds[c].isna().all())]
+
+
+def _applied_passed(values) -> tuple[np.ndarray, np.ndarray]:
+    return values.notna().to_numpy(), values.fillna(False).to_numpy(dtype=bool)
+
+
+def _lengths(preds) -> np.ndarray | None:
+    if "n_output_tokens" not in preds:
+        return None
+    return preds["n_output_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def category(reason: str) -> str:
@@ -177,66 +301,21 @@ def _exemplar(preds, row: int) -> dict:
             "failure_reason": str(preds["failure_reason"].iat[row])}
 
 
-def per_group(preds, passed: np.ndarray, columns: list[str]) -> list[dict]:
-    """Pass rates per value of the source's grouping columns together (lm-eval's task and filter), as lm-eval's
-    own table lists them: the group, n, passed, pass rate and each applied check's pass rate."""
-    if not columns:
-        return []
-    keys = preds[columns].astype(str).agg("\x1f".join, axis=1).to_numpy()
-    checks = _check_columns(preds)
-    rows = []
-    for key in sorted(set(keys.tolist())):
-        mask = keys == key
-        entry = {"group": dict(zip(columns, key.split("\x1f"))), "n": int(mask.sum()),
-                 "n_passed": int(passed[mask].sum()), "pass_rate": _ratio(passed[mask].sum(), mask.sum()),
-                 "checks": {}}
-        for column in checks:
-            applied, ok = _applied_passed(preds[column][mask])
-            if applied.any():
-                entry["checks"][column[len("check_"):]] = _ratio(ok.sum(), applied.sum())
-        rows.append(entry)
-    return rows
-
-
-def _mean(values) -> float | None:
-    values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    return float(values.mean()) if values.size else None
-
-
 def _float(value) -> float | None:
     return None if value is None else float(value)
-
-
-def _loss_summary(preds, passed: np.ndarray) -> dict:
-    def mean(values):
-        values = np.asarray(values, dtype=np.float64)
-        values = values[np.isfinite(values)]
-        return float(values.mean()) if values.size else None
-
-    summary: dict[str, Any] = {}
-    for column in ("reference_loss", "output_loss"):
-        if column in preds:
-            values = preds[column].to_numpy(dtype=np.float64)
-            summary[column] = {"mean": mean(values), "mean_passed": mean(values[passed]),
-                               "mean_failed": mean(values[~passed])}
-    if "low_loss_failure" in preds:
-        low = preds["low_loss_failure"].to_numpy(dtype=bool)
-        order = np.argsort(preds["reference_loss"].to_numpy(dtype=np.float64)[low], kind="stable")
-        summary["low_loss_failures"] = int(low.sum())
-        summary["low_loss_failure_ids"] = preds["example_id"].astype(str).to_numpy()[low][order][:20].tolist()
-    return summary
 
 
 def _ratio(num, den):
     return float(num) / float(den) if den else None
 
 
-def adjust_metrics(result: dict, preds, labels: list[str], max_new_tokens: int | None = None) -> dict:
+def adjust_metrics(result: dict, preds, labels: list[str], max_new_tokens: int | None = None, *,
+                   checks: dict | None = None) -> dict:
     """metrics.json for a generation run: macro averages over the real classes only (not "unparseable", a
     predicted-only column of the confusion matrix), plus the "output_checks" section. `overall.n_failures` counts the
     examples that failed a check (`correct` false: what is clustered, labeled and exported, as in every run);
-    `max_new_tokens` is the generation's limit when the run knows it;
+    `max_new_tokens` is the generation's limit when the run knows it; `checks`: the merged `check_counts` of the
+    rows (with gold labels less "unparseable"), in place of `preds`;
     `overall.n_label_errors` counts label != pred, the complement of `accuracy`."""
     gold_labels = [label for label in labels if label != UNPARSEABLE]
     overall = result.setdefault("overall", {})
@@ -245,7 +324,8 @@ def adjust_metrics(result: dict, preds, labels: list[str], max_new_tokens: int |
         for name in ("precision", "recall", "f1"):
             overall[f"macro_{name}"] = float(np.mean([c[name] for c in rows])) if rows else None
         overall["macro_excludes"] = [UNPARSEABLE]
-    result["output_checks"] = generation_metrics(preds, gold_labels, max_new_tokens)
+    result["output_checks"] = finish_checks(checks, gold_labels, max_new_tokens) if checks is not None else \
+        generation_metrics(preds, gold_labels, max_new_tokens)
     result["output_checks"]["label_column"] = UNPARSEABLE in labels  # else the made-up pass/fail "labels"
     overall["n_label_errors"] = overall.get("n_failures")
     overall["n_failures"] = result["output_checks"]["n_failed"]

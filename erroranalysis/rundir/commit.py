@@ -129,11 +129,14 @@ def apply(run_path: Path, plan: dict) -> None:
         source, target = staging / name, Path(run_path) / name
         if not source.exists():
             continue  # moved before an interruption
-        if target.is_dir() and not target.is_symlink():
-            aside = staging / f".old-{name}"
+        if (target.is_dir() and not target.is_symlink()) or (source.is_dir() and target.exists()):
+            aside = staging / f".old-{name}"  # a folder of shards replaces a file, or anything replaces a folder
             os.replace(target, aside)
             os.replace(source, target)
-            shutil.rmtree(aside, ignore_errors=True)
+            if aside.is_dir():
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                aside.unlink(missing_ok=True)
         else:
             os.replace(source, target)
     for name in plan["remove"]:

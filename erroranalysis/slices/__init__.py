@@ -2,13 +2,15 @@
 
 `extract_features` (words, phrases, metadata, length, truncation, label), `find_slices` (SliceLine's score, a
 corrected binomial test, word merging, pruning), `slice_groups` (each failure's strong slice, for clustering;
-slices that differ only by a label conjunct are one group, named by `group_titles`).
+slices that differ only by a label conjunct are one group, named by `group_titles`); `search_blocks` and
+`member_rows`: the same search from per-block counts, for the distributed engine (`_blocks`).
 Everything here is a pure function over arrays and DataFrames; `erroranalysis.stages.slices` reads and writes
 the run directory.
 """
 
 from __future__ import annotations
 
+from erroranalysis.slices._blocks import BlockSearch, Inputs, member_rows, rows_of, search_blocks
 from erroranalysis.slices._candidate import EmbedFn
 from erroranalysis.slices._features import Features, count_terms, default_min_support, extract_features
 from erroranalysis.slices._groups import group_titles, slice_groups

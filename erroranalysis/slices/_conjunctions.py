@@ -10,20 +10,29 @@ from erroranalysis.slices._candidate import Candidate
 from erroranalysis.slices._stats import binomial_pvalues, binomial_vs, sliceline_score
 
 
-def search_conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p1, err1, groups, n, base, alpha,
-                  min_support, max_order, max_candidates):
-    """Pairs among the promising singles, then triples extending the best pairs, by sparse column products."""
-    # Promising: more erroneous than the base rate, strongest evidence first (the p-value weighs error rate and
-    # size together, so a small, very erroneous feature is not crowded out by large, mildly erroneous ones).
+def conjunction_candidates(tested1, score1, p1, err1, base, max_candidates) -> np.ndarray:
+    """The singles conjunctions are built from: more erroneous than the base rate, strongest evidence first (the
+    p-value weighs error rate and size together, so a small, very erroneous feature is not crowded out by large,
+    mildly erroneous ones), at most `max_candidates`."""
     promising = tested1[err1[tested1] > base]
-    if len(promising) < 2:
+    return promising[np.lexsort((-score1[promising], p1[promising]))[:max_candidates]]
+
+
+def search_conjunctions(X, weight, failed, tested1, support, fails, score1, p1, err1, groups, n, base, alpha,
+                  min_support, max_order, max_candidates):
+    """Pairs among the promising singles, then triples extending the best pairs, by sparse column products.
+
+    X's rows are examples, or distinct rows of the features read with `weight` examples and `failed` failures
+    each (1 and 0/1 for examples): every count below is weighted by them."""
+    cand = conjunction_candidates(tested1, score1, p1, err1, base, max_candidates)
+    if len(cand) < 2:
         return []
-    cand = promising[np.lexsort((-score1[promising], p1[promising]))[:max_candidates]]
     C = len(cand)
     Xc = X[:, cand].tocsc()
-    Xf = X.tocsr()[fail_rows][:, cand].tocsc()
-    S2 = (Xc.T @ Xc).toarray().astype(np.int64)
-    F2 = (Xf.T @ Xf).toarray().astype(np.int64)
+    Xw = Xc.multiply(weight[:, None]).tocsc()
+    Xf = Xc.multiply(failed[:, None]).tocsc()
+    S2 = (Xw.T @ Xc).toarray().astype(np.int64)
+    F2 = (Xf.T @ Xc).toarray().astype(np.int64)
     gi = groups[cand]
     iu, ju = np.triu_indices(C, 1)
     valid = (gi[iu] != gi[ju]) & (S2[iu, ju] >= min_support)
@@ -50,10 +59,10 @@ def search_conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p
         return out
     top = good[np.lexsort((-sc2[good], p2[good]))[:max_candidates]]
     A, B = iu[top], ju[top]
-    Pm = Xc[:, A].multiply(Xc[:, B]).tocsc()
-    Pf = Xf[:, A].multiply(Xf[:, B]).tocsc()
+    Pm = Xw[:, A].multiply(Xc[:, B]).tocsc()
+    Pf = Xf[:, A].multiply(Xc[:, B]).tocsc()
     S3 = (Pm.T @ Xc).toarray().astype(np.int64)
-    F3 = (Pf.T @ Xf).toarray().astype(np.int64)
+    F3 = (Pf.T @ Xc).toarray().astype(np.int64)
     pa, k = np.meshgrid(np.arange(len(top)), np.arange(C), indexing="ij")
     pa, k = pa.ravel(), k.ravel()
     a, b = A[pa], B[pa]
@@ -85,7 +94,7 @@ def search_conjunctions(X, failed, fail_rows, tested1, support, fails, score1, p
     return out
 
 
-def needs_merge(words, X, failed, n, score1, p1, base, merge_level, alone) -> bool:
+def needs_merge(words, X, weight, failed, score1, p1, base, merge_level, alone) -> bool:
     """A group's words other than its best are too rare to stand out alone (raw p-value above `alone`, the level a
     single word is reported at) and yet, on the examples the best word does not hold, fail more than the base rate
     (p <= `merge_level`): rare synonyms that need the merge to be seen."""
@@ -93,11 +102,12 @@ def needs_merge(words, X, failed, n, score1, p1, base, merge_level, alone) -> bo
     rest = [i for i in words if i != best]
     if any(p1[i] <= alone for i in rest):
         return False
-    inside = np.zeros(n, dtype=bool)
+    rows = X.shape[0]
+    inside = np.zeros(rows, dtype=bool)
     for i in rest:
-        inside |= _column(X, i, n)
-    inside &= ~_column(X, best, n)
-    return bool(binomial_pvalues([int(failed[inside].sum())], [int(inside.sum())], base)[0] <= merge_level)
+        inside |= _column(X, i, rows)
+    inside &= ~_column(X, best, rows)
+    return bool(binomial_pvalues([int(failed[inside].sum())], [int(weight[inside].sum())], base)[0] <= merge_level)
 
 
 def _column(X, i: int, n: int) -> np.ndarray:
@@ -106,7 +116,9 @@ def _column(X, i: int, n: int) -> np.ndarray:
     return mask
 
 
-def candidate_mask(cand: Candidate, X, n: int) -> np.ndarray:
+def candidate_mask(cand: Candidate, X) -> np.ndarray:
+    """The rows of X in the candidate slice."""
+    n = X.shape[0]
     mask = np.ones(n, dtype=bool)
     for conjunct in cand.conjuncts:
         part = np.zeros(n, dtype=bool)

@@ -8,16 +8,16 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
 from erroranalysis.core.errors import DataError
-from erroranalysis.slices._lists import list_features
-from erroranalysis.sources import cells
+from erroranalysis.slices import _columns as columns
 
 if TYPE_CHECKING:
     from erroranalysis.slices._params import FeatureParams
@@ -125,19 +125,8 @@ def extract_features(
     terms: list[str | None] = []
 
     cols: list[np.ndarray] = []  # row indices of each non-text feature
-
-    def add(rows: np.ndarray, key: str, description: str, group: str, kind: str) -> None:
-        if not min_support <= len(rows) < n:  # too small to report, or every example: no contrast
-            return
-        cols.append(np.asarray(rows, dtype=np.int32))
-        keys.append(key)
-        descriptions.append(description)
-        groups.append(group)
-        kinds.append(kind)
-        terms.append(None)
-
-    if texts is not None:
-        clean = [t if isinstance(t, str) else "" for t in texts]
+    clean = None if texts is None else [t if isinstance(t, str) else "" for t in texts]
+    if clean is not None:
         matrix, found = count_terms(clean, min_support=min_support, ngram_max=ngram_max,
                                     phrase_stop_words=phrase_stop_words, max_features=max_text_features)
         if matrix.shape[1]:
@@ -147,31 +136,19 @@ def extract_features(
             groups.extend(f"text:{t}" for t in found)
             kinds.extend(["text"] * len(found))
             terms.extend(found)
-        elif n and not any(t.strip() for t in clean):
-            messages.append("every text is empty: no word or length features.")
-        elif n:
-            messages.append(f"no word or phrase occurs in at least {min_support} texts: no word features.")
-        if n and any(t.strip() for t in clean):
-            words = np.fromiter((len(t.split()) for t in clean), dtype=float, count=n)
-            _numeric_features(words, "length", "text length", "length", "length", n_buckets, min_support,
-                              add, messages, unit=" words")
+        text_message(n, bool(matrix.shape[1]), any(t.strip() for t in clean), min_support, messages)
 
-    if truncated is not None:
-        flags = pd.Series(truncated).fillna(False).astype(bool).to_numpy()
-        count = int(flags.sum())
-        if 0 < count < n:
-            if count >= min_support:
-                add(np.flatnonzero(flags), "truncated", "truncated", "truncated", "truncated")
-        elif n:
-            messages.append(f"truncation skipped: {'every' if count else 'no'} input was truncated.")
+    def add(support, key: str, description: str, group: str, kind: str) -> None:
+        keys.append(key)
+        descriptions.append(description)
+        groups.append(group)
+        kinds.append(kind)
+        terms.append(None)
 
-    if labels is not None:
-        _categorical_features(pd.Series(list(labels), dtype=object), "label", "label", "label", "label",
-                              min_support, add, messages)
-
-    if metadata is not None:
-        for name in metadata.columns:
-            _metadata_column(metadata[name], str(name), n_buckets, max_categories, min_support, add, messages)
+    # the non-text features are decided from the columns' value counts (`_columns`), as the distributed engine does
+    summary = columns.summarize_columns(n, clean, metadata, labels, truncated)
+    for plan in columns.plan_columns(summary, min_support, n_buckets, max_categories, add, messages):
+        cols.extend(columns.column_rows(plan, clean, metadata, labels, truncated))
 
     if cols:
         indptr = np.zeros(len(cols) + 1, dtype=np.int64)
@@ -185,6 +162,20 @@ def extract_features(
         matrix = sp.csc_matrix((n, 0), dtype=np.int32)
     matrix.sort_indices()
     return Features(matrix, keys, descriptions, groups, kinds, terms, messages)
+
+
+def stop_phrase(term: str) -> bool:
+    """A phrase that starts or ends with a function word: `count_terms` leaves it out."""
+    words = term.split(" ")
+    return len(words) > 1 and (words[0] in _STOP_WORDS or words[-1] in _STOP_WORDS)
+
+
+def text_message(n: int, has_terms: bool, any_text: bool, min_support: int, messages: list[str]) -> None:
+    """Why there are no word features, when there are none."""
+    if has_terms or not n:
+        return
+    messages.append("every text is empty: no word or length features." if not any_text else
+                    f"no word or phrase occurs in at least {min_support} texts: no word features.")
 
 
 def count_terms(
@@ -262,9 +253,7 @@ def count_terms(
     keep = np.ones(len(all_names), dtype=bool)
     if phrase_stop_words and len(all_names):
         for i in range(offsets[1], len(all_names)):
-            words = all_names[i].split(" ")
-            if words[0] in _STOP_WORDS or words[-1] in _STOP_WORDS:
-                keep[i] = False
+            keep[i] = not stop_phrase(all_names[i])
     if max_features is not None and keep.sum() > max_features:
         support = np.bincount(term_of, minlength=len(all_names))
         order = np.argsort(-np.where(keep, support, -1), kind="stable")[:max_features]
@@ -329,87 +318,3 @@ def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _document_frequency(doc: np.ndarray, term: np.ndarray, n_terms: int) -> np.ndarray:
     pairs = _unique_sorted(doc.astype(np.int64) * n_terms + term)
     return np.bincount(pairs % n_terms, minlength=n_terms)
-
-
-def _show(value) -> str:
-    if isinstance(value, np.generic):
-        value = value.item()
-    return repr(value)
-
-
-def _fmt(value: float) -> str:
-    if float(value).is_integer():
-        return str(int(value))
-    return f"{value:.4g}"
-
-
-def _numeric_features(values: np.ndarray, key: str, label: str, group: str, kind: str, n_buckets: int,
-                      min_support: int, add, messages: list[str], unit: str = "") -> None:
-    present = np.isfinite(values)  # NaN and +-inf count as missing
-    finite = values[present]
-    if not len(finite) or np.all(finite == finite[0]):
-        messages.append(f"{label} skipped: it has one value.")
-        return
-    edges = np.unique(np.quantile(finite, np.linspace(0, 1, n_buckets + 1)))
-    cuts = edges[1:-1] if len(edges) > 2 else edges[1:]  # interior cut points
-    cuts = cuts[cuts > finite.min()]
-    for c in cuts:
-        add(np.flatnonzero(present & (values < c)), f"{key}:<{_fmt(c)}", f"{label} < {_fmt(c)}{unit}", group, kind)
-        add(np.flatnonzero(present & (values >= c)), f"{key}:>={_fmt(c)}", f"{label} >= {_fmt(c)}{unit}", group,
-            kind)
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        add(np.flatnonzero(present & (values >= lo) & (values < hi)), f"{key}:[{_fmt(lo)},{_fmt(hi)})",
-            f"{label} in [{_fmt(lo)}, {_fmt(hi)}){unit}", group, kind)
-    if not present.all():
-        add(np.flatnonzero(~present), f"{key}:missing", f"{label} is missing", group, kind)
-
-
-def _categorical_features(values: pd.Series, key: str, label: str, group: str, kind: str, min_support: int,
-                          add, messages: list[str]) -> None:
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
-    n_values = len(uniques) + int((codes < 0).any())
-    if n_values <= 1:
-        shown = _show(uniques[0]) if len(uniques) else "missing"
-        messages.append(f"{label} skipped: it has one value ({shown}).")
-        return
-    counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
-    for i, value in enumerate(uniques):
-        if counts[i] < min_support:
-            continue
-        shown = f'"{value}"' if isinstance(value, str) else str(value)
-        add(np.flatnonzero(codes == i), f"{key}={value}", f"{label} == {shown}", group, kind)
-    missing = int((codes < 0).sum())
-    if missing >= min_support:
-        add(np.flatnonzero(codes < 0), f"{key}=<missing>", f"{label} is missing", group, kind)
-    if counts.max(initial=0) < min_support and missing < min_support:
-        messages.append(f"{label}: no value occurs in at least {min_support} examples; no feature from it.")
-
-
-def _metadata_column(column: pd.Series, name: str, n_buckets: int, max_categories: int, min_support: int,
-                     add, messages: list[str]) -> None:
-    label = f"metadata column {name!r}"
-    values = column.reset_index(drop=True)
-    if cells.is_list_column(values):  # tags, sources: one feature per value
-        list_features(values, name, min_support, add, messages)
-        return
-    try:
-        n_unique = int(values.nunique(dropna=True))
-    except TypeError:
-        messages.append(f"{label} skipped: its values are lists or dicts, not categories or numbers.")
-        return
-    n_present = int(values.notna().sum())
-    if n_unique + int(n_present < len(values)) <= 1:
-        shown = _show(values.dropna().iloc[0]) if n_present else "missing"
-        messages.append(f"{label} skipped: it has one value ({shown}).")
-        return
-    is_bool = pd.api.types.is_bool_dtype(values)
-    is_numeric = pd.api.types.is_numeric_dtype(values) and not is_bool
-    if is_numeric and n_unique > max_categories:
-        _numeric_features(values.to_numpy(dtype=float, na_value=np.nan), f"meta:{name}", name, f"meta:{name}",
-                          "metadata", n_buckets, min_support, add, messages)
-        return
-    if not is_numeric and n_unique == n_present > 1:
-        messages.append(f"{label} skipped: every value is unique (an id or free text?).")
-        return
-    _categorical_features(values.astype(object).where(values.notna(), None), f"meta:{name}", name, f"meta:{name}",
-                          "metadata", min_support, add, messages)

@@ -27,7 +27,15 @@ from erroranalysis.slices._stats import sliceline_score
 CONCEPT_THRESHOLD = 0.55
 
 
-def merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, base, alpha, threshold,
+def merge_pool(text, score1, p1, err1, base, merge_level, max_words) -> np.ndarray:
+    """The words considered for merging: more erroneous than the base rate at raw p <= `merge_level`, best scored
+    first, at most `max_words`."""
+    text = np.asarray(text, dtype=np.int64)
+    pool = text[(err1[text] > base) & (p1[text] <= merge_level)]
+    return pool[np.argsort(-score1[pool], kind="stable")[:max_words]]
+
+
+def merge_words(X, weight, failed, text, features, support, fails, score1, p1, err1, n, base, alpha, threshold,
                  merge_level, max_words, embed_fn, alone_level: float = 0.0,
                  concept_threshold: float = CONCEPT_THRESHOLD):
     """Greedy merge of near-synonymous erroneous words, each group tested once.
@@ -35,14 +43,13 @@ def merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, 
     Average linkage (a word joins when its mean cosine to the group's words reaches `threshold`), not centroid
     linkage: a growing centroid drifts toward generic words ("all", "world") and chains unrelated concepts together.
     A group is then checked to be one concept (`_one_concept`, `_closest_concept`); `alone_level` is the raw p-value
-    at which a word or half stands out on its own (0 never splits).
+    at which a word or half stands out on its own (0 never splits). X's rows are examples, or distinct rows with
+    `weight` examples and `failed` failures each (`search_conjunctions`).
     """
     messages: list[str] = []
-    text = np.asarray(text)
-    pool = text[(err1[text] > base) & (p1[text] <= merge_level)]
+    pool = merge_pool(text, score1, p1, err1, base, merge_level, max_words)
     if len(pool) < 2:
         return [], messages
-    pool = pool[np.argsort(-score1[pool], kind="stable")[:max_words]]
     words = [features.terms[i] for i in pool]
     if embed_fn is None:
         try:
@@ -66,7 +73,7 @@ def merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, 
             continue
         used[s] = True
         group = [s]
-        mask = np.zeros(n, dtype=bool)  # the group's members
+        mask = np.zeros(X.shape[0], dtype=bool)  # the group's members
         mask[rows_of[s]] = True
         total = vectors[s].copy()  # sum of the group's vectors
         g_support, g_fails = int(support[pool[s]]), int(fails[pool[s]])
@@ -80,10 +87,10 @@ def merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, 
                     continue
                 rows = rows_of[v]
                 inside = mask[rows]
-                inter = int(inside.sum())
-                if inter == len(rows):  # a phrase of a merged word ("rain today" in "rain"): adds nothing
+                inter = int(weight[rows[inside]].sum())
+                if inside.all():  # a phrase of a merged word ("rain today" in "rain"): adds nothing
                     continue
-                u_support = g_support + len(rows) - inter
+                u_support = g_support + int(support[pool[v]]) - inter
                 g_lift, v_lift = g_fails / g_support / base - 1.0, lift[pool[v]]
                 alike = min(v_lift, g_lift) >= 0.5 * max(v_lift, g_lift)
                 if not (alike or inter >= 0.5 * u_support):  # errors alike, or examples shared (Jaccard)
@@ -97,11 +104,11 @@ def merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, 
                 g_support, g_fails = u_support, u_fails
         # a word whose examples all contain another member says nothing more ("w3 w0" beside "w3")
         group = [g for g in group
-                 if not any(h != g and len(rows_of[h]) >= len(rows_of[g])
-                            and (len(rows_of[h]) > len(rows_of[g]) or h < g)
+                 if not any(h != g and support[pool[h]] >= support[pool[g]]
+                            and (support[pool[h]] > support[pool[g]] or h < g)
                             and np.isin(rows_of[g], rows_of[h], assume_unique=True).all() for h in group)]
         if len(group) > 1:  # the part that holds the seed stays; the other words may start or join later groups
-            parts = _one_concept(group, vectors, rows_of, failed, n, base, concept_threshold, alone_level)
+            parts = _one_concept(group, vectors, rows_of, weight, failed, base, concept_threshold, alone_level)
             for part in parts:
                 if s in part:
                     if len(part) > 1:
@@ -111,28 +118,28 @@ def merge_words(X, failed, text, features, support, fails, score1, p1, err1, n, 
     groups = _closest_concept(groups, vectors, pool, p1, alone_level)
     for group in groups:
         members = [int(pool[g]) for g in group]
-        g_support, g_fails = _union_counts(group, rows_of, failed, n)
+        g_support, g_fails = _union_counts(group, rows_of, weight, failed)
         g_score = float(sliceline_score(g_support, g_fails, n, base, alpha))
         p_raw = _selected_group_pvalue([(int(support[i]), int(fails[i])) for i in members], base, merge_level)
         merged.append(Candidate([members], g_support, g_fails, g_score, p_raw, kind="merged"))
     return merged, messages
 
 
-def _union_counts(group: list[int], rows_of, failed, n: int) -> tuple[int, int]:
-    mask = np.zeros(n, dtype=bool)
+def _union_counts(group: list[int], rows_of, weight, failed) -> tuple[int, int]:
+    mask = np.zeros(len(weight), dtype=bool)
     for g in group:
         mask[rows_of[g]] = True
-    return int(mask.sum()), int(failed[mask].sum())
+    return int(weight[mask].sum()), int(failed[mask].sum())
 
 
-def _stands_out(group: list[int], rows_of, failed, n: int, base: float, level: float) -> bool:
+def _stands_out(group: list[int], rows_of, weight, failed, base: float, level: float) -> bool:
     from scipy.stats import binom
 
-    s, f = _union_counts(group, rows_of, failed, n)
+    s, f = _union_counts(group, rows_of, weight, failed)
     return bool(binom.sf(f - 1, s, base) <= level)
 
 
-def _one_concept(group: list[int], vectors, rows_of, failed, n, base, threshold, level) -> list[list[int]]:
+def _one_concept(group: list[int], vectors, rows_of, weight, failed, base, threshold, level) -> list[list[int]]:
     """The group, or its two halves (each checked again) when it joins two concepts that each stand out alone.
 
     The halves are the top split of the words' average linkage (cosine); they are two concepts when the median
@@ -151,9 +158,10 @@ def _one_concept(group: list[int], vectors, rows_of, failed, n, base, threshold,
     if not a or not b:  # identical vectors: nothing to split along
         return [group]
     between = float(np.median(vectors[a] @ vectors[b].T))  # the median: one in-between word does not make them alike
-    if between >= threshold or not all(_stands_out(h, rows_of, failed, n, base, level) for h in halves):
+    if between >= threshold or not all(_stands_out(h, rows_of, weight, failed, base, level) for h in halves):
         return [group]
-    return [part for h in halves for part in _one_concept(h, vectors, rows_of, failed, n, base, threshold, level)]
+    return [part for h in halves for part in _one_concept(h, vectors, rows_of, weight, failed, base, threshold,
+                                                          level)]
 
 
 def _closest_concept(groups: list[list[int]], vectors, pool, p1, level) -> list[list[int]]:

@@ -32,9 +32,9 @@ import pandas as pd
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.schemas import SLICE_MEMBERS, SLICES
 from erroranalysis.slices._candidate import Candidate, EmbedFn
-from erroranalysis.slices._conjunctions import needs_merge, search_conjunctions
+from erroranalysis.slices._conjunctions import conjunction_candidates, needs_merge, search_conjunctions
 from erroranalysis.slices._features import KIND_ORDER, Features, default_min_support
-from erroranalysis.slices._merge import merge_words
+from erroranalysis.slices._merge import merge_pool, merge_words
 from erroranalysis.slices._params import SearchParams
 from erroranalysis.slices._prune import describe_conjunct, prune_slices
 from erroranalysis.slices._stats import adjust_pvalues, binomial_pvalues, sliceline_score
@@ -106,12 +106,11 @@ def find_slices(
     so merging chance words does not make them significant. A merged group whose two halves each stand out alone
     stays one slice only when the median cosine between their words reaches `concept_threshold` (two concepts
     that both fail are two slices). A slice mostly (`max_overlap`) inside a better one is
-    pruned unless significantly more erroneous, and one whose failures other slices explain is pruned. Returns at
-    most `top_k` slices.
+    pruned unless significantly more erroneous, and one whose failures other slices explain is pruned; pruning
+    weighs the `max_pruned` best single features that may be reported (every engine the same). Returns at most
+    `top_k` slices.
     """
     search = params.replace(**values) if values else params  # checked when built (SearchParams)
-    max_order, alpha, top_k, max_candidates, correction, level, merge = (
-        search.max_order, search.alpha, search.top_k, search.max_candidates, search.correction, search.level, search.merge)
     n = features.n_examples
     min_support = default_min_support(n) if search.min_support is None else int(search.min_support)
     correct_arr = _as_correct(correct, n)
@@ -127,25 +126,89 @@ def find_slices(
                            empty_members(ids.dtype) if members is None else members,
                            n, n_failures, base, len(features), n_tested, min_support, messages)
 
-    nothing = _nothing_to_slice(n, n_failures, min_support, len(features))
+    nothing = nothing_to_slice(n, n_failures, min_support, len(features))
     if nothing:
         messages.append(nothing)
         return result()
     X = features.matrix.tocsc().astype(np.int32)
-    failed = (~correct_arr).astype(np.int32)
-    stats = _single_stats(X, failed, n, base, alpha, min_support)
+    failed = (~correct_arr).astype(np.int64)
+    support = np.asarray(X.sum(axis=0)).ravel().astype(np.int64)
+    fails = np.asarray(X.T @ failed).ravel().astype(np.int64)
+    kept, n_tested = search_rows(X, np.ones(n, np.int64), failed, features, support, fails, n, n_failures, search,
+                                 embed_fn, messages)
+    if not kept:
+        return result(n_tested=n_tested)
+    return result(*_tables(kept, features, ids, base), n_tested)
+
+
+def singles(support, fails, n: int, n_failures: int, search: SearchParams) -> _Singles:
+    """Each feature's statistics alone, from its support and failures (whole counts, or merged per-block ones)."""
+    min_support = default_min_support(n) if search.min_support is None else int(search.min_support)
+    return _single_stats(np.asarray(support, np.int64), np.asarray(fails, np.int64), n, n_failures / n,
+                         search.alpha, min_support)
+
+
+def features_read(features: Features, stats: _Singles, n: int, n_failures: int,
+                  search: SearchParams) -> np.ndarray:
+    """The features whose rows the search reads beyond their counts, sorted: the conjunctions' candidates, the
+    words considered for merging, and the `max_pruned` singles that pruning weighs (`pruned_singles`). A bounded
+    set, so the distributed engine can bring their distinct rows to the driver (`engines` docs: docs/scale.md)."""
+    base = n_failures / n
+    read = [pruned_singles(stats, base, search)]
+    if search.max_order >= 2 and len(stats.tested) >= 2:
+        read.append(conjunction_candidates(stats.tested, stats.score, stats.p, stats.error, base,
+                                           search.max_candidates))
+    if search.merge:
+        text = np.asarray([i for i in stats.tested if features.kinds[i] == "text"], dtype=np.int64)
+        if len(text) >= 2:
+            read.append(merge_pool(text, stats.score, stats.p, stats.error, base, search.merge_level,
+                                   search.max_merge_words))
+    return np.unique(np.concatenate(read).astype(np.int64))
+
+
+def max_pruned(search: SearchParams) -> int:
+    """How many single-feature slices pruning weighs at most (it keeps at most 2 * top_k + 10 slices)."""
+    return max(200, 10 * search.top_k)
+
+
+def pruned_singles(stats: _Singles, base: float, search: SearchParams) -> np.ndarray:
+    """The singles that may be reported: above the base rate, raw p-value <= level (a corrected one is never
+    smaller), `min_score` met; the `max_pruned` best by pruning's order (score, support, p-value, index)."""
+    t = stats.tested
+    ok = (stats.fails[t] > base * stats.support[t]) & (stats.p[t] <= search.level)
+    if search.min_score is not None:
+        ok &= stats.score[t] >= search.min_score
+    t = t[ok]
+    order = np.lexsort((t, stats.p[t], -stats.support[t], -stats.score[t]))
+    return np.sort(t[order[:max_pruned(search)]])
+
+
+def search_rows(X, weight, failed, features: Features, support, fails, n: int, n_failures: int,
+                search: SearchParams, embed_fn, messages: list[str]):
+    """The search after the single features' counts: (kept (candidate, mask over X's rows) best first, n_tested).
+
+    X's rows are the examples (`weight` 1, `failed` 0/1), or the distinct rows of the features the search reads
+    (`features_read`) with `weight` examples and `failed` failures each: every count is weighted, so both give
+    the same slices. `support` and `fails` are every feature's whole counts; `n`, `n_failures` the examples'."""
+    max_order, alpha, top_k, max_candidates, correction, level, merge = (
+        search.max_order, search.alpha, search.top_k, search.max_candidates, search.correction, search.level,
+        search.merge)
+    min_support = default_min_support(n) if search.min_support is None else int(search.min_support)
+    base = n_failures / n
+    stats = singles(support, fails, n, n_failures, search)
     alone = level / max(len(stats.tested), 1)  # a word (or half a group) "stands out alone" at a single's level
     pools = [(stats.p[stats.tested], [Candidate([[int(i)]], int(stats.support[i]), int(stats.fails[i]),
                                                  float(stats.score[i]), float(stats.p[i])) for i in stats.tested])]
     if max_order >= 2 and len(stats.tested) >= 2:
         groups = np.asarray(pd.factorize(pd.Series(features.groups, dtype=object))[0])
-        pools.extend(search_conjunctions(X, failed, np.flatnonzero(~correct_arr), stats.tested, stats.support,
+        pools.extend(search_conjunctions(X, weight, failed, stats.tested, stats.support,
                                    stats.fails, stats.score, stats.p, stats.error, groups, n, base, alpha,
                                    min_support, max_order, max_candidates))
     text = [i for i in stats.tested if features.kinds[i] == "text"]
     if merge and len(text) >= 2:
-        merged, merge_messages = merge_words(X, failed, text, features, stats.support, stats.fails, stats.score,
-                                              stats.p, stats.error, n, base, alpha, search.merge_threshold, search.merge_level,
+        merged, merge_messages = merge_words(X, weight, failed, text, features, stats.support, stats.fails,
+                                              stats.score, stats.p, stats.error, n, base, alpha,
+                                              search.merge_threshold, search.merge_level,
                                               search.max_merge_words, embed_fn, alone_level=alone,
                                               concept_threshold=search.concept_threshold)
         messages.extend(merge_messages)
@@ -153,16 +216,17 @@ def find_slices(
             pools.append((np.array([c.p_raw for c in merged]), merged))
     n_tested = sum(len(p) for p, _ in pools)
     candidates = _significant(pools, correction, level, base, search.min_score)
-    candidates = _merged_or_words(candidates, X, failed, n, stats, base, search.merge_level, alone)
-    kept = prune_slices(candidates, X, failed, n, base, min_support, level, search.max_overlap, top_k)
+    candidates = _merged_or_words(candidates, X, weight, failed, stats, base, search.merge_level, alone)
+    weighed = set(pruned_singles(stats, base, search).tolist())  # the same bound under every engine
+    candidates = [c for c in candidates if c.kind != "single" or c.conjuncts[0][0] in weighed]
+    kept = prune_slices(candidates, X, weight, failed, base, min_support, level, search.max_overlap, top_k)
     if not kept:
         messages.append(f"no slice stands out: {n_tested} slices tested, none with an error rate significantly "
                         f"above the base rate {base:.3f} ({correction} correction, level {level}).")
-        return result(n_tested=n_tested)
-    return result(*_tables(kept, features, ids, base), n_tested)
+    return kept, n_tested
 
 
-def _nothing_to_slice(n: int, n_failures: int, min_support: int, n_features: int) -> str | None:
+def nothing_to_slice(n: int, n_failures: int, min_support: int, n_features: int) -> str | None:
     """Why no slice can stand out, or None."""
     if n == 0:
         return "no examples: nothing to slice."
@@ -189,11 +253,9 @@ class _Singles:
     tested: np.ndarray
 
 
-def _single_stats(X, failed, n: int, base: float, alpha: float, min_support: int) -> _Singles:
-    support = np.asarray(X.sum(axis=0)).ravel().astype(np.int64)
-    fails = np.asarray(X.T @ failed).ravel().astype(np.int64)
+def _single_stats(support, fails, n: int, base: float, alpha: float, min_support: int) -> _Singles:
     tested = np.flatnonzero((support >= min_support) & (support < n))
-    p = np.ones(X.shape[1])
+    p = np.ones(len(support))
     p[tested] = binomial_pvalues(fails[tested], support[tested], base)
     error = np.divide(fails, support, out=np.zeros(len(support)), where=support > 0)
     return _Singles(support, fails, sliceline_score(support, fails, n, base, alpha), p, error, tested)
@@ -215,7 +277,7 @@ def _significant(pools, correction: str, level: float, base: float, min_score) -
     return out
 
 
-def _merged_or_words(candidates, X, failed, n: int, stats: _Singles, base: float, merge_level: float,
+def _merged_or_words(candidates, X, weight, failed, stats: _Singles, base: float, merge_level: float,
                      alone: float) -> list[Candidate]:
     """A significant merged group replaces its words' single slices when it scores at least as well as its best
     word, or when its other words are rare synonyms (`needs_merge`); otherwise it describes the failures worse
@@ -223,7 +285,7 @@ def _merged_or_words(candidates, X, failed, n: int, stats: _Singles, base: float
     merged_words: set[int] = set()
     for cand in [c for c in candidates if c.kind == "merged"]:
         words = cand.conjuncts[0]
-        if cand.score >= max(stats.score[i] for i in words) or needs_merge(words, X, failed, n, stats.score,
+        if cand.score >= max(stats.score[i] for i in words) or needs_merge(words, X, weight, failed, stats.score,
                                                                            stats.p, base, merge_level, alone):
             merged_words.update(words)
         else:
@@ -232,9 +294,20 @@ def _merged_or_words(candidates, X, failed, n: int, stats: _Singles, base: float
 
 
 def _tables(kept, features: Features, ids: np.ndarray, base: float):
-    """(slices.parquet, slice_members.parquet) of the kept slices, best first."""
-    rows, member_ids, member_slice = [], [], []
-    for rank, (cand, mask) in enumerate(kept):
+    """(slices.parquet, slice_members.parquet) of the kept slices, best first; members row by row (the order the
+    distributed engine's shards give)."""
+    rows = [np.flatnonzero(mask) for _, mask in kept]
+    slice_of = np.concatenate([np.full(len(r), rank, dtype=np.int64) for rank, r in enumerate(rows)])
+    rows = np.concatenate(rows)
+    order = np.lexsort((slice_of, rows))
+    members = pd.DataFrame({"example_id": ids[rows[order]], "slice_id": slice_of[order]})
+    return slice_table([cand for cand, _ in kept], features, base), members
+
+
+def slice_table(kept: list[Candidate], features: Features, base: float) -> pd.DataFrame:
+    """slices.parquet: one row per kept slice, best first."""
+    rows = []
+    for rank, cand in enumerate(kept):
         error_rate = cand.failures / cand.support
         conjuncts = sorted(cand.conjuncts, key=lambda c: (KIND_ORDER.get(features.kinds[c[0]], 9), c[0]))
         rows.append({
@@ -243,13 +316,8 @@ def _tables(kept, features: Features, ids: np.ndarray, base: float):
             "support": cand.support, "failures": cand.failures, "error_rate": error_rate,
             "lift": error_rate / base - 1.0, "score": cand.score, "p_value": cand.p_value, "p_raw": cand.p_raw,
         })
-        idx = np.flatnonzero(mask)
-        member_ids.append(ids[idx])
-        member_slice.append(np.full(len(idx), rank, dtype=np.int64))
     slices = pd.DataFrame(rows, columns=list(SLICES.columns))
-    slices = slices.astype({"slice_id": "int64", "order": "int64", "support": "int64", "failures": "int64"})
-    members = pd.DataFrame({"example_id": np.concatenate(member_ids), "slice_id": np.concatenate(member_slice)})
-    return slices, members
+    return slices.astype({"slice_id": "int64", "order": "int64", "support": "int64", "failures": "int64"})
 
 
 def _as_ids(example_ids) -> np.ndarray:

@@ -45,7 +45,8 @@ class AfterParams(Params):
 def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=None, engine=None) -> None:
     """Metrics, data checks (label issues, duplicates), slices, then clusters (which read checks and slices).
     `embedder` (an object with `key` and `embed(frame)`) replaces the cluster stage's default one; `progress` (an
-    `erroranalysis.core.progress.Reporter`) reports each stage; `engine` runs the checks' embedding (Ray or local)."""
+    `erroranalysis.core.progress.Reporter`) reports each stage; `engine` says where each stage runs (this process,
+    or Ray workers over blocks of the predictions)."""
     from erroranalysis.core.progress import as_reporter
     from erroranalysis.stages.cluster import cluster_run
     from erroranalysis.stages.data_checks import checks_run
@@ -54,12 +55,12 @@ def after_predictions(run: Run, after: AfterParams, *, embedder=None, progress=N
 
     reporter = as_reporter(progress)
     with reporter.stage("metrics"):
-        compute_run_metrics(run, after.metrics)
+        compute_run_metrics(run, after.metrics, engine=engine)
     if after.checks is not None:
         checks_run(run.path, after.checks, progress=reporter, engine=engine)
     if after.slices is not None:
         with reporter.stage("slices"):
-            slices_run(run.path, after.slices)
+            slices_run(run.path, after.slices, engine=engine)
     if after.cluster is not None:
         summary = cluster_run(run.path, after.cluster, embedder=embedder, progress=reporter.phases("cluster"))
         if summary.get("embedder_note"):

@@ -1,0 +1,151 @@
+"""The metrics stage on a 1,000,000-row run: driver peak memory (VmHWM) and seconds, all rows at once (the stage as
+it was: `read_predictions` + `read_probs` + `compute_metrics`) beside the block path in process and under Ray.
+
+The run is written directly (no inference): 3 labels, float32 probabilities, short texts, and metadata for every
+bucket rule (a 5-valued source, a price with ~20k distinct values and missing cells, an integer with missing cells,
+tags as lists). Each way runs in its own driver process, which prints its VmHWM before the stage (imports done, run
+open) and after it; Ray's own processes (raylet, workers) are not the driver's and are not counted. No bootstrap
+(its cost does not depend on the rows).
+
+    .venv/bin/python benchmarks/metrics_blocks.py                 # 1,000,000 rows
+    .venv/bin/python benchmarks/metrics_blocks.py --rows 200000
+    .venv/bin/python benchmarks/metrics_blocks.py --row-group 65536  # a block reads its own row group only
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_average, table  # noqa: E402
+
+LABELS = ["negative", "neutral", "positive"]
+WORDS = ["awful", "broken", "refund", "delivered", "package", "order", "great", "love", "perfect", "item", "the"]
+WAYS = ("all rows at once", "blocks, in process", "blocks, ray (2 CPUs)")
+
+
+def write_run(out: Path, n: int, row_group: int | None = None, seed: int = 0) -> None:
+    """A classification run of n predictions written as the stages write one (pandas' to_parquet: one row group
+    per 1,048,576 rows), or in row groups of `row_group` rows."""
+    import numpy as np
+    import pandas as pd
+
+    from erroranalysis import rundir
+    from erroranalysis.rundir import create_run
+
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, 3, n)
+    pred = np.where(rng.random(n) < 0.7, label, rng.integers(0, 3, n))
+    logits = rng.normal(size=(n, 3)).astype(np.float32)
+    logits[np.arange(n), pred] += 2
+    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    words = np.asarray(WORDS, dtype=object)
+    texts = [" ".join(row) for row in words[rng.integers(0, len(words), size=(n, 6))]]
+    price = np.round(rng.gamma(2, 50, n), 2)
+    price[rng.random(n) < 0.05] = np.nan
+    stars = pd.array(rng.integers(1, 6, n), dtype="Int64")
+    stars[rng.random(n) < 0.05] = pd.NA
+    tag_sets = [["x"], ["y"], ["x", "y"], [], ["z", "x"]]
+    frame = pd.DataFrame({"example_id": [f"r{i}" for i in range(n)], "text": texts,
+                          "label": np.asarray(LABELS)[label], "pred": np.asarray(LABELS)[pred],
+                          "correct": label == pred, "confidence": probs.max(1),
+                          "source": np.asarray(["web", "app", "mail", "phone", "shop"])[rng.integers(0, 5, n)],
+                          "price": price, "stars": stars,
+                          "tags": [tag_sets[i] for i in rng.integers(0, len(tag_sets), n)]})
+    manifest = {"task": "classification", "labels": LABELS, "seed": 0,
+                "data": {"rows": n, "metadata_columns": ["source", "price", "stars", "tags"]}}
+    with create_run(out, overwrite=True, **manifest) as run:
+        with run.stage("load_predictions", {}) as staging:
+            if row_group is None:
+                staging.write_parquet(rundir.PREDICTIONS, frame)
+            else:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), staging.file(rundir.PREDICTIONS),
+                               row_group_size=row_group)
+            staging.write_npy(rundir.PROBS, probs.astype(np.float32))
+
+
+def hwm_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def driver(out: str, way: str) -> None:
+    """One driver process: the metrics stage one way; prints JSON (seconds, VmHWM before and after)."""
+    import numpy as np
+
+    from erroranalysis.engines import Engine
+    from erroranalysis.metrics import compute_metrics
+    from erroranalysis.rundir import Run, readers
+    from erroranalysis.stages import MetricsParams, compute_run_metrics
+    from erroranalysis.stages.common import metadata_of
+
+    run = Run(out)
+    engine = None
+    if way == WAYS[2]:
+        import ray
+
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        engine = Engine("ray")
+    before = hwm_mb()
+    start = time.perf_counter()
+    if way == WAYS[0]:  # the stage before the block path, less the commit
+        preds, probs = readers.read_predictions(run), readers.read_probs(run)
+        metadata = metadata_of(run, preds.columns)
+        result = compute_metrics(preds["label"].to_numpy(), preds["pred"].to_numpy(), run.labels,
+                                 probs=np.asarray(probs), metadata=preds[metadata], texts=preds["text"].to_numpy(),
+                                 n_resamples=0)
+    else:
+        result = compute_run_metrics(run, MetricsParams(n_resamples=0), engine=engine)
+    seconds = time.perf_counter() - start
+    digest = hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()[:12]
+    print(json.dumps({"seconds": seconds, "before": before, "after": hwm_mb(), "digest": digest,
+                      "by_metadata": sorted(result["by_metadata"])}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--row-group", type=int, default=None,
+                        help="write predictions.parquet in row groups of this many rows (default: as the stages do)")
+    parser.add_argument("--driver", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.driver:
+        driver(*args.driver)
+        return
+    rows = []
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    with tempfile.TemporaryDirectory(prefix="ea_metrics_blocks_") as tmp:
+        out = Path(tmp) / "run"
+        start = time.perf_counter()
+        write_run(out, args.rows, args.row_group)
+        print(f"wrote {args.rows:,} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        for way in WAYS:
+            print(f"{way} ({load_average()})", file=sys.stderr, flush=True)
+            proc = subprocess.run([sys.executable, __file__, "--driver", str(out), way], capture_output=True,
+                                  text=True, env=env)
+            if proc.returncode:
+                raise SystemExit(f"{way} failed:\n{proc.stderr[-3000:]}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append([way, f"{r['seconds']:.1f}", f"{r['before']:.0f}", f"{r['after']:.0f}",
+                         r["digest"], len(r["by_metadata"])])
+    groups = f"row groups of {args.row_group:,}" if args.row_group else "row groups as the stages write them"
+    print(f"metrics stage, {args.rows:,} rows, {groups} ({load_average()})")
+    print(table(rows, ["way", "seconds", "VmHWM before MB", "VmHWM after MB", "metrics sha256", "by_metadata keys"]))
+
+
+if __name__ == "__main__":
+    main()
