@@ -131,7 +131,7 @@ def _actor_pids() -> list[int]:
     pids = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         line = " ".join(proc.info["cmdline"] or [])
-        if "ShardPredictor" in line:
+        if "ShardPredictor" in line or "SourcePredictor" in line:  # a JSONL eval set: the workers read it
             pids.append(proc.info["pid"])
     return pids
 

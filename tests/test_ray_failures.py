@@ -31,7 +31,7 @@ def actors(driver: int) -> list:
     found = []
     for proc in below:
         try:
-            if "ShardPredictor" in " ".join(proc.cmdline()):
+            if any(name in " ".join(proc.cmdline()) for name in ("ShardPredictor", "SourcePredictor")):
                 found.append(proc)
         except psutil.Error:
             continue

@@ -129,12 +129,14 @@ class SourcePredictor(ShardPredictor):
     gets back counts, never rows."""
 
     def __init__(self, predictor_kwargs: dict, labels: list[str], paths: tuple, hidden_dtype: str = "float32",
-                 source=None, options=None, sources: dict | None = None, sha256: str = ""):
+                 source=None, options=None, sources: dict | None = None, sha256: str = "", rows_path=None,
+                 ids_folder=None):
         super().__init__(predictor_kwargs, labels, paths, hidden_dtype)
         from erroranalysis.sources import blocks
 
         self.source, self.options, self.sources, self.sha256 = source, options, sources or {}, sha256
-        self.file = blocks.parquet_file(source)
+        self.ids_folder = ids_folder  # with --id-column, where each block's ids go by hash (`blocks.write_id_parts`)
+        self.file = blocks.parquet_file(rows_path if rows_path is not None else source)  # a JSONL/CSV file's copy
 
     def __call__(self, batch):
         from erroranalysis.core.errors import UserError
@@ -142,7 +144,7 @@ class SourcePredictor(ShardPredictor):
         from erroranalysis.sources import blocks
 
         k = len(self.labels)
-        found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "ids": [], "error": []}
+        found = {"start": [], "rows": [], "confusion": [], "n_cut": [], "error": []}
         for start, rows in zip(batch.column("start").to_pylist(), batch.column("rows").to_pylist()):
             try:
                 eval_set, gold = blocks.block(self.source, start, rows, self.options, self.labels,
@@ -153,7 +155,6 @@ class SourcePredictor(ShardPredictor):
                 found["rows"].append(0)
                 found["confusion"].append(np.zeros(k * k, np.int64))
                 found["n_cut"].append(0)
-                found["ids"].append(np.zeros(0, np.uint64))
                 found["error"].append(f"{type(exc).__name__}\t{exc}")
                 continue
             chunk = blocks.conform(input_table(eval_set.frame, gold, self.labels, eval_set.metadata_columns),
@@ -164,13 +165,13 @@ class SourcePredictor(ShardPredictor):
             found["rows"].append(rows)
             found["confusion"].append(confusion(chunk, out, k).ravel())
             found["n_cut"].append(int(eval_set.frame["_cut"].sum()))
-            found["ids"].append(blocks.id_hashes(eval_set.frame["example_id"]) if self.options.id_column
-                                else np.zeros(0, np.uint64))
+            if self.options.id_column:
+                blocks.write_id_parts(self.ids_folder, start, eval_set.frame["example_id"], eval_set.frame["_line"])
             found["error"].append("")
         n = len(found["start"])
         return {"start": np.asarray(found["start"], np.int64), "rows": np.asarray(found["rows"], np.int64),
                 "confusion": np.stack(found["confusion"]), "n_cut": np.asarray(found["n_cut"], np.int64),
-                "ids": found["ids"], "error": np.asarray(found["error"], dtype=object),
+                "error": np.asarray(found["error"], dtype=object),
                 "batching": np.tile([self.predict.batch_size, self.predict.max_tokens], (n, 1)).astype(np.int64)}
 
 
@@ -250,8 +251,11 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
                    chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
                    hidden_dtype: str = "float32") -> tuple[np.ndarray, list, int]:
     """`predict` with the workers reading the eval set (`scanned`, an `erroranalysis.sources.blocks.Scanned` Parquet file)
-    themselves: the driver holds its row ranges, the summed counts and, with an id column, 8 bytes per row to
-    check that ids are unique. Returns (confusion counts, batching, texts cut)."""
+    themselves: the driver holds its row ranges and the summed counts; with an id column the workers write each
+    block's ids by hash into a hidden folder of the staging area, where one task per part checks them unique
+    (`blocks.write_id_parts`). Returns (confusion counts, batching, texts cut)."""
+    import shutil
+
     from erroranalysis.sources import blocks
 
     ray = connect(engine)
@@ -266,12 +270,12 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     ds = ray.data.from_items(ranges, override_num_blocks=len(ranges))
     kwargs = {"predictor_kwargs": {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}, "labels": labels,
               "paths": tuple(p and str(p) for p in paths), "hidden_dtype": hidden_dtype, "source": scanned.path,
-              "options": options, "sources": scanned.sources, "sha256": scanned.sha256}
+              "options": options, "sources": scanned.sources, "sha256": scanned.sha256, "rows_path": scanned.rows_path,
+              "ids_folder": str(Path(paths[0]).parent / ".ids")}
     done = bounded_map(ds, SourcePredictor, fn_constructor_kwargs=kwargs, batch_size=1, batch_format="pyarrow",
                        num_cpus=1, num_gpus=gpus or None, compute=ray.data.ActorPoolStrategy(size=actors))
     k = len(labels)
     counts = np.zeros((k, k), dtype=np.int64)
-    hashes = np.zeros(n_rows if options.id_column else 0, dtype=np.uint64)
     covered: dict[int, int] = {}
     ran: set[tuple[int, int]] = set()
     n_cut = 0
@@ -284,8 +288,6 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
             counts += np.asarray(row["confusion"], dtype=np.int64).reshape(k, k)
             ran.add(tuple(int(v) for v in row["batching"]))
             n_cut += int(row["n_cut"])
-            if options.id_column:
-                hashes[start:start + rows] = np.asarray(row["ids"], dtype=np.uint64)
             if progress:
                 progress(rows)
     except ray.exceptions.RayError as exc:
@@ -293,8 +295,41 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
                           "run the command again.") from None
     check_coverage(covered, n_rows, paths)
     if options.id_column:
-        blocks.duplicate_ids(hashes, scanned.path, options)
+        folder = Path(kwargs["ids_folder"])
+        parts = [{"folder": folder / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
+        blocks.duplicate_error(run_tasks(blocks.first_duplicate, engine, parts), scanned.path, options)
+        shutil.rmtree(folder, ignore_errors=True)  # not an artifact: gone before the stage commits
     return counts, sorted(ran), n_cut
+
+
+def run_task(fn: Callable, engine: Engine, **kwargs):
+    """`fn(**kwargs)` as one Ray task (a worker reads what the driver must not hold), its small result; a UserError
+    it raises comes back as the same one-line error."""
+    return run_tasks(fn, engine, [kwargs])[0]
+
+
+def run_tasks(fn: Callable, engine: Engine, calls: list[dict]) -> list:
+    """`fn(**kwargs)` for each of `calls` as Ray tasks at once: their small results in order (`run_task`)."""
+    ray = connect(engine)
+    task = ray.remote(_one_task).options(num_cpus=1, max_retries=MAX_TASK_RETRIES)
+    try:
+        done = ray.get([task.remote(fn, kwargs) for kwargs in calls])
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: a worker task failed ({failure_reason(exc)}); nothing was committed, run "
+                          "the command again.") from None
+    for _, error in done:
+        if error:
+            raise block_error(error)
+    return [result for result, _ in done]
+
+
+def _one_task(fn: Callable, kwargs: dict):
+    from erroranalysis.core.errors import UserError
+
+    try:
+        return fn(**kwargs), ""
+    except UserError as exc:  # sent back as data: Ray would keep only its text inside a traceback
+        return None, f"{type(exc).__name__}\t{exc}"
 
 
 def block_error(sent: str):

@@ -6,7 +6,13 @@ sha256, and the first rows, validated as in-process (so a wrong column name fail
 `read_block` reads rows start..start+n and applies the same validation, per block, with the same one-line errors
 (`erroranalysis.sources.table.load_eval_set`; rows are numbered in the whole file, ids default to the row number in the
 whole file), then maps the gold labels onto the model's. What one block cannot check, ids unique across blocks,
-`duplicate_ids` checks from 64-bit hashes the workers send back (8 bytes per row on the driver, with --id-column).
+holds nothing on the driver: the workers write each block's ids cut by hash into parts (`write_id_parts`) and one
+task per part finds the id used twice whose first row comes first (`first_duplicate`, `duplicate_error`).
+
+A JSONL or CSV file cannot be cut into row ranges without reading it (a CSV's quoted cells may hold newlines):
+`to_parquet` reads it whole with the in-process reader (the same rules, types and one-line errors) and writes a
+Parquet copy that keeps each row's `_line` (`erroranalysis.sources.table`'s numbering); one worker makes it, and the
+blocks are then read from the copy as from a Parquet file, their errors naming the user's file.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from erroranalysis.core.errors import DataError, where
 from erroranalysis.sources.table import FORMATS, DataOptions, EvalSet, as_source, load_eval_set, map_labels
 
 HEAD_ROWS = 1000  # rows the driver reads and validates before the run starts
+COPY = b"erroranalysis.copy"  # schema metadata of a `to_parquet` copy: its `_line` column is the file's numbering
+COPY_ROW_GROUP = 16_384
 
 
 @dataclass
@@ -32,6 +40,11 @@ class Scanned(EvalSet):
     n_rows: int = 0
     n_cut: int | None = None
     sources: dict = field(default_factory=dict)  # metadata column -> the file's column
+    rows_path: object = None  # the Parquet file the workers read: `path` itself, or a `to_parquet` copy of it
+
+    @property
+    def rows(self):
+        return self.rows_path if self.rows_path is not None else self.path
 
     def __len__(self) -> int:
         return self.n_rows
@@ -46,6 +59,55 @@ def readable(path) -> bool:
     source = as_source(path)
     return (isinstance(source, (Path, storage.ObjectPath)) and FORMATS.get(source.suffix.lower()) == "parquet"
             and source.is_file())
+
+
+def convertible(path) -> bool:
+    """Whether `to_parquet` can make a copy workers read in blocks: a JSONL or CSV file."""
+    source = as_source(path)
+    return (isinstance(source, (Path, storage.ObjectPath)) and FORMATS.get(source.suffix.lower()) in ("jsonl", "csv")
+            and source.is_file())
+
+
+def to_parquet(source, target, encoding: str = "utf-8") -> int:
+    """Write JSONL or CSV file `source` as Parquet file `target` with its `_line` column (read whole, in the process
+    that calls this: a worker); its rows. A column Arrow cannot store as one type is a one-line DataError: the
+    in-process one for cells of two kinds (`cells.column_kind`), else one saying so (numbers and text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+    from erroranalysis.sources import cells
+    from erroranalysis.sources.table import read_table
+
+    source = as_source(source)
+    frame, _ = read_table(source, encoding=encoding)
+    try:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError):
+        for name in frame.columns:  # which column: its cells differ in kind (a number on one line, text on another)
+            try:
+                pa.Table.from_pandas(frame[[name]], preserve_index=False)
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                cells.column_kind(frame[name], source=source, lines=frame["_line"].to_numpy(), column=name)
+                raise DataError(f"{source}: column {name!r} mixes kinds of values that Parquet cannot hold in one "
+                                f"column ({storage.reason(exc)}); write every cell one way, or use --engine local."
+                                ) from None
+        raise
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), COPY: b"1"})
+    files.atomic_write(Path(target), lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))
+    return len(frame)
+
+
+def is_copy(schema) -> bool:
+    """Whether a Parquet schema is a `to_parquet` copy's (its `_line` column numbers the user's file)."""
+    return COPY in (schema.metadata or {})
+
+
+def with_lines(frame: pd.DataFrame, start: int, copy: bool) -> pd.DataFrame:
+    """A block's rows with `_line`: a copy's own column, else the 1-based row in the whole file."""
+    if not copy:
+        frame["_line"] = np.arange(start + 1, start + 1 + len(frame), dtype=np.int64)
+    return frame
 
 
 def parquet_file(path: Path | storage.ObjectPath):
@@ -83,60 +145,108 @@ def read_rows(path: Path | storage.ObjectPath, start: int, rows: int, file=None)
         table = file.read_row_groups(groups).slice(start - first, rows)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"{path}: not a readable Parquet file ({storage.reason(exc)}).") from None
-    frame = table.to_pandas()
-    frame["_line"] = np.arange(start + 1, start + 1 + len(frame), dtype=np.int64)
-    return frame
+    return with_lines(table.to_pandas(), start, is_copy(file.schema_arrow))
 
 
-def scan(path, opts: DataOptions, labels: list[str]) -> Scanned:
-    """What the driver knows of a Parquet eval set without reading its rows (see the module's docstring)."""
+def scan(path, opts: DataOptions, labels: list[str] | None, *, required: tuple[str, ...] = (),
+         rows_path=None) -> Scanned:
+    """What the driver knows of an eval set without reading its rows (see the module's docstring): `path` a Parquet
+    file, or the user's JSONL/CSV file whose `to_parquet` copy is `rows_path`. `labels` None: the gold labels are
+    not mapped (`analyze` learns them later)."""
     source = as_source(path)
-    file = parquet_file(source)
+    rows_path = as_source(rows_path) if rows_path is not None else None
+    file = parquet_file(rows_path or source)
     n_rows = file.metadata.num_rows
     if n_rows == 0:
         raise DataError(f"{source}: no examples (an empty Parquet file); add at least one row.")
     sha256 = storage.digest(source)["sha256"]
-    head = block(source, 0, min(n_rows, HEAD_ROWS), opts, labels, sha256=sha256, file=file)[0]
+    head = block(source, 0, min(n_rows, HEAD_ROWS), opts, labels, sha256=sha256, file=file, required=required)[0]
     names = set(file.schema_arrow.names)
     sources = {m: m if m in names else m.removeprefix("meta_") for m in head.metadata_columns}  # meta_x: a clash
-    return Scanned(frame=head.frame, path=source, format="parquet", sha256=sha256, columns=head.columns,
-                   metadata_columns=head.metadata_columns, max_chars=head.max_chars, notes=head.notes, n_rows=n_rows,
-                   sources=sources)
+    return Scanned(frame=head.frame, path=source, format=FORMATS[source.suffix.lower()], sha256=sha256,
+                   columns=head.columns, metadata_columns=head.metadata_columns, max_chars=head.max_chars,
+                   notes=head.notes, n_rows=n_rows, sources=sources, rows_path=rows_path)
 
 
-def block(path, start: int, rows: int, opts: DataOptions, labels: list[str], *, sha256: str = "",
-          file=None) -> tuple[EvalSet, np.ndarray]:
-    """(eval set of rows start..start+rows, gold labels as the model's names), validated as in-process."""
+def block(path, start: int, rows: int, opts: DataOptions, labels: list[str] | None, *, sha256: str = "",
+          file=None, required: tuple[str, ...] = (), rows_path=None) -> tuple[EvalSet, np.ndarray | None]:
+    """(eval set of rows start..start+rows, gold labels as the model's names, None without `labels`), validated as
+    in-process; read from `rows_path` (or `file`, an open ParquetFile) when the rows are in a copy of `path`."""
     source = as_source(path)
-    raw = read_rows(source, start, rows, file)
-    eval_set = load_eval_set(source, text_column=opts.text_column, label_column=opts.label_column,
-                             id_column=opts.id_column, max_chars=opts.max_chars, table=(raw, "parquet"),
-                             sha256=sha256)
-    if not opts.id_column:  # the row number in the whole file, as in-process
-        eval_set.frame["example_id"] = np.arange(start, start + len(raw)).astype(str).astype(object)
+    raw = read_rows(as_source(rows_path) if rows_path is not None else source, start, rows, file)
+    eval_set = rows_of(raw, start, opts, source=source, required=required, sha256=sha256)
+    if labels is None:
+        return eval_set, None
     gold = map_labels(eval_set.frame["label"].to_numpy(), labels, source=str(source),
                       lines=eval_set.frame["_line"].to_numpy(), column=opts.label_column)
     return eval_set, gold
 
 
+def rows_of(raw: pd.DataFrame, start: int, opts: DataOptions, *, source, required: tuple[str, ...] = (),
+            sha256: str = "") -> EvalSet:
+    """The eval set of a block `raw` (with `_line`) whose first row is row `start` of `source`, validated as
+    in-process (`load_eval_set`): ids default to the row number in the whole file."""
+    eval_set = load_eval_set(source, text_column=opts.text_column, label_column=opts.label_column,
+                             id_column=opts.id_column, max_chars=opts.max_chars, required=required,
+                             table=(raw, FORMATS.get(source.suffix.lower(), "parquet")), sha256=sha256)
+    if not opts.id_column:  # the row number in the whole file, as in-process
+        eval_set.frame["example_id"] = np.arange(start, start + len(raw)).astype(str).astype(object)
+    return eval_set
+
+
 def id_hashes(ids) -> np.ndarray:
-    """64-bit hashes of example ids: what the driver keeps to find an id used twice across blocks."""
+    """64-bit hashes of example ids: which part of `write_id_parts` each goes to."""
     return pd.util.hash_array(np.asarray(ids, dtype=object)).astype(np.uint64)
 
 
-def duplicate_ids(hashes: np.ndarray, path, opts: DataOptions) -> None:
-    """A one-line DataError naming the second row of an id used twice (hash equal, then ids compared)."""
-    order = np.argsort(hashes, kind="stable")
-    same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
-    source = as_source(path)
-    file = parquet_file(source) if len(same) else None
-    for i in same:
-        first, second = sorted((int(order[i]), int(order[i + 1])))
-        a = read_rows(source, first, 1, file)[opts.id_column].astype(str).iat[0]
-        b = read_rows(source, second, 1, file)[opts.id_column].astype(str).iat[0]
-        if a == b:
-            raise DataError(f"{where(source, second + 1, opts.id_column)}: duplicate id {a!r} (first on line "
-                            f"{first + 1}); ids must be unique.")
+ID_PARTS = 16  # hash partitions of the ids, each checked by one task (`write_id_parts`, `first_duplicate`)
+
+
+def write_id_parts(folder, start: int, ids, lines) -> None:
+    """A block's ids (first row `start`) with their rows and lines, cut by hash into `ID_PARTS` folders
+    `ids-<k>/part-<start>.parquet`: an id used twice lands twice in one folder, whichever blocks hold it, so
+    `first_duplicate` finds it there and the driver holds none of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+
+    ids = np.asarray(ids, dtype=object)
+    part = id_hashes(ids) % ID_PARTS
+    for k in range(ID_PARTS):
+        rows = np.flatnonzero(part == k)
+        table = pa.table({"id": pa.array(ids[rows].tolist(), pa.string()), "row": start + rows,
+                          "line": np.asarray(lines, dtype=np.int64)[rows]})
+        target = Path(folder) / f"ids-{k:02d}" / f"part-{start:012d}.parquet"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        files.atomic_write(target, lambda p, t=table: pq.write_table(t, p))
+
+
+def first_duplicate(folder) -> tuple[int, int, int, str] | None:
+    """(first row, its line, the line of the id's next row, the id) of the id used twice whose first row comes
+    first in one `write_id_parts` folder; None when every id there is unique."""
+    import pyarrow.parquet as pq
+
+    parts = sorted(Path(folder).glob("part-*.parquet"))
+    if not parts:
+        return None
+    frame = pd.concat([pq.read_table(p).to_pandas() for p in parts], ignore_index=True).sort_values("row")
+    twice = frame[frame["id"].duplicated(keep=False)]
+    if twice.empty:
+        return None
+    first = twice.iloc[0]
+    second = twice[twice["id"] == first["id"]].iloc[1]
+    return int(first["row"]), int(first["line"]), int(second["line"]), str(first["id"])
+
+
+def duplicate_error(found: list, path, opts: DataOptions) -> None:
+    """The in-process one-line error for the id used twice whose first row comes first, from the partitions'
+    `first_duplicate` results."""
+    found = [f for f in found if f is not None]
+    if found:
+        _, first, second, value = min(found)
+        raise DataError(f"{where(as_source(path), second, opts.id_column)}: duplicate id {value!r} (first on line "
+                        f"{first}); ids must be unique.")
 
 
 def conform(table, schema, sources: dict):

@@ -57,21 +57,41 @@ def run_checkpoint(model: str | Path, data: str | Path, out: str | Path, *, data
     checkpoint's config.json; classification, multilabel or regression) and `task_opts` say how its head reads.
     `engine` says where inference runs; `progress` is a `erroranalysis.core.progress.Reporter` or a function (rows done,
     total) for inference alone; `log` gets notes for the user (bf16 emulated on this CPU)."""
-    job = prepare(model, data, data_opts, infer_opts, engine, task=task, task_opts=task_opts)
-    if engine.distributed:
-        check_engine(job, engine)
-        from erroranalysis.engines import ray_data
+    with _worker_rows(model, data, data_opts, engine, out, task) as copy:
+        job = prepare(model, data, data_opts, infer_opts, engine, task=task, task_opts=task_opts, rows_path=copy)
+        if engine.distributed:
+            check_engine(job, engine)
+            from erroranalysis.engines import ray_data
 
-        ray_data.connect(engine)  # fail before the run directory exists when Ray is missing or unreachable
-    note = cpu_bf16_note(job.precision, job.clf.device)
-    if note and log:
-        log(note)
-    reporter = as_reporter(progress)
-    say_notes(job.eval_set, reporter)
-    with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed, engine=engine.record())) as run:
-        infer_stage(run, job, reporter, engine)
-        after_predictions(run, after, embedder=embedder, progress=reporter, engine=engine)
+            ray_data.connect(engine)  # fail before the run directory exists when Ray is missing or unreachable
+        note = cpu_bf16_note(job.precision, job.clf.device)
+        if note and log:
+            log(note)
+        reporter = as_reporter(progress)
+        say_notes(job.eval_set, reporter)
+        with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed, engine=engine.record())) as run:
+            infer_stage(run, job, reporter, engine)
+            after_predictions(run, after, embedder=embedder, progress=reporter, engine=engine)
     return run
+
+
+def _worker_rows(model, data, data_opts: DataOptions, engine: Engine, out, task):
+    """On Ray, a classifier's JSONL or CSV eval set as a Parquet copy the workers read in blocks (`stages.inputs`);
+    else nothing to make."""
+    import contextlib
+
+    from erroranalysis.core.errors import UserError
+    from erroranalysis.infer.classifier import sequence_task
+    from erroranalysis.sources import blocks
+    from erroranalysis.stages import inputs
+
+    if not engine.distributed or not inputs.workers_read(data) or blocks.readable(data):
+        return contextlib.nullcontext()
+    try:
+        classifier = sequence_task(model, task) == "classification"
+    except UserError:  # said by `prepare`, in its order
+        classifier = False
+    return inputs.worker_rows(data, data_opts, engine, out) if classifier else contextlib.nullcontext()
 
 
 def resolve_task(model: str | Path, task: str | None = "auto") -> str:
@@ -146,11 +166,12 @@ class InferJob:
 
 
 def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params: InferParams,
-            engine: Engine = LOCAL, *, task: str | None = None, task_opts: TaskParams = TaskParams()) -> InferJob:
+            engine: Engine = LOCAL, *, task: str | None = None, task_opts: TaskParams = TaskParams(),
+            rows_path=None) -> InferJob:
     """Load and check the eval set and the checkpoint (nothing is written): the task is read from the checkpoint's
     config.json and checked against `task` before anything heavy loads, the gold is read as that task takes it. On
-    Ray, a classifier's Parquet eval set is only scanned (its footer, a digest and its first rows, validated): the
-    workers read and validate its blocks."""
+    Ray, a classifier's Parquet eval set (or `rows_path`, a JSONL or CSV file's Parquet copy) is only scanned (its
+    footer, a digest and its first rows, validated): the workers read and validate its blocks."""
     from erroranalysis.infer.classifier import check_checkpoint, load_classifier, read_config, sequence_task
     from erroranalysis.sources import blocks
 
@@ -159,8 +180,9 @@ def prepare(model: str | Path, data: str | Path, data_opts: DataOptions, params:
     config = read_config(Path(model))
     labels = config_labels(config)
     reading = CLASSIFICATION
-    if task == "classification" and engine.distributed and not isinstance(data, InMemory) and blocks.readable(data):
-        eval_set = blocks.scan(data, data_opts, labels)
+    if task == "classification" and engine.distributed and not isinstance(data, InMemory) and (
+            blocks.readable(data) or rows_path is not None):
+        eval_set = blocks.scan(data, data_opts, labels, rows_path=rows_path)
         gold = map_labels(eval_set.frame["label"].to_numpy(), labels, source=str(eval_set.path),
                           lines=eval_set.frame["_line"].to_numpy(), column=data_opts.label_column)
     elif task == "classification":

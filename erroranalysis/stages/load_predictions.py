@@ -4,12 +4,14 @@ columns or one probs/scores/logits column: see `erroranalysis.sources.cells`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.core.errors import DataError, preview, where
+from erroranalysis.core.progress import as_reporter
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources import cells
 from erroranalysis.sources.table import DataOptions, EvalSet, as_source, load_eval_set, map_labels, read_table
@@ -53,28 +55,18 @@ def analyze_predictions(file: str | Path, out: str | Path, reading: Reading, *, 
                         engine=None) -> Run:
     """`erroranalysis analyze`: predictions made elsewhere (text, label, pred, and optional prob_<label> columns or
     a probs/scores/logits column, `reading.output`). `progress`: an `erroranalysis.core.progress.Reporter`;
-    `engine`: where the checks' MiniLM embedding runs."""
+    `engine`: where the rows are read and the checks' MiniLM embedding runs (Ray: the workers read the file in
+    blocks, `_analyze_on_workers`)."""
+    from erroranalysis.stages import inputs
+
+    if engine is not None and engine.distributed and inputs.workers_read(file):
+        return _analyze_on_workers(file, out, reading, task=task, after=after, overwrite=overwrite,
+                                   embedder=embedder, progress=progress, engine=engine)
     data_opts, pred_column, outputs = reading.data, reading.pred_column_of(task), reading.output
     eval_set, scores, prob_columns = read_outputs(file, data_opts, outputs, (pred_column,))
-    frame, source, lines = eval_set.frame, str(eval_set.path), eval_set.frame["_line"].to_numpy()
-    preds = _labels_column(frame, pred_column, eval_set)
-    gold = frame["label"].to_numpy()
-    probs = None
-    if prob_columns:
-        labels = [c[len(PROB_PREFIX):] for c in prob_columns]
-        probs = _probabilities(frame, prob_columns, eval_set)
-    elif scores:
-        values = frame[scores].to_numpy(dtype=object)
-        labels = list(outputs.labels) or cells.scores_labels(values, source=source, lines=lines, column=scores) or \
-            cells.sort_labels(set(gold) | set(preds))
-        probs = cells.read_scores(values, labels, multilabel=False, source=source, lines=lines,
-                                  column=scores).astype(np.float32)
-    else:
-        labels = list(outputs.labels) or sorted(set(gold) | set(preds))
-    if prob_columns or scores or outputs.labels:
-        gold = map_labels(gold, labels, source=source, lines=lines, column=data_opts.label_column)
-        preds = map_labels(preds, labels, source=source, lines=lines, column=pred_column)
-    table = _analyze_table(frame, gold, preds, labels, probs, eval_set.metadata_columns)
+    layout = Layout.of(eval_set, data_opts, pred_column, scores, prob_columns, outputs)
+    labels = list(layout.labels) if layout.labels is not None else layout.order(distinct_labels(eval_set, layout))
+    table, probs = convert(eval_set, layout, labels)
     if engine is not None and engine.distributed:
         from erroranalysis.engines import ray_data
 
@@ -91,6 +83,190 @@ def analyze_predictions(file: str | Path, out: str | Path, reading: Reading, *, 
                 st.write_npy(rundir.PROBS, probs)
         after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
     return run
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a predictions file's rows become a run's, decided once for the whole file (from its first rows when
+    workers read it): the columns that hold the prediction and the model's output, the labels when the output or
+    --labels names them (None: the sorted distinct gold and predicted labels, `order`), whether gold and
+    predictions are mapped onto them (`named`), the metadata columns kept."""
+
+    label_column: str
+    pred_column: str
+    scores: str | None
+    prob_columns: tuple[str, ...]
+    labels: tuple[str, ...] | None
+    named: bool
+    metadata: tuple[str, ...]
+
+    @classmethod
+    def of(cls, eval_set: EvalSet, data_opts: DataOptions, pred_column: str, scores: str | None,
+           prob_columns: list[str], outputs: OutputParams) -> Layout:
+        frame = eval_set.frame
+        labels = list(outputs.labels) or None
+        if prob_columns:
+            labels = [c[len(PROB_PREFIX):] for c in prob_columns]
+        elif scores and not labels:
+            labels = cells.scores_labels(frame[scores].to_numpy(dtype=object), source=str(eval_set.path),
+                                         lines=frame["_line"].to_numpy(), column=scores)
+        return cls(data_opts.label_column, pred_column, scores, tuple(prob_columns),
+                   tuple(labels) if labels else None, bool(prob_columns or scores or outputs.labels),
+                   tuple(eval_set.metadata_columns))
+
+    def order(self, found) -> list[str]:
+        """The labels from the distinct gold and predicted ones: a scores column's lists in natural order."""
+        return cells.sort_labels(found) if self.scores else sorted(found)
+
+
+def distinct_labels(eval_set: EvalSet, layout: Layout) -> set:
+    """The distinct gold and predicted labels of some rows (the predictions checked as `convert` does)."""
+    preds = _labels_column(eval_set.frame, layout.pred_column, eval_set)
+    return set(eval_set.frame["label"].to_numpy()) | set(preds)
+
+
+def convert(eval_set: EvalSet, layout: Layout, labels: list[str]):
+    """(predictions table, probabilities or None) of some rows (the whole file, or one block of it on a worker),
+    every cell checked with the in-process one-line errors."""
+    frame, source, lines = eval_set.frame, str(eval_set.path), eval_set.frame["_line"].to_numpy()
+    preds = _labels_column(frame, layout.pred_column, eval_set)
+    gold = frame["label"].to_numpy()
+    probs = None
+    if layout.prob_columns:
+        probs = _probabilities(frame, list(layout.prob_columns), eval_set)
+    elif layout.scores:
+        probs = cells.read_scores(frame[layout.scores].to_numpy(dtype=object), labels, multilabel=False,
+                                  source=source, lines=lines, column=layout.scores).astype(np.float32)
+    if layout.named:
+        gold = map_labels(gold, labels, source=source, lines=lines, column=layout.label_column)
+        preds = map_labels(preds, labels, source=source, lines=lines, column=layout.pred_column)
+    return _analyze_table(frame, gold, preds, labels, probs, list(layout.metadata)), probs
+
+
+def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: AfterParams, overwrite: bool, embedder,
+                        progress, engine) -> Run:
+    """`analyze` with Ray workers reading the file in blocks (a JSONL or CSV file from a Parquet copy one worker
+    makes, `stages.inputs`): the driver reads the first rows (the columns, the output's layout), then a first pass
+    over the blocks validates them and brings back per block the distinct labels and the texts cut (`_first_pass`:
+    ids are checked unique on the workers); the second converts each block and writes it as shards of the stage
+    (`part-<first row>`), the driver checking that they cover every row once before it commits."""
+    from erroranalysis.core import storage
+    from erroranalysis.engines import ray_data
+    from erroranalysis.stages import inputs
+
+    if not storage.is_url(out):
+        rundir.check_out(Path(out), overwrite)  # a clash fails before any work
+    ray_data.connect(engine)  # fail before anything is written when Ray is missing or unreachable
+    reporter = as_reporter(progress)
+    with inputs.worker_rows(file, reading.data, engine, out) as copy, inputs.scratch(out) as ids:
+        scanned, work = _first_pass(file, copy, reading, task, engine, reporter, ids)
+        say_notes(scanned, reporter)
+        layout, labels = work["layout"], work["labels"]
+        manifest = {"task": "classification", "labels": labels, "seed": after.seed,
+                    "data": {**data_entry(scanned), "pred_column": layout.pred_column,
+                             **({"probs_column": layout.scores} if layout.scores else {})}}
+        has_probs = bool(layout.prob_columns or layout.scores)
+        record = {"pred_column": layout.pred_column, "probabilities": has_probs, "probs_column": layout.scores}
+        with create_run(out, overwrite=overwrite, **manifest) as run:
+            with run.stage("load_predictions", record) as st, \
+                    reporter.stage("load_predictions", total=scanned.n_rows) as advance:
+                paths = (st.file(rundir.PREDICTIONS), st.file(rundir.PROBS) if has_probs else None)
+                written = _over_blocks(_write_block, scanned.rows, engine, {**work, "paths": paths}, advance)
+                ray_data.check_coverage({b.start: r for b, r in written}, scanned.n_rows, paths)
+                st.facts["read_by"] = "workers"
+            after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
+    return run
+
+
+def _first_pass(file, copy, reading: Reading, task: Task, engine, reporter, ids):
+    """(the file as the driver knows it, what each block's conversion needs): the first rows read here, then every
+    block validated by the workers, which send back its distinct labels and texts cut, and with --id-column write
+    its ids cut by hash into folder `ids`, where one task per part finds an id used twice (`blocks.write_id_parts`):
+    the driver holds none of them."""
+    from erroranalysis.engines import ray_data
+    from erroranalysis.sources import blocks
+
+    data_opts, pred_column, outputs = reading.data, reading.pred_column_of(task), reading.output
+    source = as_source(file)
+    head = blocks.read_rows(copy or source, 0, blocks.HEAD_ROWS)
+    scores, prob_columns = output_columns([c for c in head.columns if c != "_line"], head, outputs, source)
+    scanned = blocks.scan(source, data_opts, None, required=(pred_column,) + ((scores,) if scores else ()),
+                          rows_path=copy)
+    scanned.metadata_columns = [c for c in scanned.metadata_columns if c not in prob_columns]
+    layout = Layout.of(scanned, data_opts, pred_column, scores, prob_columns, outputs)
+    work = {"source": source, "opts": data_opts, "required": (pred_column,) + ((scores,) if scores else ()),
+            "sha256": scanned.sha256, "layout": layout}
+    with reporter.stage("check rows", total=scanned.n_rows) as advance:
+        found = _over_blocks(_check_block, scanned.rows, engine, {**work, "ids": ids}, advance)
+    scanned.n_cut = sum(f["n_cut"] for _, f in found)
+    if data_opts.id_column:
+        parts = [{"folder": ids / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
+        blocks.duplicate_error(ray_data.run_tasks(blocks.first_duplicate, engine, parts), source, data_opts)
+    labels = list(layout.labels) if layout.labels is not None else \
+        layout.order(set().union(*(f["labels"] for _, f in found)))
+    schema = blocks.parquet_file(scanned.rows).schema_arrow  # the shards' metadata columns keep the file's types
+    return scanned, {**work, "labels": labels, "schema": schema, "sources": scanned.sources}
+
+
+def _over_blocks(fn, rows, engine, kwargs: dict, advance) -> list:
+    """`fn` over the blocks of Parquet file `rows` on the workers: (block, result) pairs in row order; the first
+    block's error in file order raised as the in-process one-line error (each block sends back its first)."""
+    from erroranalysis.engines import blocks as engine_blocks
+    from erroranalysis.engines.ray_data import block_error
+
+    pairs = engine_blocks.map_blocks(fn, rows, engine, kwargs=kwargs, ordered=True, progress=advance,
+                                     rows_per_block=engine_blocks.ROWS_PER_BLOCK)
+    for _, result in pairs:
+        if isinstance(result, str):
+            raise block_error(result)
+    return pairs
+
+
+def _block_rows(table, block, source, opts: DataOptions, required, sha256: str) -> EvalSet:
+    from erroranalysis.sources import blocks
+
+    frame = blocks.with_lines(table.to_pandas(), block.start, blocks.is_copy(table.schema))
+    return blocks.rows_of(frame, block.start, opts, source=source, required=required, sha256=sha256)
+
+
+def _check_block(table, block, *, source, opts: DataOptions, required, sha256: str, layout: Layout, ids):
+    """A worker's first pass over a block: {labels, n_cut}, its ids written into folder `ids` by hash
+    (`blocks.write_id_parts`), or its first bad cell as "Class\tmessage"."""
+    from erroranalysis.core.errors import UserError
+    from erroranalysis.sources import blocks
+
+    try:
+        eval_set = _block_rows(table, block, source, opts, required, sha256)
+        labels = distinct_labels(eval_set, layout)  # the predictions checked here too: before the run exists
+    except UserError as exc:  # sent back as data: the driver raises the first block's, in file order
+        return f"{type(exc).__name__}\t{exc}"
+    if opts.id_column:
+        blocks.write_id_parts(ids, block.start, eval_set.frame["example_id"], eval_set.frame["_line"])
+    return {"labels": labels, "n_cut": int(eval_set.frame["_cut"].sum())}
+
+
+def _write_block(table, block, *, source, opts: DataOptions, required, sha256: str, layout: Layout, labels,
+                 schema, sources: dict, paths):
+    """A worker's second pass over a block: converted, written as the stage's shards of its first row (the
+    probabilities first: the Parquet shard is the sign the block is whole); its rows, or its first bad cell."""
+    import pyarrow as pa
+
+    from erroranalysis.core import files
+    from erroranalysis.core.errors import UserError
+    from erroranalysis.engines.blocks import write_shard
+    from erroranalysis.engines.sinks import SHARD
+    from erroranalysis.sources import blocks
+
+    try:
+        frame, probs = convert(_block_rows(table, block, source, opts, required, sha256), layout, labels)
+    except UserError as exc:
+        return f"{type(exc).__name__}\t{exc}"
+    if probs is not None:
+        Path(paths[1]).mkdir(parents=True, exist_ok=True)
+        files.write_npy(Path(paths[1]) / SHARD.format(start=block.start, suffix=".npy"), probs)
+    out = blocks.conform(pa.Table.from_pandas(frame, preserve_index=False), schema, sources)
+    write_shard(paths[0], block, out)
+    return block.rows
 
 
 def _labels_column(frame, column: str, eval_set: EvalSet) -> np.ndarray:

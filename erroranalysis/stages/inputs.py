@@ -1,0 +1,54 @@
+"""Input files that Ray workers read themselves, so the driver holds none of their rows.
+
+A Parquet file is read by the workers in row ranges as it is. A JSONL or CSV file cannot be cut into row ranges
+without reading it (a CSV's quoted cells may span lines), so one worker reads it with the in-process reader and
+writes a Parquet copy that keeps each row's line number (`erroranalysis.sources.blocks.to_parquet`); the blocks are
+read from the copy, their errors naming the user's file and line. The copy lives in a hidden folder beside the run
+(on the filesystem the workers share with the driver, as the run's own shards are) and goes when the command ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from erroranalysis.core import storage
+from erroranalysis.sources import blocks
+from erroranalysis.sources.table import DataOptions, InMemory
+
+
+def workers_read(data) -> bool:
+    """Whether Ray workers can read `data` in blocks: a Parquet, JSONL or CSV file (not an in-memory table, not a
+    datasets folder)."""
+    return not isinstance(data, InMemory) and (blocks.readable(data) or blocks.convertible(data))
+
+
+@contextlib.contextmanager
+def scratch(beside) -> Iterator[Path]:
+    """A hidden folder beside `beside` (the run's path: on the filesystem the workers share) for what workers write
+    while they read the inputs; removed when the block ends."""
+    parent = Path(tempfile.gettempdir()) if storage.is_url(beside) else Path(beside).resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{Path(str(beside)).name}.rows-", dir=parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def worker_rows(data, opts: DataOptions, engine, beside) -> Iterator[Path | None]:
+    """While the block runs: None for a Parquet file (the workers read it), else the path of a JSONL or CSV file's
+    Parquet copy, made by one worker in a `scratch` folder beside `beside` (the run's path)."""
+    if blocks.readable(data):
+        yield None
+        return
+    from erroranalysis.engines import ray_data
+
+    with scratch(beside) as folder:
+        copy = folder / "rows.parquet"
+        ray_data.run_task(blocks.to_parquet, engine, source=data, target=copy, encoding=opts.encoding)
+        yield copy
