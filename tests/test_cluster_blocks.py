@@ -229,3 +229,23 @@ def test_with_slices_and_checks_ray_reads_only_the_failures_rows(analyzed, local
     assert clusters["slices"].map(len).sum() > 0  # the planted groups' words are error slices
     pd.testing.assert_frame_equal(readers.read_clusters(local), clusters)
     pd.testing.assert_frame_equal(readers.read_assignments(local), readers.read_assignments(ray_run))
+
+
+def test_the_cluster_command_takes_the_engine(analyzed, local_ray, tmp_path, monkeypatch):
+    """`erroranalysis cluster RUN --engine ray` runs the stage on blocks (the static embedder, on the workers too)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from erroranalysis.cli.app import app
+
+    source, _ = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 333)
+    shutil.copytree(source, tmp_path / "run")
+    result = CliRunner().invoke(app, ["cluster", str(tmp_path / "run"), "--engine", "ray", "--embedder", "static",
+                                      "--reducer", "pca", "--layout", "pca", "--max-fit", "150", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["n_failures"] == sum(size for *_, size in GROUPS.values())
+    run = Run.open(tmp_path / "run")
+    assert run.manifest["stages"]["cluster"]["engine"]["placed_on_workers"] == 420 - 150
+    assert (run.path / "assignments.parquet").is_dir()

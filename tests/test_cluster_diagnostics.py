@@ -7,7 +7,7 @@ import pandas as pd
 from fake_runs import commit
 
 from erroranalysis.rundir import Run, create_run
-from erroranalysis.stages.cluster import with_other_stages
+from erroranalysis.stages.cluster_parts import with_other_stages
 
 
 def make_run(tmp_path, *, slices: bool, checks: bool) -> Run:

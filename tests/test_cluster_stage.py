@@ -12,7 +12,8 @@ from fake_runs import commit, inferred_run
 from erroranalysis import rundir
 from erroranalysis.core.errors import DataError, ParameterError, RunError
 from erroranalysis.rundir import create_run
-from erroranalysis.stages.cluster import cluster_run, name_run
+from erroranalysis.stages.cluster import cluster_run
+from erroranalysis.stages.cluster_names import name_run
 
 LABELS = ["business", "sport", "culture"]
 WORDS = {"business": ["market", "shares", "profit", "bank", "economy"],

@@ -19,13 +19,13 @@ def register(app: typer.Typer) -> None:
 
 
 @common.handle_errors
-@options.takes(CLUSTER)
+@options.takes(CLUSTER, groups.ENGINE)
 def cluster(
     run_dir: common.RunDir,
     names_only: Annotated[bool, typer.Option(
         "--names-only", help="Only recompute names, keywords and exemplars of the existing clusters.")] = False,
     as_json: common.Json = False,
-    *, cluster,
+    *, cluster, engine,
 ) -> None:
     """Cluster a run's failing examples into named error types."""
     from erroranalysis import stages
@@ -34,7 +34,7 @@ def cluster(
     if names_only:
         summary = stages.name_run(run_dir, cluster)
     else:
-        summary = stages.cluster_run(run_dir, cluster, progress=reporter().phases("cluster"))
+        summary = stages.cluster_run(run_dir, cluster, progress=reporter().phases("cluster"), engine=engine)
     if as_json:
         common.print_json(summary)
         return

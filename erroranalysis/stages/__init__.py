@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.analyze import OutputParams, Reading, analyze
-from erroranalysis.stages.cluster import ClusterParams, cluster_run, name_run
+from erroranalysis.stages.cluster import ClusterParams, cluster_run
+from erroranalysis.stages.cluster_names import name_run
 from erroranalysis.stages.compare import compare_runs, read_run, write_report
 from erroranalysis.stages.data_checks import CheckParams, check_vectors, checks_run, label_issue_share
 from erroranalysis.stages.doctor import run_doctor, run_doctor_generation

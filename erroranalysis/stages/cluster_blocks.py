@@ -1,0 +1,211 @@
+"""The `cluster` stage on blocks (`--engine ray`; docs/scale.md): the driver holds the seeded fit sample only,
+the workers place the other failures and write the assignments per block (`cluster.blockwise`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from erroranalysis import rundir
+from erroranalysis.rundir import readers
+from erroranalysis.stages.cluster_parts import (
+    ClusterParams,
+    Inputs,
+    Progress,
+    describe_sample,
+    embed,
+    embeddings_meta,
+    fit,
+    layout,
+    slice_groups,
+    timed,
+    topic_texts,
+)
+from erroranalysis.stages.llm_names import named_by_llm
+
+
+def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, progress: Progress | None):
+    """The stage with the driver holding a bounded sample (`cluster.blockwise`; docs/scale.md): count the strata,
+    take the seeded sample, embed and fit it here as in process, place the other failures and write assignments
+    per block on the workers, renumber clusters by their summed sizes. None when the run needs the in-process
+    stage (a generation run's failure modes, vectors from a file or the hidden states)."""
+    import pandas as pd
+
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+    from erroranalysis.stages.embedders import cluster_plan, resolve_embedder
+
+    run = rundir.Run.open(run_dir)
+    path = readers.artifact_path(run, readers.units_artifact(run))
+    columns = set(_parquet_columns(path))
+    if params.failure_modes and {"failure_reason", "output", "prompt"} <= columns:
+        return None
+    if embedder is None and not hasattr(params.embedder, "embed") and str(params.embedder) not in (
+            "auto", "static", "minilm") and not Path(str(params.embedder)).expanduser().is_dir():
+        return None  # hidden states and vectors from a file are read whole: the in-process stage
+    per_block = blocks.ROWS_PER_BLOCK
+    failures, context, naming, n_fail, n_rows = _sample_on_blocks(path, engine, params, columns, per_block)
+    sampled, n_context = n_fail > params.max_fit, len(context)
+    local = pd.concat([failures, context], ignore_index=True)
+    fail_rows, context_rows = np.arange(len(failures)), np.arange(len(failures), len(local))
+    plan = cluster_plan(n_fail + n_context) if embedder is None and params.embedder == "auto" else None
+    emb = embedder if embedder is not None else resolve_embedder(
+        plan.source if plan else params.embedder, run, local, cache=params.cache,
+        batch_size=params.embed_batch_size, n_rows=n_fail + n_context)
+    inputs = Inputs(run, local, emb, plan, fail_rows, context_rows, np.zeros(0, np.int64))
+    record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
+              getattr(emb, "key", "custom"), "features": [getattr(b, "name", type(b).__name__)
+                                                           for b in model.features]}
+    with run.stage("cluster", record) as staging:
+        timings: dict[str, float] = {}
+        vectors, embed_rows = timed(timings, "embed", embed, inputs, progress)
+        fail_vectors = vectors[:len(failures)]
+        slice_names: dict = {}
+        if sampled:
+            fitted, rate, resolved = timed(timings, "cluster", model.fit_sample, vectors,
+                                            np.arange(len(vectors)) < len(failures), failures, n_fail)
+            note = cluster.sample_note(len(failures), n_fail, resolved)
+        else:
+            groups, slice_names = slice_groups(run, failures, True) if params.slice_groups else (None, {})
+            result = timed(timings, "cluster", fit, model, vectors, len(failures), failures, groups, progress)
+            fitted = cluster.Assigned(result.labels, result.membership, result.tier, result.reassigned,
+                                      cluster_tier=result.cluster_tier)
+            rate, resolved, note = result.local_error_rate, result.params, result.note
+        xy = timed(timings, "layout", layout, inputs, vectors, embed_rows, params, progress)
+        placement = blockwise.Placement(
+            ids=failures["example_id"].to_numpy(dtype=object), vectors=fail_vectors, fitted=fitted, rate=rate,
+            xy=xy[:len(failures)], d90=cluster.reference_distance(fail_vectors) if sampled and len(failures) else 0.0,
+            context_xy=dict(zip(context["example_id"], map(tuple, xy[len(failures):]))), embedder=emb,
+            folder=str(staging.file(rundir.ASSIGNMENTS)))
+        t = time.perf_counter()
+        totals = blockwise.merge_counts(r for _, r in blocks.map_blocks(
+            blockwise.place_block, path, engine, rows_per_block=per_block, kwargs={"placement": placement},
+            progress=_rows_done(progress, "place", n_rows)))
+        timings["place"] = time.perf_counter() - t
+        if sampled:
+            result, sizes_of = _numbered(engine, placement, totals, fitted, rate, resolved, note, params, per_block)
+        else:
+            sizes_of = None
+        clusters = timed(timings, "name", describe_sample, run, failures, result, fail_vectors, slice_names,
+                          params, topic_texts(naming).tolist(), sizes_of, n_fail, True)
+        clusters = named_by_llm(run, staging, clusters, failures, result.labels, params)
+        meta = embeddings_meta(emb, vectors, fail_vectors, failures)
+        if sampled:
+            meta["sample_of"] = n_fail  # the fit sample's vectors, not every failure's
+        staging.write_npy(rundir.EMBEDDINGS, np.ascontiguousarray(fail_vectors, dtype=np.float32))
+        staging.write_json(rundir.EMBEDDINGS_META, meta)
+        staging.write_parquet(rundir.CLUSTERS, clusters)
+        clustered = int(sum(totals["sizes"].values())) if sampled else int((result.labels >= 0).sum())
+        summary = {
+            "run": str(run.path), "n_examples": n_rows, "n_failures": n_fail, "n_clusters": int(len(clusters)),
+            "noise_share": round(1 - clustered / n_fail if sampled else result.noise_share, 4),
+            "method": result.method,
+            "note": result.note, "embedder": meta["embedder"]["name"], "embedder_note": plan.note if plan else None,
+            "min_cluster_size": int(resolved.get("min_cluster_size", 0)),
+            "clusters": [{"cluster_id": int(r.cluster_id), "size": int(r.size), "name": str(r.name),
+                          "kind": str(r.kind)} for r in clusters.itertuples()]}
+        staging.facts.update({
+            "n_failures": n_fail, "n_clusters": summary["n_clusters"], "noise_share": summary["noise_share"],
+            "method": result.method, "note": result.note,
+            "resolved": {k: v for k, v in resolved.items() if k != "n_failures"},
+            "embedder_key": getattr(emb, "key", None), "n_embedded": int(len(embed_rows) + totals["placed"]),
+            "embedder_plan": plan.record() if plan else None,
+            "engine": {"blocks": True, "fit_sample": int(len(failures)), "context_sample": int(len(context)),
+                       "placed_on_workers": int(totals["placed"]),
+                       "described_from": "the fit sample" if sampled else "all failures"},
+            "timings": {k: round(v, 3) for k, v in timings.items()}})
+    return summary
+
+
+def _numbered(engine, placement, totals: dict, fitted, rate, resolved: dict, note: str, params: ClusterParams,
+              per_block: int):
+    """Pass 4: clusters numbered by their sizes summed over the blocks (the rule of `relabel_by_size`), the shards
+    rewritten with those ids, parents from the summed directions; (the fit sample's ClusteringResult, {cluster id:
+    size over every failure})."""
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+
+    mapping = cluster.size_order(dict(totals["sizes"]), totals["first"])
+    blocks.map_blocks(blockwise.renumber_block, placement.folder, engine, rows_per_block=per_block,
+                      kwargs={"mapping": mapping, "folder": placement.folder}, ordered=True)
+    labels = np.array([mapping.get(int(c), -1) for c in fitted.labels], dtype=np.int64)
+    sizes = {mapping[c]: n for c, n in totals["sizes"].items()}
+    parents = {} if params.parent_similarity is None else cluster.parents_of(
+        {mapping[c]: s for c, s in totals["sums"].items()}, sizes, min_similarity=params.parent_similarity)
+    result = cluster.ClusteringResult(
+        labels=labels, membership=fitted.strength, reassigned=fitted.reassigned, tier=fitted.tier,
+        local_error_rate=rate, coordinates=None, method="hdbscan", note=note, params=resolved,
+        cluster_tier={mapping[c]: t for c, t in fitted.cluster_tier.items() if c in mapping},
+        cluster_parent=parents)
+    return result, sizes
+
+
+def _sample_on_blocks(path, engine, params: ClusterParams, columns: set, per_block: int):
+    """Passes 1 and 2: (the fit sample's failures, the context's correct examples, the keywords' contrast
+    examples, failures, rows), each frame in row order; the driver holds at most twice the sample at once."""
+    import pandas as pd
+
+    from erroranalysis import cluster
+    from erroranalysis.cluster import blockwise
+    from erroranalysis.engines import blocks
+
+    base = [c for c in ("example_id", "correct", "label", "pred") if c in columns]
+    counted = [r for _, r in blocks.map_blocks(blockwise.block_strata, path, engine, columns=base,
+                                               rows_per_block=per_block)]
+    pairs = sum((r["pairs"] for r in counted), Counter())
+    n_correct, n_rows = sum(r["correct"] for r in counted), sum(r["rows"] for r in counted)
+    n_fail = int(sum(pairs.values()))
+    keys = sorted(pairs)
+    sizes = np.array([pairs[k] for k in keys], dtype=np.int64)
+    mcs = params.min_cluster_size or cluster.default_min_cluster_size(n_fail)
+    take = cluster.quotas(sizes, params.max_fit, 2 * mcs) if n_fail > params.max_fit else sizes
+    want_context = n_fail > 0 and (params.error_aware or params.layout != "none")
+    n_context = min(n_correct, params.max_fit) if want_context else 0
+    quotas = {**{k: int(t) for k, t in zip(keys, take)},
+              blockwise.CORRECT: min(n_correct, max(n_context, cluster.MAX_CORRECT_DOCS))}
+    sample = None
+    for _, part in blocks.map_blocks(blockwise.block_sample, path, engine, rows_per_block=per_block,
+                                     kwargs={"quotas": quotas, "seed": params.seed}):
+        sample = blockwise.merge_sample([p for p in (sample, part) if p is not None], quotas)
+    sample = sample if sample is not None else pd.DataFrame(columns=[*base, "text", "_row", "_key"])
+    is_fail = ~sample["correct"].to_numpy(dtype=bool)
+    failures = sample[is_fail].drop(columns=["_row", "_key", "_stratum"], errors="ignore").reset_index(drop=True)
+    correct = sample[~is_fail].drop(columns=["_row", "_stratum"], errors="ignore").reset_index(drop=True)
+    context = correct.iloc[_smallest_rows(correct, n_context)].drop(columns=["_key"])
+    naming = correct.iloc[_smallest_rows(correct, cluster.MAX_CORRECT_DOCS)]
+    return failures, context, naming, n_fail, n_rows
+
+
+def _rows_done(progress: Progress | None, phase: str, total: int):
+    """map_blocks' progress (rows of each block done) as the stage's (phase, rows done, total)."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def report(rows: int) -> None:
+        done[0] += rows
+        progress(phase, done[0], total)
+    return report
+
+
+def _smallest_rows(frame, k: int) -> np.ndarray:
+    """Positions of the `k` rows of a sample frame with the smallest keys, in row order."""
+    from erroranalysis.cluster import smallest
+
+    if not len(frame):
+        return np.zeros(0, np.int64)
+    return np.sort(smallest(frame["_key"].to_numpy(), frame["example_id"].to_numpy(), k))
+
+
+def _parquet_columns(path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    from erroranalysis.engines.blocks import files_of
+
+    found = files_of(path)
+    return list(pq.read_schema(found[0]).names) if found else []
