@@ -6,7 +6,8 @@ clustering); then the cluster stage runs with its defaults (`auto` embedder: the
 HDBSCAN, max_fit 20,000) on a copy of the run, once per engine, each in its own driver process, which prints its
 peak resident memory after the stage (VmHWM, with the imports and the Ray client; Ray's own processes, the raylet
 and the workers, are not the driver's) and the stage's seconds (Ray's start included). In process, the stage reads
-every prediction and embeds every failure on the driver; under ray the driver holds the fit sample.
+every prediction and embeds every failure on the driver; under ray the driver holds the fit sample's rows
+(a worker embeds and fits it).
 
     .venv/bin/python benchmarks/cluster_driver.py                       # 1,000,000 rows, 30% failing
     .venv/bin/python benchmarks/cluster_driver.py --rows 200000 --engines ray

@@ -249,3 +249,29 @@ def test_the_cluster_command_takes_the_engine(analyzed, local_ray, tmp_path, mon
     run = Run.open(tmp_path / "run")
     assert run.manifest["stages"]["cluster"]["engine"]["placed_on_workers"] == 420 - 150
     assert (run.path / "assignments.parquet").is_dir()
+
+
+class DriverlessEmbedder(WordsEmbedder):
+    """Refuses to embed in the process that made it (the driver): the fit sample is embedded on a worker."""
+
+    def __init__(self):
+        self.driver = os.getpid()
+
+    def embed(self, frame, progress=None) -> np.ndarray:
+        if os.getpid() == self.driver:
+            raise AssertionError("the driver embedded rows")
+        return super().embed(frame, progress)
+
+
+def test_the_driver_embeds_and_fits_nothing(analyzed, local_ray, tmp_path, monkeypatch):
+    """Under ray the fit sample is embedded, fitted and laid out in a task on a worker, the other failures on the
+    placing workers; the driver gets the fit back, not the vectors (the workers read them from embeddings.npy)."""
+    source, _ = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 333)
+    shutil.copytree(source, tmp_path / "run")
+    cluster_run(tmp_path / "run", ClusterParams(**FAST, max_fit=150), embedder=DriverlessEmbedder(),
+                engine=Engine("ray"))
+    run = Run.open(tmp_path / "run")
+    facts = run.manifest["stages"]["cluster"]
+    assert facts["engine"]["fitted_on"] == "a worker" and facts["engine"]["placed_on_workers"] == 420 - 150
+    assert readers.read_embeddings(run)[0].shape == (150, 256)

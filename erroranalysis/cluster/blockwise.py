@@ -104,10 +104,11 @@ def merge_sample(parts, quotas: dict):
 class Placement:
     """What the workers need to place the failures outside the fit sample, sent once (bounded by `max_fit`):
     the fitted failures (ids, vectors, fit result before numbering by size, local error rate, 2-D position), the
-    reference distance, the context rows' 2-D positions, the embedder, and the shard folder."""
+    reference distance, the context rows' 2-D positions, the embedder, and the shard folder. `vectors` None: each
+    worker reads them once from `vectors_file` (.npy), so that the driver never holds them."""
 
     ids: np.ndarray
-    vectors: np.ndarray
+    vectors: np.ndarray | None
     fitted: Assigned
     rate: np.ndarray
     xy: np.ndarray
@@ -115,7 +116,13 @@ class Placement:
     context_xy: dict
     embedder: Any
     folder: str
+    vectors_file: str = ""
     _index: dict = field(default_factory=dict, repr=False)
+
+    def fitted_vectors(self) -> np.ndarray:
+        if self.vectors is None:
+            self.vectors = np.load(self.vectors_file)
+        return self.vectors
 
     def index(self) -> dict:
         if not self._index:
@@ -138,11 +145,12 @@ def place_block(table, block, *, placement: Placement) -> dict:
     out["cluster_id"][fit_here], out["membership"][fit_here] = fitted.labels[f], fitted.strength[f]
     out["tier"][fit_here], out["reassigned"][fit_here] = fitted.tier[f], fitted.reassigned[f]
     out["local_error_rate"][fit_here], out["xy"][fit_here] = placement.rate[f], placement.xy[f]
-    unit = np.zeros((n, placement.vectors.shape[1]), dtype=np.float32)
-    unit[fit_here] = unit_rows(placement.vectors[f])
+    vectors = placement.fitted_vectors()
+    unit = np.zeros((n, vectors.shape[1]), dtype=np.float32)
+    unit[fit_here] = unit_rows(vectors[f])
     if len(rest):
-        X = _embedded(placement.embedder, frame.iloc[rest], placement.vectors.shape[1])
-        placed, near, dist = place(X, placement.vectors, fitted, placement.d90)
+        X = _embedded(placement.embedder, frame.iloc[rest], vectors.shape[1])
+        placed, near, dist = place(X, vectors, fitted, placement.d90)
         out["cluster_id"][rest], out["membership"][rest] = placed.labels, placed.strength
         out["tier"][rest] = placed.tier
         out["xy"][rest] = near_mean(placement.xy, near, dist)

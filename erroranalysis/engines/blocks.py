@@ -10,11 +10,14 @@ shards are (`erroranalysis.engines.sinks`). A `UserError` raised in a block come
 on the driver; a worker that keeps dying fails the job with the reason (`ray_data.failure_reason`).
 
 Results arrive in any order under Ray; `map_blocks(..., ordered=True)` returns them in row order (they are small).
+`call_on_worker(fn, engine, **kwargs)` runs one step on a bounded sample (a model fit) as a single Ray task,
+so that the driver never holds its model or vectors.
 """
 
 from __future__ import annotations
 
 import pickle
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -138,6 +141,50 @@ def map_blocks(fn: Callable, path, engine=None, *, columns=None, kwargs: dict | 
         results = ((b, fn(read(b, columns), b, **(kwargs or {}))) for b in blocks)
     results = _reporting(results, progress)
     return sorted(results, key=lambda pair: pair[0].start) if ordered else results
+
+
+def call_on_worker(fn: Callable, engine=None, **kwargs) -> Any:
+    """`fn(**kwargs)` as one Ray task (a worker process) under a distributed engine, else here: for a step on a
+    bounded sample whose model and vectors the driver must not hold (the cluster stage's fit). `fn` is a
+    module-level function; a UserError raised in it is raised here as the same one-line error. It computes with
+    this process's number of BLAS threads (and torch's, when torch is loaded here), which set how sums are rounded:
+    it answers as it would have here (a Ray worker's default is one thread)."""
+    if engine is None or not getattr(engine, "distributed", False):
+        return fn(**kwargs)
+    from threadpoolctl import threadpool_info
+
+    from erroranalysis.engines import EngineError
+    from erroranalysis.engines.ray_data import MAX_TASK_RETRIES, block_error, connect, failure_reason
+
+    ray = connect(engine)
+    task = ray.remote(num_cpus=1, max_retries=MAX_TASK_RETRIES)(_call_one)
+    try:
+        threads = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)
+        torch = sys.modules.get("torch")
+        torch_threads = torch.get_num_threads() if torch is not None else None
+        error, result = ray.get(task.remote(fn, kwargs, threads, torch_threads))
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: the task {fn.__name__} failed ({failure_reason(exc)}); nothing was "
+                          "committed, run the command again.") from None
+    if error:
+        raise block_error(error)
+    return result
+
+
+def _call_one(fn: Callable, kwargs: dict, threads: int | None, torch_threads: int | None) -> tuple[str, Any]:
+    from threadpoolctl import threadpool_limits
+
+    from erroranalysis.core.errors import UserError
+
+    if torch_threads:
+        import torch
+
+        torch.set_num_threads(torch_threads)
+    try:
+        with threadpool_limits(limits=threads, user_api="blas"):
+            return "", fn(**kwargs)
+    except UserError as exc:
+        return f"{type(exc).__name__}\t{exc}", None
 
 
 def _reporting(results, progress):

@@ -28,16 +28,15 @@ from erroranalysis.stages.llm_names import named_by_llm
 
 
 def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, progress: Progress | None):
-    """The stage with the driver holding a bounded sample (`cluster.blockwise`; docs/scale.md): count the strata,
-    take the seeded sample, embed and fit it here as in process, place the other failures and write assignments
-    per block on the workers, renumber clusters by their summed sizes. None when the run needs the in-process
-    stage (a generation run's failure modes, vectors from a file or the hidden states)."""
-    import pandas as pd
-
-    from erroranalysis import cluster
+    """The stage with the driver holding a bounded sample of rows (`cluster.blockwise`; docs/scale.md): count the
+    strata, take the seeded sample, embed, fit and lay it out as in process (above `max_fit` failures in one task on
+    a worker, `_fit_sample`, so that the driver holds no model and no vectors), place the other failures and write
+    assignments per block on the workers, renumber clusters by their summed sizes, describe them (`_described`, on
+    that worker too). None when the run needs the in-process stage (a generation run's failure modes, vectors from
+    a file or the hidden states)."""
     from erroranalysis.cluster import blockwise
     from erroranalysis.engines import blocks
-    from erroranalysis.stages.embedders import cluster_plan, resolve_embedder
+    from erroranalysis.stages.embedders import cluster_plan
 
     run = rundir.Run.open(run_dir)
     path = readers.artifact_path(run, readers.units_artifact(run))
@@ -49,36 +48,28 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
         return None  # hidden states and vectors from a file are read whole: the in-process stage
     per_block = blocks.ROWS_PER_BLOCK
     failures, context, naming, n_fail, n_rows = _sample_on_blocks(path, engine, params, columns, per_block)
-    sampled, n_context = n_fail > params.max_fit, len(context)
-    local = pd.concat([failures, context], ignore_index=True)
-    fail_rows, context_rows = np.arange(len(failures)), np.arange(len(failures), len(local))
-    plan = cluster_plan(n_fail + n_context) if embedder is None and params.embedder == "auto" else None
-    emb = embedder if embedder is not None else resolve_embedder(
-        plan.source if plan else params.embedder, run, local, cache=params.cache,
-        batch_size=params.embed_batch_size, n_rows=n_fail + n_context)
-    inputs = Inputs(run, local, emb, plan, fail_rows, context_rows, np.zeros(0, np.int64))
+    sampled = n_fail > params.max_fit
+    plan = cluster_plan(n_fail + len(context)) if embedder is None and params.embedder == "auto" else None
     record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
-              getattr(emb, "key", "custom"), "features": [getattr(b, "name", type(b).__name__)
-                                                           for b in model.features]}
+              getattr(embedder, "key", "custom"), "features": [getattr(b, "name", type(b).__name__)
+                                                                for b in model.features]}
+    # above max_fit the fit runs on a worker; below it the driver fits every failure as the in-process stage does
+    # (a worker's math may differ in the last bit, and below max_fit every artifact is the in-process one)
+    where = engine if sampled else None
     with run.stage("cluster", record) as staging:
-        timings: dict[str, float] = {}
-        vectors, embed_rows = timed(timings, "embed", embed, inputs, progress)
-        fail_vectors = vectors[:len(failures)]
-        slice_names: dict = {}
-        if sampled:
-            fitted, rate, resolved = timed(timings, "cluster", model.fit_sample, vectors,
-                                            np.arange(len(vectors)) < len(failures), failures, n_fail)
-            note = cluster.sample_note(len(failures), n_fail, resolved)
-        else:
-            groups, slice_names = slice_groups(run, failures, True) if params.slice_groups else (None, {})
-            result = timed(timings, "cluster", fit, model, vectors, len(failures), failures, groups, progress)
-            fitted = cluster.Assigned(result.labels, result.membership, result.tier, result.reassigned,
-                                      cluster_tier=result.cluster_tier)
-            rate, resolved, note = result.local_error_rate, result.params, result.note
-        xy = timed(timings, "layout", layout, inputs, vectors, embed_rows, params, progress)
+        vectors_file = str(staging.file(rundir.EMBEDDINGS))
+        if progress:
+            progress("cluster", 0, 1)
+        got = blocks.call_on_worker(
+            _fit_sample, where, run_dir=str(run.path), failures=failures, context=context, params=params,
+            model=model, embedder=embedder if embedder is not None else plan.source if plan else params.embedder,
+            n_fail=n_fail, vectors_file=vectors_file)
+        if progress:
+            progress("cluster", 1, 1)
+        timings, fitted, xy, emb = got["timings"], got["fitted"], got["xy"], got["embedder"]
         placement = blockwise.Placement(
-            ids=failures["example_id"].to_numpy(dtype=object), vectors=fail_vectors, fitted=fitted, rate=rate,
-            xy=xy[:len(failures)], d90=cluster.reference_distance(fail_vectors) if sampled and len(failures) else 0.0,
+            ids=failures["example_id"].to_numpy(dtype=object), vectors=None, vectors_file=vectors_file,
+            fitted=fitted, rate=got["rate"], xy=xy[:len(failures)], d90=got["d90"],
             context_xy=dict(zip(context["example_id"], map(tuple, xy[len(failures):]))), embedder=emb,
             folder=str(staging.file(rundir.ASSIGNMENTS)))
         t = time.perf_counter()
@@ -86,17 +77,21 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
             blockwise.place_block, path, engine, rows_per_block=per_block, kwargs={"placement": placement},
             progress=_rows_done(progress, "place", n_rows)))
         timings["place"] = time.perf_counter() - t
+        resolved = got["resolved"]
         if sampled:
-            result, sizes_of = _numbered(engine, placement, totals, fitted, rate, resolved, note, params, per_block)
+            result, sizes_of = _numbered(engine, placement, totals, fitted, got["rate"], resolved, got["note"],
+                                         params, per_block)
         else:
-            sizes_of = None
-        clusters = timed(timings, "name", describe_sample, run, failures, result, fail_vectors, slice_names,
-                          params, topic_texts(naming).tolist(), sizes_of, n_fail, True)
+            result, sizes_of = got["result"], None
+        t = time.perf_counter()
+        clusters = blocks.call_on_worker(_described, where, run_dir=str(run.path), failures=failures, result=result,
+                                         vectors_file=vectors_file, slice_names=got["slice_names"], params=params,
+                                         correct_texts=topic_texts(naming).tolist(), sizes=sizes_of, n_fail=n_fail)
+        timings["name"] = time.perf_counter() - t
         clusters = named_by_llm(run, staging, clusters, failures, result.labels, params)
-        meta = embeddings_meta(emb, vectors, fail_vectors, failures)
+        meta = got["meta"]
         if sampled:
             meta["sample_of"] = n_fail  # the fit sample's vectors, not every failure's
-        staging.write_npy(rundir.EMBEDDINGS, np.ascontiguousarray(fail_vectors, dtype=np.float32))
         staging.write_json(rundir.EMBEDDINGS_META, meta)
         staging.write_parquet(rundir.CLUSTERS, clusters)
         clustered = int(sum(totals["sizes"].values())) if sampled else int((result.labels >= 0).sum())
@@ -112,13 +107,63 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
             "n_failures": n_fail, "n_clusters": summary["n_clusters"], "noise_share": summary["noise_share"],
             "method": result.method, "note": result.note,
             "resolved": {k: v for k, v in resolved.items() if k != "n_failures"},
-            "embedder_key": getattr(emb, "key", None), "n_embedded": int(len(embed_rows) + totals["placed"]),
+            "embedder_key": got["embedder_key"], "n_embedded": int(got["n_embedded"] + totals["placed"]),
             "embedder_plan": plan.record() if plan else None,
             "engine": {"blocks": True, "fit_sample": int(len(failures)), "context_sample": int(len(context)),
                        "placed_on_workers": int(totals["placed"]),
-                       "described_from": "the fit sample" if sampled else "all failures"},
+                       "described_from": "the fit sample" if sampled else "all failures",
+                       "fitted_on": "a worker" if sampled else "the driver"},
             "timings": {k: round(v, 3) for k, v in timings.items()}})
     return summary
+
+
+def _fit_sample(run_dir: str, failures, context, params: ClusterParams, model, embedder, n_fail: int,
+                vectors_file: str) -> dict:
+    """On a worker: embed the fit sample's failures and context, fit them as the in-process stage does (the
+    sample's own rule above `max_fit`, else the full fit with slice groups), lay them out in 2-D, write the
+    failures' vectors to `vectors_file` (the stage's embeddings.npy, which the placing workers read); send back
+    what the driver needs: the fit per sample row, 2-D positions, the embedder (unloaded) and its description."""
+    import pandas as pd
+
+    from erroranalysis import cluster
+    from erroranalysis.core import files
+    from erroranalysis.stages.embedders import resolve_embedder
+
+    run = rundir.Run.open(run_dir)
+    sampled = n_fail > params.max_fit
+    local = pd.concat([failures, context], ignore_index=True)
+    fail_rows, context_rows = np.arange(len(failures)), np.arange(len(failures), len(local))
+    emb = embedder if hasattr(embedder, "embed") else resolve_embedder(
+        embedder, run, local, cache=params.cache, batch_size=params.embed_batch_size, n_rows=len(local))
+    inputs = Inputs(run, local, emb, None, fail_rows, context_rows, np.zeros(0, np.int64))
+    timings: dict[str, float] = {}
+    vectors, embed_rows = timed(timings, "embed", embed, inputs, None)
+    fail_vectors = vectors[:len(failures)]
+    out: dict = {"slice_names": {}, "result": None}
+    if sampled:
+        fitted, rate, resolved = timed(timings, "cluster", model.fit_sample, vectors,
+                                       np.arange(len(vectors)) < len(failures), failures, n_fail)
+        note = cluster.sample_note(len(failures), n_fail, resolved)
+    else:
+        groups, out["slice_names"] = slice_groups(run, failures, True) if params.slice_groups else (None, {})
+        result = out["result"] = timed(timings, "cluster", fit, model, vectors, len(failures), failures, groups, None)
+        fitted = cluster.Assigned(result.labels, result.membership, result.tier, result.reassigned,
+                                  cluster_tier=result.cluster_tier)
+        rate, resolved, note = result.local_error_rate, result.params, result.note
+    xy = timed(timings, "layout", layout, inputs, vectors, embed_rows, params, None)
+    files.write_npy(Path(vectors_file), np.ascontiguousarray(fail_vectors, dtype=np.float32))
+    return {**out, "fitted": fitted, "rate": rate, "resolved": resolved, "note": note, "xy": xy,
+            "d90": cluster.reference_distance(fail_vectors) if sampled and len(failures) else 0.0,
+            "embedder": emb, "embedder_key": getattr(emb, "key", None), "n_embedded": len(embed_rows),
+            "meta": embeddings_meta(emb, vectors, fail_vectors, failures), "timings": timings}
+
+
+def _described(run_dir: str, failures, result, vectors_file: str, slice_names: dict, params: ClusterParams,
+               correct_texts: list, sizes: dict | None, n_fail: int):
+    """On a worker: clusters.parquet's rows from the fit sample and its vectors (`describe_sample`)."""
+    vectors = np.load(vectors_file) if len(failures) else np.zeros((0, 0), np.float32)
+    return describe_sample(rundir.Run.open(run_dir), failures, result, vectors, slice_names, params, correct_texts,
+                           sizes, n_fail, True)
 
 
 def _numbered(engine, placement, totals: dict, fitted, rate, resolved: dict, note: str, params: ClusterParams,
