@@ -33,6 +33,7 @@ GROUPS = {
     "tests/test_ray_cluster.py": "ray",
     "tests/test_ray_failures.py": "ray",
     "tests/test_token_ray.py": "ray",
+    "tests/test_checks_ray.py": "ray",
     "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
 }
 # The longest units in one `-n 2` run of the whole suite on the shared 2-core machine (load average 10 to 15): the

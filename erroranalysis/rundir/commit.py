@@ -135,6 +135,8 @@ def apply(run_path: Path, plan: dict) -> None:
             os.replace(source, target)
             shutil.rmtree(aside, ignore_errors=True)
         else:
+            if source.is_dir() and (target.is_file() or target.is_symlink()):
+                target.unlink()  # shards replace a single file (the stage ran in-process before); repeatable
             os.replace(source, target)
     for name in plan["remove"]:
         target = Path(run_path) / name
