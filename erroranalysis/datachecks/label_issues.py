@@ -130,25 +130,20 @@ def neighbor_label_probs(vectors: np.ndarray, label_ids: np.ndarray, n_classes: 
     out = np.zeros((n, n_classes), dtype=np.float32)
     if n < 2:
         return out + prior
-    if n <= max_reference:
-        spans = [(0, n, *top_k_neighbors(vectors, k=min(k, n - 1), block_size=block_size))]
-    else:  # a fixed sample as the reference; a row that is in it finds itself first: that match is dropped
-        ref = np.sort(np.random.default_rng(seed).choice(n, max_reference, replace=False))
-        reference = vectors[ref]
-
-        def search(a: int, b: int):
-            index, sims = top_k_neighbors(vectors[a:b], reference, k=k + 1, block_size=block_size)
-            index = np.where(index >= 0, ref[np.maximum(index, 0)], -1)
-            keep = np.argsort(index == np.arange(a, b)[:, None], axis=1, kind="stable")[:, :k]  # others first
-            return a, b, np.take_along_axis(index, keep, 1), np.take_along_axis(sims, keep, 1)
-
-        spans = (search(a, min(a + chunk_rows, n)) for a in range(0, n, chunk_rows))
-    for a, b, index, sims in spans:
-        rows = np.arange(a, b)
-        for j in range(index.shape[1]):  # one neighbour per row at a time: no (row, class) cell twice
-            found = index[:, j] >= 0
-            weight = np.exp((sims[found, j] - 1.0) / temperature).astype(np.float32)
-            out[rows[found], label_ids[index[found, j]]] += weight
+    if n > max_reference:  # a fixed sample as the reference (the rule `--engine ray` shares, block by block)
+        ref = reference_rows(n, max_reference, seed)
+        reference, ref_labels = vectors[ref], label_ids[ref]
+        for a in range(0, n, chunk_rows):
+            b = min(a + chunk_rows, n)
+            out[a:b] = reference_label_probs(vectors[a:b], np.arange(a, b), reference, ref, ref_labels, prior, k=k,
+                                             temperature=temperature, block_size=block_size)
+        return out
+    index, sims = top_k_neighbors(vectors, k=min(k, n - 1), block_size=block_size)
+    rows = np.arange(n)
+    for j in range(index.shape[1]):  # one neighbour per row at a time: no (row, class) cell twice
+        found = index[:, j] >= 0
+        weight = np.exp((sims[found, j] - 1.0) / temperature).astype(np.float32)
+        out[rows[found], label_ids[index[found, j]]] += weight
     out += np.exp((PRIOR_SIMILARITY - 1.0) / temperature) * prior  # as much as one neighbour this alike
     out /= out.sum(axis=1, keepdims=True)
     return out

@@ -9,6 +9,11 @@
 
 Every input is checked before the stage starts, so a bad call leaves earlier artifacts untouched. See
 docs/run-directory.md.
+
+Under `--engine ray` the default checks of a classification run (no `--train`) run on the workers, block by block
+(`erroranalysis.stages.data_checks_ray`): label-issue scores and flags and exact duplicate groups as in-process,
+near duplicates among a seeded sample of `near_sample` rows that checks.json states. Other runs' checks (a train
+file, other tasks) still read every row on the driver, and the run says so on stderr.
 """
 
 from __future__ import annotations

@@ -94,6 +94,9 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
     n_buckets = max(1, min(len(blocks), 64))
     record["engine"] = "ray"
     record["sample"] = {"rows": int(len(sample)), "of": n, "seed": params.seed} if near else None
+    if near and len(sample) < n:
+        reporter.note(f"checks: --engine ray: near duplicates searched among a seeded sample of {len(sample)} of "
+                      f"{n} rows (--near-sample)")
     scratch = Path(tempfile.mkdtemp(prefix=".checks-scratch-", dir=run.path))  # not in .staging: the stage sweeps it
     try:
         ctx = {"probs": str(run.file(rundir.PROBS)), "labels": list(run.labels), "scratch": str(scratch),
@@ -131,7 +134,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
             report["contamination"] = report["leakage"] = report["shift"] = None
             report["findings"] = [f.to_dict() for f in checks_report.checks_findings(report)]
             staging.write_json(rundir.CHECKS_JSON, report)
-            summary = checks_report.summary(report)
+            summary = {**checks_report.summary(report), "near_sample": record["sample"]}
             staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
         return summary
     finally:
