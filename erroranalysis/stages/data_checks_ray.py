@@ -47,13 +47,11 @@ def supported(run, params, train_set, embed) -> str | None:
         return "--train: leakage and shift read every row on the driver (not distributed yet)"
     if run.task != "classification":
         return f"a {run.task} run's checks run in-process on the driver (distributed: classification only)"
-    if readers_usable_probs(run) is False:
-        return "the run has no probs.npy"
+    from erroranalysis.rundir import readers
+
+    if len(run.labels) < 2 or not readers.usable(run, rundir.PROBS):
+        return "no label issues without probabilities over two classes or more; the checks run on the driver"
     return None
-
-
-def readers_usable_probs(run) -> bool:
-    return rundir.readers.usable(run, rundir.PROBS)
 
 
 class Embedding:
