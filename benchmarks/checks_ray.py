@@ -71,9 +71,12 @@ def driver(run: str, engine: str) -> None:
     engine_ = Engine(engine)
     ray_start = 0.0
     if engine_.distributed:
+        import ray
+
         from erroranalysis.engines.ray_data import connect
 
-        start = time.perf_counter()
+        start = time.perf_counter()  # a Ray of its own (a shared machine may run others'), then connect's settings
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         connect(engine_)
         ray_start = time.perf_counter() - start
     before = hwm_mb()
