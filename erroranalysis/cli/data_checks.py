@@ -60,6 +60,9 @@ def _print(out, run: Path, summary: dict) -> None:
         parts.append(f"{summary['n_label_issues']} probable label issues")
     parts.append(f"{summary['n_duplicate_groups']} duplicate groups ({summary['n_conflict_groups']} with "
                  "conflicting labels)")
+    searched = summary.get("near_sample")
+    if searched and searched["rows"] < searched["of"]:
+        parts.append(f"near duplicates searched among a seeded sample of {searched['rows']} rows")
     if summary["n_in_train"] is not None:
         parts.append(f"{summary['n_in_train']} also in train")
     if summary.get("n_contaminated") is not None:

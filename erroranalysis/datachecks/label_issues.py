@@ -130,32 +130,57 @@ def neighbor_label_probs(vectors: np.ndarray, label_ids: np.ndarray, n_classes: 
     out = np.zeros((n, n_classes), dtype=np.float32)
     if n < 2:
         return out + prior
-    if n <= max_reference:
-        spans = [(0, n, *top_k_neighbors(vectors, k=min(k, n - 1), block_size=block_size))]
-    else:  # a fixed sample as the reference; a row that is in it finds itself first: that match is dropped
-        ref = np.sort(np.random.default_rng(seed).choice(n, max_reference, replace=False))
-        reference = vectors[ref]
-
-        def search(a: int, b: int):
-            index, sims = top_k_neighbors(vectors[a:b], reference, k=k + 1, block_size=block_size)
-            index = np.where(index >= 0, ref[np.maximum(index, 0)], -1)
-            keep = np.argsort(index == np.arange(a, b)[:, None], axis=1, kind="stable")[:, :k]  # others first
-            return a, b, np.take_along_axis(index, keep, 1), np.take_along_axis(sims, keep, 1)
-
-        spans = (search(a, min(a + chunk_rows, n)) for a in range(0, n, chunk_rows))
-    for a, b, index, sims in spans:
-        rows = np.arange(a, b)
-        for j in range(index.shape[1]):  # one neighbour per row at a time: no (row, class) cell twice
-            found = index[:, j] >= 0
-            weight = np.exp((sims[found, j] - 1.0) / temperature).astype(np.float32)
-            out[rows[found], label_ids[index[found, j]]] += weight
+    if n > max_reference:  # a fixed sample as the reference (the rule `--engine ray` shares, block by block)
+        ref = reference_rows(n, max_reference, seed)
+        reference, ref_labels = vectors[ref], label_ids[ref]
+        for a in range(0, n, chunk_rows):
+            b = min(a + chunk_rows, n)
+            out[a:b] = reference_label_probs(vectors[a:b], np.arange(a, b), reference, ref, ref_labels, prior, k=k,
+                                             temperature=temperature, block_size=block_size)
+        return out
+    index, sims = top_k_neighbors(vectors, k=min(k, n - 1), block_size=block_size)
+    rows = np.arange(n)
+    for j in range(index.shape[1]):  # one neighbour per row at a time: no (row, class) cell twice
+        found = index[:, j] >= 0
+        weight = np.exp((sims[found, j] - 1.0) / temperature).astype(np.float32)
+        out[rows[found], label_ids[index[found, j]]] += weight
     out += np.exp((PRIOR_SIMILARITY - 1.0) / temperature) * prior  # as much as one neighbour this alike
     out /= out.sum(axis=1, keepdims=True)
     return out
 
 
-def validate(labels, probs, classes, *, source: str = "probabilities") -> tuple[np.ndarray, np.ndarray]:
-    """(integer label ids, row-normalized float64 probabilities), or a one-line DataError."""
+def reference_label_probs(queries, rows, reference, ref_rows, ref_labels, prior, *, k: int = KNN_K,
+                          temperature: float = TEMPERATURE, block_size: int = 4096) -> np.ndarray:
+    """`neighbor_label_probs` for the queries alone (global row numbers `rows`) against a reference sample (its
+    vectors, global rows and label ids) and the whole set's class frequencies `prior`: what each block computes
+    under `--engine ray`, with the sample `neighbor_label_probs` draws (every row up to `max_reference`)."""
+    from erroranalysis.datachecks.duplicates import top_k_neighbors
+
+    out = np.zeros((len(queries), len(prior)), dtype=np.float32)
+    if len(reference):
+        index, sims = top_k_neighbors(queries, reference, k=min(k + 1, len(reference)), block_size=block_size)
+        found_rows = np.where(index >= 0, ref_rows[np.maximum(index, 0)], -1)
+        keep = np.argsort(found_rows == np.asarray(rows)[:, None], axis=1, kind="stable")[:, :k]  # others first
+        index, sims = np.take_along_axis(index, keep, 1), np.take_along_axis(sims, keep, 1)
+        for j in range(index.shape[1]):
+            found = index[:, j] >= 0
+            weight = np.exp((sims[found, j] - 1.0) / temperature).astype(np.float32)
+            out[np.flatnonzero(found), ref_labels[index[found, j]]] += weight
+    out += np.exp((PRIOR_SIMILARITY - 1.0) / temperature) * prior
+    out /= out.sum(axis=1, keepdims=True)
+    return out
+
+
+def reference_rows(n: int, max_reference: int, seed: int) -> np.ndarray:
+    """The rows `neighbor_label_probs` searches among: all up to `max_reference`, else a seeded sample."""
+    if n <= max_reference:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_reference, replace=False))
+
+
+def validate(labels, probs, classes, *, source: str = "probabilities", first_row: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(integer label ids, row-normalized float64 probabilities), or a one-line DataError; rows are numbered from
+    `first_row` (a block's first row)."""
     classes = [str(c) for c in classes]
     if len(classes) < 2:
         raise DataError(f"{source}: {len(classes)} class(es); label-issue detection needs at least 2.")
@@ -171,12 +196,12 @@ def validate(labels, probs, classes, *, source: str = "probabilities") -> tuple[
     bad = ~np.isfinite(probs) | (probs < 0)
     if bad.any():
         row, col = np.argwhere(bad)[0]
-        raise DataError(f"{source}: row {row}, class {classes[col]!r}: probability {float(probs[row, col])!r} is not a "
+        raise DataError(f"{source}: row {row + first_row}, class {classes[col]!r}: probability {float(probs[row, col])!r} is not a "
                         "finite number >= 0; re-run inference.")
     sums = probs.sum(1)
     if (sums <= 0).any():
         row = int(np.argmax(sums <= 0))
-        raise DataError(f"{source}: row {row}: probabilities sum to 0; re-run inference.")
+        raise DataError(f"{source}: row {row + first_row}: probabilities sum to 0; re-run inference.")
     index = {c: i for i, c in enumerate(classes)}
     ids = np.fromiter((index.get(v, -1) for v in labels), dtype=np.int64, count=len(labels))
     unknown = ids < 0

@@ -138,6 +138,8 @@ def apply(run_path: Path, plan: dict) -> None:
             else:
                 aside.unlink(missing_ok=True)
         else:
+            if source.is_dir() and (target.is_file() or target.is_symlink()):
+                target.unlink()  # shards replace a single file (the stage ran in-process before); repeatable
             os.replace(source, target)
     for name in plan["remove"]:
         target = Path(run_path) / name

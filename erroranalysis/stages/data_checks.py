@@ -9,6 +9,11 @@
 
 Every input is checked before the stage starts, so a bad call leaves earlier artifacts untouched. See
 docs/run-directory.md.
+
+Under `--engine ray` the default checks of a classification run (no `--train`) run on the workers, block by block
+(`erroranalysis.stages.data_checks_ray`): label-issue scores and flags and exact duplicate groups as in-process,
+near duplicates among a seeded sample of `near_sample` rows that checks.json states. Other runs' checks (a train
+file, other tasks) still read every row on the driver, and the run says so on stderr.
 """
 
 from __future__ import annotations
@@ -76,6 +81,9 @@ class CheckParams(Params):
     train_near_threshold: float = param(0.8, Float(0, 1, low_open=True), "Generation runs with --train: Jaccard "
                                         "similarity (word 3-grams, MinHash) at or above which two training prompts "
                                         "are near duplicates.")
+    near_sample: int = param(100_000, Int(2), "Under --engine ray: rows (every row up to this many, else a seeded "
+                             "sample) among which near duplicates are searched; checks.json states it.",
+                             advanced=True)
     minhash_perm: int = param(128, Int(16, 1024), "Permutations of the MinHash signatures (more: better recall, "
                               "slower).", advanced=True)
     seed: int = spec_field(SEED)
@@ -96,6 +104,13 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     reporter = progress if isinstance(progress, Reporter) else as_reporter(None)
     say = progress if callable(progress) and not isinstance(progress, Reporter) else (lambda message: None)
     run = rundir.Run.open(run_dir)
+    if engine is not None and engine.distributed:
+        from erroranalysis.stages import data_checks_ray
+
+        why = data_checks_ray.supported(run, params, train_set, embed)
+        if why is None:
+            return _checks_on_ray(run, params, embed, engine, reporter)
+        reporter.note(f"checks: --engine ray: {why}")
     preds = readers.read_predictions(run, columns=["example_id", "text", "label", "pred", "correct"])
     probs = readers.read_probs(run)
     _check_probs(run, preds, probs)
@@ -125,6 +140,36 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
         summary = checks_report.summary(report)
         staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
     return summary
+
+
+def _checks_on_ray(run, params: CheckParams, embed, engine, reporter) -> dict:
+    """The default checks of a classification run on Ray workers (`erroranalysis.stages.data_checks_ray`)."""
+    from erroranalysis.embed import choice as embedder_choice
+    from erroranalysis.engines.blocks import n_rows, plan
+    from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
+
+    n = n_rows(plan(run.file(rundir.PREDICTIONS)))
+    if embed is not None:
+        vector_plan = embedder_choice.Plan(getattr(embed, "__name__", "custom"))
+        embedding = Embedding(vector_plan.source, fn=embed)
+    else:
+        vector_plan = embedder_choice.plan(params.embedder, has_hidden=readers.usable(run, rundir.HIDDEN), n_rows=n,
+                                           uses=("label_issues", "duplicates", "leakage", "shift"))
+        if vector_plan.source == "none":
+            embedding = None
+        elif vector_plan.source == "hidden":
+            embedding = Embedding("hidden", hidden=str(run.file(rundir.HIDDEN)))
+        else:
+            embedder = embedder_choice.text_embedder(vector_plan.source)
+            name = vector_plan.source if vector_plan.source in embedder_choice.NAMES else str(
+                getattr(embedder, "key", vector_plan.source))
+            embedding = Embedding(name, embedder=embedder)
+    record = {**params.record(), "train": None, "embedder": embedding.source if embedding else "none",
+              "vectors": vector_plan.record(), "shift": False}
+    if vector_plan.note:
+        reporter.note(f"checks: {vector_plan.note}")
+    vote = embedding is not None and vector_plan.uses("label_issues") and params.label_issue_neighbors > 0
+    return checks_ray(run, params, record, embedding, vote, engine, reporter)
 
 
 def _contamination(run, table, report, train, params: CheckParams, say, advance) -> None:

