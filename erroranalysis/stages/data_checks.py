@@ -19,7 +19,6 @@ file, other tasks) still read every row on the driver, and the run says so on st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,64 +28,9 @@ import pandas as pd
 from erroranalysis import rundir
 from erroranalysis.core import schemas
 from erroranalysis.core.findings import SEVERITIES
-from erroranalysis.core.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.datachecks import report as checks_report
-from erroranalysis.datachecks.contamination import DEFAULT_N
-from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
-from erroranalysis.embed.choice import EmbedderName
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
-
-
-@dataclass(frozen=True)
-class CheckParams(Params):
-    """The data checks (`erroranalysis data-checks --help`): label issues, duplicates, and with a training file leakage
-    and shift. `embedder` picks the vectors of near duplicates, leakage, the shift classifier and the label-issue
-    neighbour vote by the rule `embedder_choice.plan`; the train file is read with the eval set's column names unless `train_*_column`
-    say otherwise."""
-
-    train: str | None = param(None, File(), "Training data (.jsonl, .csv, .parquet or a save_to_disk folder): adds "
-                              "train/eval leakage and distribution shift; on a generation run, SFT rows (messages, "
-                              "prompt/completion or text) and n-gram contamination, near-duplicate training prompts "
-                              "and lengths.", none="no leakage or shift checks")
-    embedder: str = param("auto", EmbedderName(), "Vectors of the label-issue neighbour vote, near duplicates, "
-                          "leakage and shift: auto (the checkpoint's hidden states when the run has them, else the "
-                          "static model, with MiniLM where it is weaker up to 20,000 rows), static, minilm (at any "
-                          "size), hidden, none (exact duplicates only, no domain classifier) or a local "
-                          "sentence-transformers or model2vec folder.", flag="--check-embedder")
-    label_issue_neighbors: float = param(KNN_WEIGHT, Float(0, 1), "Weight of the neighbours' labels in the "
-                                         "label-issue score (0: the model's confidence alone).", advanced=True)
-    label_issue_k: int = param(KNN_K, Int(1, 500), "Neighbours whose labels vote in the label-issue score.",
-                               advanced=True)
-    near_threshold: float = param(0.95, Float(0, 1, low_open=True), "Cosine similarity at or above which two texts "
-                                  "are near duplicates.")
-    neighbors: int = param(10, Int(1), "Nearest neighbours kept per text in the duplicate search.",
-                           flag="--duplicate-neighbors")
-    block_size: int = param(4096, Int(1), "Rows per block of the exact neighbour search (memory).",
-                            flag="--check-block-size", advanced=True)
-    label_issue_method: str = param("self_confidence", Choice(*METHODS), "cleanlab's label-quality score.",
-                                    advanced=True)
-    filter_by: str = param("prune_by_noise_rate", Choice(*FILTERS), "cleanlab's rule for flagging label issues.",
-                           advanced=True)
-    shift: bool = param(True, Flag(), "With a training file: the distribution-shift report.")
-    train_text_column: str | None = param(None, Text(), "Text column of the training file.",
-                                          none="the eval set's")
-    train_label_column: str | None = param(None, Text(), "Label column of the training file.",
-                                           none="the eval set's")
-    train_id_column: str | None = param(None, Text(), "Id column of the training file.", none="row number")
-    encoding: str = param("utf-8", Text(), "Text encoding of a CSV/JSONL training file.", flag="--train-encoding")
-    split: str | None = param(None, Text(), "Split of a saved DatasetDict training file.", flag="--train-split",
-                              none="the only split")
-    ngram: int = param(DEFAULT_N, Int(1, 100), "Generation runs with --train: words per n-gram of the contamination "
-                       "check (13 as GPT-3 and lm-evaluation-harness; 8 as Tulu 3).")
-    train_near_threshold: float = param(0.8, Float(0, 1, low_open=True), "Generation runs with --train: Jaccard "
-                                        "similarity (word 3-grams, MinHash) at or above which two training prompts "
-                                        "are near duplicates.")
-    near_sample: int = param(100_000, Int(2), "Under --engine ray: rows (every row up to this many, else a seeded "
-                             "sample) among which near duplicates are searched; checks.json states it.",
-                             advanced=True)
-    minhash_perm: int = param(128, Int(16, 1024), "Permutations of the MinHash signatures (more: better recall, "
-                              "slower).", advanced=True)
-    seed: int = spec_field(SEED)
+from erroranalysis.stages.check_parts import CheckParams, no_leakage
 
 
 def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embed: Callable | None = None,
@@ -230,7 +174,7 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
 
     say("duplicates")
     _duplicates(table, report, texts, gold, ids, eval_vectors, near, params)
-    _no_leakage(table, report)
+    no_leakage(table, report)
     if train_set is not None:
         say("leakage")
         train_labels = _train_labels(train_set.frame["label"].astype(str).to_numpy(dtype=object), run.labels)
@@ -252,19 +196,6 @@ def _duplicates(table, report, texts, gold, ids, vectors, near: bool, params: Ch
     for column in ("duplicate_group", "duplicate_kind", "duplicate_conflict"):
         table[column] = dups[column].to_numpy()
     report["duplicates"] = {"near": near, "threshold": params.near_threshold, **duplicate_summary(dups, ids, gold)}
-
-
-def _no_leakage(table, report) -> None:
-    n = len(table)
-    table["contaminated_fields"] = pd.array([None] * n, dtype="string")
-    table["train_row"] = pd.array([None] * n, dtype="Int64")
-    report["contamination"] = None
-    table["in_train"] = pd.array([None] * n, dtype="boolean")
-    table["train_id"] = pd.array([None] * n, dtype="string")
-    table["train_similarity"] = np.full(n, np.nan, dtype=np.float32)
-    table["train_label_differs"] = pd.array([None] * n, dtype="boolean")
-    report["leakage"] = None
-    report["shift"] = None
 
 
 def _leakage(table, report, texts, gold, ids, train_set, train_labels, eval_vectors, train_vectors, near: bool,

@@ -1,0 +1,182 @@
+"""The duplicate search of the checks stage under `--engine ray` (`data_checks_ray.py` runs it): exact groups, one
+task per partition of the rows' text keys; near duplicates, one task over the seeded sample's vectors; and each
+block's duplicate columns for the write pass. Here too the scratch-file helpers the passes of both modules use.
+The passes are module-level: Ray pickles them."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from erroranalysis.datachecks import blockwise as bw
+from erroranalysis.engines import blocks as eb
+
+
+def write_npz(path: Path, **arrays) -> None:
+    """`arrays` into one .npz scratch file, written atomically."""
+    from erroranalysis.core import files
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
+            np.savez(f, **arrays)
+
+    files.atomic_write(path, save)
+
+
+def load_shards(scratch, name) -> tuple[np.ndarray, dict]:
+    """The shards of `name` in row order: (vectors, {column: values})."""
+    folder = Path(scratch) / name
+    shards = sorted(folder.glob("part-*.npy")) if folder.is_dir() else []
+    parts = [np.load(s) for s in shards]
+    vectors = np.concatenate([p for p in parts if p.size]) if any(p.size for p in parts) else np.zeros((0, 0))
+    columns: dict = {}
+    for s in shards:
+        extra = s.with_suffix(".npz")
+        if extra.is_file():
+            with np.load(extra, allow_pickle=False) as z:
+                for key in z.files:
+                    columns.setdefault(key, []).append(z[key])
+    return vectors, {k: np.concatenate(v) for k, v in columns.items()}
+
+
+def _task_table(path: Path, values: list) -> Path:
+    """A Parquet file of one row per task (`map_blocks` with one row per block runs one task per value)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"task": values}), path, row_group_size=1)
+    return path
+
+
+def duplicates(scratch: Path, blocks, n_buckets: int, near: bool, params, engine) -> dict:
+    """Steps 3 and 4 of `data_checks_ray`: exact groups per key partition, near pairs on the sample; the per-row
+    lookups the write pass needs and the summary (as `duplicates.duplicate_summary`)."""
+    pairs: list = []
+    if near:
+        tasks = _task_table(scratch / "near-task.parquet", [0])
+        for _, found in eb.map_blocks(_near_pairs, tasks, engine, rows_per_block=1, kwargs={
+                "scratch": str(scratch), "threshold": params.near_threshold, "k": params.neighbors,
+                "block_size": params.block_size}):
+            pairs = found
+    near_keys = frozenset(k for pair in pairs for k in pair)
+    starts = np.asarray([b.start for b in blocks], dtype=np.int64)
+    tasks = _task_table(scratch / "bucket-tasks.parquet", list(range(n_buckets)))
+    per_block = np.zeros(len(blocks), np.int64)
+    counts = {"n_groups": 0, "n_examples": 0, "n_conflict_groups": 0, "n_examples_in_conflicts": 0}
+    top, summaries = [], {}
+    for _, got in eb.map_blocks(_bucket, tasks, engine, rows_per_block=1, kwargs={
+            "scratch": str(scratch), "near_keys": near_keys, "starts": starts}):
+        per_block += got["per_block"]
+        for key in counts:
+            counts[key] += got["counts"][key]
+        top = bw.keep_top(top + got["top"])
+        summaries.update(got["near"])
+    components = bw.near_components(pairs, summaries)
+    unique = {id(c): c for c in components.values()}.values()
+    near_firsts = np.sort(np.asarray([c["first"] for c in unique], dtype=np.int64))
+    per_block += np.bincount(np.searchsorted(starts, near_firsts, side="right") - 1, minlength=len(blocks))
+    offsets = np.r_[0, np.cumsum(per_block)[:-1]]
+    top = bw.keep_top(top + [bw.group_entry(c, "near") for c in unique])
+    firsts_of = functools.partial(_firsts_of, str(scratch), tuple(starts.tolist()), near_firsts)
+    numbers = bw.group_numbers(np.asarray([e["first"] for e in top], np.int64), starts, offsets, firsts_of)
+    n_near = len(near_firsts)
+    n_groups = counts["n_groups"] + n_near
+    n_examples = counts["n_examples"] + sum(c["size"] for c in unique)
+    n_conflict = [c for c in unique if len(c["labels"]) > 1]
+    summary = {
+        "n_groups": n_groups, "n_exact_groups": counts["n_groups"], "n_near_groups": n_near,
+        "n_examples_in_groups": n_examples, "n_redundant": n_examples - n_groups,
+        "n_conflict_groups": counts["n_conflict_groups"] + len(n_conflict),
+        "n_examples_in_conflicts": counts["n_examples_in_conflicts"] + sum(c["size"] for c in n_conflict),
+        "groups": [{"group": int(g), "kind": e["kind"], "size": e["size"], "conflict": e["conflict"],
+                    "example_ids": e["example_ids"], "labels": e["labels"]} for g, e in zip(numbers, top)]}
+    near_rows = {key: (c["first"], len(c["labels"]) > 1) for key, c in components.items()}
+    return {"summary": summary, "per_row": {"near": near_rows, "offsets": offsets, "starts": starts,
+                                            "near_firsts": near_firsts}}
+
+
+def _firsts_of(scratch: str, starts: tuple, near_firsts: np.ndarray, b: int) -> np.ndarray:
+    """Sorted first rows of the groups that start in block `b`: the partitions' files and the near groups'."""
+    folder = Path(scratch) / "firsts" / str(starts[b])
+    parts = [np.load(f) for f in sorted(folder.glob("*.npy"))] if folder.is_dir() else []
+    stop = starts[b + 1] if b + 1 < len(starts) else np.iinfo(np.int64).max
+    parts.append(near_firsts[(near_firsts >= starts[b]) & (near_firsts < stop)])
+    return np.sort(np.concatenate(parts))
+
+
+def _near_pairs(table, block, *, scratch, threshold, k, block_size):
+    """Near-duplicate pairs among the sample's distinct texts (each key's first sampled row): pairs of keys."""
+    from erroranalysis.datachecks.duplicates import exact_representatives, near_duplicate_pairs
+
+    vectors, columns = load_shards(scratch, "sample")
+    keys = columns.get("keys", np.zeros(0, "S16"))
+    if len(keys) < 2:
+        return []
+    reps, _ = exact_representatives(keys)
+    if len(reps) < 2:
+        return []
+    pairs = near_duplicate_pairs(vectors[reps], threshold=threshold, k=k, block_size=block_size)
+    rep_keys = keys[reps]
+    return [(bytes(rep_keys[i]), bytes(rep_keys[j])) for i, j in zip(pairs["i"], pairs["j"])]
+
+
+def _bucket(table, block, *, scratch, near_keys, starts):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+
+    p = int(table.column("task")[0].as_py())
+    folder = Path(scratch) / "hashes" / str(p)
+    shards = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
+    if not shards:
+        return {"per_block": np.zeros(len(starts), np.int64), "counts": {"n_groups": 0, "n_examples": 0,
+                "n_conflict_groups": 0, "n_examples_in_conflicts": 0}, "top": [], "near": {}}
+    data = pa.concat_tables([pq.read_table(s) for s in shards])
+    keys = np.asarray(data.column("key").to_pylist(), dtype="S16")
+    got = bw.bucket_groups(keys, data.column("row").to_numpy(), np.asarray(data.column("label").to_pylist(), object),
+                           np.asarray(data.column("example_id").to_pylist(), object), near_keys)
+    rows, first, conflict = got.pop("assign")
+    where = np.searchsorted(starts, rows, side="right") - 1
+    for b in np.unique(where):
+        mine = where == b
+        out = Path(scratch) / "assign" / str(starts[b])
+        out.mkdir(parents=True, exist_ok=True)
+        write_npz(out / f"{p}.npz", rows=rows[mine], first=first[mine], conflict=conflict[mine])
+    firsts = got.pop("firsts")
+    fb = np.searchsorted(starts, firsts, side="right") - 1
+    for b in np.unique(fb):
+        out = Path(scratch) / "firsts" / str(starts[b])
+        out.mkdir(parents=True, exist_ok=True)
+        files.write_npy(out / f"{p}.npy", firsts[fb == b])
+    got["per_block"] = np.bincount(fb, minlength=len(starts)).astype(np.int64)
+    return got
+
+
+def duplicate_columns(table, block, rows, dups, scratch):
+    from erroranalysis.datachecks.duplicates import text_keys
+
+    n = block.rows
+    first = np.full(n, -1, np.int64)
+    conflict = np.zeros(n, bool)
+    kind = np.full(n, "", dtype=object)
+    folder = Path(scratch) / "assign" / str(block.start)
+    for f in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
+        with np.load(f) as z:
+            at = z["rows"] - block.start
+            first[at], conflict[at], kind[at] = z["first"], z["conflict"], "exact"
+    if dups["near"]:
+        keys = text_keys(table.column("text").to_pylist())
+        for i, key in enumerate(keys.tolist()):
+            hit = dups["near"].get(key)
+            if hit is not None:
+                first[i], conflict[i], kind[i] = hit[0], hit[1], "near"
+    group = np.full(n, -1, np.int64)
+    grouped = first >= 0
+    if grouped.any():
+        starts = dups["starts"]
+        firsts_of = functools.partial(_firsts_of, scratch, tuple(starts.tolist()), dups["near_firsts"])
+        group[grouped] = bw.group_numbers(first[grouped], starts, dups["offsets"], firsts_of)
+    return group, kind, conflict
