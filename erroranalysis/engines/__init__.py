@@ -31,8 +31,7 @@ class Engine(Params):
     GPUs and the device allows, else one per CPU) and `blocks_per_actor` (how finely the rows are cut)."""
 
     engine: str = param("local", Choice(*ENGINES), "Where inference and the stages after it run: local (this "
-                      "process) or ray (Ray Data workers over blocks of rows, the driver holding counts; pip install "
-                      "'erroranalysis-ml[ray]').", flag="--engine")
+                      "process) or ray (Ray Data; pip install 'erroranalysis-ml[ray]').", flag="--engine")
     address: str | None = param(None, Text(), "With --engine ray: auto (the cluster this machine is in) or "
                                 "HOST:PORT.", flag="--ray-address", none="start a local Ray")
     concurrency: int | None = param(None, Int(1), "With --engine ray: actors.", flag="--ray-actors",
