@@ -22,17 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, table  # noqa: E402
+from common import hwm_mb, load_average, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
-
-
-def hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def write_predictions(path: Path, n: int, seed: int = 0) -> Path:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, table  # noqa: E402
+from common import hwm_mb, load_average, table  # noqa: E402
 
 LABELS = ["billing", "account", "shipping"]
 GROUPS = [  # (gold, pred, words) of the planted failure groups
@@ -71,14 +71,6 @@ def write_predictions(path: Path, n: int, failure_share: float, seed: int = 0) -
             writer.write_table(pa.table({"id": [f"r{i}" for i in range(start, start + m)], "text": texts,
                                          "label": golds, "pred": preds}, schema=schema))
     return path
-
-
-def hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def driver(run: str, engine: str) -> None:

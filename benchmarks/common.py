@@ -46,6 +46,15 @@ def corpus_sentences() -> list[str]:
     return sentences
 
 
+def hwm_mb() -> float:
+    """This process's peak resident memory so far (VmHWM), MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def load_average() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, table  # noqa: E402
+from common import hwm_mb, load_average, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
 WORDS = ["awful", "broken", "refund", "delivered", "package", "order", "great", "love", "perfect", "item", "the"]
@@ -73,14 +73,6 @@ def write_run(out: Path, n: int, row_group: int | None = None, seed: int = 0) ->
                 pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), staging.file(rundir.PREDICTIONS),
                                row_group_size=row_group)
             staging.write_npy(rundir.PROBS, probs.astype(np.float32))
-
-
-def hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def driver(out: str, way: str) -> None:

@@ -4,7 +4,7 @@ A tiny random-weight classifier from a real config (BERT, 2 layers, 32 wide, the
 Parquet eval set of short texts, `--engine ray` on a local Ray on this machine's CPUs: the workers read the Parquet
 row ranges themselves, predict, and write the shards; the driver sends row ranges and sums counts. Each size runs
 in its own driver process, which prints its peak resident memory (VmHWM) after the infer stage and after the
-metrics stage (which reads the predictions' label and pred columns on the driver), and the wall seconds of
+metrics stage (counted by the workers block by block since issue 36), and the wall seconds of
 inference (Ray's start included). The in-process engine at `--actors-at` rows is the peer. Ray's own processes (raylet, GCS, the actors)
 are not the driver's and are not counted.
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, table  # noqa: E402
+from common import hwm_mb, load_average, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
 WORDS = ["awful", "terrible", "broken", "refund", "worst", "delivered", "package", "tuesday", "order", "received",
@@ -62,14 +62,6 @@ def write_eval_set(path: Path, n: int, seed: int = 0) -> Path:
             w.write_table(pa.table({"id": [f"r{i}" for i in range(start, start + m)], "text": texts,
                                     "label": list(np.asarray(LABELS, dtype=object)[rng.integers(0, 3, m)])}))
     return path
-
-
-def hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def driver(checkpoint: str, data: str, out: str, engine: str, actors: int | None, metrics: bool) -> None:

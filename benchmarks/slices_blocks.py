@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import load_average, table  # noqa: E402
+from common import hwm_mb, load_average, table  # noqa: E402
 
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 GROUP = 65_536
@@ -85,14 +85,6 @@ def _schema():
                       ("pred", pa.string()), ("correct", pa.bool_()), ("confidence", pa.float32()),
                       ("loss", pa.float32()), ("n_tokens", pa.int32()), ("truncated", pa.bool_()),
                       ("source", pa.string()), ("score", pa.float64())])
-
-
-def hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def child(run: str, engine: str) -> None:

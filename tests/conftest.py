@@ -133,6 +133,16 @@ def build_tiny_checkpoint(folder: Path, labels: list[str] = LABELS, seed: int = 
     return folder
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """A real local Ray on two CPUs for one test module (the Ray tests run in one xdist group, one after another;
+    tests/test_ray_cluster.py starts a cluster of its own between them)."""
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "checkpoint")

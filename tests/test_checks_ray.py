@@ -53,14 +53,6 @@ def planted_predictions(path, n=600, seed=0):
     return set(flipped.tolist()), exact, near
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def word_vectors(texts, dim=64):
     """Bag-of-words vectors, case-sensitive (deterministic, picklable): near copies share all but one word; the
     upper-case exact copies get vectors of their own, so that no two rows tie as neighbours (ties may be broken

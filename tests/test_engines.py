@@ -35,14 +35,6 @@ def _small_chunks(monkeypatch, tmp_path):
     monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @contextlib.contextmanager
 def ray_warnings():
     """The warnings Ray Data gives meanwhile, as Python warnings (its "the operator only received 1 input(s)" is
@@ -274,12 +266,11 @@ def test_sinks_keep_hidden_states_as_asked(tmp_path, dtype, sharded):
 def test_blocks_mapped_on_ray_give_the_in_process_results(local_ray, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from erroranalysis.core.errors import DataError
     import test_blocks
     from ray import cloudpickle
     from test_blocks import _refuse_at, _sum
 
+    from erroranalysis.core.errors import DataError
     from erroranalysis.engines import blocks
 
     cloudpickle.register_pickle_by_value(test_blocks)  # the workers cannot import a test module

@@ -98,14 +98,6 @@ def test_blocks_give_the_in_process_metrics_of_a_generation_run(tmp_path):
     assert json.loads(metrics_text(run)) == in_process(run)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_ray_gives_the_same_metrics_json(tmp_path, local_ray):
     from test_failure_modes import planted_rows as generation_rows
 

@@ -21,14 +21,6 @@ ROWS = 120
 AFTER = stages.AfterParams.with_seed(0, checks=False, slices=False, cluster=False)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.fixture(autouse=True)
 def _small_blocks(monkeypatch):
     import erroranalysis.engines.blocks as engine_blocks

@@ -166,14 +166,6 @@ def test_the_stage_from_blocks_in_process_gives_the_in_process_tables(analyzed, 
     pd.testing.assert_frame_equal(tables(tmp_path / "run")[1], members)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_the_stage_on_ray_gives_the_in_process_tables(local_ray, analyzed, tmp_path, monkeypatch):
     from erroranalysis.engines import Engine
 

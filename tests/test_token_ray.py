@@ -18,14 +18,6 @@ from erroranalysis.stages import AfterParams, TokenParams, run_token_classificat
 AFTER = AfterParams(checks=None, slices=None, cluster=None)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.slow
 def test_ray_gives_the_in_process_token_run(local_ray, tmp_path):
     model = build_tiny_token_classifier(tmp_path / "model")

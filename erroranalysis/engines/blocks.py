@@ -153,38 +153,23 @@ def call_on_worker(fn: Callable, engine=None, **kwargs) -> Any:
         return fn(**kwargs)
     from threadpoolctl import threadpool_info
 
-    from erroranalysis.engines import EngineError
-    from erroranalysis.engines.ray_data import MAX_TASK_RETRIES, block_error, connect, failure_reason
+    from erroranalysis.engines.ray_data import run_task
 
-    ray = connect(engine)
-    task = ray.remote(num_cpus=1, max_retries=MAX_TASK_RETRIES)(_call_one)
-    try:
-        threads = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)
-        torch = sys.modules.get("torch")
-        torch_threads = torch.get_num_threads() if torch is not None else None
-        error, result = ray.get(task.remote(fn, kwargs, threads, torch_threads))
-    except ray.exceptions.RayError as exc:
-        raise EngineError(f"--engine ray: the task {fn.__name__} failed ({failure_reason(exc)}); nothing was "
-                          "committed, run the command again.") from None
-    if error:
-        raise block_error(error)
-    return result
+    threads = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=None)
+    torch = sys.modules.get("torch")
+    return run_task(_with_threads, engine, step=fn, kwargs=kwargs, threads=threads,
+                    torch_threads=torch.get_num_threads() if torch is not None else None)
 
 
-def _call_one(fn: Callable, kwargs: dict, threads: int | None, torch_threads: int | None) -> tuple[str, Any]:
+def _with_threads(step: Callable, kwargs: dict, threads: int | None, torch_threads: int | None) -> Any:
     from threadpoolctl import threadpool_limits
-
-    from erroranalysis.core.errors import UserError
 
     if torch_threads:
         import torch
 
         torch.set_num_threads(torch_threads)
-    try:
-        with threadpool_limits(limits=threads, user_api="blas"):
-            return "", fn(**kwargs)
-    except UserError as exc:
-        return f"{type(exc).__name__}\t{exc}", None
+    with threadpool_limits(limits=threads, user_api="blas"):
+        return step(**kwargs)
 
 
 def _reporting(results, progress):
@@ -223,9 +208,7 @@ def _on_ray(fn, blocks: list[Block], engine, columns, kwargs) -> Iterator[tuple[
     from erroranalysis.engines import EngineError
     from erroranalysis.engines.ray_data import block_error, bounded_map, connect, failure_reason
 
-    ray = connect(engine)
-    import ray.data
-
+    ray = connect(engine)  # Ray with ray.data imported
     if not blocks:
         return
     items = ray.data.from_items([{"i": i} for i in range(len(blocks))], override_num_blocks=len(blocks))

@@ -215,9 +215,7 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
             hidden_dtype: str = "float32", reading=None) -> np.ndarray:
     """Inference over `inputs` (an `input_table`) on Ray, shards into `paths` (predictions, probs, hidden or None);
     the summed confusion counts and the (rows, tokens) batching the workers ran, each distinct one once."""
-    ray = connect(engine)
-    import ray.data
-
+    ray = connect(engine)  # Ray with ray.data imported
     actors, gpus = _start(ray, engine, predictor_kwargs, paths)
     kwargs = {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}
     blocks, actors = plan(inputs, engine, actors, chunk_size)
@@ -258,9 +256,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
 
     from erroranalysis.sources import blocks
 
-    ray = connect(engine)
-    import ray.data
-
+    ray = connect(engine)  # Ray with ray.data imported
     actors, gpus = _start(ray, engine, predictor_kwargs, paths)
     n_rows = scanned.n_rows
     size = engine.block_rows(n_rows, actors, chunk_size)

@@ -250,8 +250,10 @@ def _label_issues(path, engine, ctx, mixed, counts, sums, filter_by) -> dict:
     active = bw.active_cells(filter_by, quota)
     if not active.any():
         return state
-    hist = bw.merge_sparse([r for _, r in eb.map_blocks(_histogram, path, engine, columns=["label"], rows_per_block=rpb,
-                                                        kwargs={**kw, "active": active})])
+    hist = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    for _, part in eb.map_blocks(_histogram, path, engine, columns=["label"], rows_per_block=rpb,
+                                 kwargs={**kw, "active": active}):
+        hist = bw.merge_sparse([hist, part])  # as they come: at most active cells x BINS keys held, not every block's
     bounds = bw.boundaries(hist, quota)
     candidates = [c for _, r in eb.map_blocks(_candidates, path, engine, columns=["label"], rows_per_block=rpb,
                                               kwargs={**kw, "bounds": bounds}) for c in r]

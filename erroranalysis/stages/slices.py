@@ -12,6 +12,7 @@ as in process; duplicate example ids are then checked within each block only.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,19 @@ def _record(run: Run, params: SliceParams, support: int, meta_cols: list[str], e
             "embedder": None if not params.merge else ("all-MiniLM-L6-v2" if embed_fn is None else "custom")}
 
 
+def _words_on_a_worker(engine, words):
+    """The packaged word-embedding model's vectors of `words` (a few hundred), computed in a Ray task."""
+    from erroranalysis.engines import blocks
+
+    return blocks.call_on_worker(_embed_words, engine, words=list(words))
+
+
+def _embed_words(words: list[str]):
+    from erroranalysis.slices import default_word_embedder
+
+    return default_word_embedder()(words)
+
+
 def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=None, engine=None) -> dict[str, Any]:
     """The stage from per-block counts (`erroranalysis.slices.search_blocks`): on a distributed engine's workers,
     which also write the members, or, `engine` None, block after block in this process. `slices_run` calls it for a
@@ -106,6 +120,8 @@ def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=Non
                                  rows_per_block=blocks.ROWS_PER_BLOCK)
         return (result for _, result in done)
 
+    if embed_fn is None and params.merge and engine is not None and engine.distributed:
+        embed_fn = functools.partial(_words_on_a_worker, engine)  # the driver loads no model
     with run.stage(STAGE, record) as staging:
         found = sl.search_blocks(run_pass, n, min_support=support, params=params, embed_fn=embed_fn)
         result = found.result
