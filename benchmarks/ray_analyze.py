@@ -7,7 +7,9 @@ topics, ~80% right, prob_<label> columns, a metadata column, 1% exact and 1% edi
 with `--engine ray` (a local Ray the driver starts, one task per CPU).
 Each run is its own process; printed per size and engine: wall seconds, the driver's own peak resident memory
 (VmHWM, read from /proc every 0.1 s; Ray's raylet, GCS and workers are other processes and not counted), each
-stage's seconds from the manifest, and, where both engines ran, what differs between their outputs.
+stage's seconds from the manifest, and, where both engines ran, what differs between their outputs (metrics exactly;
+label issues and duplicate kinds by counts: above 100,000 rows Ray searches near duplicates among a seeded sample
+of 100,000, and above 200,000 the in-process label-issue rule is cleanlab's batched estimate, Ray's the exact rule).
 
     .venv/bin/python benchmarks/ray_analyze.py                                  # 100k: both engines
     .venv/bin/python benchmarks/ray_analyze.py --sizes 100000 1000000 5000000 --local-up-to 1000000
@@ -96,10 +98,11 @@ def differences(a: Path, b: Path) -> str:
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     out.append("metrics same" if ma == mb else "metrics DIFFER: " + ", ".join(k for k in ma if ma.get(k) != mb.get(k)))
     ca, cb = (pd.read_parquet(p / "checks.parquet") for p in (a, b))
-    for column in ("label_issue", "duplicate_group"):
-        if column in ca and column in cb:
-            same = (ca[column].fillna(-1).to_numpy() == cb[column].fillna(-1).to_numpy()).mean()
-            out.append(f"checks {column} {same:.1%} same")
+    same = (ca["label_issue"].to_numpy() == cb["label_issue"].to_numpy()).mean()
+    out.append(f"label issues {int(ca['label_issue'].sum()):,} vs {int(cb['label_issue'].sum()):,} ({same:.1%} of rows "
+               "flagged alike)")
+    kinds = [c["duplicate_kind"].replace("", "none").value_counts().to_dict() for c in (ca, cb)]
+    out.append(f"duplicate rows by kind {kinds[0]} vs {kinds[1]}")
     sa, sb = (pd.read_parquet(p / "slices.parquet") for p in (a, b))
     shared = len(set(sa["description"]) & set(sb["description"]))
     out.append(f"slices {len(sa)} vs {len(sb)} ({shared} shared)")
