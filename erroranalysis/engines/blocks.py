@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-ROWS_PER_BLOCK = 65_536
+from erroranalysis.core import files
+
+ROWS_PER_BLOCK = files.ROW_GROUP  # a block is a row group of the run's own Parquet files
 SHARD = "part-{start:012d}.parquet"
 
 
@@ -121,8 +123,6 @@ def write_shard(folder, block: Block, table) -> None:
     """Write `table` (this block's per-row output) as the shard of its first row, atomically: a task that Ray runs
     twice writes the same shard with the same content."""
     import pyarrow.parquet as pq
-
-    from erroranalysis.core import files
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
