@@ -90,3 +90,16 @@ def test_blocks_read_whole_row_groups(tmp_path):
     assert [b.rows for b in plan] == [260] * 3 + [220]  # two groups a block; the last 1000 - 780
     assert all(b.offset == b.first_row for b in plan)
     assert [b.rows for b in blocks.plan(path, 100)][:3] == [100, 30, 100]  # a larger group is cut
+
+
+def test_a_damaged_shard_is_the_readers_one_line_error(tmp_path):
+    from erroranalysis.core.errors import RunError
+
+    path, _ = _artifact(tmp_path, sharded=True)
+    (path / "part-000000000334.parquet").write_bytes(b"not parquet")
+    with pytest.raises(RunError, match=r"part-000000000334.parquet: unreadable, damaged .*run the stage"):
+        blocks.map_blocks(_sum, path, None, kwargs={"column": "y"}, rows_per_block=100, ordered=True)
+    (tmp_path / "probs.npy").mkdir()
+    (tmp_path / "probs.npy" / "part-000000000000.npy").write_bytes(b"junk")
+    with pytest.raises(RunError, match="unreadable, damaged"):
+        blocks.read_npy_rows(tmp_path / "probs.npy", blocks.plan(path, 100)[0])

@@ -63,7 +63,10 @@ def plan(path, rows_per_block: int | None = None) -> list[Block]:
     rows_per_block = rows_per_block or ROWS_PER_BLOCK
     blocks, start = [], 0
     for file in files_of(path):
-        meta = pq.ParquetFile(file).metadata
+        try:
+            meta = pq.ParquetFile(file).metadata
+        except Exception as exc:  # pyarrow's own types
+            raise _unreadable(file, exc) from None
         offset, pending = 0, []  # pending: the row groups (index, rows) of the block being filled
         for i in range(meta.num_row_groups):
             size = meta.row_group(i).num_rows
@@ -96,7 +99,10 @@ def read(block: Block, columns=None):
     """The block's rows (an Arrow table), only `columns` when given."""
     import pyarrow.parquet as pq
 
-    table = pq.ParquetFile(block.file).read_row_groups(list(block.groups), columns=columns)
+    try:
+        table = pq.ParquetFile(block.file).read_row_groups(list(block.groups), columns=columns)
+    except Exception as exc:  # pyarrow's own types; its messages can quote cells, so only the kind is said
+        raise _unreadable(block.file, exc) from None
     return table.slice(block.offset - block.first_row, block.rows)
 
 
@@ -107,16 +113,33 @@ def read_npy_rows(path, block: Block):
 
     path = Path(path)
     if not path.is_dir():
-        return np.asarray(np.load(path, mmap_mode="r", allow_pickle=False)[block.start:block.stop])
-    parts = []
-    for shard in sorted(path.glob("part-*.npy")):
-        first = int(shard.name[len("part-"):-len(".npy")])
+        return np.asarray(_npy(path)[block.start:block.stop])
+    parts, first = [], 0  # shards in name order are row order, as every reader takes them (rundir.formats.npy):
+    for shard in sorted(path.glob("part-*.npy")):  # offsets from their lengths, no number parsed from a name
         if first >= block.stop:
             break
-        array = np.load(shard, mmap_mode="r", allow_pickle=False)
+        array = _npy(shard)
         if first + len(array) > block.start:
             parts.append(array[max(0, block.start - first):block.stop - first])
+        first += len(array)
     return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+
+
+def _npy(file: Path):
+    import numpy as np
+
+    try:
+        return np.load(file, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise _unreadable(file, exc) from None
+
+
+def _unreadable(file, exc: Exception):
+    """The run's own file damaged: the one-line error every reader gives (`rundir.formats`), raised on a worker or
+    here alike."""
+    from erroranalysis.core.errors import RunError
+
+    return RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it again.")
 
 
 def write_shard(folder, block: Block, table) -> None:
