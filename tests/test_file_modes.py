@@ -112,3 +112,26 @@ def test_a_cache_folder_is_built_whole_with_the_rules_mode(tmp_path):
         assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["model"]
     finally:
         os.umask(old)
+
+
+def test_a_scratch_folder_left_by_a_killed_command_is_swept_by_the_next(tmp_path):
+    """scratch_folder: a process killed with SIGKILL leaves its folder; the next command removes it, and leaves a
+    live process's folder and another host's (a shared disk) alone; its own folder goes when the block ends."""
+    import signal
+    import sys
+
+    code = ("import sys, time; from erroranalysis.core import files\n"
+            "with files.scratch_folder(sys.argv[1], '.run.rows-') as f:\n"
+            "    (f / 'rows.parquet').write_text('x'); print(f, flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    left = Path(child.stdout.readline().strip())
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert left.is_dir()  # SIGKILL: nothing could clean up
+    elsewhere = tmp_path / ".run.rows-otherhost-1-abc"
+    elsewhere.mkdir()
+    with files.scratch_folder(tmp_path, ".run.rows-") as live:
+        assert not left.exists() and elsewhere.is_dir() and live.is_dir()
+        with files.scratch_folder(tmp_path, ".run.rows-") as other:  # this (live) process's folder stays
+            assert live.is_dir() and other != live
+    assert not live.exists() and elsewhere.is_dir()

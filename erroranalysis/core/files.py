@@ -101,6 +101,37 @@ def folder_build(target: Path, done: str):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextmanager
+def scratch_folder(parent: str | Path, prefix: str):
+    """A fresh hidden folder `<prefix><host>-<pid>-*` in `parent` for a command's scratch files, removed when the
+    block ends. A process killed with SIGKILL cannot remove its own, so the folders of this host's processes that
+    are gone are swept here first (a live process's, or another host's on a shared disk, are left alone)."""
+    import socket
+
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname().replace("-", "_")
+    for old in parent.glob(f"{prefix}{host}-*-*"):
+        pid = old.name[len(prefix) + len(host) + 1:].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{host}-{os.getpid()}-", dir=parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 def sync_file(path: str | Path) -> None:
     """fsync one file: its content is on disk when this returns."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))

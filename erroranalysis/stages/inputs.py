@@ -4,18 +4,18 @@ A Parquet file is read by the workers in row ranges as it is. A JSONL or CSV fil
 without reading it (a CSV's quoted cells may span lines), so one worker reads it with the in-process reader and
 writes a Parquet copy that keeps each row's line number (`erroranalysis.sources.blocks.to_parquet`); the blocks are
 read from the copy, their errors naming the user's file and line. The copy lives in a hidden folder beside the run
-(on the filesystem the workers share with the driver, as the run's own shards are) and goes when the command ends.
+(on the filesystem the workers share with the driver, as the run's own shards are) and goes when the command ends;
+one left by a command killed with SIGKILL is removed by the next (`core.files.scratch_folder`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from erroranalysis.core import storage
+from erroranalysis.core import files, storage
 from erroranalysis.sources import blocks
 from erroranalysis.sources.table import DataOptions, InMemory
 
@@ -29,14 +29,10 @@ def workers_read(data) -> bool:
 @contextlib.contextmanager
 def scratch(beside) -> Iterator[Path]:
     """A hidden folder beside `beside` (the run's path: on the filesystem the workers share) for what workers write
-    while they read the inputs; removed when the block ends."""
+    while they read the inputs; removed when the block ends (or by the next command, after a SIGKILL)."""
     parent = Path(tempfile.gettempdir()) if storage.is_url(beside) else Path(beside).resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f".{Path(str(beside)).name}.rows-", dir=parent))
-    try:
+    with files.scratch_folder(parent, f".{Path(str(beside)).name}.rows-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
