@@ -1,0 +1,181 @@
+"""Multi-label, regression and token-classification metrics from per-block partials (`metrics.task_partials`,
+`tokens.sentence_counts`): merged over random splits of the rows they give the whole-table `compute_*_metrics`
+byte for byte (json), and the metrics stage gives the same metrics.json under a local Ray as in this process."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from erroranalysis.infer.predictions import bin_labels, bin_names, quantile_edges
+from erroranalysis.metrics import multilabel as ml
+from erroranalysis.metrics import task_partials as tp
+from erroranalysis.metrics.partials import LIST
+from erroranalysis.metrics.regression import compute_regression_metrics
+from erroranalysis.metrics.tokens import (
+    add_counts,
+    compute_token_metrics,
+    sentence_counts,
+    token_metrics_from_counts,
+)
+
+KINDS = {"tags": LIST}
+
+
+def metadata(rng, n: int) -> pd.DataFrame:
+    """A column for every bucket rule: a few strings, many floats with missing cells, an int with missing cells,
+    tags as lists."""
+    price = np.round(rng.gamma(2, 50, n), 1)
+    price[rng.random(n) < 0.1] = np.nan
+    stars = pd.array(rng.integers(1, 4, n), dtype="Int64")
+    stars[rng.random(n) < 0.1] = pd.NA
+    tag_sets = [["x"], ["y"], ["x", "y"], [], ["z", "x"]]
+    return pd.DataFrame({"channel": np.asarray(["web", "app", "mail"], dtype=object)[rng.integers(0, 3, n)],
+                         "price": price, "stars": stars,
+                         "tags": [tag_sets[i] for i in rng.integers(0, len(tag_sets), n)]})
+
+
+def splits(rng, n: int, blocks: int) -> list[tuple[int, int]]:
+    cuts = np.r_[0, np.sort(rng.choice(np.arange(1, n), blocks - 1, replace=False)), n]
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+
+
+def two_passes(n: int, meta: pd.DataFrame, texts, cuts, first, row_stats) -> tuple[dict, dict, dict]:
+    """What the stage does over blocks: pass 1 merged, the buckets, pass 2 merged."""
+    def block(a, b):
+        return meta.iloc[a:b].reset_index(drop=True), texts[a:b]
+
+    merged = None
+    for a, b in cuts:
+        m, x = block(a, b)
+        merged = tp.merge(merged, first(a, b, tp.metadata_values(m, x, KINDS, a)))
+    rules, aside = tp.bucket_rules(merged.pop("values"), 20)
+    assert not aside
+    sums = None
+    for a, b in cuts:
+        m, x = block(a, b)
+        sums = tp.merge(sums, tp.metadata_sums(m, x, KINDS, rules, *row_stats(a, b)))
+    return merged, rules, sums
+
+
+def dumps(result: dict) -> str:
+    return json.dumps(result, sort_keys=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_multilabel_partials_merge_to_the_whole_table_metrics(seed):
+    rng = np.random.default_rng(seed)
+    n, k = 400, 4
+    t = (rng.random((n, k)) < 0.3).astype(np.int64)
+    probs = np.clip(t * 0.5 + rng.random((n, k)) * 0.6, 0, 1).astype(np.float32).astype(np.float64)
+    p = (probs >= 0.5).astype(np.int64)
+    labels = [f"l{j}" for j in range(k)]
+    meta, texts = metadata(rng, n), np.asarray([" ".join(["w"] * int(i)) for i in rng.integers(0, 30, n)])
+    whole = ml.compute_multilabel_metrics(t, p, labels, probs=probs, metadata=meta, texts=texts, n_resamples=200,
+                                          seed=seed, thresholds=[0.5] * k)
+    for blocks in (1, 3, 7):
+        cuts = splits(rng, n, blocks)
+        merged, rules, sums = two_passes(
+            n, meta, texts, cuts, lambda a, b, v: tp.multilabel_first(t[a:b], p[a:b], probs[a:b], 15, v),
+            lambda a, b: (tp.multilabel_row_stats(t[a:b], p[a:b]), np.zeros((b - a, 0))))
+        result = tp.finish_multilabel(merged, labels, tp.finish_by_metadata(rules, sums, tp.multilabel_describe(k)),
+                                      ranking=[ml.ranking(t[:, j], probs[:, j]) for j in range(k)],
+                                      thresholds=[0.5] * k, n_resamples=200, seed=seed)
+        assert dumps(result) == dumps(whole), blocks
+    assert {"channel", "price", "stars", "tags", "text_length"} == set(whole["by_metadata"])
+
+
+def test_multilabel_whole_table_agrees_with_sklearn_and_numpy():
+    """The exact sums behind the samples averages and the calibration give what scikit-learn and numpy give."""
+    from sklearn import metrics as skm
+
+    rng = np.random.default_rng(5)
+    t = (rng.random((300, 3)) < 0.4).astype(np.int64)
+    probs = rng.random((300, 3))
+    p = (probs >= 0.5).astype(np.int64)
+    m = ml.compute_multilabel_metrics(t, p, ["a", "b", "c"], probs=probs, n_resamples=0)
+    pr, rc, f1, _ = skm.precision_recall_fscore_support(t, p, average="samples", zero_division=0)
+    o = m["overall"]
+    assert (o["samples_precision"], o["samples_recall"], o["samples_f1"]) == pytest.approx((pr, rc, f1), rel=1e-12)
+    assert o["brier"] == pytest.approx(np.mean((probs - t) ** 2), rel=1e-12)
+    edges = np.linspace(0, 1, 16)
+    first = probs[:, 0][(probs[:, 0] > edges[3]) & (probs[:, 0] <= edges[4])]
+    assert m["calibration"]["per_label"][0]["bins"][3]["confidence"] == pytest.approx(first.mean(), rel=1e-12)
+
+
+def test_multilabel_bootstrap_resamples_rows():
+    """Drawing the (gold, predicted) patterns' counts is resampling rows: the interval brackets the estimate and
+    shrinks with more rows."""
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (200, 5000):
+        t = (rng.random((n, 3)) < 0.4).astype(np.int64)
+        p = np.where(rng.random((n, 3)) < 0.8, t, 1 - t)
+        ci = ml.bootstrap(ml.row_patterns(t, p), 3, 400, 0)
+        exact = (t == p).all(axis=1).mean()
+        assert ci["subset_accuracy"][0] < exact < ci["subset_accuracy"][1]
+        widths.append(ci["subset_accuracy"][1] - ci["subset_accuracy"][0])
+    assert widths[1] < widths[0] / 3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_regression_partials_merge_to_the_whole_table_metrics(seed):
+    from erroranalysis.metrics.regression import order_stats, regression_result
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    t = rng.normal(size=n) * 3
+    p = t + rng.normal(scale=0.5, size=n) + (np.arange(n) % 5 == 0)
+    ok = np.abs(p - t) <= 0.6
+    edges = quantile_edges(t, 4)
+    labels = bin_labels(edges)
+    label, pred = np.asarray(bin_names(t, edges), dtype=object), np.asarray(bin_names(p, edges), dtype=object)
+    meta, texts = metadata(rng, n), np.asarray([" ".join(["w"] * int(i)) for i in rng.integers(0, 30, n)])
+    tolerance = {"tolerance": 0.6, "relative": False, "rule": "--tolerance"}
+    whole = compute_regression_metrics(t, p, ok, label, pred, labels, metadata=meta, texts=texts,
+                                       tolerance=tolerance, n_resamples=100, seed=seed)
+    for blocks in (1, 4, 9):
+        merged, rules, sums = two_passes(
+            n, meta, texts, splits(rng, n, blocks),
+            lambda a, b, v: tp.regression_first(t[a:b], p[a:b], ok[a:b], label[a:b], pred[a:b], labels, v),
+            lambda a, b: tp.regression_row_stats(t[a:b], p[a:b], ok[a:b]))
+        result = regression_result(merged["n"], merged["failures"], order_stats(t, p, 100, seed),
+                                   tp.finish_regression_bins(merged["bins"], labels),
+                                   tp.finish_by_metadata(rules, sums, tp.regression_describe),
+                                   tolerance=tolerance, n_resamples=100, seed=seed)
+        assert dumps(result) == dumps(whole), blocks
+    # the exact means are numpy's up to its rounding
+    web = np.asarray(meta["channel"] == "web")
+    row = next(r for r in whole["by_metadata"]["channel"] if r["value"] == "web")
+    assert row["mae"] == pytest.approx(np.abs(p - t)[web].mean(), rel=1e-12)
+    assert whole["per_class"][0]["bias"] == pytest.approx((p - t)[label == labels[0]].mean(), rel=1e-12)
+
+
+def test_token_counts_merge_to_the_whole_table_metrics():
+    from token_fixtures import sentence
+
+    rng, pyrng = np.random.default_rng(0), random.Random(0)
+    gold = [sentence(pyrng, i)["tags"] for i in range(60)]
+    pred = [[t.replace("PER", "ORG") if i % 3 == 0 else ("O" if j == 0 and i % 4 == 0 else t) for j, t in
+             enumerate(tags)] for i, tags in enumerate(gold)]
+    ok = [g == q for g, q in zip(gold, pred)]
+    kinds = [["missed", "wrong_type", "correct"][i % 3] for i in range(90)]
+    kind_types = [["PER", "LOC", "ORG"][i % 3] for i in range(90)]
+    types = ["LOC", "ORG", "PER"]
+    whole = compute_token_metrics(gold, pred, "IOB2", types, "strict", kinds, kind_types, ok)
+    from collections import Counter
+
+    for blocks in (1, 5):
+        counts = None
+        for a, b in splits(rng, 60, blocks):
+            part = sentence_counts(gold[a:b], pred[a:b], "IOB2", types, ok[a:b])
+            counts = part if counts is None else add_counts(counts, part)
+        spans = Counter()
+        for a, b in splits(rng, 90, 4):
+            spans += Counter(zip(kind_types[a:b], kinds[a:b]))
+        assert dumps(token_metrics_from_counts(counts, spans, "IOB2", types, "strict")) == dumps(whole)
+    assert whole["overall"]["n_failures"] > 0 and whole["error_kinds"]["wrong_type"] == 30
