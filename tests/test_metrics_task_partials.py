@@ -179,3 +179,124 @@ def test_token_counts_merge_to_the_whole_table_metrics():
             spans += Counter(zip(kind_types[a:b], kinds[a:b]))
         assert dumps(token_metrics_from_counts(counts, spans, "IOB2", types, "strict")) == dumps(whole)
     assert whole["overall"]["n_failures"] > 0 and whole["error_kinds"]["wrong_type"] == 30
+
+
+# ------------------------------------------------------------------------------------------------ the stage
+
+BLOCK = 41  # rows per block: several blocks, the last one short
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    import erroranalysis.engines.blocks as blocks
+
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", BLOCK)
+    monkeypatch.setattr(blocks.map_blocks, "__kwdefaults__", {**blocks.map_blocks.__kwdefaults__,
+                                                              "rows_per_block": BLOCK})
+
+
+def task_rows(task: str, n: int = 200, seed: int = 0) -> list[dict]:
+    """Predictions made elsewhere for `task`, with metadata for every bucket rule."""
+    from test_metrics_blocks import planted_rows
+    from token_fixtures import sentence
+
+    r = random.Random(seed)
+    rows = []
+    for i, base in enumerate(planted_rows(n, seed)):
+        meta = {key: base[key] for key in ("id", "text", "shop", "price", "stars", "promo", "tags")}
+        if task == "multilabel":
+            gold = sorted(r.sample(["a", "b", "c"], r.randint(0, 2)))
+            meta.update(label=gold, **{f"prob_{x}": min(1.0, r.random() * 0.7 + 0.4 * (x in gold)) for x in "abc"})
+        elif task == "regression":
+            target = r.gauss(0, 3)
+            meta.update(label=target, pred=target + r.gauss(0, 1) + (i % 7 == 0) * 3)
+        else:
+            s = sentence(r, i)
+            pred = [t.replace("PER", "ORG") if i % 3 == 0 else t for t in s["tags"]]
+            meta = {"id": meta["id"], "shop": meta["shop"], "tokens": s["tokens"], "tags": s["tags"],
+                    "pred_tags": pred}
+        rows.append(meta)
+    return rows
+
+
+def task_run(tmp_path, task: str):
+    from conftest import write_jsonl
+
+    from erroranalysis import stages
+    from erroranalysis.sources.table import DataOptions
+    from erroranalysis.stages.after import AfterParams
+    from erroranalysis.tasks import TaskParams
+
+    options = TaskParams(tolerance=1.5) if task == "regression" else TaskParams()
+    path = write_jsonl(tmp_path / f"{task}.jsonl", task_rows(task))
+    return stages.analyze(task, path, tmp_path / task, stages.Reading(data=DataOptions(id_column="id"),
+                                                                      task=options),
+                          after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False))
+
+
+def metrics_text(run, engine=None) -> str:
+    from erroranalysis import stages
+    from erroranalysis.rundir import readers
+
+    stages.compute_run_metrics(run, stages.MetricsParams(seed=0, n_resamples=200), engine=engine)
+    return readers.artifact_path(run, "metrics.json").read_text(encoding="utf-8")
+
+
+def whole_table(run) -> dict:
+    """metrics.json as the stage computed it before it counted blocks: every row read at once."""
+    from erroranalysis.infer.predictions import bin_labels
+    from erroranalysis.rundir import readers
+    from erroranalysis.stages.common import metadata_of
+    from erroranalysis.stages.metrics import _tolerance, gold_matrix
+
+    preds = readers.read_predictions(run)
+    meta = preds[metadata_of(run, preds.columns)]
+    texts = preds["text"].to_numpy()
+    params = run.manifest.get("task_params") or {}
+    if run.task == "multilabel":
+        result = ml.compute_multilabel_metrics(
+            gold_matrix(preds, "gold_labels", run.labels), gold_matrix(preds, "pred_labels", run.labels),
+            run.labels, probs=np.asarray(readers.read_probs(run)), metadata=meta, texts=texts,
+            thresholds=params.get("thresholds"), seed=0, n_resamples=200)
+    elif run.task == "regression":
+        result = compute_regression_metrics(
+            preds["target"].to_numpy(), preds["prediction"].to_numpy(), preds["correct"].to_numpy(),
+            preds["label"].to_numpy(), preds["pred"].to_numpy(), bin_labels(params["edges"]), metadata=meta,
+            texts=texts, tolerance=_tolerance(run, params), seed=0, n_resamples=200)
+    else:
+        setup = run.manifest["tokens"]
+        spans = readers.read_spans(run, columns=["kind", "gold_type", "pred_type"])
+        result = compute_token_metrics(
+            [list(t) for t in preds["gold_tags"]], [list(t) for t in preds["pred_tags"]], setup["scheme"],
+            setup["types"], setup["span_mode"], spans["kind"].tolist(),
+            [g if isinstance(g, str) else p for g, p in zip(spans["gold_type"], spans["pred_type"])],
+            preds["correct"].to_numpy())
+    return json.loads(json.dumps(result))
+
+
+@pytest.mark.parametrize("task", ["multilabel", "regression", "token-classification"])
+def test_the_stage_gives_the_whole_table_metrics(tmp_path, small_blocks, task):
+    from erroranalysis.rundir import readers
+
+    run = task_run(tmp_path, task)
+    assert readers.n_predictions(run) > 3 * BLOCK
+    result = json.loads(metrics_text(run))
+    assert result == whole_table(run)
+    if task != "token-classification":
+        assert {"shop", "price", "stars", "promo", "tags", "text_length"} <= set(result["by_metadata"])
+        assert result["by_metadata"]["shop"][-1]["value"] == "(other)"
+        assert result["per_class"] and result["overall"]["accuracy_ci" if task == "multilabel" else "mae_ci"]
+    if task == "multilabel":
+        assert result["calibration"]["per_label"] and result["per_class"][0]["roc_auc"] is not None
+    if task == "regression":
+        assert result["per_class"][0]["mae"] is not None and result["overall"]["spearman"] is not None
+    if task == "token-classification":
+        assert result["error_kinds"]["wrong_type"] > 0
+
+
+def test_ray_gives_the_same_metrics_json(tmp_path, small_blocks, local_ray):
+    from erroranalysis.engines import Engine
+
+    for task in ("multilabel", "regression", "token-classification"):
+        run = task_run(tmp_path, task)
+        assert metrics_text(run, Engine("ray")) == metrics_text(run), task
