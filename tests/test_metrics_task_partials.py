@@ -195,7 +195,7 @@ def small_blocks(monkeypatch):
                                                               "rows_per_block": BLOCK})
 
 
-def task_rows(task: str, n: int = 200, seed: int = 0) -> list[dict]:
+def task_rows(task: str, n: int = 160, seed: int = 0) -> list[dict]:
     """Predictions made elsewhere for `task`, with metadata for every bucket rule."""
     from test_metrics_blocks import planted_rows
     from token_fixtures import sentence
@@ -300,3 +300,42 @@ def test_ray_gives_the_same_metrics_json(tmp_path, small_blocks, local_ray):
     for task in ("multilabel", "regression", "token-classification"):
         run = task_run(tmp_path, task)
         assert metrics_text(run, Engine("ray")) == metrics_text(run), task
+
+
+def rewritten(run, out, edit):
+    """A copy of `run` with predictions.parquet edited (`edit(frame)`): what an edited or damaged run holds."""
+    from erroranalysis import rundir
+    from erroranalysis.rundir import create_run, readers
+
+    frame = readers.read_predictions(run)
+    edit(frame)
+    keep = {key: run.manifest[key] for key in ("task", "labels", "seed", "data", "task_params") if key in run.manifest}
+    with create_run(out, overwrite=True, **keep) as copy:
+        with copy.stage("load_predictions", {}) as staging:
+            staging.write_parquet(rundir.PREDICTIONS, frame)
+            if readers.artifact_path(run, rundir.PROBS, required=False) is not None:
+                staging.write_npy(rundir.PROBS, np.asarray(readers.read_probs(run)))
+    return copy
+
+
+def test_a_bad_cell_in_a_block_is_the_same_one_line_error_under_both_engines(tmp_path, small_blocks, local_ray):
+    from erroranalysis import stages
+    from erroranalysis.core.errors import DataError
+    from erroranalysis.engines import Engine
+
+    def nan_target(frame):
+        frame.loc[150, "target"] = np.nan
+
+    def unknown_label(frame):
+        frame.at[97, "gold_labels"] = ["a", "yak"]
+
+    for task, edit, expected in (("regression", nan_target, "target row 150 is nan"),
+                                 ("multilabel", unknown_label, "gold_labels row 97 holds 'yak'")):
+        run = rewritten(task_run(tmp_path, task), tmp_path / f"bad-{task}", edit)
+        errors = []
+        for engine in (None, Engine("ray")):
+            with pytest.raises(DataError) as caught:
+                stages.compute_run_metrics(run, engine=engine)
+            errors.append(str(caught.value))
+        assert errors[0] == errors[1] and errors[0].startswith(expected), errors
+        assert "\n" not in errors[0] and not (run.path / "metrics.json").exists()

@@ -210,11 +210,13 @@ def finish_multilabel(m: dict, labels: list[str], by_metadata: dict, *, ranking:
 # ------------------------------------------------------------------------------------------------ regression
 
 def regression_first(t: np.ndarray, p: np.ndarray, ok: np.ndarray, bins_true, bins_pred, labels: list[str],
-                     values: dict) -> dict:
-    """Pass 1 of a regression block: rows, failures, and over the gold's bins the confusion counts with each gold
-    bin's failures and exact sums of the error and its absolute value."""
-    if not (np.isfinite(t).all() and np.isfinite(p).all()):
-        raise DataError("target and prediction must be finite numbers.")
+                     values: dict, offset: int = 0) -> dict:
+    """Pass 1 of a regression block (rows `offset`..): rows, failures, and over the gold's bins the confusion counts
+    with each gold bin's failures and exact sums of the error and its absolute value."""
+    for name, x in (("target", t), ("prediction", p)):
+        if not np.isfinite(x).all():
+            row = int(np.flatnonzero(~np.isfinite(x))[0])
+            raise DataError(f"{name} row {offset + row} is {x[row]}; target and prediction must be finite numbers.")
     out = {"n": len(t), "failures": int((~ok).sum()), "values": values, "bins": None}
     if bins_true is not None and labels:
         from erroranalysis.metrics.regression import bin_codes

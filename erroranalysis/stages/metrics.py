@@ -137,12 +137,18 @@ def _check_probs_shape(path, n: int, k: int) -> None:
                        "writes it again.")
 
 
-def gold_matrix(frame, column: str, labels: list[str]) -> np.ndarray:
-    """A multi-label run's list column (gold_labels, pred_labels) as multi-hot [n, k] in `labels` order."""
+def gold_matrix(frame, column: str, labels: list[str], offset: int = 0) -> np.ndarray:
+    """A multi-label run's list column (gold_labels, pred_labels) as multi-hot [n, k] in `labels` order (rows
+    `offset`.. of the run: a name outside the labels is a one-line error naming its row)."""
+    from erroranalysis.core.errors import preview
+
     index = {name: j for j, name in enumerate(labels)}
     out = np.zeros((len(frame), len(labels)), dtype=np.int64)
     for row, names in enumerate(frame[column].to_numpy()):
         for name in names if names is not None else ():
+            if str(name) not in index:
+                raise DataError(f"{column} row {offset + row} holds {str(name)!r}, not one of the run's labels "
+                                f"({preview(labels)}); fix the predictions or the run's labels.")
             out[row, index[str(name)]] = 1
     return out
 
@@ -228,7 +234,8 @@ def _task_frame(table, block, task: str, labels: list[str], probs: str | None):
     frame["text"] = frame["text"].fillna("").astype(str)
     if task == "multilabel":
         p = None if probs is None else np.asarray(blocks.read_npy_rows(probs, block), dtype=np.float64)
-        return frame, (gold_matrix(frame, "gold_labels", labels), gold_matrix(frame, "pred_labels", labels), p)
+        return frame, (gold_matrix(frame, "gold_labels", labels, block.start),
+                       gold_matrix(frame, "pred_labels", labels, block.start), p)
     t, p = frame["target"].to_numpy(dtype=np.float64), frame["prediction"].to_numpy(dtype=np.float64)
     return frame, (t, p, frame["correct"].to_numpy(dtype=bool))
 
@@ -244,7 +251,7 @@ def task_first(table, block, *, task: str, labels: list[str], kinds: dict, probs
         return tp.multilabel_first(*arrays, 15, values)
     bins = bin_labels(edges) if edges else []
     return tp.regression_first(*arrays, frame["label"].to_numpy() if edges else None,
-                               frame["pred"].to_numpy() if edges else None, bins, values)
+                               frame["pred"].to_numpy() if edges else None, bins, values, offset=block.start)
 
 
 def task_second(table, block, *, task: str, labels: list[str], kinds: dict, probs: str | None, edges, rules: dict):
