@@ -339,3 +339,13 @@ def test_a_bad_cell_in_a_block_is_the_same_one_line_error_under_both_engines(tmp
             errors.append(str(caught.value))
         assert errors[0] == errors[1] and errors[0].startswith(expected), errors
         assert "\n" not in errors[0] and not (run.path / "metrics.json").exists()
+
+
+def test_a_bad_sigmoid_names_its_row():
+    from erroranalysis.core.errors import DataError
+
+    t = np.zeros((5, 2), dtype=np.int64)
+    probs = np.full((5, 2), 0.2)
+    probs[3, 1] = np.nan
+    with pytest.raises(DataError, match=r"^probs row 103 has NaN or inf"):
+        tp.multilabel_first(t, t, probs, 15, {}, offset=100)

@@ -112,10 +112,14 @@ def finish_by_metadata(rules: dict, sums: dict, describe) -> dict:
 # ------------------------------------------------------------------------------------------------ multi-label
 
 def multilabel_first(t: np.ndarray, p: np.ndarray, probs: np.ndarray | None, n_bins: int,
-                     values: dict) -> dict:
-    """Pass 1 of a multi-label block: multi-hot gold `t` and predictions `p` [n, k], the sigmoids or None."""
-    if probs is not None and (probs.shape != t.shape or not np.isfinite(probs).all()):
-        raise DataError(f"probs has shape {probs.shape} or non-finite values; expected finite {t.shape}.")
+                     values: dict, offset: int = 0) -> dict:
+    """Pass 1 of a multi-label block (rows `offset`..): multi-hot gold `t` and predictions `p` [n, k], the sigmoids
+    or None."""
+    if probs is not None and probs.shape != t.shape:
+        raise DataError(f"probs has shape {probs.shape} in rows {offset}..{offset + len(t)}; expected {t.shape}.")
+    if probs is not None and not np.isfinite(probs).all():
+        row = int(np.flatnonzero(~np.isfinite(probs).all(axis=1))[0])
+        raise DataError(f"probs row {offset + row} has NaN or inf; expected sigmoids in [0, 1].")
     c = ml.counts(t, p)
     missed, spurious = t & (1 - p), p & (1 - t)
     return {"n": len(t), "exact": int((t == p).all(axis=1).sum()), "hamming": int((t != p).sum()),

@@ -248,7 +248,7 @@ def task_first(table, block, *, task: str, labels: list[str], kinds: dict, probs
     frame, arrays = _task_frame(table, block, task, labels, probs)
     values = tp.metadata_values(frame[list(kinds)] if kinds else None, frame["text"].to_numpy(), kinds, block.start)
     if task == "multilabel":
-        return tp.multilabel_first(*arrays, 15, values)
+        return tp.multilabel_first(*arrays, 15, values, offset=block.start)
     bins = bin_labels(edges) if edges else []
     return tp.regression_first(*arrays, frame["label"].to_numpy() if edges else None,
                                frame["pred"].to_numpy() if edges else None, bins, values, offset=block.start)
