@@ -62,12 +62,7 @@ def block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
             checks = counted if checks is None else merge_checks(checks, counted)
         result, set_aside = partials.finish(merged or partials.Partial(len(run.labels)), run.labels,
                                             n_resamples=params.n_resamples, seed=params.seed)
-        aside = [c for c in listed if c not in kinds] + set_aside
-        if aside:
-            staging.facts["metadata_set_aside"] = aside
-        if set_aside:
-            staging.facts["metadata_set_aside_why"] = (f"more than {partials.MAX_DISTINCT:,} distinct values: "
-                                                       f"{', '.join(set_aside)}")
+        _say_set_aside(staging, [c for c in listed if c not in kinds] + set_aside, set_aside)
         if generation:
             limit = (run.manifest.get("generation") or {}).get("max_new_tokens")  # None for outputs made elsewhere
             result = adjust_metrics(result, None, run.labels, max_new_tokens=limit, checks=checks)
@@ -179,50 +174,63 @@ def task_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
               "probs": None if probs is None else str(probs), "edges": edges}
     columns = list(dict.fromkeys([*own, "text", *kinds]))
     with run.stage("metrics", params.record()) as staging:
-        first = None
-        for _, part in blocks.map_blocks(task_first, path, engine, columns=columns, kwargs=kwargs):
-            first = tp.merge(first, part)  # counts and exact sums: any order gives the same
-        if first is None:
-            raise DataError(f"{path}: no predictions; metrics need at least one example.")
-        rules, set_aside = tp.bucket_rules(first.pop("values"), MAX_METADATA_VALUES)
-        sums = None
-        if rules:
-            for _, part in blocks.map_blocks(task_second, path, engine, columns=columns,
-                                             kwargs={**kwargs, "rules": rules}):
-                sums = tp.merge(sums, part)
+        first, rules, set_aside, sums = _two_passes(path, engine, columns, kwargs)
+        by_metadata = tp.finish_by_metadata(rules, sums, tp.multilabel_describe(len(run.labels))
+                                            if run.task == "multilabel" else tp.regression_describe)
         if run.task == "multilabel":
             ranking = None if probs is None else blocks.call_on_worker(
                 multilabel_ranking, engine, path=str(path), probs=str(probs), labels=list(run.labels))
-            describe = tp.multilabel_describe(len(run.labels))
-            result = tp.finish_multilabel(first, list(run.labels), tp.finish_by_metadata(rules, sums, describe),
-                                          ranking=ranking, thresholds=task_params.get("thresholds"),
-                                          n_resamples=params.n_resamples, seed=params.seed)
+            result = tp.finish_multilabel(first, list(run.labels), by_metadata, ranking=ranking,
+                                          thresholds=task_params.get("thresholds"), n_resamples=params.n_resamples,
+                                          seed=params.seed)
         else:
             from erroranalysis.infer.predictions import bin_labels
             from erroranalysis.metrics.regression import regression_result
 
             order = blocks.call_on_worker(regression_order_stats, engine, path=str(path),
                                           n_resamples=params.n_resamples, seed=params.seed)
-            labels = bin_labels(edges) if edges else []
-            result = regression_result(first["n"], first["failures"], order,
-                                       tp.finish_regression_bins(first["bins"], labels) if first["bins"] else None,
-                                       tp.finish_by_metadata(rules, sums, tp.regression_describe),
+            views = tp.finish_regression_bins(first["bins"], bin_labels(edges)) if first["bins"] else None
+            result = regression_result(first["n"], first["failures"], order, views, by_metadata,
                                        tolerance=_tolerance(run, task_params), n_resamples=params.n_resamples,
                                        seed=params.seed)
-        aside = [c for c in listed if c not in kinds] + set_aside
-        if aside:
-            staging.facts["metadata_set_aside"] = aside
-        if set_aside:
-            staging.facts["metadata_set_aside_why"] = (f"more than {MAX_DISTINCT:,} distinct values: "
-                                                       f"{', '.join(set_aside)}")
+        _say_set_aside(staging, [c for c in listed if c not in kinds] + set_aside, set_aside)
         staging.write_json(rundir.METRICS, result)
     return result
 
 
+def _two_passes(path, engine, columns: list[str], kwargs: dict):
+    """(pass 1's merged counts, the metadata buckets, the columns set aside, pass 2's merged sums per bucket)."""
+    from erroranalysis.engines import blocks
+    from erroranalysis.metrics import task_partials as tp
+
+    first = None
+    for _, part in blocks.map_blocks(task_first, path, engine, columns=columns, kwargs=kwargs):
+        first = tp.merge(first, part)  # counts and exact sums: any order gives the same
+    if first is None:
+        raise DataError(f"{path}: no predictions; metrics need at least one example.")
+    rules, set_aside = tp.bucket_rules(first.pop("values"), MAX_METADATA_VALUES)
+    sums = None
+    if rules:
+        for _, part in blocks.map_blocks(task_second, path, engine, columns=columns, kwargs={**kwargs, "rules": rules}):
+            sums = tp.merge(sums, part)
+    return first, rules, set_aside, sums
+
+
+def _say_set_aside(staging, aside: list[str], too_many: list[str]) -> None:
+    """Name the metadata columns left out of by_metadata in the stage's record, and why."""
+    if aside:
+        staging.facts["metadata_set_aside"] = aside
+    if too_many:
+        staging.facts["metadata_set_aside_why"] = (f"more than {MAX_DISTINCT:,} distinct values: "
+                                                   f"{', '.join(too_many)}")
+
+
 def _tolerance(run: Run, task_params: dict) -> dict:
+    """How a regression run's failures were decided, as metrics.json records it."""
     given = task_params.get("tolerance")
     decided = (run.manifest.get("stages", {}).get("infer") or {}).get("tolerance")  # the worst decile's bound
-    return {"tolerance": given if given is not None else decided, "relative": bool(task_params.get("relative_tolerance")),
+    return {"tolerance": given if given is not None else decided,
+            "relative": bool(task_params.get("relative_tolerance")),
             "rule": "--tolerance" if given is not None else "worst decile of |error|"}
 
 
