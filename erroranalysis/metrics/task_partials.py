@@ -50,7 +50,7 @@ def merge(a, b):
 def metadata_values(metadata: pd.DataFrame | None, texts, kinds: dict[str, str], offset: int) -> dict:
     """Pass 1 of by_metadata: each column's value counts (and text length in words), keyed as `metadata_groups`."""
     out = {}
-    for column, key, values, kind in _columns(metadata, texts, kinds):
+    for _, key, values, kind in _columns(metadata, texts, kinds):
         zeros = np.zeros(len(values), dtype=np.int64)
         out[key] = partials.column_partial(values, zeros, zeros, 1, offset, kind)
     return out
@@ -79,7 +79,7 @@ def metadata_sums(metadata, texts, kinds: dict[str, str], rules: dict, ints: np.
     """Pass 2 of by_metadata: per column, per bucket the rows and the sums of the rows' statistics (`ints` [n, a]
     exactly; `floats` [n, b] as exact sums). A row of a list column counts once per bucket it holds values of."""
     out = {}
-    for column, key, values, kind in _columns(metadata, texts, kinds):
+    for _, key, values, kind in _columns(metadata, texts, kinds):
         if key not in rules:
             continue
         rule, names = rules[key]
