@@ -9,7 +9,9 @@ of errors that occur together: gold A missed while B was predicted without gold 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -19,6 +21,8 @@ from erroranalysis.core.validation import check_int
 from erroranalysis.metrics.classification import (
     CI_LEVEL,
     TOP_CONFUSIONS,
+    binned_exact_sums,
+    exact_sum,
     metadata_rows,
 )
 
@@ -73,13 +77,33 @@ def averages(t: np.ndarray, p: np.ndarray) -> dict[str, float]:
         out[f"micro_{name}"] = float(micro[name])
         out[f"macro_{name}"] = float(s[name].mean())
         out[f"weighted_{name}"] = float((s[name] * support).sum() / support.sum()) if support.sum() else 0.0
-    row_tp, row_pred, row_true = (t & p).sum(1), p.sum(1), t.sum(1)
-    out["samples_precision"] = float(_div(row_tp, row_pred).mean())
-    out["samples_recall"] = float(_div(row_tp, row_true).mean())
-    out["samples_f1"] = float(_div(2 * row_tp, row_pred + row_true).mean())
+    out.update(samples_scores(row_counts(t, p)))
     out["subset_accuracy"] = float((t == p).all(axis=1).mean())
     out["hamming_loss"] = float((t != p).mean())
     return out
+
+
+def row_counts(t: np.ndarray, p: np.ndarray) -> Counter:
+    """How many rows have each (true positives, predicted, gold) triple: what the samples averages need."""
+    triples, n = np.unique(np.stack([(t & p).sum(1), p.sum(1), t.sum(1)], axis=1), axis=0, return_counts=True)
+    return Counter({tuple(map(int, row)): int(c) for row, c in zip(triples, n)})
+
+
+def samples_scores(rows: Counter) -> dict[str, float]:
+    """samples precision/recall/F1, the mean over rows of each row's ratio, summed exactly from the triples' counts
+    (`row_counts`): the same number for any order or split of the rows."""
+    n = sum(rows.values())
+    sums = {"precision": Fraction(0), "recall": Fraction(0), "f1": Fraction(0)}
+    for (tp, pred, gold), count in rows.items():
+        for name, (num, den) in (("precision", (tp, pred)), ("recall", (tp, gold)), ("f1", (2 * tp, pred + gold))):
+            sums[name] += Fraction(num / den if den else 0.0) * count
+    return {f"samples_{name}": float(total / n) for name, total in sums.items()}
+
+
+def row_patterns(t: np.ndarray, p: np.ndarray) -> Counter:
+    """How many rows have each (gold, predicted) multi-hot pair, keyed by its bytes: the bootstrap's cells."""
+    patterns, n = np.unique(np.concatenate([t, p], axis=1).astype(np.uint8), axis=0, return_counts=True)
+    return Counter({row.tobytes(): int(c) for row, c in zip(patterns, n)})
 
 
 def compute_multilabel_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.DataFrame | None = None,
@@ -96,7 +120,7 @@ def compute_multilabel_metrics(y_true, y_pred, labels: Sequence, probs=None, met
     overall["accuracy"] = overall["subset_accuracy"]  # what views of every task read as "accuracy"
     c = counts(t, p)
     s = scores(c)
-    ci = bootstrap(t, p, n_resamples, seed) if n_resamples else None
+    ci = bootstrap(row_patterns(t, p), k, n_resamples, seed) if n_resamples else None
     overall["accuracy_ci"] = overall["subset_accuracy_ci"] = None if ci is None else ci["subset_accuracy"]
     overall["micro_f1_ci"] = None if ci is None else ci["micro_f1"]
     per_class = []
@@ -168,16 +192,22 @@ def top_errors(t: np.ndarray, p: np.ndarray, labels: list[str]) -> tuple[list[di
     return rows(t & (1 - p)), rows(p & (1 - t))
 
 
-def bootstrap(t: np.ndarray, p: np.ndarray, n_resamples: int, seed: int, level: float = CI_LEVEL) -> dict:
+def bootstrap(patterns: Counter, k: int, n_resamples: int, seed: int, level: float = CI_LEVEL) -> dict:
     """Percentile intervals of the subset accuracy, micro F1 and each label's F1, over rows resampled with
-    replacement (drawn as multinomial row counts, in chunks that bound memory)."""
-    n = len(t)
+    replacement. Resampling n rows puts a multinomial number of rows in each distinct (gold, predicted) pattern
+    (`row_patterns`), so the patterns' counts are drawn directly (as classification draws confusion cells), in the
+    patterns' byte order: the same draws for any order or split of the rows."""
+    keys = sorted(patterns)
+    both = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 2 * k).astype(np.int64)
+    t, p = both[:, :k], both[:, k:]
+    weight = np.array([patterns[key] for key in keys], dtype=np.int64)
+    n = int(weight.sum())
     rng = np.random.default_rng(seed)
     exact = (t == p).all(axis=1).astype(np.float64)
-    chunk = max(1, BOOTSTRAP_CELLS // max(n, 1))
+    chunk = max(1, BOOTSTRAP_CELLS // max(len(keys), 1))
     acc, micro, f1 = [], [], []
     for size in np.diff(np.r_[0:n_resamples:chunk, n_resamples]):
-        w = rng.multinomial(n, np.full(n, 1 / n), size=size).astype(np.float64)
+        w = rng.multinomial(n, weight / n, size=size).astype(np.float64)
         c = counts(t, p, w)
         acc.append(w @ exact / n)
         f1.append(scores(c)["f1"])
@@ -189,27 +219,54 @@ def bootstrap(t: np.ndarray, p: np.ndarray, n_resamples: int, seed: int, level: 
     return {"subset_accuracy": pair(acc), "micro_f1": pair(micro), "f1": [[float(a), float(b)] for a, b in per_label]}
 
 
-def reliability(y: np.ndarray, prob: np.ndarray, n_bins: int) -> dict:
-    """Equal-width bins (lower, upper] of a label's probability against how often the label is gold: ECE and
-    Brier score of that label."""
+def reliability_sums(y: np.ndarray, prob: np.ndarray, n_bins: int) -> dict:
+    """A label's calibration counts over some rows: per equal-width bin (lower, upper] of the probability the rows,
+    the exact sum of the probability and the gold count, and the exact Brier sum (exact sums add up to the same
+    number for any split of the rows)."""
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     bin_of = np.clip(np.searchsorted(edges, prob, side="left") - 1, 0, n_bins - 1)
-    count = np.bincount(bin_of, minlength=n_bins)
-    mean_p = _div(np.bincount(bin_of, weights=prob, minlength=n_bins), count)
-    freq = _div(np.bincount(bin_of, weights=y, minlength=n_bins), count)
-    ece = float((count / len(y) * np.abs(freq - mean_p)).sum())
+    return {"count": np.bincount(bin_of, minlength=n_bins), "prob": binned_exact_sums(bin_of, prob, n_bins),
+            "gold": np.bincount(bin_of, weights=y, minlength=n_bins).astype(np.int64),
+            "brier": exact_sum((prob - y) ** 2), "n": len(y)}
+
+
+def add_sums(a: dict, b: dict) -> dict:
+    return {"count": a["count"] + b["count"], "prob": [x + z for x, z in zip(a["prob"], b["prob"])],
+            "gold": a["gold"] + b["gold"], "brier": a["brier"] + b["brier"], "n": a["n"] + b["n"]}
+
+
+def reliability(sums: dict, n_bins: int) -> dict:
+    """ECE, Brier score and the bins of `reliability_sums`."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    count = sums["count"]
+    mean_p = np.array([float(s / c) if c else 0.0 for s, c in zip(sums["prob"], count.tolist())])
+    freq = _div(sums["gold"], count)
+    ece = float((count / sums["n"] * np.abs(freq - mean_p)).sum())
     bins = [{"lower": float(edges[i]), "upper": float(edges[i + 1]), "count": int(count[i]),
              "confidence": float(mean_p[i]) if count[i] else None, "accuracy": float(freq[i]) if count[i] else None}
             for i in range(n_bins)]
-    return {"ece": ece, "brier": float(np.mean((prob - y) ** 2)), "bins": bins}
+    return {"ece": ece, "brier": float(sums["brier"] / sums["n"]), "bins": bins}
+
+
+def calibration_sums(t: np.ndarray, probs: np.ndarray, n_bins: int) -> list[dict]:
+    """`reliability_sums` of each label."""
+    return [reliability_sums(t[:, j].astype(np.float64), probs[:, j].astype(np.float64), n_bins)
+            for j in range(t.shape[1])]
+
+
+def calibration_from_sums(per_label: list[dict], labels: list[str], n_bins: int) -> dict:
+    """Reliability of every (example, label) probability pooled (the labels' sums added), and of each label alone
+    (`per_label`)."""
+    pooled = per_label[0]
+    for sums in per_label[1:]:
+        pooled = add_sums(pooled, sums)
+    return {"n_bins": n_bins, **reliability(pooled, n_bins),
+            "per_label": [{"label": name, **reliability(s, n_bins)} for name, s in zip(labels, per_label)]}
 
 
 def calibration(t: np.ndarray, probs: np.ndarray, labels: list[str], n_bins: int = 15) -> dict:
     """Reliability of every (example, label) probability pooled, and of each label alone (`per_label`)."""
-    pooled = reliability(t.ravel().astype(np.float64), probs.ravel(), n_bins)
-    per_label = [{"label": name, **reliability(t[:, j].astype(np.float64), probs[:, j], n_bins)}
-                 for j, name in enumerate(labels)]
-    return {"n_bins": n_bins, **pooled, "per_label": per_label}
+    return calibration_from_sums(calibration_sums(t, probs, n_bins), labels, n_bins)
 
 
 def by_metadata(t, p, metadata, texts, max_values) -> dict:

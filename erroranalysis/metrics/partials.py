@@ -228,14 +228,7 @@ def finish(partial: Partial, labels: Sequence[str], *, n_resamples: int = 1000, 
 def column_cms(column: ColumnPartial, k: int, max_values: int) -> tuple[np.ndarray, list[str]]:
     """The confusion counts [m, k, k] of each bucket of a merged column, and the buckets' names, as
     `bucket_values` chooses them over all rows."""
-    values, triples = column.values, column.triples
-    if column.numeric and not column.boolean and column.floating and column.kind == SCALAR:
-        # int blocks beside float ones: pandas reads the whole column as floats (an int column with missing cells)
-        values = _regroup(values.assign(value=values["value"].astype(np.float64)))
-        triples = triples.assign(value=triples["value"].astype(np.float64))
-    quantiles = column.kind == WORDS or (column.kind == SCALAR and column.numeric and not column.boolean
-                                         and len(values) > 2 * cl.QUANTILE_BUCKETS)
-    code_of, names = _quantile_codes(values) if quantiles else _top_codes(values, max_values, column.numeric)
+    values, triples, code_of, names = _buckets(column, max_values)
     m = len(names) + (column.missing.sum() > 0)
     cms = np.zeros((m, k * k), dtype=np.int64)
     codes = pd.Series(code_of, index=pd.Index(values["value"].to_numpy(dtype=object))).reindex(
@@ -245,6 +238,56 @@ def column_cms(column: ColumnPartial, k: int, max_values: int) -> tuple[np.ndarr
         cms[-1] += column.missing
         names = names + [cl.MISSING]
     return cms.reshape(m, k, k), names
+
+
+def _buckets(column: ColumnPartial, max_values: int):
+    """(values, triples, the bucket of each value, the buckets' names) of a merged column, as `bucket_values`
+    chooses them over all rows."""
+    values, triples = column.values, column.triples
+    if column.numeric and not column.boolean and column.floating and column.kind == SCALAR:
+        # int blocks beside float ones: pandas reads the whole column as floats (an int column with missing cells)
+        values = _regroup(values.assign(value=values["value"].astype(np.float64)))
+        triples = triples.assign(value=triples["value"].astype(np.float64))
+    code_of, names = _quantile_codes(values) if _quantiles(column, values) else _top_codes(values, max_values,
+                                                                                           column.numeric)
+    return values, triples, code_of, names
+
+
+def _quantiles(column: ColumnPartial, values: pd.DataFrame) -> bool:
+    return column.kind == WORDS or (column.kind == SCALAR and column.numeric and not column.boolean
+                                    and len(values) > 2 * cl.QUANTILE_BUCKETS)
+
+
+def bucket_rule(column: ColumnPartial, max_values: int) -> tuple[tuple, list[str]]:
+    """How a block puts its rows' values of a merged column in buckets, without the values: ("edges", quantile
+    edges) or ("top", the kept values in bucket order; any other value is "(other)"); and the buckets' names,
+    "(missing)" last where the column has missing cells (the bucket after the others)."""
+    values, _, code_of, names = _buckets(column, max_values)
+    if _quantiles(column, values):
+        x = np.sort(values["value"].to_numpy(dtype=np.float64))
+        counts = values["n"].to_numpy()[np.argsort(values["value"].to_numpy(dtype=np.float64), kind="stable")]
+        edges = np.unique(counted_quantiles(x, counts, np.linspace(0, 1, cl.QUANTILE_BUCKETS + 1))) if x.size \
+            else np.zeros(0)
+        rule = ("edges", edges)
+    else:
+        kept = np.flatnonzero(code_of < len(names) - (len(values) > max_values))
+        rule = ("top", values["value"].to_numpy(dtype=object)[kept[np.argsort(code_of[kept], kind="stable")]])
+    return rule, names + ([cl.MISSING] if column.missing.sum() > 0 else [])
+
+
+def rule_codes(rule: tuple, values, n_names: int) -> np.ndarray:
+    """The bucket of each value under `bucket_rule` (a missing value: the last, "(missing)")."""
+    series = pd.Series(values).reset_index(drop=True)
+    missing = series.isna().to_numpy()
+    if rule[0] == "edges":
+        edges = rule[1]
+        x = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        codes = np.clip(np.searchsorted(edges, x, side="left") - 1, 0, max(len(edges) - 2, 0))
+    else:
+        kept = rule[1]
+        codes = pd.Index(kept, dtype=object).get_indexer(series.astype(object))
+        codes = np.where(codes < 0, len(kept), codes)
+    return np.where(missing, n_names - 1, codes).astype(np.int64)
 
 
 def _top_codes(values: pd.DataFrame, max_values: int, numeric: bool) -> tuple[np.ndarray, list[str]]:

@@ -17,7 +17,14 @@ import pandas as pd
 
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.validation import check_int
-from erroranalysis.metrics.classification import CI_LEVEL, confusion_counts, encode_labels, metadata_rows
+from erroranalysis.metrics.classification import (
+    CI_LEVEL,
+    binned_exact_sums,
+    confusion_counts,
+    encode_labels,
+    exact_sum,
+    metadata_rows,
+)
 
 QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 BOOTSTRAP_CELLS = 4_000_000
@@ -57,23 +64,35 @@ def compute_regression_metrics(target, prediction, correct, bins_true=None, bins
                         "non-empty 1-D shape.")
     if not (np.isfinite(t).all() and np.isfinite(p).all()):
         raise DataError("target and prediction must be finite numbers.")
-    error = p - t
-    overall = {"n": len(t), "n_failures": int((~ok).sum()), "failure_rate": float((~ok).mean()),
-               "accuracy": float(ok.mean()), **errors(t, p),
-               "residual_quantiles": {f"q{int(q * 100):02d}": float(np.quantile(error, q)) for q in QUANTILES},
-               "abs_error_quantiles": {f"q{int(q * 100):02d}": float(np.quantile(np.abs(error), q))
-                                       for q in QUANTILES},
-               "tolerance": tolerance}
-    if n_resamples:
-        overall.update(bootstrap(t, p, n_resamples, seed))
-    result = {"task": "regression", "overall": overall}
     labels = list(bin_labels) if bin_labels is not None else []
-    if bins_true is not None and labels:
-        result.update(binned(bins_true, bins_pred, labels, t, p, ok))
-    else:
-        result.update(per_class=[], confusion={"labels": [], "matrix": []}, top_confusions=[])
-    result["residuals"] = residual_summary(t, p)
-    result["by_metadata"] = by_metadata(t, p, ok, metadata, texts, max_metadata_values)
+    views = binned(bins_true, bins_pred, labels, t, p, ok) if bins_true is not None and labels else None
+    return regression_result(len(t), int((~ok).sum()), order_stats(t, p, n_resamples, seed), views,
+                             by_metadata(t, p, ok, metadata, texts, max_metadata_values), tolerance=tolerance,
+                             n_resamples=n_resamples, seed=seed)
+
+
+def order_stats(t: np.ndarray, p: np.ndarray, n_resamples: int, seed: int) -> dict:
+    """What needs every row's values at once: the errors (Spearman's ranks), the residual quantiles, the bootstrap
+    intervals and the residuals by gold decile."""
+    error = p - t
+    return {"errors": errors(t, p),
+            "residual_quantiles": {f"q{int(q * 100):02d}": float(np.quantile(error, q)) for q in QUANTILES},
+            "abs_error_quantiles": {f"q{int(q * 100):02d}": float(np.quantile(np.abs(error), q))
+                                    for q in QUANTILES},
+            "bootstrap": bootstrap(t, p, n_resamples, seed) if n_resamples else {},
+            "residuals": residual_summary(t, p)}
+
+
+def regression_result(n: int, n_failures: int, order: dict, views: dict | None, by_meta: dict, *,
+                      tolerance: dict | None, n_resamples: int, seed: int) -> dict:
+    """metrics.json from the counts, `order_stats`, `binned`'s views (None without bins) and the by_metadata rows."""
+    overall = {"n": n, "n_failures": n_failures, "failure_rate": n_failures / n, "accuracy": (n - n_failures) / n,
+               **order["errors"], "residual_quantiles": order["residual_quantiles"],
+               "abs_error_quantiles": order["abs_error_quantiles"], "tolerance": tolerance, **order["bootstrap"]}
+    result = {"task": "regression", "overall": overall}
+    result.update(views or {"per_class": [], "confusion": {"labels": [], "matrix": []}, "top_confusions": []})
+    result["residuals"] = order["residuals"]
+    result["by_metadata"] = by_meta
     result["bootstrap"] = {"n_resamples": n_resamples, "seed": seed, "level": CI_LEVEL}
     return result
 
@@ -94,28 +113,42 @@ def bootstrap(t, p, n_resamples: int, seed: int, level: float = CI_LEVEL) -> dic
             "rmse_ci": [float(x) for x in np.percentile(np.concatenate(rmse), q)]}
 
 
+def exact_mean(values: np.ndarray) -> float:
+    """The mean from the exact sum, rounded once: the number a merge of per-block sums gives for any split."""
+    return float(exact_sum(values) / len(values))
+
+
+def bin_codes(values, labels: list[str]) -> np.ndarray:
+    """The bin of each label/pred value ("< x" and "> x", outside the gold's range, as the nearest bin)."""
+    values = np.asarray(values, dtype=object)
+    clipped = np.where(np.char.startswith(values.astype(str), "< "), labels[0],
+                       np.where(np.char.startswith(values.astype(str), "> "), labels[-1], values))
+    return encode_labels(clipped, labels, "bins")
+
+
 def binned(bins_true, bins_pred, labels: list[str], t, p, ok) -> dict:
     """per_class and confusion over the gold's quantile bins (predictions outside the gold's range are counted in
     the nearest bin)."""
-    def codes(values):
-        values = np.asarray(values, dtype=object)
-        clipped = np.where(np.char.startswith(values.astype(str), "< "), labels[0],
-                           np.where(np.char.startswith(values.astype(str), "> "), labels[-1], values))
-        return encode_labels(clipped, labels, "bins")
+    ct, cp = bin_codes(bins_true, labels), bin_codes(bins_pred, labels)
+    k, error = len(labels), p - t
+    return binned_from_counts(confusion_counts(ct, cp, k), labels, np.bincount(ct[~ok], minlength=k),
+                              binned_exact_sums(ct, np.abs(error), k), binned_exact_sums(ct, error, k))
 
-    ct, cp = codes(bins_true), codes(bins_pred)
-    cm = confusion_counts(ct, cp, len(labels))
+
+def binned_from_counts(cm: np.ndarray, labels: list[str], failures: np.ndarray, abs_sums: list, error_sums: list
+                       ) -> dict:
+    """`binned` from the confusion counts over the bins and, per gold bin, the failures and the exact sums of
+    |error| and error: counts that add up over any split of the rows."""
     per_class = []
     for i, name in enumerate(labels):
-        mask = ct == i
         tp, support, predicted = int(cm[i, i]), int(cm[i].sum()), int(cm[:, i].sum())
         per_class.append({
             "label": name, "support": support, "predicted": predicted,
             "precision": tp / predicted if predicted else 0.0, "recall": tp / support if support else 0.0,
             "f1": 2 * tp / (support + predicted) if support + predicted else 0.0, "f1_ci": None,
-            "mae": float(np.abs(p[mask] - t[mask]).mean()) if mask.any() else None,
-            "bias": float((p[mask] - t[mask]).mean()) if mask.any() else None,
-            "failure_rate": float((~ok[mask]).mean()) if mask.any() else None})
+            "mae": float(abs_sums[i] / support) if support else None,
+            "bias": float(error_sums[i] / support) if support else None,
+            "failure_rate": int(failures[i]) / support if support else None})
     off = cm.copy()
     np.fill_diagonal(off, 0)
     order = np.argsort(-off, axis=None, kind="stable")[:10]
@@ -149,6 +182,6 @@ def by_metadata(t, p, ok, metadata, texts, max_values) -> dict:
 
     def describe(mask):
         rate, r = float((~ok[mask]).mean()), p[mask] - t[mask]
-        return {"accuracy": 1 - rate, "error_rate": rate, "mae": float(np.abs(r).mean()), "bias": float(r.mean())}
+        return {"accuracy": 1 - rate, "error_rate": rate, "mae": exact_mean(np.abs(r)), "bias": exact_mean(r)}
 
     return metadata_rows(metadata, texts, max_values, describe)

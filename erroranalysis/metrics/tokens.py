@@ -175,9 +175,8 @@ def _prf(tp: int, fp: int, fn: int) -> dict:
     return {"precision": p, "recall": r, "f1": f}
 
 
-def entity_scores(gold: Sequence[Sequence[Span]], pred: Sequence[Sequence[Span]]) -> dict:
-    """Entity-level precision, recall, F1 per type (support: gold spans) and their micro, macro and weighted means,
-    an entity counting when its boundaries and type are exact (seqeval's definition)."""
+def entity_counts(gold: Sequence[Sequence[Span]], pred: Sequence[Sequence[Span]]) -> dict[str, Counter]:
+    """Per type the exact matches (tp), gold spans and predicted spans of some sentences: counts that add up."""
     tp, n_gold, n_pred = Counter(), Counter(), Counter()
     for g, p in zip(gold, pred):
         gs, ps = set(g), set(p)
@@ -185,6 +184,18 @@ def entity_scores(gold: Sequence[Sequence[Span]], pred: Sequence[Sequence[Span]]
             tp[kind] += 1
         n_gold.update(kind for _, _, kind in gs)
         n_pred.update(kind for _, _, kind in ps)
+    return {"tp": tp, "gold": n_gold, "pred": n_pred}
+
+
+def entity_scores(gold: Sequence[Sequence[Span]], pred: Sequence[Sequence[Span]]) -> dict:
+    """Entity-level precision, recall, F1 per type (support: gold spans) and their micro, macro and weighted means,
+    an entity counting when its boundaries and type are exact (seqeval's definition)."""
+    return scores_from_counts(entity_counts(gold, pred))
+
+
+def scores_from_counts(counts: dict[str, Counter]) -> dict:
+    """`entity_scores` from `entity_counts`."""
+    tp, n_gold, n_pred = counts["tp"], counts["gold"], counts["pred"]
     types = sorted(set(n_gold) | set(n_pred))
     per_type = {t: {**_prf(tp[t], n_pred[t] - tp[t], n_gold[t] - tp[t]), "support": n_gold[t],
                     "predicted": n_pred[t], "correct": tp[t]} for t in types}
@@ -208,16 +219,25 @@ def token_scores(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequenc
                  types: Sequence[str]) -> dict:
     """Token (word) accuracy over full tags, and the word-level confusion of entity types, O included
     (rows: gold, columns: predicted)."""
+    return token_scores_from_counts(token_counts(gold_tags, pred_tags, scheme, types), types)
+
+
+def token_counts(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]], scheme: str,
+                 types: Sequence[str]) -> dict:
+    """The words, the words tagged right and the word-level confusion counts of some sentences."""
     gold = [t for s in gold_tags for t in s]
     pred = [t for s in pred_tags for t in s]
-    order = [*types, OUTSIDE]
-    index = {t: i for i, t in enumerate(order)}
-    matrix = np.zeros((len(order), len(order)), dtype=np.int64)
+    index = {t: i for i, t in enumerate([*types, OUTSIDE])}
+    matrix = np.zeros((len(index), len(index)), dtype=np.int64)
     for g, p in zip(gold, pred):
         matrix[index[word_type(g, scheme)], index[word_type(p, scheme)]] += 1
-    n = len(gold)
-    return {"n_words": n, "accuracy": float(np.mean([g == p for g, p in zip(gold, pred)])) if n else 0.0,
-            "confusion": {"labels": order, "matrix": matrix.tolist()}}
+    return {"n": len(gold), "right": sum(g == p for g, p in zip(gold, pred)), "matrix": matrix}
+
+
+def token_scores_from_counts(counts: dict, types: Sequence[str]) -> dict:
+    n = counts["n"]
+    return {"n_words": n, "accuracy": counts["right"] / n if n else 0.0,
+            "confusion": {"labels": [*types, OUTSIDE], "matrix": counts["matrix"].tolist()}}
 
 
 # ------------------------------------------------------------------------------------------------ error spans
@@ -294,21 +314,41 @@ def compute_token_metrics(gold_tags: Sequence[Sequence[str]], pred_tags: Sequenc
     """metrics.json of a token-classification run: entity scores in both modes (the headline in `span_mode`),
     token accuracy and confusion, error-span counts overall and per entity type (`kinds` with the type of each
     span, gold's where it has one), and the share of sentences without an error span."""
-    modes = {}
-    for mode in MODES:
-        if scheme == "plain" and mode == "strict":
-            continue
-        modes[mode] = entity_scores([spans_of(t, scheme, mode) for t in gold_tags],
-                                    [spans_of(t, scheme, mode) for t in pred_tags])
-    head = modes[span_mode if span_mode in modes else "default"]
-    tokens = token_scores(gold_tags, pred_tags, scheme, types)
+    return token_metrics_from_counts(sentence_counts(gold_tags, pred_tags, scheme, types, sentence_correct),
+                                     Counter(zip(kind_types, kinds)), scheme, types, span_mode)
+
+
+def sentence_counts(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]], scheme: str,
+                    types: Sequence[str], sentence_correct: Sequence[bool]) -> dict:
+    """Every count metrics.json needs from some sentences' tags: counts of the sentences of two blocks add up."""
     ok = np.asarray(sentence_correct, dtype=bool)
+    modes = {mode: entity_counts([spans_of(t, scheme, mode) for t in gold_tags],
+                                 [spans_of(t, scheme, mode) for t in pred_tags])
+             for mode in MODES if not (scheme == "plain" and mode == "strict")}
+    return {"n": int(len(ok)), "right": int(ok.sum()), "entities": modes,
+            "tokens": token_counts(gold_tags, pred_tags, scheme, types)}
+
+
+def add_counts(a, b):
+    """The counts of `sentence_counts` (or of spans: a Counter) of two sets of sentences together."""
+    if isinstance(a, dict) and not isinstance(a, Counter):
+        return {key: add_counts(a[key], b[key]) for key in a}
+    return a + b
+
+
+def token_metrics_from_counts(counts: dict, span_kinds: Counter, scheme: str, types: Sequence[str],
+                              span_mode: str) -> dict:
+    """`compute_token_metrics` from `sentence_counts` and the spans' (type, kind) counts."""
+    modes = {mode: scores_from_counts(c) for mode, c in counts["entities"].items()}
+    head = modes[span_mode if span_mode in modes else "default"]
+    tokens = token_scores_from_counts(counts["tokens"], types)
+    n, right = counts["n"], counts["right"]
     per_type_kinds: dict[str, dict] = {}
-    for kind, t in zip(kinds, kind_types):
-        per_type_kinds.setdefault(t, dict.fromkeys(KINDS, 0))[kind] += 1
-    errors = error_kind_counts(kinds)
-    overall = {"n": int(len(ok)), "n_failures": int((~ok).sum()), "accuracy": float(ok.mean()) if len(ok) else 0.0,
-               "sentence_accuracy": float(ok.mean()) if len(ok) else 0.0,
+    for (t, kind), c in span_kinds.items():
+        per_type_kinds.setdefault(t, dict.fromkeys(KINDS, 0))[kind] += c
+    errors = {k: int(sum(c for (_, kind), c in span_kinds.items() if kind == k)) for k in KINDS}
+    overall = {"n": n, "n_failures": n - right, "accuracy": right / n if n else 0.0,
+               "sentence_accuracy": right / n if n else 0.0,
                "micro_f1": head["micro"]["f1"], "macro_f1": head["macro"]["f1"],
                "weighted_f1": head["weighted"]["f1"],
                "precision": head["micro"]["precision"], "recall": head["micro"]["recall"],
