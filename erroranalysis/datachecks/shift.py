@@ -38,6 +38,7 @@ OOV_NOTABLE = 0.05
 WORD_Z_NOTABLE = 4.0
 AUC_NOTABLE = 0.7
 AUC_STRONG = 0.9
+MAX_PER_SIDE = 5000  # rows a side the domain classifier sees (a seeded sample above)
 
 
 def words(text) -> list[str]:
@@ -48,7 +49,7 @@ def words(text) -> list[str]:
 def shift_report(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_labels=None, eval_labels=None,
                  train_embeddings=None, eval_embeddings=None, embed: Callable | None = None,
                  domain_classifier: bool = True, n_words: int = 15, min_count: int = 5,
-                 max_per_side: int = 5000, folds: int = 5, seed: int = 0) -> dict:
+                 max_per_side: int = MAX_PER_SIDE, folds: int = 5, seed: int = 0) -> dict:
     """A JSON-serializable report: class_balance, lengths, vocabulary, words, domain, findings.
 
     Embeddings for the domain classifier come from `train_embeddings`/`eval_embeddings` (one row per text),
@@ -258,7 +259,7 @@ def moved_words_of_counts(train: Counter, evals: Counter, *, n: int = 15, min_co
 
 
 def domain_auc(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_embeddings=None,
-               eval_embeddings=None, embed: Callable | None = None, max_per_side: int = 5000, folds: int = 5,
+               eval_embeddings=None, embed: Callable | None = None, max_per_side: int = MAX_PER_SIDE, folds: int = 5,
                seed: int = 0, n_examples: int = 10) -> dict:
     """Cross-validated ROC AUC of a logistic regression telling eval from train on embeddings, and the eval
     examples it finds least like training (highest out-of-fold score)."""
@@ -271,7 +272,7 @@ def domain_auc(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_e
     return domain_fit(t_vec, e_vec, e_rows, folds=folds, seed=seed, n_examples=n_examples)
 
 
-def domain_rows(n_train: int, n_eval: int, max_per_side: int = 5000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def domain_rows(n_train: int, n_eval: int, max_per_side: int = MAX_PER_SIDE, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The rows of each side the domain classifier sees: every row up to `max_per_side`, else a seeded sample
     (train's drawn first, from one generator)."""
     rng = np.random.default_rng(seed)
