@@ -48,6 +48,28 @@ def workers_read(params, train_set) -> bool:
     return train_set is not None or readable(params.train)
 
 
+def count_rows(params, train_set, engine) -> int:
+    """The training rows (a Parquet file's footer; a JSONL or CSV file read by a worker), for the embedder's choice
+    (`embedder_choice.plan` counts the texts in-process embeds: eval and training rows)."""
+    from erroranalysis.sources import blocks
+    from erroranalysis.sources.table import as_source
+
+    if train_set is not None:
+        return len(train_set)
+    path = as_source(params.train)
+    if blocks.readable(path):
+        return blocks.parquet_file(path).metadata.num_rows
+    from erroranalysis.engines import ray_data
+
+    return ray_data.run_task(_count, engine, path=path, encoding=params.encoding)
+
+
+def _count(path, encoding: str) -> int:
+    from erroranalysis.sources.table import read_table
+
+    return len(read_table(path, encoding=encoding)[0])
+
+
 @dataclass(frozen=True)
 class Source:
     """Where the workers read the training rows: `rows` (a Parquet file), validated per block with `opts` as

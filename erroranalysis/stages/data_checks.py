@@ -94,6 +94,11 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
     from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
 
     n = n_rows(plan(run.file(rundir.PREDICTIONS)))
+    trained = train_set is not None or params.train is not None
+    if trained and embed is None and params.embedder == "auto" and n <= embedder_choice.MINILM_MAX_ROWS:  # both sets
+        from erroranalysis.stages.check_ray_train import count_rows
+
+        n += count_rows(params, train_set, engine)
     if embed is not None:
         vector_plan = embedder_choice.Plan(getattr(embed, "__name__", "custom"))
         embedding = Embedding(vector_plan.source, fn=embed)
@@ -109,7 +114,6 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
             name = vector_plan.source if vector_plan.source in embedder_choice.NAMES else str(
                 getattr(embedder, "key", vector_plan.source))
             embedding = Embedding(name, embedder=embedder)
-    trained = train_set is not None or params.train is not None
     record = {**params.record(), "train": None, "embedder": embedding.source if embedding else "none",
               "vectors": vector_plan.record(), "shift": params.shift and trained}
     if vector_plan.note:
