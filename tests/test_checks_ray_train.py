@@ -171,3 +171,23 @@ def test_the_label_rule_votes_merge_over_blocks():
     first = tb.first_rows(keys, np.array([5, 9, 2, 7]))
     assert keys[first].tolist() == [b"a", b"b", b"c"] and [5, 9, 2, 7][first[1]] == 2
     assert tb.join(np.array([b"c", b"z", b"a"], dtype="S16"), keys[first]).tolist() == [2, -1, 0]
+
+
+def test_an_in_memory_training_set_gives_the_same_checks_on_ray(local_ray, leaky, monkeypatch):
+    """The Python API's `train_set` (an EvalSet already read) goes to the workers as a Parquet copy."""
+    from ray import cloudpickle
+
+    from erroranalysis.sources.table import read_train_set
+
+    run_path, folder = leaky
+    cloudpickle.register_pickle_by_value(sys.modules["test_checks_ray"])
+    train_set = read_train_set(folder / "train.jsonl")
+    checks_run(run_path, CheckParams(shift=False), embed=word_vectors, train_set=train_set)
+    frame, report = read_checks(Run.open(run_path)), read_checks_report(Run.open(run_path))
+    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 128)
+    checks_run(run_path, CheckParams(shift=False), embed=word_vectors, train_set=train_set,
+               engine=Engine(engine="ray"))
+    ray_report = read_checks_report(Run.open(run_path))
+    pd.testing.assert_frame_equal(frame, read_checks(Run.open(run_path)))
+    ray_report["leakage"].pop("searched")
+    assert ray_report["leakage"] == report["leakage"] and ray_report["shift"] is None
