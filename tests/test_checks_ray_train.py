@@ -191,3 +191,31 @@ def test_an_in_memory_training_set_gives_the_same_checks_on_ray(local_ray, leaky
     pd.testing.assert_frame_equal(frame, read_checks(Run.open(run_path)))
     ray_report["leakage"].pop("searched")
     assert ray_report["leakage"] == report["leakage"] and ray_report["shift"] is None
+
+
+def test_the_leakage_summary_merges_over_any_split():
+    """`leak_part`s of any split of the eval rows merge (`merge_leak`) into `report.leakage_summary` of the whole."""
+    from erroranalysis.datachecks.duplicates import find_leakage
+    from erroranalysis.datachecks.report import leakage_summary
+
+    rng = np.random.default_rng(5)
+    train_texts = [f"t {i % 40}" for i in range(120)]
+    train_labels = np.asarray(rng.choice(["a", "b"], 120), dtype=object)
+    eval_texts = [f"t {i}" if i % 3 else f"e {i}" for i in range(90)]
+    gold = np.asarray(rng.choice(["a", "b"], 90), dtype=object)
+    leak = find_leakage(eval_texts, train_texts, eval_labels=gold, train_labels=train_labels, near=False)
+    ids = np.asarray([f"x{i}" for i in range(90)], dtype=object)
+    train_ids = np.asarray([f"r{i}" for i in range(120)], dtype=object)
+    train_set = type("TrainSet", (), {"path": "train.jsonl", "__len__": lambda self: 120})()
+    whole = leakage_summary(leak, ids, gold, train_ids, train_labels, train_set, near=False)
+    at = leak["train_index"].to_numpy()
+    hit = at >= 0
+    for _ in range(3):
+        cuts = np.r_[0, np.sort(rng.choice(np.arange(1, 90), 4, replace=False)), 90]
+        parts = [tb.leak_part(np.arange(a, b), ids[a:b], gold[a:b], at[a:b],
+                              np.where(hit, train_ids[np.maximum(at, 0)], None)[a:b],
+                              np.where(hit, train_labels[np.maximum(at, 0)], "")[a:b],
+                              leak["train_kind"].to_numpy()[a:b], leak["train_similarity"].to_numpy()[a:b])
+                 for a, b in zip(cuts[:-1], cuts[1:])]
+        assert tb.merge_leak(parts, "train.jsonl", 120, near=False) == whole
+    assert whole["n_in_train"] == 26 and whole["n_label_differs"] > 0 and len(whole["examples"]) == 20
