@@ -71,12 +71,12 @@ def both_engines(run_path, monkeypatch, stream=None, **params):
     return local, (read_checks(Run.open(run_path)), read_checks_report(Run.open(run_path)))
 
 
-@pytest.mark.parametrize("name", ["train.jsonl", "train.parquet"])
-def test_ray_leakage_and_shift_equal_the_in_process_ones(local_ray, leaky, monkeypatch, name):
+def test_ray_leakage_and_shift_equal_the_in_process_ones(local_ray, leaky, monkeypatch):
+    """A JSONL training file (a worker's Parquet copy; the next test reads the Parquet file itself)."""
     run_path, folder = leaky
     stream = io.StringIO()
     (frame, report), (ray_frame, ray_report) = both_engines(run_path, monkeypatch, stream,
-                                                            train=str(folder / name))
+                                                            train=str(folder / "train.jsonl"))
     pd.testing.assert_frame_equal(frame, ray_frame)
     searched = {"eval": {"rows": 600, "of": 600, "seed": 0}, "train": {"rows": 300, "of": 300, "seed": 0}}
     assert ray_report["leakage"].pop("searched") == searched == ray_report["params"].pop("leakage_sample")
