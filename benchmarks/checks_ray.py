@@ -7,7 +7,11 @@ duplicates, no neighbour vote) runs in a fresh driver process per engine, which 
 `checks_run` (for Ray: Ray's start excluded, printed apart), its peak resident memory before and after, and what
 the checks found. Ray's own processes (raylet, workers) are not the driver's and are not counted.
 
+`--train-rows N` adds a training file (Parquet) of N rows to the checks (`--train`: leakage and shift): texts drawn as
+the eval set's, 1% of them copies of eval rows (the leaks the checks must find), the rest fresh.
+
     .venv/bin/python benchmarks/checks_ray.py --rows 1000000
+    .venv/bin/python benchmarks/checks_ray.py --rows 100000 --train-rows 100000
 """
 
 from __future__ import annotations
@@ -56,7 +60,25 @@ def write_predictions(path: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
-def driver(run: str, engine: str) -> None:
+def write_train(path: Path, preds: Path, n: int, seed: int = 1) -> Path:
+    """`n` training rows: fresh rows as `write_predictions` draws them, 1% replaced by copies of eval rows."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fresh = pq.read_table(write_predictions(path.with_suffix(".fresh.parquet"), n, seed), columns=["text", "label"])
+    evals = pq.ParquetFile(preds)
+    rng = np.random.default_rng(seed)
+    texts, labels = fresh.column("text").to_pylist(), fresh.column("label").to_pylist()
+    leaked = np.flatnonzero(rng.random(n) < 0.01)
+    source = pq.read_table(preds, columns=["text", "label"]).take(rng.integers(0, evals.metadata.num_rows, len(leaked)))
+    for i, text, label in zip(leaked, source.column("text").to_pylist(), source.column("label").to_pylist()):
+        texts[i], labels[i] = text, label
+    pq.write_table(pa.table({"text": texts, "label": labels}), path, row_group_size=1 << 16)
+    return path
+
+
+def driver(run: str, engine: str, train: str = "") -> None:
     from erroranalysis.engines import Engine
     from erroranalysis.stages.data_checks import CheckParams, checks_run
 
@@ -73,19 +95,21 @@ def driver(run: str, engine: str) -> None:
         ray_start = time.perf_counter() - start
     before = hwm_mb()
     start = time.perf_counter()
-    summary = checks_run(run, CheckParams(seed=0), engine=engine_)
+    summary = checks_run(run, CheckParams(seed=0, train=train or None), engine=engine_)
     seconds = time.perf_counter() - start
     report = json.loads((Path(run) / "checks.json").read_text())
     print(json.dumps({"seconds": seconds, "ray_start": ray_start, "before": before, "peak": hwm_mb(),
                       "flagged": summary["n_label_issues"], "groups": summary["n_duplicate_groups"],
-                      "searched": (report["duplicates"].get("searched") or {}).get("rows")}))
+                      "searched": (report["duplicates"].get("searched") or {}).get("rows"),
+                      "in_train": summary["n_in_train"], "auc": summary["domain_auc"]}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--engines", nargs="+", default=["local", "ray"])
-    parser.add_argument("--driver", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--train-rows", type=int, default=0, help="rows of a training file (--train); 0: none")
+    parser.add_argument("--driver", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.driver:
         driver(*args.driver)
@@ -99,21 +123,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ea_checks_ray_") as tmp:
         tmp = Path(tmp)
         data = write_predictions(tmp / "preds.parquet", args.rows)
+        train = str(write_train(tmp / "train.parquet", data, args.train_rows)) if args.train_rows else ""
         run = stages.analyze("classification", data, tmp / "run", stages.Reading(data=DataOptions(id_column="id")),
                              after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False)).path
         for engine in args.engines:
             print(f"{args.rows:,} rows, {engine} ({load_average()})", file=sys.stderr, flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine], capture_output=True,
-                                  text=True, env=env)
+            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine, train],
+                                  capture_output=True, text=True, env=env)
             if proc.returncode:
                 raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append([f"{args.rows:,}", engine, f"{r['seconds']:.0f}", f"{r['ray_start']:.0f}",
                          f"{r['before']:.0f}", f"{r['peak']:.0f}", str(r["flagged"]), str(r["groups"]),
-                         str(r["searched"] or "all")])
+                         str(r["searched"] or "all")] + ([f"{args.train_rows:,}", str(r["in_train"]),
+                                                          f"{r['auc']:.3f}" if r["auc"] is not None else "-"]
+                                                         if train else []))
             print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
     print(table(rows, ["rows", "engine", "checks s", "ray start s", "driver MB before", "driver peak MB",
-                       "label issues", "duplicate groups", "near-dup rows searched"]))
+                       "label issues", "duplicate groups", "near-dup rows searched"]
+                + (["train rows", "eval rows in train", "domain AUC"] if train else [])))
     print(f"\n{load_average()}")
 
 

@@ -179,20 +179,3 @@ def merged_flags(ids, probs, filter_by, splits):
                                                                                         rows[a:b], bounds)], bounds)
     return np.concatenate([bw.flags(ids[a:b], probs[a:b], rows[a:b], filter_by, bounds, chosen,
                                     int((counts > 0).sum())) for a, b in splits])
-
-
-def test_a_train_file_under_ray_says_what_runs_on_the_driver(planted_run, tmp_path):
-    """--train is not distributed yet: the checks run in-process, and the run says so in one line."""
-    import io
-
-    from erroranalysis.core.progress import Reporter
-
-    run_path, *_ = planted_run
-    pd.DataFrame({"text": ["some training text", "another one"], "label": ["sport", "tech"]}).to_json(
-        tmp_path / "train.jsonl", orient="records", lines=True)
-    stream = io.StringIO()
-    checks_run(run_path, CheckParams(train=str(tmp_path / "train.jsonl"), shift=False), embed=word_vectors,
-               engine=Engine(engine="ray"), progress=Reporter(stream, terminal=False))
-    notes = [line for line in stream.getvalue().splitlines() if "--engine ray" in line]
-    assert len(notes) == 1 and "--train" in notes[0] and "driver" in notes[0]
-    assert read_checks_report(Run.open(run_path))["leakage"]["n_train"] == 2

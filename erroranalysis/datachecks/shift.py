@@ -38,6 +38,7 @@ OOV_NOTABLE = 0.05
 WORD_Z_NOTABLE = 4.0
 AUC_NOTABLE = 0.7
 AUC_STRONG = 0.9
+MAX_PER_SIDE = 5000  # rows a side the domain classifier sees (a seeded sample above)
 
 
 def words(text) -> list[str]:
@@ -48,7 +49,7 @@ def words(text) -> list[str]:
 def shift_report(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_labels=None, eval_labels=None,
                  train_embeddings=None, eval_embeddings=None, embed: Callable | None = None,
                  domain_classifier: bool = True, n_words: int = 15, min_count: int = 5,
-                 max_per_side: int = 5000, folds: int = 5, seed: int = 0) -> dict:
+                 max_per_side: int = MAX_PER_SIDE, folds: int = 5, seed: int = 0) -> dict:
     """A JSON-serializable report: class_balance, lengths, vocabulary, words, domain, findings.
 
     Embeddings for the domain classifier come from `train_embeddings`/`eval_embeddings` (one row per text),
@@ -60,16 +61,12 @@ def shift_report(train_texts: Sequence[str], eval_texts: Sequence[str], *, train
     check_param("max_per_side", max_per_side, isinstance(max_per_side, int) and max_per_side >= 10,
                 "an integer >= 10")
     train_texts, eval_texts = [str(t) for t in train_texts], [str(t) for t in eval_texts]
-    if not train_texts or not eval_texts:
-        raise DataError(f"shift: {len(train_texts)} train and {len(eval_texts)} eval texts; both need examples.")
-    train_tokens = [words(t) for t in train_texts]
-    eval_tokens = [words(t) for t in eval_texts]
-    report: dict = {"n_train": len(train_texts), "n_eval": len(eval_texts)}
-    if train_labels is not None and eval_labels is not None:
-        report["class_balance"] = class_balance(train_labels, eval_labels)
-    report["lengths"] = length_stats(train_tokens, eval_tokens)
-    report["vocabulary"] = vocabulary_stats(train_tokens, eval_tokens)
-    report["words"] = moved_words(train_tokens, eval_tokens, n=n_words, min_count=min_count)
+    check_sizes(len(train_texts), len(eval_texts))
+    train, evals = side_counts(train_texts, train_labels), side_counts(eval_texts, eval_labels)
+    train_vocab = set(train["words"])
+    oov = mostly_oov([words(t) for t in eval_texts], train_vocab)
+    report = counted_report(train, evals, oov, labels=train_labels is not None and eval_labels is not None,
+                            n_words=n_words, min_count=min_count)
     if domain_classifier:
         report["domain"] = domain_auc(train_texts, eval_texts, train_embeddings=train_embeddings,
                                       eval_embeddings=eval_embeddings, embed=embed, max_per_side=max_per_side,
@@ -78,15 +75,56 @@ def shift_report(train_texts: Sequence[str], eval_texts: Sequence[str], *, train
     return report
 
 
+def check_sizes(n_train: int, n_eval: int) -> None:
+    if not n_train or not n_eval:
+        raise DataError(f"shift: {n_train} train and {n_eval} eval texts; both need examples.")
+
+
+# -- counts that merge: what the report needs of each side, summed over any split of its rows ---------------------
+
+
+def side_counts(texts: Sequence[str], labels=None) -> dict:
+    """One side's (or one block's) counts: texts, labels, words per text and word tokens. Counts of two splits of
+    the rows add up (`add_counts`) to those of the whole, so the report is the same from blocks."""
+    tokens = [words(t) for t in texts]
+    return {"n": len(tokens), "labels": Counter(str(x) for x in labels) if labels is not None else Counter(),
+            "lengths": Counter(len(x) for x in tokens), "words": Counter(w for toks in tokens for w in toks)}
+
+
+def add_counts(a: dict, b: dict) -> dict:
+    return {"n": a["n"] + b["n"], **{k: a[k] + b[k] for k in ("labels", "lengths", "words")}}
+
+
+def mostly_oov(eval_tokens: list[list[str]], train_vocab) -> int:
+    """Eval texts more than half of whose word tokens never occur in training (summed over blocks)."""
+    return int(sum(1 for toks in eval_tokens if toks and sum(w not in train_vocab for w in toks) / len(toks) > 0.5))
+
+
+def counted_report(train: dict, evals: dict, n_mostly_oov: int, *, labels: bool, n_words: int = 15,
+                   min_count: int = 5) -> dict:
+    """The report's counted parts (everything but the domain classifier and the findings) from both sides'
+    `side_counts`."""
+    report: dict = {"n_train": train["n"], "n_eval": evals["n"]}
+    if labels:
+        report["class_balance"] = balance_of_counts(train["labels"], evals["labels"])
+    report["lengths"] = lengths_of_counts(train["lengths"], evals["lengths"])
+    report["vocabulary"] = vocabulary_of_counts(train["words"], evals["words"], n_mostly_oov)
+    report["words"] = moved_words_of_counts(train["words"], evals["words"], n=n_words, min_count=min_count)
+    return report
+
+
 # -- parts ------------------------------------------------------------------------------------------------------
 
 
 def class_balance(train_labels, eval_labels) -> dict:
     """Counts and shares per label, chi-square test of independence (set x label), Cramer's V."""
+    return balance_of_counts(Counter(str(x) for x in train_labels), Counter(str(x) for x in eval_labels))
+
+
+def balance_of_counts(train: Counter, evals: Counter) -> dict:
+    """`class_balance` from each side's label counts."""
     from scipy.stats import chi2_contingency
 
-    train = Counter(str(x) for x in train_labels)
-    evals = Counter(str(x) for x in eval_labels)
     labels = sorted(set(train) | set(evals))
     table = np.array([[train[c] for c in labels], [evals[c] for c in labels]], dtype=np.float64)
     n_train, n_eval = table.sum(1)
@@ -105,46 +143,98 @@ def class_balance(train_labels, eval_labels) -> dict:
 
 def length_stats(train_tokens: list[list[str]], eval_tokens: list[list[str]]) -> dict:
     """Words per text on each side (mean, quantiles), and a two-sample KS test."""
-    from scipy.stats import ks_2samp
-
-    t = np.array([len(x) for x in train_tokens], dtype=np.float64)
-    e = np.array([len(x) for x in eval_tokens], dtype=np.float64)
-    ks = ks_2samp(t, e)
-    return {"unit": "words", "train": _describe(t), "eval": _describe(e),
-            "mean_ratio": float(e.mean() / t.mean()) if t.mean() > 0 else None,
-            "ks_statistic": float(ks.statistic), "ks_p_value": float(ks.pvalue)}
+    return lengths_of_counts(Counter(len(x) for x in train_tokens), Counter(len(x) for x in eval_tokens))
 
 
-def _describe(values: np.ndarray) -> dict:
-    q = np.quantile(values, [0.1, 0.5, 0.9, 0.99])
-    return {"mean": float(values.mean()), "p10": float(q[0]), "median": float(q[1]), "p90": float(q[2]),
-            "p99": float(q[3]), "max": float(values.max()), "empty": int((values == 0).sum())}
+KS_EXACT_MAX = 10_000  # scipy's ks_2samp computes the exact p-value up to this many values a side ("auto")
+
+
+def lengths_of_counts(train: Counter, evals: Counter) -> dict:
+    """`length_stats` from each side's count of texts per length: the quantiles np.quantile gives on the values,
+    the KS statistic from the two step CDFs, its p-value as scipy's ks_2samp gives it (exact up to KS_EXACT_MAX
+    values a side, from the values themselves; above, Smirnov's asymptotic distribution), so no side's values are
+    ever held."""
+    from scipy.stats import distributions, ks_2samp
+
+    t, e = _histogram(train), _histogram(evals)
+    n1, n2 = int(t[1].sum()), int(e[1].sum())
+    if max(n1, n2) <= KS_EXACT_MAX:
+        ks = ks_2samp(np.repeat(*t).astype(np.float64), np.repeat(*e).astype(np.float64))
+        statistic, p_value = float(ks.statistic), float(ks.pvalue)
+    else:
+        grid = np.union1d(t[0], e[0])
+        cdf1 = np.cumsum(t[1])[np.searchsorted(t[0], grid, side="right") - 1] * (grid >= t[0][0]) / n1
+        cdf2 = np.cumsum(e[1])[np.searchsorted(e[0], grid, side="right") - 1] * (grid >= e[0][0]) / n2
+        statistic = float(np.abs(cdf1 - cdf2).max())
+        m, n = sorted([float(n1), float(n2)], reverse=True)
+        p_value = float(np.clip(distributions.kstwo.sf(statistic, np.round(m * n / (m + n))), 0, 1))
+    t_mean, e_mean = _mean(*t), _mean(*e)
+    return {"unit": "words", "train": _describe_counts(*t), "eval": _describe_counts(*e),
+            "mean_ratio": float(e_mean / t_mean) if t_mean > 0 else None,
+            "ks_statistic": statistic, "ks_p_value": p_value}
+
+
+def _histogram(counts: Counter) -> tuple[np.ndarray, np.ndarray]:
+    values = np.asarray(sorted(counts), dtype=np.float64)
+    return values, np.asarray([counts[v] for v in sorted(counts)], dtype=np.int64)
+
+
+def _mean(values: np.ndarray, counts: np.ndarray) -> float:
+    return float((values * counts).sum() / counts.sum())
+
+
+def _describe_counts(values: np.ndarray, counts: np.ndarray) -> dict:
+    q = quantiles_of_counts(values, counts, [0.1, 0.5, 0.9, 0.99])
+    return {"mean": _mean(values, counts), "p10": float(q[0]), "median": float(q[1]), "p90": float(q[2]),
+            "p99": float(q[3]), "max": float(values.max()), "empty": int(counts[values == 0].sum())}
+
+
+def quantiles_of_counts(values: np.ndarray, counts: np.ndarray, qs) -> np.ndarray:
+    """np.quantile (its default, linear method) of the sorted `values` repeated `counts` times, without them."""
+    n = int(counts.sum())
+    at = (n - 1) * np.asarray(qs, dtype=np.float64)
+    below = np.floor(at)
+    ends = np.cumsum(counts)
+    a = values[np.searchsorted(ends, below, side="right")]
+    b = values[np.searchsorted(ends, np.minimum(below + 1, n - 1), side="right")]
+    t = at - below
+    diff = b - a
+    return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)  # numpy's _lerp, exactly
 
 
 def vocabulary_stats(train_tokens: list[list[str]], eval_tokens: list[list[str]]) -> dict:
     """Vocabulary sizes, type/token ratios and how much of eval's text is out of train's vocabulary."""
-    train_vocab = set().union(*train_tokens) if train_tokens else set()
-    eval_counts = Counter(w for toks in eval_tokens for w in toks)
+    train = Counter(w for toks in train_tokens for w in toks)
+    return vocabulary_of_counts(train, Counter(w for toks in eval_tokens for w in toks),
+                                mostly_oov(eval_tokens, set(train)))
+
+
+def vocabulary_of_counts(train: Counter, eval_counts: Counter, n_mostly_oov: int) -> dict:
+    """`vocabulary_stats` from each side's word counts and the eval texts mostly out of vocabulary (`mostly_oov`)."""
     n_eval_tokens = sum(eval_counts.values())
-    oov_tokens = sum(c for w, c in eval_counts.items() if w not in train_vocab)
-    n_train_tokens = sum(len(x) for x in train_tokens)
-    per_text = np.array([sum(w not in train_vocab for w in toks) / len(toks) if toks else 0.0
-                         for toks in eval_tokens])
-    return {"train_vocabulary": len(train_vocab), "eval_vocabulary": len(eval_counts),
+    oov_tokens = sum(c for w, c in eval_counts.items() if w not in train)
+    n_train_tokens = sum(train.values())
+    return {"train_vocabulary": len(train), "eval_vocabulary": len(eval_counts),
             "train_tokens": n_train_tokens, "eval_tokens": n_eval_tokens,
-            "train_type_token_ratio": len(train_vocab) / n_train_tokens if n_train_tokens else None,
+            "train_type_token_ratio": len(train) / n_train_tokens if n_train_tokens else None,
             "eval_type_token_ratio": len(eval_counts) / n_eval_tokens if n_eval_tokens else None,
             "oov_token_rate": oov_tokens / n_eval_tokens if n_eval_tokens else 0.0,
-            "oov_type_rate": sum(w not in train_vocab for w in eval_counts) / len(eval_counts) if eval_counts else 0.0,
-            "eval_texts_mostly_oov": int((per_text > 0.5).sum())}
+            "oov_type_rate": sum(w not in train for w in eval_counts) / len(eval_counts) if eval_counts else 0.0,
+            "eval_texts_mostly_oov": int(n_mostly_oov)}
 
 
 def moved_words(train_tokens: list[list[str]], eval_tokens: list[list[str]], *, n: int = 15,
                 min_count: int = 5, prior_weight: float = 1.0) -> dict:
     """Words more frequent in eval than train (and the reverse), by log-odds ratio z-score with an informative
     Dirichlet prior (the pooled counts times `prior_weight`). Words seen fewer than `min_count` times are left out."""
-    train = Counter(w for toks in train_tokens for w in toks)
-    evals = Counter(w for toks in eval_tokens for w in toks)
+    return moved_words_of_counts(Counter(w for toks in train_tokens for w in toks),
+                                 Counter(w for toks in eval_tokens for w in toks), n=n, min_count=min_count,
+                                 prior_weight=prior_weight)
+
+
+def moved_words_of_counts(train: Counter, evals: Counter, *, n: int = 15, min_count: int = 5,
+                          prior_weight: float = 1.0) -> dict:
+    """`moved_words` from each side's word counts."""
     vocab = sorted(w for w in set(train) | set(evals) if train[w] + evals[w] >= min_count)
     if not vocab:
         return {"method": "log-odds ratio, informative Dirichlet prior", "more_in_eval": [], "more_in_train": []}
@@ -169,22 +259,39 @@ def moved_words(train_tokens: list[list[str]], eval_tokens: list[list[str]], *, 
 
 
 def domain_auc(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_embeddings=None,
-               eval_embeddings=None, embed: Callable | None = None, max_per_side: int = 5000, folds: int = 5,
+               eval_embeddings=None, embed: Callable | None = None, max_per_side: int = MAX_PER_SIDE, folds: int = 5,
                seed: int = 0, n_examples: int = 10) -> dict:
     """Cross-validated ROC AUC of a logistic regression telling eval from train on embeddings, and the eval
     examples it finds least like training (highest out-of-fold score)."""
+    t_rows, e_rows = domain_rows(len(train_texts), len(eval_texts), max_per_side, seed)
+    if min(folds, len(t_rows), len(e_rows)) < 2:
+        return {"auc": None, "folds": min(folds, len(t_rows), len(e_rows)),
+                "note": "too few examples on one side for cross-validation"}
+    t_vec = _embeddings(train_texts, t_rows, train_embeddings, embed, "train")
+    e_vec = _embeddings(eval_texts, e_rows, eval_embeddings, embed, "eval")
+    return domain_fit(t_vec, e_vec, e_rows, folds=folds, seed=seed, n_examples=n_examples)
+
+
+def domain_rows(n_train: int, n_eval: int, max_per_side: int = MAX_PER_SIDE, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of each side the domain classifier sees: every row up to `max_per_side`, else a seeded sample
+    (train's drawn first, from one generator)."""
+    rng = np.random.default_rng(seed)
+    return _sample(n_train, max_per_side, rng), _sample(n_eval, max_per_side, rng)
+
+
+def domain_fit(t_vec, e_vec, e_rows: np.ndarray, *, folds: int = 5, seed: int = 0, n_examples: int = 10) -> dict:
+    """`domain_auc` on the vectors of the `domain_rows` of each side (`e_rows`: the eval rows, in order)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    rng = np.random.default_rng(seed)
-    t_rows = _sample(len(train_texts), max_per_side, rng)
-    e_rows = _sample(len(eval_texts), max_per_side, rng)
-    folds = min(folds, len(t_rows), len(e_rows))
+    folds = min(folds, len(t_vec), len(e_rows))
     if folds < 2:
         return {"auc": None, "folds": folds, "note": "too few examples on one side for cross-validation"}
-    t_vec = _embeddings(train_texts, t_rows, train_embeddings, embed, "train")
-    e_vec = _embeddings(eval_texts, e_rows, eval_embeddings, embed, "eval")
+    for side, vectors in (("train", t_vec), ("eval", e_vec)):
+        if not np.isfinite(vectors).all():
+            raise DataError(f"{side} embeddings: contain NaN or infinite values; fix the embedder that produced "
+                            "them.")
     if t_vec.shape[1] != e_vec.shape[1]:
         raise DataError(f"embeddings: train vectors have {t_vec.shape[1]} dimensions, eval {e_vec.shape[1]}; "
                         "embed both with the same model.")
@@ -196,7 +303,7 @@ def domain_auc(train_texts: Sequence[str], eval_texts: Sequence[str], *, train_e
     auc = float(roc_auc_score(y, scores))
     eval_scores = scores[len(t_vec):]
     top = np.argsort(-eval_scores, kind="stable")[:n_examples]
-    return {"auc": auc, "folds": folds, "n_train": int(len(t_rows)), "n_eval": int(len(e_rows)),
+    return {"auc": auc, "folds": folds, "n_train": int(len(t_vec)), "n_eval": int(len(e_rows)),
             "classifier": "logistic regression (C=1, balanced)",
             "least_like_train": [{"eval_index": int(e_rows[i]), "score": float(eval_scores[i])} for i in top]}
 
@@ -218,9 +325,7 @@ def _embeddings(texts, rows, given, embed, side) -> np.ndarray:
 
             embed = default_embed()
         vectors = np.asarray(embed([texts[i] for i in rows]))
-    if not np.isfinite(vectors).all():
-        raise DataError(f"{side} embeddings: contain NaN or infinite values; fix the embedder that produced them.")
-    return vectors
+    return vectors  # finite: checked by domain_fit
 
 
 # -- findings ---------------------------------------------------------------------------------------------------

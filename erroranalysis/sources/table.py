@@ -412,9 +412,14 @@ def read_train_set(path: str | Path, *, text_column: str = "text", label_column:
         if "no column" not in str(exc) and "no id column" not in str(exc):
             raise
     raw, _ = read_table(path, encoding=encoding, split=split)
-    found = [str(c) for c in raw.columns if c != "_line"]
-    missing = [c for c in (text_column, label_column, id_column) if c and c not in raw.columns]
-    raise DataError(f"{path}: the train file lacks the eval set's column(s) {', '.join(repr(c) for c in missing)} "
-                    f"(columns found: {preview(found, 8)}); rename them in the train file or pass "
-                    "--train-text-column / --train-label-column.")
+    raise train_columns_error(path, list(raw.columns), text_column, label_column, id_column)
+
+
+def train_columns_error(path, columns, text_column: str, label_column: str, id_column: str | None) -> DataError:
+    """The one-line error of a training file without the columns asked for (`columns`: those it has)."""
+    found = [str(c) for c in columns if c != "_line"]
+    missing = [c for c in (text_column, label_column, id_column) if c and c not in columns]
+    return DataError(f"{path}: the train file lacks the eval set's column(s) {', '.join(repr(c) for c in missing)} "
+                     f"(columns found: {preview(found, 8)}); rename them in the train file or pass "
+                     "--train-text-column / --train-label-column.")
 

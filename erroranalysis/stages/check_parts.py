@@ -59,7 +59,8 @@ class CheckParams(Params):
                                         "similarity (word 3-grams, MinHash) at or above which two training prompts "
                                         "are near duplicates.")
     near_sample: int = param(100_000, Int(2), "Under --engine ray: rows (every row up to this many, else a seeded "
-                             "sample) among which near duplicates are searched; checks.json states it.",
+                             "sample) among which near duplicates are searched; with --train, the eval and training "
+                             "rows (as many of each) of the near-leakage search. checks.json states them.",
                              advanced=True)
     minhash_perm: int = param(128, Int(16, 1024), "Permutations of the MinHash signatures (more: better recall, "
                               "slower).", advanced=True)

@@ -1,6 +1,6 @@
 """The duplicate search of the checks stage under `--engine ray` (`data_checks_ray.py` runs it): exact groups, one
 task per partition of the rows' text keys; near duplicates, one task over the seeded sample's vectors; and each
-block's duplicate columns for the write pass. Here too the scratch-file helpers the passes of both modules use.
+block's duplicate columns for the write pass. Here too the scratch-file helpers the passes of the checks' Ray modules use.
 The passes are module-level: Ray pickles them."""
 
 from __future__ import annotations
@@ -39,6 +39,31 @@ def load_shards(scratch, name) -> tuple[np.ndarray, dict]:
                 for key in z.files:
                     columns.setdefault(key, []).append(z[key])
     return vectors, {k: np.concatenate(v) for k, v in columns.items()}
+
+
+def binary16(keys: np.ndarray):
+    """16-byte keys as Arrow, from their bytes (numpy's tolist() would drop trailing zero bytes)."""
+    import pyarrow as pa
+
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(keys), [None, pa.py_buffer(keys.tobytes())])
+
+
+def within(rows: np.ndarray, block) -> np.ndarray:
+    """Positions within the block of the sorted global `rows` that fall in it."""
+    a, b = np.searchsorted(rows, [block.start, block.stop])
+    return (rows[a:b] - block.start).astype(np.int64)
+
+
+def save_shard(scratch, name, block, vectors, **columns) -> None:
+    """A block's vectors (and `columns` beside them) as the `name` shards `load_shards` reads."""
+    from erroranalysis.core import files
+
+    folder = Path(scratch) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = eb.SHARD.format(start=block.start)[:-len(".parquet")]
+    if columns:
+        write_npz(folder / f"{stem}.npz", **columns)
+    files.write_npy(folder / f"{stem}.npy", np.ascontiguousarray(vectors, dtype=np.float32))
 
 
 def _task_table(path: Path, values: list) -> Path:

@@ -10,10 +10,11 @@
 Every input is checked before the stage starts, so a bad call leaves earlier artifacts untouched. See
 docs/run-directory.md.
 
-Under `--engine ray` the default checks of a classification run (no `--train`) run on the workers, block by block
+Under `--engine ray` the default checks of a classification run run on the workers, block by block
 (`erroranalysis.stages.data_checks_ray`): label-issue scores and flags and exact duplicate groups as in-process,
-near duplicates among a seeded sample of `near_sample` rows that checks.json states. Other runs' checks (a train
-file, other tasks) still read every row on the driver, and the run says so on stderr.
+near duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, exact
+leakage and the shift report as in-process, near leakage on seeded samples (`check_ray_train`). Other runs' checks
+(other tasks, a datasets-folder train file) still read every row on the driver, and the run says so on stderr.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
 
         why = data_checks_ray.supported(run, params, train_set, embed)
         if why is None:
-            return _checks_on_ray(run, params, embed, engine, reporter)
+            return _checks_on_ray(run, params, embed, engine, reporter, train_set)
         reporter.note(f"checks: --engine ray: {why}")
     preds = readers.read_predictions(run, columns=["example_id", "text", "label", "pred", "correct"])
     probs = readers.read_probs(run)
@@ -86,13 +87,18 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     return summary
 
 
-def _checks_on_ray(run, params: CheckParams, embed, engine, reporter) -> dict:
+def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=None) -> dict:
     """The default checks of a classification run on Ray workers (`erroranalysis.stages.data_checks_ray`)."""
     from erroranalysis.embed import choice as embedder_choice
     from erroranalysis.engines.blocks import n_rows, plan
     from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
 
     n = n_rows(plan(run.file(rundir.PREDICTIONS)))
+    trained = train_set is not None or params.train is not None
+    if trained and embed is None and params.embedder == "auto" and n <= embedder_choice.MINILM_MAX_ROWS:  # both sets
+        from erroranalysis.stages.check_ray_train import count_rows
+
+        n += count_rows(params, train_set, engine)
     if embed is not None:
         vector_plan = embedder_choice.Plan(getattr(embed, "__name__", "custom"))
         embedding = Embedding(vector_plan.source, fn=embed)
@@ -109,11 +115,12 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter) -> dict:
                 getattr(embedder, "key", vector_plan.source))
             embedding = Embedding(name, embedder=embedder)
     record = {**params.record(), "train": None, "embedder": embedding.source if embedding else "none",
-              "vectors": vector_plan.record(), "shift": False}
+              "vectors": vector_plan.record(), "shift": params.shift and trained}
     if vector_plan.note:
         reporter.note(f"checks: {vector_plan.note}")
     vote = embedding is not None and vector_plan.uses("label_issues") and params.label_issue_neighbors > 0
-    return checks_ray(run, params, record, embedding, vote, engine, reporter)
+    train = {"set": train_set, "domain": vector_plan.uses("shift")} if trained else None
+    return checks_ray(run, params, record, embedding, vote, engine, reporter, train)
 
 
 def _contamination(run, table, report, train, params: CheckParams, say, advance) -> None:
@@ -233,18 +240,27 @@ def load_train(run: "rundir.Run", params: CheckParams):
     `params.train_*_column` say otherwise."""
     from erroranalysis.sources.table import read_train_set
 
+    opts = train_options(run, params)
+    return read_train_set(params.train, text_column=opts.text_column, label_column=opts.label_column,
+                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split)
+
+
+def train_options(run: "rundir.Run", params: CheckParams):
+    """How the training file is read (`DataOptions`): the eval set's column names (from the run's manifest) unless
+    `params.train_*_column` say otherwise."""
+    from erroranalysis.sources.table import DataOptions
+
     columns = run.manifest.get("data", {}).get("columns", {}) or {}
-    return read_train_set(params.train, text_column=params.train_text_column or columns.get("text") or "text",
-                          label_column=params.train_label_column or columns.get("label") or "label",
-                          id_column=params.train_id_column, encoding=params.encoding, split=params.split)
+    return DataOptions(text_column=params.train_text_column or columns.get("text") or "text",
+                       label_column=params.train_label_column or columns.get("label") or "label",
+                       id_column=params.train_id_column, encoding=params.encoding, split=params.split)
 
 
 def _train_labels(values: np.ndarray, labels: list[str]) -> np.ndarray:
     """Train labels as class names: integer ids into the run's labels are mapped when no value is a name."""
-    known = set(labels)
-    if labels and not any(v in known for v in values) and all(v.isdigit() and int(v) < len(labels) for v in values):
-        return np.array([labels[int(v)] for v in values], dtype=object)
-    return values
+    from erroranalysis.datachecks.train_blocks import class_names, ids_are_labels, label_votes
+
+    return class_names(values, labels, ids_are_labels([label_votes(values, labels)], labels))
 
 
 class _Vectors:
@@ -285,7 +301,7 @@ class _Vectors:
             return cls("none", None, None, plan=plan)
         if plan.source == "hidden":
             states = readers.read_hidden(run)
-            return cls("hidden", lambda texts: states, _checkpoint_embed(run), plan=plan)
+            return cls("hidden", lambda texts: states, checkpoint_embed(run), plan=plan)
         # fails before the stage starts when the model is missing
         embedder = embedder_choice.text_embedder(plan.source)
         embed, reports = _text_embed(embedder, engine)
@@ -316,7 +332,7 @@ def _cumulative(advance: Callable[[int], None]) -> Callable[[int, int], None]:
     return progress
 
 
-def _checkpoint_embed(run) -> Callable:
+def checkpoint_embed(run) -> Callable:
     """Train texts through the run's own checkpoint (mean-pooled last hidden state, as inference wrote for the
     eval set), loaded only when a train file needs it."""
     model = run.manifest.get("model") or {}

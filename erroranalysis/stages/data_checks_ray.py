@@ -1,7 +1,7 @@
 """The checks stage under `--engine ray`: every pass over the rows runs on the workers, each reading its own block of
 predictions.parquet and probs.npy; the driver holds counts, a bounded number of candidates and the run's record.
 
-For a classification run without `--train` (the default checks):
+For a classification run (the default checks; with `--train`, leakage and shift in `check_ray_train.py`):
 
 1. scan (before the stage starts, so a bad cell fails it as in-process): each block validates its labels and
    probabilities (the same one-line error), sums each class's count and p(class) (cleanlab's thresholds), writes
@@ -38,16 +38,20 @@ from erroranalysis import rundir
 from erroranalysis.core import schemas
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.engines import blocks as eb
+from erroranalysis.stages import check_ray_train
 from erroranalysis.stages.check_parts import no_leakage
-from erroranalysis.stages.check_ray_duplicates import duplicate_columns, duplicates, load_shards, write_npz
+from erroranalysis.stages.check_ray_duplicates import binary16 as _binary16
+from erroranalysis.stages.check_ray_duplicates import duplicate_columns, duplicates, load_shards
+from erroranalysis.stages.check_ray_duplicates import save_shard as _save
+from erroranalysis.stages.check_ray_duplicates import within as _within
 
 COLUMNS = ["example_id", "text", "label", "correct"]
 
 
 def supported(run, params, train_set, embed) -> str | None:
     """Why the Ray path cannot take this run (the caller says so and runs the checks in-process), or None."""
-    if train_set is not None or params.train is not None:
-        return "--train: leakage and shift read every row on the driver (not distributed yet)"
+    if (train_set is not None or params.train is not None) and not check_ray_train.workers_read(params, train_set):
+        return "--train: a datasets folder is read on the driver (workers read Parquet, JSONL and CSV files)"
     if run.task != "classification":
         return f"a {run.task} run's checks run in-process on the driver (distributed: classification only)"
     from erroranalysis.rundir import readers
@@ -80,8 +84,11 @@ def _embedder(cls, kwargs):
     return cls(**dict(kwargs))  # one per worker process: the model loads once
 
 
-def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter) -> dict:
-    """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary."""
+def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter,
+               train: dict | None = None) -> dict:
+    """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary.
+    `train` ({"set": an EvalSet or None, "domain": bool}): the leakage and shift of `params.train` or that set
+    (`check_ray_train`)."""
     from erroranalysis.datachecks import report as checks_report
     from erroranalysis.datachecks.label_issues import reference_rows
 
@@ -109,6 +116,8 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
         for _, (c, s) in scanned:
             counts += c
             sums += s
+        trained = train and check_ray_train.prepare(run, params, train, scratch, n, n_buckets, embedding, engine,
+                                                    record, reporter)
         with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
             mixed = ctx["probs"]
             if vote:
@@ -119,11 +128,13 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                     sums += s
                 mixed = str(scratch / "mixed")
             dups = duplicates(scratch, blocks, n_buckets, near, params, engine)
+            leak = trained and check_ray_train.write_state(trained, scratch, [b.start for b in blocks], n_buckets,
+                                                           run.labels, params, engine)
             label_state = _label_issues(path, engine, {**ctx, "rows_per_block": rpb}, mixed, counts, sums,
                                         params.filter_by)
             parts = dict(eb.map_blocks(_write, path, engine, columns=COLUMNS, progress=advance, rows_per_block=rpb, kwargs={
                 **ctx, "mixed": mixed, "method": params.label_issue_method, "filter_by": params.filter_by,
-                "state": label_state, "dups": dups["per_row"], "out": str(staging.file(rundir.CHECKS))}))
+                "state": label_state, "dups": dups["per_row"], "leak": leak, "out": str(staging.file(rundir.CHECKS))}))
             report = {"n_examples": n, "params": record,
                       "label_issues": bw.merge_summary([parts[b] for b in blocks], params.label_issue_method,
                                                        params.filter_by)}
@@ -133,6 +144,9 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
             report["duplicates"] = {"near": near, "threshold": params.near_threshold, **dups["summary"],
                                     "searched": record["sample"]}
             report["contamination"] = report["leakage"] = report["shift"] = None
+            if trained:
+                report["leakage"], report["shift"] = check_ray_train.sections(
+                    trained, [parts[b]["leakage"] for b in blocks], record, path, scratch, params, engine)
             report["findings"] = [f.to_dict() for f in checks_report.checks_findings(report)]
             staging.write_json(rundir.CHECKS_JSON, report)
             summary = {**checks_report.summary(report), "near_sample": record["sample"]}
@@ -191,30 +205,6 @@ def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **c
             _save(scratch, "vectors", block, vectors)
             _save(scratch, "ref", block, vectors[in_ref], rows=rows[in_ref], labels=ids[in_ref])
     return bw.class_sums(ids, probs)
-
-
-def _binary16(keys: np.ndarray):
-    """16-byte keys as Arrow, from their bytes (numpy's tolist() would drop trailing zero bytes)."""
-    import pyarrow as pa
-
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(keys), [None, pa.py_buffer(keys.tobytes())])
-
-
-def _within(rows: np.ndarray, block) -> np.ndarray:
-    """Positions within the block of the sorted global `rows` that fall in it."""
-    a, b = np.searchsorted(rows, [block.start, block.stop])
-    return (rows[a:b] - block.start).astype(np.int64)
-
-
-def _save(scratch, name, block, vectors, **columns) -> None:
-    from erroranalysis.core import files
-
-    folder = Path(scratch) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = eb.SHARD.format(start=block.start)[:-len(".parquet")]
-    if columns:
-        write_npz(folder / f"{stem}.npz", **columns)
-    files.write_npy(folder / f"{stem}.npy", np.ascontiguousarray(vectors, dtype=np.float32))
 
 
 def _vote(table, block, *, scratch, prior, k, weight, **ctx):
@@ -280,7 +270,7 @@ def _candidates(table, block, *, bounds, **ctx):
     return bw.boundary_candidates(*_mixed(table, block, **ctx), np.arange(block.start, block.stop), bounds)
 
 
-def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx):
+def _write(table, block, *, out, method, filter_by, state, dups, leak, scratch, **ctx):
     import pandas as pd
     import pyarrow as pa
     from cleanlab.rank import get_label_quality_scores
@@ -308,7 +298,8 @@ def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx)
                           "label_issue": flagged, "suggested_label": suggested.astype(str).astype(object),
                           "duplicate_group": group, "duplicate_kind": kind, "duplicate_conflict": conflict})
     no_leakage(frame, {})
+    leaked = leak and check_ray_train.leak_columns(frame, table, block, leak, leak["labels"], leak["ids"])
     eb.write_shard(out, block, pa.Table.from_pandas(frame[list(schemas.CHECKS.columns)], preserve_index=False))
     gold = np.asarray(table.column("label").to_pylist(), dtype=object)
     correct = np.asarray(table.column("correct").to_pylist(), dtype=bool)
-    return bw.summary_part(scores, flagged, correct, rows, example_ids, gold, suggested)
+    return {**bw.summary_part(scores, flagged, correct, rows, example_ids, gold, suggested), "leakage": leaked}
