@@ -165,9 +165,8 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
         table[column] = issues[column].to_numpy()
     report["label_issues"] = checks_report.label_issue_summary(
         issues, ids, gold, preds["correct"].to_numpy(), probs, params.label_issue_method, params.filter_by)
-    if run.task == "regression":  # cleanlab's regression label issues refit a model (CleanLearning): not here
-        report["label_issues"] = {"available": False, "reason": "label issues are not computed for a regression "
-                                  "run (cleanlab's regression check refits a model on the data)"}
+    if run.task == "regression":
+        report["label_issues"] = checks_report.label_issues_skipped(run.task, probs is not None)
     report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors or \
         not vectors.plan.uses("label_issues") else {
         "weight": params.label_issue_neighbors, "k": params.label_issue_k, "vectors": vectors.source}

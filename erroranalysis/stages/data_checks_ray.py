@@ -48,13 +48,22 @@ def supported(run, params, train_set, embed) -> str | None:
     """Why the Ray path cannot take this run (the caller says so and runs the checks in-process), or None."""
     if train_set is not None or params.train is not None:
         return "--train: leakage and shift read every row on the driver (not distributed yet)"
-    if run.task != "classification":
-        return f"a {run.task} run's checks run in-process on the driver (distributed: classification only)"
+    if label_rule(run) == "multilabel":
+        return "a multilabel run's label issues read every row on the driver (distributed: classification's)"
+    return None
+
+
+def label_rule(run) -> str | None:
+    """The label-issue check the in-process stage runs on `run`: "classification" (confident learning over
+    probs.npy), "multilabel" (cleanlab's multi-label one), or None: no label issues, checks.json says why
+    (`report.label_issues_skipped`)."""
     from erroranalysis.rundir import readers
 
-    if len(run.labels) < 2 or not readers.usable(run, rundir.PROBS):
-        return "no label issues without probabilities over two classes or more; the checks run on the driver"
-    return None
+    if run.task == "regression" or not readers.usable(run, rundir.PROBS):
+        return None
+    if run.task == "multilabel":
+        return "multilabel"
+    return "classification" if len(run.labels) >= 2 else None
 
 
 class Embedding:
@@ -81,10 +90,15 @@ def _embedder(cls, kwargs):
 
 
 def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter) -> dict:
-    """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary."""
+    """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary.
+    `vote`: the plan gives label issues a neighbour vote (checks.json states it, as in-process, even for a run
+    whose label issues are skipped; only classification label issues take it)."""
     from erroranalysis.datachecks import report as checks_report
     from erroranalysis.datachecks.label_issues import reference_rows
+    from erroranalysis.rundir import readers
 
+    rule = label_rule(run)
+    stated, vote = vote, vote and rule == "classification"
     path = run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
@@ -100,15 +114,20 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                       f"{n} rows (--near-sample)")
     scratch = Path(tempfile.mkdtemp(prefix=".checks-scratch-", dir=run.path))  # not in .staging: the stage sweeps it
     try:
-        ctx = {"probs": str(run.file(rundir.PROBS)), "labels": list(run.labels), "scratch": str(scratch),
-               "source": str(run.file(rundir.PROBS))}
+        probs = str(run.file(rundir.PROBS)) if rule else None
+        ctx = {"probs": probs, "labels": list(run.labels), "scratch": str(scratch), "source": probs}
         scanned = eb.map_blocks(_scan, path, engine, columns=COLUMNS, rows_per_block=rpb, kwargs={
             **ctx, "n_buckets": n_buckets, "sample": sample, "ref": ref, "embedding": embedding, "vote": vote})
         counts = np.zeros(len(run.labels), np.int64)
         sums = np.zeros(len(run.labels))
-        for _, (c, s) in scanned:
-            counts += c
-            sums += s
+        missing = {"example_id": 0, "correct": 0}
+        for _, got in scanned:
+            for column in missing:
+                missing[column] += got["missing"][column]
+            if rule:
+                counts += got["sums"][0]
+                sums += got["sums"][1]
+        readers.check_missing(path, missing)  # readers' one-line error, from the blocks' counts
         with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
             mixed = ctx["probs"]
             if vote:
@@ -120,16 +139,17 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                 mixed = str(scratch / "mixed")
             dups = duplicates(scratch, blocks, n_buckets, near, params, engine)
             label_state = _label_issues(path, engine, {**ctx, "rows_per_block": rpb}, mixed, counts, sums,
-                                        params.filter_by)
+                                        params.filter_by) if rule else None
             parts = dict(eb.map_blocks(_write, path, engine, columns=COLUMNS, progress=advance, rows_per_block=rpb, kwargs={
                 **ctx, "mixed": mixed, "method": params.label_issue_method, "filter_by": params.filter_by,
                 "state": label_state, "dups": dups["per_row"], "out": str(staging.file(rundir.CHECKS))}))
             report = {"n_examples": n, "params": record,
                       "label_issues": bw.merge_summary([parts[b] for b in blocks], params.label_issue_method,
-                                                       params.filter_by)}
+                                                       params.filter_by) if rule else
+                      checks_report.label_issues_skipped(run.task, readers.usable(run, rundir.PROBS))}
             report["label_issues"]["neighbors"] = {
                 "weight": params.label_issue_neighbors, "k": params.label_issue_k,
-                "vectors": embedding.source} if vote and params.label_issue_neighbors else None
+                "vectors": embedding.source} if stated and params.label_issue_neighbors else None
             report["duplicates"] = {"near": near, "threshold": params.near_threshold, **dups["summary"],
                                     "searched": record["sample"]}
             report["contamination"] = report["leakage"] = report["shift"] = None
@@ -161,12 +181,15 @@ def _ids_probs(table, block, probs, labels, source, **_):
 
 def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **ctx):
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from erroranalysis.core import files
     from erroranalysis.datachecks.duplicates import text_keys
 
-    ids, probs = _ids_probs(table, block, **ctx)
+    missing = {c: int(pc.sum(pc.is_null(table.column(c), nan_is_null=True)).as_py() or 0)
+               for c in ("example_id", "correct")}
+    ids, probs = _ids_probs(table, block, **ctx) if ctx["probs"] else (None, None)
     texts = table.column("text").to_pylist()
     rows = np.arange(block.start, block.stop)
     keys = text_keys(texts)
@@ -190,7 +213,7 @@ def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **c
         if vote:
             _save(scratch, "vectors", block, vectors)
             _save(scratch, "ref", block, vectors[in_ref], rows=rows[in_ref], labels=ids[in_ref])
-    return bw.class_sums(ids, probs)
+    return {"missing": missing, "sums": bw.class_sums(ids, probs) if probs is not None else None}
 
 
 def _binary16(keys: np.ndarray):
@@ -283,17 +306,40 @@ def _candidates(table, block, *, bounds, **ctx):
 def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx):
     import pandas as pd
     import pyarrow as pa
+
+    rows = np.arange(block.start, block.stop)
+    if state is None:  # no label issues for this run (`label_rule`): the columns empty, as in-process
+        scores = np.full(block.rows, np.nan, dtype=np.float32)
+        flagged = pd.array([None] * block.rows, dtype="boolean")
+        suggested = pd.array([None] * block.rows, dtype="string")
+    else:
+        scores, flagged, suggested = _label_columns(table, block, rows, method, filter_by, state, **ctx)
+    group, kind, conflict = duplicate_columns(table, block, rows, dups, scratch)
+    example_ids = np.asarray(table.column("example_id").to_pylist(), dtype=object)
+    frame = pd.DataFrame({"example_id": example_ids, "label_issue_score": scores,
+                          "label_issue": flagged, "suggested_label": suggested,
+                          "duplicate_group": group, "duplicate_kind": kind, "duplicate_conflict": conflict})
+    no_leakage(frame, {})
+    eb.write_shard(out, block, pa.Table.from_pandas(frame[list(schemas.CHECKS.columns)], preserve_index=False))
+    if state is None:
+        return None
+    gold = np.asarray(table.column("label").to_pylist(), dtype=object)
+    correct = np.asarray(table.column("correct").to_pylist(), dtype=bool)
+    return bw.summary_part(scores, flagged, correct, rows, example_ids, gold, suggested)
+
+
+def _label_columns(table, block, rows, method, filter_by, state, **ctx):
+    """A block's label-issue scores, flags and suggested labels (classification)."""
+    import warnings
+
     from cleanlab.rank import get_label_quality_scores
 
     ids, probs = _ids_probs(table, block, **ctx)
     _, mixed = _mixed(table, block, **ctx)
-    rows = np.arange(block.start, block.stop)
     if filter_by == "confident_learning":
         flagged = bw.confident_learning_flags(ids, mixed, state["thresholds"])
     else:
         flagged = bw.flags(ids, mixed, rows, filter_by, state["bounds"], state["chosen"], state["n_present"])
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quality = get_label_quality_scores(ids, mixed, method=method)
@@ -301,14 +347,4 @@ def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx)
     names = np.asarray([str(c) for c in ctx["labels"]], dtype=object)
     others = np.array(probs, dtype=np.float32, copy=True)
     others[np.arange(len(ids)), ids] = -np.inf
-    suggested = names[others.argmax(1)]
-    group, kind, conflict = duplicate_columns(table, block, rows, dups, scratch)
-    example_ids = np.asarray(table.column("example_id").to_pylist(), dtype=object)
-    frame = pd.DataFrame({"example_id": example_ids, "label_issue_score": scores,
-                          "label_issue": flagged, "suggested_label": suggested.astype(str).astype(object),
-                          "duplicate_group": group, "duplicate_kind": kind, "duplicate_conflict": conflict})
-    no_leakage(frame, {})
-    eb.write_shard(out, block, pa.Table.from_pandas(frame[list(schemas.CHECKS.columns)], preserve_index=False))
-    gold = np.asarray(table.column("label").to_pylist(), dtype=object)
-    correct = np.asarray(table.column("correct").to_pylist(), dtype=bool)
-    return bw.summary_part(scores, flagged, correct, rows, example_ids, gold, suggested)
+    return scores, flagged, names[others.argmax(1)].astype(str).astype(object)
