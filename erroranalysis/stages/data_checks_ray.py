@@ -91,14 +91,13 @@ def _embedder(cls, kwargs):
 
 def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter) -> dict:
     """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary.
-    `vote`: the plan gives label issues a neighbour vote (checks.json states it, as in-process, even for a run
-    whose label issues are skipped; only classification label issues take it)."""
+    `vote`: the plan gives label issues a neighbour vote (taken only where there are label issues)."""
     from erroranalysis.datachecks import report as checks_report
     from erroranalysis.datachecks.label_issues import reference_rows
     from erroranalysis.rundir import readers
 
     rule = label_rule(run)
-    stated, vote = vote, vote and rule == "classification"
+    vote = vote and rule == "classification"
     path = run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
@@ -149,7 +148,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                       checks_report.label_issues_skipped(run.task, readers.usable(run, rundir.PROBS))}
             report["label_issues"]["neighbors"] = {
                 "weight": params.label_issue_neighbors, "k": params.label_issue_k,
-                "vectors": embedding.source} if stated and params.label_issue_neighbors else None
+                "vectors": embedding.source} if vote and params.label_issue_neighbors else None
             report["duplicates"] = {"near": near, "threshold": params.near_threshold, **dups["summary"],
                                     "searched": record["sample"]}
             report["contamination"] = report["leakage"] = report["shift"] = None
@@ -310,8 +309,7 @@ def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx)
     rows = np.arange(block.start, block.stop)
     if state is None:  # no label issues for this run (`label_rule`): the columns empty, as in-process
         scores = np.full(block.rows, np.nan, dtype=np.float32)
-        flagged = pd.array([None] * block.rows, dtype="boolean")
-        suggested = pd.array([None] * block.rows, dtype="string")
+        flagged = suggested = np.full(block.rows, None, dtype=object)
     else:
         scores, flagged, suggested = _label_columns(table, block, rows, method, filter_by, state, **ctx)
     group, kind, conflict = duplicate_columns(table, block, rows, dups, scratch)
