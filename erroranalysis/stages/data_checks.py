@@ -168,7 +168,8 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
     if run.task == "regression":
         report["label_issues"] = checks_report.label_issues_skipped(run.task, probs is not None)
     report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors or \
-        not vectors.plan.uses("label_issues") or not report["label_issues"]["available"] else {
+        not vectors.plan.uses("label_issues") or not report["label_issues"]["available"] or \
+        run.task == "multilabel" else {  # the vote joins classification label issues only
         "weight": params.label_issue_neighbors, "k": params.label_issue_k, "vectors": vectors.source}
 
     say("duplicates")
