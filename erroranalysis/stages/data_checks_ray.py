@@ -1,21 +1,26 @@
 """The checks stage under `--engine ray`: every pass over the rows runs on the workers, each reading its own block of
 predictions.parquet and probs.npy; the driver holds counts, a bounded number of candidates and the run's record.
 
-For a classification run without `--train` (the default checks):
+For any run without `--train` (the default checks), one flow whose label-issue part follows the run's `label_rule`
+(classification: confident learning over probs.npy; multilabel: cleanlab's multi-label rule, one binary problem per
+class; none for generation, regression, token classification and runs without probabilities, where checks.json says
+why as in-process):
 
-1. scan (before the stage starts, so a bad cell fails it as in-process): each block validates its labels and
-   probabilities (the same one-line error), sums each class's count and p(class) (cleanlab's thresholds), writes
-   its rows' 16-byte text keys into `n_buckets` partitions (`blockwise.bucket_of`), and embeds the rows the
-   searches need (its rows of the near-duplicate sample; with the neighbour vote, every row);
-2. the neighbour vote (when the plan uses vectors for label issues): each block's rows against the reference
-   sample in-process uses (every row up to 20,000, else a seeded 20,000), giving the mixed probabilities;
+1. scan (before the stage starts, so a bad cell fails it as in-process): each block counts its missing ids and
+   `correct` values (readers' one-line error from the sums), validates its labels and probabilities (the same one-line
+   error), sums each problem's class counts and p(class) (cleanlab's thresholds), writes its rows' 16-byte text keys
+   into `n_buckets` partitions (`blockwise.bucket_of`), and embeds the rows the searches need (its rows of the
+   near-duplicate sample; with the neighbour vote, every row);
+2. the neighbour vote (classification, when the plan uses vectors for label issues): each block's rows against the
+   reference sample in-process uses (every row up to 20,000, else a seeded 20,000), giving the mixed probabilities;
 3. near duplicates: one task searches the seeded sample of `near_sample` rows (every row up to that many) as the
    in-process search does over every row, and sends back the pairs of text keys it joins;
 4. exact duplicates: one task per key partition groups its keys, writes each row's group (first row, conflict)
    per block, and counts the first rows per block, from which group numbers follow (`blockwise.group_numbers`);
    steps 3 and 4 are in `check_ray_duplicates.py`;
-5. label issues: the confident joint, then the cells' score histograms and boundary candidates
-   (`erroranalysis.datachecks.blockwise`): flags equal to cleanlab's `find_label_issues` on every row at once;
+5. label issues: per problem the confident joint, then the cells' score histograms and boundary candidates
+   (`erroranalysis.datachecks.blockwise`): flags equal to cleanlab's on every row at once (multi-label: the OR of
+   the classes' binary flags, as cleanlab reduces it);
 6. write: each block writes its rows of checks.parquet as a shard into the stage's staging area and sends back its
    share of the summary; checks.json is merged from those.
 
