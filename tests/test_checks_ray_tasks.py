@@ -1,5 +1,5 @@
-"""The checks of other tasks' runs on Ray workers give the in-process answers: generation, regression and
-classification without probabilities (no label issues: checks.json says why, as in-process) and multi-label with
+"""The checks of other tasks' runs on Ray workers give the in-process answers: generation, regression, token
+classification and classification without probabilities (no label issues: checks.json says why, as in-process) and multi-label with
 sigmoids (cleanlab's multi-label flags, exact), runs made by `stages.analyze` from files with planted exact and near
 duplicates, checked with `engine=None` and on a local Ray with 64-row blocks. Duplicate groups, kinds and conflicts
 are exact; near duplicates are searched on the seeded sample checks.json states (every row, or fewer: then the exact
@@ -152,6 +152,26 @@ def test_the_multilabel_flags_merge_over_any_split():
             assert (got == expected.to_numpy()).all(), (trial, filter_by)
 
 
+def token_run(folder):
+    """CoNLL-style sentences from a small vocabulary: many exact copies (each its gold tags, so no conflict), a
+    quarter of the predictions all "O"."""
+    import random
+
+    from token_fixtures import sentence
+
+    rng = random.Random(0)
+    rows = [sentence(rng, i) for i in range(N)]
+    for i, row in enumerate(rows):
+        row["pred_tags"] = list(row["tags"]) if i % 4 else ["O"] * len(row["tags"])
+    rows[250:258] = [{**rows[10 + i], "id": f"s{250 + i}"} for i in range(8)]
+    path = folder / "sentences.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = stages.analyze("token-classification", path, folder / "run",
+                         stages.Reading(data=DataOptions(id_column="id")),
+                         after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False))
+    return run.path, {(10 + i, 250 + i) for i in range(8)}, set()
+
+
 def classification_run(folder):
     """Predicted labels without probabilities: no label issues (in-process this ran on the driver)."""
     texts, exact, near = texts_with_copies(seed=2)
@@ -188,12 +208,14 @@ def barred(*args, **kwargs):
     raise AssertionError("the driver read every row")
 
 
-MAKERS = {"generation": generation_run, "regression": regression_run, "classification": classification_run}
+MAKERS = {"generation": generation_run, "regression": regression_run, "classification": classification_run,
+          "token-classification": token_run}
 REASONS = {"generation": "the run has no probabilities (probs.npy)",
            "regression": "label issues are not computed for a regression run (cleanlab's regression check refits "
                          "a model on the data)",
-           "classification": "the run has no probabilities (probs.npy)"}
-CONFLICTS = {"generation": 0, "regression": 4, "classification": 3}
+           "classification": "the run has no probabilities (probs.npy)",
+           "token-classification": "the run has no probabilities (probs.npy)"}
+CONFLICTS = {"generation": 0, "regression": 4, "classification": 3, "token-classification": 0}
 
 
 @pytest.mark.parametrize("task", sorted(MAKERS))
