@@ -102,12 +102,11 @@ def multilabel_run(folder):
     return run.path, set(flipped.tolist()) | set(range(250, 254)), exact, near
 
 
-@pytest.mark.parametrize("filter_by", ["prune_by_noise_rate", "both"])
-def test_multilabel_label_issues_on_ray_equal_the_in_process_ones(local_ray, tmp_path, monkeypatch, filter_by):
+def test_multilabel_label_issues_on_ray_equal_the_in_process_ones(local_ray, tmp_path, monkeypatch):
     """cleanlab's multi-label flags are the OR of its one-vs-rest binary flags: merged from the blocks' counts,
-    histograms and boundary candidates per class, exactly; the scores are per row."""
+    histograms and boundary candidates per class, exactly (every rule: the next test); the scores are per row."""
     run_path, planted, exact, _ = multilabel_run(tmp_path)
-    (frame, report), (ray_frame, ray_report) = both_engines(run_path, monkeypatch, filter_by=filter_by)
+    (frame, report), (ray_frame, ray_report) = both_engines(run_path, monkeypatch)
     pd.testing.assert_frame_equal(frame, ray_frame)
     ray_report["duplicates"].pop("searched")
     for key in ("engine", "sample"):
@@ -128,7 +127,7 @@ def test_the_multilabel_flags_merge_over_any_split():
     from erroranalysis.datachecks.multilabel_issues import binary_problems, clip, find_multilabel_issues, flags_possible
 
     rng = np.random.default_rng(5)
-    for trial in range(4):
+    for trial in range(3):
         n, k = int(rng.integers(40, 300)), int(rng.integers(2, 4))
         true = (rng.random((n, k)) < 0.4).astype(int)
         if trial == 1:
@@ -137,7 +136,7 @@ def test_the_multilabel_flags_merge_over_any_split():
             true[:, -1] = 1
         probs = np.clip(0.15 + 0.7 * true + rng.normal(0, 0.25, (n, k)), 0, 1)
         gold = true.copy()
-        noisy = (rng.random((n, k)) < 0.05) & (trial in (0, 3))
+        noisy = (rng.random((n, k)) < 0.05) & (trial == 0)
         gold[noisy] = 1 - gold[noisy]
         cuts = np.sort(rng.choice(np.arange(1, n), int(rng.integers(0, 5)), replace=False))
         splits = list(zip(np.r_[0, cuts], np.r_[cuts, n]))
