@@ -75,12 +75,20 @@ def checks_findings(report: dict) -> list[Finding]:
     return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
 
 
-def label_issue_summary(issues, ids, gold, correct, probs, method, filter_by, limit: int = 20) -> dict:
-    if probs is None:
+def label_issues_skipped(task: str, has_probs: bool) -> dict:
+    """checks.json's label-issue section of a run whose label issues are not computed: why (both engines)."""
+    if task == "regression":  # cleanlab's regression label issues refit a model (CleanLearning): not here
+        return {"available": False, "reason": "label issues are not computed for a regression run (cleanlab's "
+                "regression check refits a model on the data)"}
+    if not has_probs:
         return {"available": False, "reason": "the run has no probabilities (probs.npy)"}
+    return {"available": False, "reason": "label issues need at least two classes (and examples)"}
+
+
+def label_issue_summary(issues, ids, gold, correct, probs, method, filter_by, limit: int = 20) -> dict:
     scores = issues["label_issue_score"].to_numpy()
-    if not np.isfinite(scores).any():
-        return {"available": False, "reason": "label issues need at least two classes (and examples)"}
+    if probs is None or not np.isfinite(scores).any():
+        return label_issues_skipped("", probs is not None)
     flags = issues["label_issue"].to_numpy(dtype=bool, na_value=False)
     failures = ~np.asarray(correct, dtype=bool)
     order = np.argsort(-scores, kind="stable")[:limit]

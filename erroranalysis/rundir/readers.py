@@ -89,16 +89,13 @@ def _examples(run, name: str, columns=None):
     frame = parquet(file, wanted)
     require_columns(file, frame, checked)
     ids = frame["example_id"]
-    if ids.isna().any():
-        raise RunError(f"{file}, column 'example_id': {int(ids.isna().sum())} missing ids; every example needs one.")
+    check_missing(file, {"example_id": int(ids.isna().sum())})
     ids = ids.astype(str)
     if ids.duplicated().any():
         raise RunError(f"{file}, column 'example_id': duplicate ids {preview(ids[ids.duplicated()].unique())}; "
                         "give every example its own id.")
     correct = frame["correct"]
-    if correct.isna().any():
-        raise RunError(f"{file}, column 'correct': {int(correct.isna().sum())} missing values; run the stage that "
-                        "writes predictions again.")
+    check_missing(file, {"correct": int(correct.isna().sum())})
     if correct.dtype != bool and not set(np.unique(correct.to_numpy())) <= {0, 1}:
         raise RunError(f"{file}, column 'correct': values {preview(np.unique(correct.to_numpy())[:3])} are not "
                         "booleans; run the stage that writes predictions again.")
@@ -111,6 +108,18 @@ def _examples(run, name: str, columns=None):
     if columns is not None:
         frame = frame[[c for c in dict.fromkeys([*columns, *checked]) if c in frame.columns]]
     return frame
+
+
+_MISSING = {"example_id": "missing ids; every example needs one.",
+            "correct": "missing values; run the stage that writes predictions again."}
+
+
+def check_missing(file, counts: dict) -> None:
+    """The one-line error for missing ids or `correct` values of a predictions-shaped table, from their counts (in
+    one frame, or summed over the blocks a distributed stage read)."""
+    for column, message in _MISSING.items():
+        if counts.get(column):
+            raise RunError(f"{file}, column '{column}': {counts[column]} {message}")
 
 
 @optional_reader

@@ -10,11 +10,12 @@
 Every input is checked before the stage starts, so a bad call leaves earlier artifacts untouched. See
 docs/run-directory.md.
 
-Under `--engine ray` the default checks of a classification run run on the workers, block by block
-(`erroranalysis.stages.data_checks_ray`): label-issue scores and flags and exact duplicate groups as in-process,
-near duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, exact
-leakage and the shift report as in-process, near leakage on seeded samples (`check_ray_train`). Other runs' checks
-(other tasks, a datasets-folder train file) still read every row on the driver, and the run says so on stderr.
+Under `--engine ray` the checks run on the workers, block by block (`erroranalysis.stages.data_checks_ray`):
+label-issue scores and flags (classification, multi-label) and exact duplicate groups as in-process, near
+duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file (classification),
+exact leakage and the shift report as in-process, near leakage on seeded samples (`check_ray_train`). The other
+checks with a train file (other tasks, a datasets-folder train file) still read every row on the driver, and the run
+says so on stderr.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
 
 
 def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=None) -> dict:
-    """The default checks of a classification run on Ray workers (`erroranalysis.stages.data_checks_ray`)."""
+    """The checks of a run on Ray workers (`erroranalysis.stages.data_checks_ray`)."""
     from erroranalysis.embed import choice as embedder_choice
     from erroranalysis.engines.blocks import n_rows, plan
     from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
@@ -172,11 +173,11 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
         table[column] = issues[column].to_numpy()
     report["label_issues"] = checks_report.label_issue_summary(
         issues, ids, gold, preds["correct"].to_numpy(), probs, params.label_issue_method, params.filter_by)
-    if run.task == "regression":  # cleanlab's regression label issues refit a model (CleanLearning): not here
-        report["label_issues"] = {"available": False, "reason": "label issues are not computed for a regression "
-                                  "run (cleanlab's regression check refits a model on the data)"}
+    if run.task == "regression":
+        report["label_issues"] = checks_report.label_issues_skipped(run.task, probs is not None)
     report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors or \
-        not vectors.plan.uses("label_issues") else {
+        not vectors.plan.uses("label_issues") or not report["label_issues"]["available"] or \
+        run.task == "multilabel" else {  # the vote joins classification label issues only
         "weight": params.label_issue_neighbors, "k": params.label_issue_k, "vectors": vectors.source}
 
     say("duplicates")
