@@ -55,7 +55,9 @@ def place_the_rest(X, fit_rows, fitted: Assigned, Y, params: dict) -> tuple[Assi
 def sample_note(m: int, n: int, params: dict) -> str:
     how = {"label, pred": " stratified by confusion pair", MODE_STRATA: " stratified by failure mode"}.get(
         params.get("fit_sample_strata"), "")
-    return f"fitted on a sample of {m} of {n} failures{how}; the rest joined their nearest neighbours"
+    rest = "their failure mode's error type" if params.get("fit_sample_strata") == MODE_STRATA else \
+        "their nearest neighbours"
+    return f"fitted on a sample of {m} of {n} failures{how}; the rest joined {rest}"
 
 
 def reference_distance(X_fit: np.ndarray) -> float:
