@@ -105,7 +105,8 @@ def write_outputs(path: Path, n: int, failure_share: float, seed: int = 0) -> Pa
             topic = r.choice(TOPICS)
             fields = {f: f"{f}-{r.randint(0, 999)}" for f in r.sample(FIELDS, 3)}
             good = json.dumps(fields)
-            prompt = f"Extract the fields of this {topic} as JSON: " + "; ".join(f"{k} is {v}" for k, v in fields.items())
+            prompt = f"Extract the fields of this {topic} as JSON: " + "; ".join(
+                f"{k} is {v}" for k, v in fields.items())
             output, stop = good, "stop"
             if r.random() < failure_share:
                 mode = r.randrange(4)
@@ -171,8 +172,8 @@ def main() -> None:
             run = tmp / f"run_{engine}"
             shutil.copytree(base, run)
             print(f"cluster, {engine} ({load_average()})", file=sys.stderr, flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine, embedder], capture_output=True,
-                                  text=True, env=env)
+            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine, embedder],
+                                  capture_output=True, text=True, env=env)
             if proc.returncode:
                 raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
             r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -182,7 +183,8 @@ def main() -> None:
                          f"{r['peak']:.0f}", f"{r['before']:.0f}", str(r["n_clusters"]), f"{r['noise']:.3f}",
                          " ".join(f"{k} {v:.0f}" for k, v in (r["timings"] or {}).items())])
             shutil.rmtree(run)
-    print(table(rows, ["rows", "failures", "embedder / run", "engine", "stage s", "driver peak MB", "MB before the stage", "clusters",
+    print(table(rows, ["rows", "failures", "embedder / run", "engine", "stage s", "driver peak MB",
+                       "MB before the stage", "clusters",
                        "noise", "stage timings (s)"]))
     print(f"\n{load_average()}")
 

@@ -380,7 +380,8 @@ def test_a_vectors_file_is_read_by_row(analyzed, local_ray, tmp_path, monkeypatc
 
 def test_a_vectors_file_keyed_by_id_and_its_errors(analyzed, local_ray, tmp_path, monkeypatch):
     """A file whose rows are named by a sidecar (here in reverse order) gives the same clustering; a file whose
-    rows do not match the run is the same one-line error under both engines, nothing written."""
+    rows do not match the run, or with a NaN in a row a worker reads, is the same one-line error under both
+    engines, nothing written."""
     import json
 
     from erroranalysis.core.errors import DataError
@@ -405,6 +406,19 @@ def test_a_vectors_file_keyed_by_id_and_its_errors(analyzed, local_ray, tmp_path
         errors.append(str(caught.value))
         assert not (tmp_path / f"short_{name}" / "assignments.parquet").exists()
     assert errors[0] == errors[1] and "979 rows but the run has 980 predictions" in errors[0]
+    failures = readers.read_predictions(Run.open(source)).query("~correct")
+    fitted = set(readers.read_embeddings(by_row)[1]["example_ids"])
+    placed = next(i for i in failures["example_id"] if i not in fitted)  # read by a placing worker under ray
+    bad = np.load(file)
+    bad[data.index[data["id"] == placed][0], 3] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    errors = []
+    for name, engine in (("local", None), ("ray", Engine("ray"))):
+        with pytest.raises(DataError) as caught:
+            _cluster_by(source, tmp_path / f"nan_{name}", engine, embedder=str(tmp_path / "nan.npy"), max_fit=150)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] == f"{tmp_path / 'nan.npy'}: contains NaN or infinite values; fix the vectors " \
+        "that produced them."
 
 
 @pytest.fixture(scope="module")

@@ -173,7 +173,8 @@ def test_failures_left_out_of_a_sample_join_the_error_type_of_the_whole():
 
     rng = np.random.default_rng(0)
     axes = np.eye(8, dtype=np.float32) * 5
-    groups = [("refusal: declines to answer ('no')", axes[0], 300), ("json_fields: wrong value (a: 1 for 2)", axes[1], 200),
+    groups = [("refusal: declines to answer ('no')", axes[0], 300),
+              ("json_fields: wrong value (a: 1 for 2)", axes[1], 200),
               ("normalized: differs from the reference", axes[0] + 0.5 * axes[2], 60),  # attaches to the refusals
               ("normalized: differs from the reference", axes[3], 150),  # a generic mode, split in two by output
               ("normalized: differs from the reference", axes[4], 150)]

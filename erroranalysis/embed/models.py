@@ -389,9 +389,10 @@ class RowVectors:
             self.row_of = sidecar_rows(Path(self.sidecar), Path(self.path), self.shape()[0])
         return rows_by_id(self.row_of, self.sidecar, frame)
 
-    def shape(self) -> tuple[int, int]:
+    def shape(self) -> tuple[int, ...]:
+        """(rows, the first file's other dimensions), from the headers."""
         parts = self._parts()
-        return sum(len(a) for _, a in parts), (parts[0][1].shape[1] if parts else 0)
+        return (sum(len(a) for _, a in parts), *(parts[0][1].shape[1:] if parts else (0,)))
 
     def _parts(self) -> list:
         if self._opened is None:
@@ -418,10 +419,16 @@ class RowVectors:
         return out
 
 
-def hidden_rows(path, source: str = "hidden_states.npy") -> RowVectors:
-    """`HiddenStatesEmbedder` of a run's hidden states (a file or shards) as `RowVectors`; its headers checked as
-    `_check_matrix` checks the array (but for NaN: a row is checked where it is read)."""
+def hidden_rows(path, n_rows: int, source: str = "hidden_states.npy") -> RowVectors:
+    """`HiddenStatesEmbedder` of a run's hidden states (a file or shards) as `RowVectors`, checked from the headers
+    as `rundir.readers.read_hidden` and `_check_matrix` check the array (a NaN: where its row is read)."""
+    from erroranalysis.core.errors import RunError
+
     rows = RowVectors(path, _hidden_meta(source), source)
+    shape = rows.shape()
+    if len(shape) != 2 or shape[0] != n_rows:
+        raise RunError(f"{path}: shape {shape} does not have one row per prediction; run the stage that writes it "
+                       "again.")
     for _, array in rows._parts():
         _check_matrix(array[:0], Path(source))
     return rows

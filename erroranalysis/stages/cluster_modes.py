@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import readers
 from erroranalysis.stages.cluster_parts import ClusterParams, Inputs, fit_modes
 
@@ -35,13 +34,9 @@ def row_vectors(run: rundir.Run, spec, n_rows: int):
         file = readers.artifact_path(run, rundir.HIDDEN, required=False)
         if file is None:
             raise no_hidden(run)
-        rows = embedding.hidden_rows(file, rundir.HIDDEN)
-        if rows.shape()[0] != n_rows:  # readers.read_hidden's check, from the headers
-            raise RunError(f"{file}: shape {rows.shape()} does not have one row per prediction; run the stage that "
-                           "writes it again.")
-        return rows
-    is_file = text.endswith(".npy") or Path(text).suffix == ".npy" or (Path(text).expanduser().is_file() if embedder_choice.is_path(text)
-                                              else bool(Path(text).suffix))
+        return embedding.hidden_rows(file, n_rows, rundir.HIDDEN)
+    is_file = text.endswith(".npy") or Path(text).suffix == ".npy" or (
+        Path(text).expanduser().is_file() if embedder_choice.is_path(text) else bool(Path(text).suffix))
     if not is_file:  # a model folder: the texts are embedded
         return None
     readers.check_allowed(text)  # as `embedders.file_embedder`
