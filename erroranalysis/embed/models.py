@@ -386,7 +386,9 @@ class RowVectors:
         if self.sidecar is None:
             return frame.index.to_numpy()
         if self.row_of is None:
-            self.row_of = sidecar_rows(Path(self.sidecar), Path(self.path), self.shape()[0])
+            sidecar = Path(self.sidecar)
+            stamp = sidecar.stat().st_mtime_ns if sidecar.is_file() else 0
+            self.row_of = _sidecar_once(self.sidecar, stamp, self.path, self.shape()[0])
         return rows_by_id(self.row_of, self.sidecar, frame)
 
     def shape(self) -> tuple[int, ...]:
@@ -418,6 +420,12 @@ class RowVectors:
             raise DataError(f"{self.source}: contains NaN or infinite values; fix the vectors that produced them.")
         return out
 
+
+
+@functools.lru_cache(maxsize=2)
+def _sidecar_once(sidecar: str, stamp: int, path: str, n: int) -> dict:
+    """`sidecar_rows`, read once per process (a Ray worker places many blocks with the same file)."""
+    return sidecar_rows(Path(sidecar), Path(path), n)
 
 def hidden_rows(path, n_rows: int, source: str = "hidden_states.npy") -> RowVectors:
     """`HiddenStatesEmbedder` of a run's hidden states (a file or shards) as `RowVectors`, checked from the headers
