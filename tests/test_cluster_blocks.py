@@ -360,7 +360,8 @@ def _cluster_by(source: Path, out: Path, engine=None, **params) -> tuple[Run, di
 
 def test_a_vectors_file_is_read_by_row(analyzed, local_ray, tmp_path, monkeypatch):
     """`--embedder FILE.npy`: below max_fit the in-process artifacts; above it the planted groups recovered from
-    the sample, whose stored vectors are the file's rows of the sampled ids (read by row on a worker)."""
+    the sample, whose stored vectors are the file's rows of the sampled ids, read by row on the workers (the driver
+    reads none)."""
     source, data = analyzed
     monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
     file = planted_vectors(tmp_path / "vectors.npy", data)
@@ -370,7 +371,14 @@ def test_a_vectors_file_is_read_by_row(analyzed, local_ray, tmp_path, monkeypatc
     pd.testing.assert_frame_equal(readers.read_clusters(local), readers.read_clusters(ray_run))
     assert {**readers.read_embeddings(local)[1], "created": None} == {**readers.read_embeddings(ray_run)[1],
                                                                        "created": None}
-    sampled, _ = _cluster_by(source, tmp_path / "sampled", Engine("ray"), embedder=str(file), max_fit=150)
+    from erroranalysis.embed.models import RowVectors
+
+    def not_here(self, frame, progress=None):
+        raise AssertionError("the driver read rows of the vectors file")
+
+    with monkeypatch.context() as patch:  # this process only: the Ray workers read the rows
+        patch.setattr(RowVectors, "embed", not_here)
+        sampled, _ = _cluster_by(source, tmp_path / "sampled", Engine("ray"), embedder=str(file), max_fit=150)
     _found_groups(readers.read_assignments(sampled), data)
     stored, meta = readers.read_embeddings(sampled)
     row = {i: r for r, i in enumerate(data["id"])}
@@ -446,7 +454,12 @@ def test_hidden_states_are_read_by_row(checkpoint_run, local_ray, tmp_path, monk
     assert readers.read_embeddings(local)[1]["embedder"] == readers.read_embeddings(ray_run)[1]["embedder"]
     n_fail = int((~readers.read_predictions(local)["correct"]).sum())
     assert n_fail > 100
-    sampled, _ = _cluster_by(checkpoint_run, tmp_path / "sampled", Engine("ray"), embedder="hidden", max_fit=100)
+    from erroranalysis.embed.models import RowVectors
+
+    with monkeypatch.context() as patch:  # the driver reads no row of hidden_states.npy
+        patch.setattr(RowVectors, "embed", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read here")))
+        sampled, _ = _cluster_by(checkpoint_run, tmp_path / "sampled", Engine("ray"), embedder="hidden",
+                                 max_fit=100)
     stored, meta = readers.read_embeddings(sampled)
     ids = readers.read_predictions(sampled)["example_id"].tolist()
     np.testing.assert_array_equal(stored, readers.read_hidden(sampled)[[ids.index(i) for i in meta["example_ids"]]])
