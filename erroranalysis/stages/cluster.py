@@ -49,9 +49,8 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
     model = params.model(clusterer, features)
     if engine is not None and getattr(engine, "distributed", False):
         summary = cluster_on_blocks(run_dir, params, model, embedder, engine, progress)
-        if summary is not None:
-            summary["seconds"] = round(time.perf_counter() - start, 3)
-            return summary
+        summary["seconds"] = round(time.perf_counter() - start, 3)
+        return summary
     inputs = _read_inputs(run_dir, params, embedder)
     run = inputs.run
     record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
