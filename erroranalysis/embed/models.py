@@ -10,6 +10,8 @@ Sources, one interface (`embed(frame) -> float32 [n, d]` over rows of prediction
   (`hidden_states.npy`): how the model under test sees each example.
 - `PrecomputedEmbedder`: vectors from a `.npy` file, with rows in predictions order or matched by example id
   through a sidecar `<file>.json` (`{"example_ids": [...]}`, the format of a run's own `embeddings.json`).
+- `RowVectors`: either of the last two read by row where `embed` is called (the `--engine ray` cluster stage's
+  workers), pickled without its data.
 
 `erroranalysis.stages.embedders.resolve_embedder(spec, run)` turns a CLI spec (`static`, `minilm`, `hidden`, a
 folder, `FILE.npy`; `erroranalysis.embed.choice`) into one of these and checks it before anything is computed. The model is loaded once per process (`load_minilm` is cached), and
@@ -400,11 +402,18 @@ class RowVectors:
         if self._opened is None:
             path = Path(self.path)
             files = sorted(path.glob("part-*.npy")) if path.is_dir() else [path]
-            first, self._opened = 0, []
+            first, opened = 0, []
             for file in files:
-                array = np.load(file, mmap_mode="r", allow_pickle=False)
-                self._opened.append((first, array))
+                try:
+                    array = np.load(file, mmap_mode="r", allow_pickle=False)
+                except (OSError, ValueError) as exc:  # the run's readers' one-line error (`rundir.formats.npy`)
+                    from erroranalysis.core.errors import RunError
+
+                    raise RunError(f"{path}: unreadable array ({type(exc).__name__}); run the stage that writes it "
+                                   "again.") from None
+                opened.append((first, array))
                 first += len(array)
+            self._opened = opened
         return self._opened
 
     def embed(self, frame, progress: Progress | None = None) -> np.ndarray:
