@@ -275,3 +275,193 @@ def test_the_driver_embeds_and_fits_nothing(analyzed, local_ray, tmp_path, monke
     facts = run.manifest["stages"]["cluster"]
     assert facts["engine"]["fitted_on"] == "a worker" and facts["engine"]["placed_on_workers"] == 420 - 150
     assert readers.read_embeddings(run)[0].shape == (150, 256)
+
+
+# -- a generation run's failure modes, and vectors read by row (hidden states, a vectors file) -------------------
+
+
+@pytest.fixture(scope="module")
+def generation_run(tmp_path_factory):
+    """A real generation run (`analyze` of outputs with planted failure modes over five topics: the real checks
+    and signals write each failure's reason), clustered by nothing yet; 400 failures, 20 passing outputs."""
+    import json
+
+    from test_failure_modes import planted_rows
+
+    folder = tmp_path_factory.mktemp("generation_blocks")
+    rows = planted_rows(per_cell=20)
+    data = folder / "outputs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = analyze("generation", data, folder / "run", Reading(data=DataOptions(id_column="id")),
+                  after=AfterParams(checks=None, slices=None, cluster=None))
+    return run.path, {r["id"]: r["mode"] for r in rows}
+
+
+def test_failure_modes_below_max_fit_ray_writes_the_in_process_artifacts(generation_run, local_ray, tmp_path,
+                                                                        monkeypatch):
+    source, _ = generation_run
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
+    local, _ = _cluster(source, tmp_path / "local", max_fit=1000)
+    ray_run, _ = _cluster(source, tmp_path / "ray", Engine("ray"), max_fit=1000)
+    assert ray_run.manifest["stages"]["cluster"]["method"] == "failure_modes"
+    pd.testing.assert_frame_equal(readers.read_assignments(local), readers.read_assignments(ray_run))
+    pd.testing.assert_frame_equal(readers.read_clusters(local), readers.read_clusters(ray_run))
+    np.testing.assert_array_equal(readers.read_embeddings(local)[0], readers.read_embeddings(ray_run)[0])
+
+
+def test_failure_modes_above_max_fit_are_found_from_the_sample(generation_run, local_ray, tmp_path, monkeypatch):
+    """120 of 400 failures fitted, stratified by failure mode; the workers place the rest by their mode: each
+    planted mode is one cluster of its own, named by its failure, sized over every failure."""
+    from collections import Counter
+
+    from test_failure_modes import MODES
+
+    source, mode_of_id = generation_run
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 64)
+    run, summary = _cluster(source, tmp_path / "ray", Engine("ray"), max_fit=120)
+    facts = run.manifest["stages"]["cluster"]
+    assert facts["method"] == "failure_modes" and "stratified by failure mode" in facts["note"]
+    assert facts["engine"]["fit_sample_strata"] == "failure mode" and facts["engine"]["fit_sample"] == 120
+    assert facts["engine"]["placed_on_workers"] == 400 - 120
+    assert facts["resolved"]["fit_sample_strata"] == "failure mode"
+    fitted = readers.read_embeddings(run)[1]["example_ids"]
+    assert sorted(Counter(mode_of_id[i] for i in fitted).values()) == [30] * 4  # the modes' shares: 100 each
+    assignments = readers.read_assignments(run)
+    failing = assignments[assignments["failure"]]
+    cluster_of = dict(zip(failing["example_id"], failing["cluster_id"]))
+    found = {}
+    for mode in MODES:
+        ids = [i for i, m in mode_of_id.items() if m == mode]
+        found[mode] = {cluster_of[i] for i in ids}
+        assert len(found[mode]) == 1 and -1 not in found[mode], mode  # purity 1: the mode decides
+    assert len(set.union(*found.values())) == len(MODES)
+    clusters = readers.read_clusters(run)
+    assert sorted(clusters["size"]) == [100] * 4 and summary["n_clusters"] == 4
+    names = dict(zip(clusters["cluster_id"], clusters["name"]))
+    assert names[found["refusal"].pop()].startswith("refuses to answer")
+    assert names[found["prose before"].pop()].startswith("text before the JSON")
+    assert np.isfinite(failing[["x", "y"]].to_numpy()).all()
+
+
+def planted_vectors(path: Path, data: pd.DataFrame) -> Path:
+    """A vectors file for the planted run, one row per prediction in order: each planted group around a direction
+    of its own, the rest noise (what a user's own embedding of these texts would look like)."""
+    rng = np.random.default_rng(5)
+    centres = {name: rng.normal(size=32) * 3 for name in GROUPS}
+    vectors = np.stack([centres[g] + rng.normal(size=32) if g else rng.normal(size=32) for g in data["group"]])
+    np.save(path, vectors.astype(np.float32))
+    return path
+
+
+def _cluster_by(source: Path, out: Path, engine=None, **params) -> tuple[Run, dict]:
+    shutil.copytree(source, out)
+    return Run.open(out), cluster_run(out, ClusterParams(**FAST, **params), engine=engine)
+
+
+def test_a_vectors_file_is_read_by_row(analyzed, local_ray, tmp_path, monkeypatch):
+    """`--embedder FILE.npy`: below max_fit the in-process artifacts; above it the planted groups recovered from
+    the sample, whose stored vectors are the file's rows of the sampled ids, read by row on the workers (the driver
+    reads none)."""
+    source, data = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
+    file = planted_vectors(tmp_path / "vectors.npy", data)
+    local, _ = _cluster_by(source, tmp_path / "local", embedder=str(file), max_fit=1000)
+    ray_run, _ = _cluster_by(source, tmp_path / "ray", Engine("ray"), embedder=str(file), max_fit=1000)
+    pd.testing.assert_frame_equal(readers.read_assignments(local), readers.read_assignments(ray_run))
+    pd.testing.assert_frame_equal(readers.read_clusters(local), readers.read_clusters(ray_run))
+    assert {**readers.read_embeddings(local)[1], "created": None} == {**readers.read_embeddings(ray_run)[1],
+                                                                       "created": None}
+    from erroranalysis.embed.models import RowVectors
+
+    def not_here(self, frame, progress=None):
+        raise AssertionError("the driver read rows of the vectors file")
+
+    with monkeypatch.context() as patch:  # this process only: the Ray workers read the rows
+        patch.setattr(RowVectors, "embed", not_here)
+        sampled, _ = _cluster_by(source, tmp_path / "sampled", Engine("ray"), embedder=str(file), max_fit=150)
+    _found_groups(readers.read_assignments(sampled), data)
+    stored, meta = readers.read_embeddings(sampled)
+    row = {i: r for r, i in enumerate(data["id"])}
+    np.testing.assert_array_equal(stored, np.load(file)[[row[i] for i in meta["example_ids"]]])
+    assert meta["embedder"]["name"] == "file" and meta["sample_of"] == 420
+
+
+def test_a_vectors_file_keyed_by_id_and_its_errors(analyzed, local_ray, tmp_path, monkeypatch):
+    """A file whose rows are named by a sidecar (here in reverse order) gives the same clustering; a file whose
+    rows do not match the run, or with a NaN in a row a worker reads, is the same one-line error under both
+    engines, nothing written."""
+    import json
+
+    from erroranalysis.core.errors import DataError
+
+    source, data = analyzed
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 128)
+    file = planted_vectors(tmp_path / "vectors.npy", data)
+    keyed = tmp_path / "keyed" / "vectors.npy"
+    keyed.parent.mkdir()
+    np.save(keyed, np.load(file)[::-1])
+    keyed.with_suffix(".json").write_text(json.dumps({"example_ids": data["id"].iloc[::-1].tolist()}))
+    by_row, _ = _cluster_by(source, tmp_path / "by_row", Engine("ray"), embedder=str(file), max_fit=150)
+    by_id, _ = _cluster_by(source, tmp_path / "by_id", Engine("ray"), embedder=str(keyed), max_fit=150)
+    columns = ["example_id", "cluster_id", "membership", "tier"]
+    pd.testing.assert_frame_equal(readers.read_assignments(by_row)[columns], readers.read_assignments(by_id)[columns])
+    short = tmp_path / "short.npy"
+    np.save(short, np.load(file)[:-1])
+    errors = []
+    for name, engine in (("local", None), ("ray", Engine("ray"))):
+        with pytest.raises(DataError) as caught:
+            _cluster_by(source, tmp_path / f"short_{name}", engine, embedder=str(short), max_fit=150)
+        errors.append(str(caught.value))
+        assert not (tmp_path / f"short_{name}" / "assignments.parquet").exists()
+    assert errors[0] == errors[1] and "979 rows but the run has 980 predictions" in errors[0]
+    failures = readers.read_predictions(Run.open(source)).query("~correct")
+    fitted = set(readers.read_embeddings(by_row)[1]["example_ids"])
+    placed = next(i for i in failures["example_id"] if i not in fitted)  # read by a placing worker under ray
+    bad = np.load(file)
+    bad[data.index[data["id"] == placed][0], 3] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    errors = []
+    for name, engine in (("local", None), ("ray", Engine("ray"))):
+        with pytest.raises(DataError) as caught:
+            _cluster_by(source, tmp_path / f"nan_{name}", engine, embedder=str(tmp_path / "nan.npy"), max_fit=150)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] == f"{tmp_path / 'nan.npy'}: contains NaN or infinite values; fix the vectors " \
+        "that produced them."
+
+
+@pytest.fixture(scope="module")
+def checkpoint_run(tiny_checkpoint, tmp_path_factory) -> Path:
+    """A real inference run of the tiny checkpoint over 300 examples: predictions and hidden_states.npy."""
+    from conftest import eval_rows, write_jsonl
+
+    from erroranalysis.stages import InferParams, run_checkpoint
+
+    folder = tmp_path_factory.mktemp("checkpoint_run")
+    data = write_jsonl(folder / "eval.jsonl", eval_rows(300))
+    return run_checkpoint(tiny_checkpoint, data, folder / "run", data_opts=DataOptions(id_column="id"),
+                          infer_opts=InferParams(batch_size=32, max_length=32),
+                          after=AfterParams(checks=None, slices=None, cluster=None)).path
+
+
+def test_hidden_states_are_read_by_row(checkpoint_run, local_ray, tmp_path, monkeypatch):
+    """`--embedder hidden` on a real checkpoint run: below max_fit the in-process artifacts; above it the fit
+    sample's stored vectors are the hidden states' rows of its ids, and every failure is assigned."""
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 64)
+    local, _ = _cluster_by(checkpoint_run, tmp_path / "local", embedder="hidden", max_fit=1000)
+    ray_run, _ = _cluster_by(checkpoint_run, tmp_path / "ray", Engine("ray"), embedder="hidden", max_fit=1000)
+    pd.testing.assert_frame_equal(readers.read_assignments(local), readers.read_assignments(ray_run))
+    pd.testing.assert_frame_equal(readers.read_clusters(local), readers.read_clusters(ray_run))
+    assert readers.read_embeddings(local)[1]["embedder"] == readers.read_embeddings(ray_run)[1]["embedder"]
+    n_fail = int((~readers.read_predictions(local)["correct"]).sum())
+    assert n_fail > 100
+    from erroranalysis.embed.models import RowVectors
+
+    with monkeypatch.context() as patch:  # the driver reads no row of hidden_states.npy
+        patch.setattr(RowVectors, "embed", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read here")))
+        sampled, _ = _cluster_by(checkpoint_run, tmp_path / "sampled", Engine("ray"), embedder="hidden",
+                                 max_fit=100)
+    stored, meta = readers.read_embeddings(sampled)
+    ids = readers.read_predictions(sampled)["example_id"].tolist()
+    np.testing.assert_array_equal(stored, readers.read_hidden(sampled)[[ids.index(i) for i in meta["example_ids"]]])
+    assert sampled.manifest["stages"]["cluster"]["engine"]["placed_on_workers"] == n_fail - 100
+    assert np.isfinite(readers.read_assignments(sampled).query("failure")[["x", "y"]].to_numpy()).all()

@@ -159,3 +159,44 @@ def test_modes_across_topics_through_the_cli_with_umap(tmp_path):
     run = Run.open(tmp_path / "run")
     _check_modes(rows, readers.read_predictions(run), readers.read_clusters(run), readers.read_assignments(run))
     assert np.isfinite(readers.read_assignments(run)["x"][~readers.read_predictions(run)["correct"]]).all()
+
+
+def test_failures_left_out_of_a_sample_join_the_error_type_of_the_whole():
+    """`--engine ray` above max_fit: `group_by_mode` on a sample stratified by mode, the rest placed by
+    `place_by_mode`, equals `group_by_mode` on every failure (the same partition): a specific mode's failures its
+    cluster, a generic failure near a specific mode's outputs attached to it, a generic mode split by its outputs
+    (not by topic) split the same way."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from erroranalysis.cluster import Assigned, mode_rule, place_by_mode
+    from erroranalysis.cluster._sample import stratified_sample
+
+    rng = np.random.default_rng(0)
+    axes = np.eye(8, dtype=np.float32) * 5
+    groups = [("refusal: declines to answer ('no')", axes[0], 300),
+              ("json_fields: wrong value (a: 1 for 2)", axes[1], 200),
+              ("normalized: differs from the reference", axes[0] + 0.5 * axes[2], 60),  # attaches to the refusals
+              ("normalized: differs from the reference", axes[3], 150),  # a generic mode, split in two by output
+              ("normalized: differs from the reference", axes[4], 150)]
+    reasons = [r for r, _, n in groups for _ in range(n)]
+    vectors = np.vstack([centre + rng.normal(size=(n, 8)).astype(np.float32) * 0.3 for _, centre, n in groups])
+    prompts = rng.normal(size=vectors.shape).astype(np.float32)  # topics unrelated to the outputs: no veto
+
+    def split(v):
+        return (v[:, 3] < v[:, 4]).astype(int)
+
+    whole = group_by_mode(reasons, vectors, prompts, min_cluster_size=5, split=split)[0]
+    modes = np.array([mode_of(categories(r)) for r in reasons], dtype=object)
+    ids = [f"f{i}" for i in range(len(reasons))]
+    fit = stratified_sample(modes, ids, 200, seed=1, floor=10)
+    rest = np.setdiff1d(np.arange(len(reasons)), fit)
+    labels, strength, _, _ = group_by_mode([reasons[i] for i in fit], vectors[fit], prompts[fit], min_cluster_size=5,
+                                           split=split)
+    fitted = Assigned(labels, strength, np.full(len(fit), "mode", dtype=object), np.zeros(len(fit), bool))
+    rule = mode_rule([reasons[i] for i in fit], labels, vectors[fit])
+    placed, near, _ = place_by_mode([reasons[i] for i in rest], vectors[rest], vectors[fit], fitted, rule, 1.0)
+    combined = np.empty(len(reasons), np.int64)
+    combined[fit], combined[rest] = labels, placed.labels
+    assert len(set(whole.tolist())) == 4 and (whole >= 0).all()
+    assert adjusted_rand_score(whole, combined) == 1.0
+    assert near.shape == (len(rest), 10) and (placed.strength > 0).all()

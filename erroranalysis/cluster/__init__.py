@@ -14,7 +14,16 @@ from erroranalysis.cluster._fit import ClusteringResult, FailureClustering, clus
 from erroranalysis.cluster._groups import group_scatter, relabel_by_size, size_order, take_out_groups
 from erroranalysis.cluster._hierarchy import cluster_parents, parents_of
 from erroranalysis.cluster._keywords import MAX_CHARS, TOKEN_PATTERN, class_tfidf, pick_keywords, same_stem, stem
-from erroranalysis.cluster._modes import MODE, categories, cluster_by_mode, group_by_mode, mode_of
+from erroranalysis.cluster._modes import (
+    MODE,
+    ModeRule,
+    categories,
+    cluster_by_mode,
+    group_by_mode,
+    mode_of,
+    mode_rule,
+    place_by_mode,
+)
 from erroranalysis.cluster._naming import (
     MAX_CORRECT_DOCS,
     cluster_name,

@@ -10,6 +10,7 @@ import numpy as np
 from erroranalysis.cluster._neighbors import knn_cosine, majority_vote
 
 ALL = "all"
+MODE_STRATA = "failure mode"  # a generation run's fit sample: stratified by `_modes.mode_of`
 
 
 @dataclass
@@ -52,8 +53,11 @@ def place_the_rest(X, fit_rows, fitted: Assigned, Y, params: dict) -> tuple[Assi
 
 
 def sample_note(m: int, n: int, params: dict) -> str:
-    how = " stratified by confusion pair" if params.get("fit_sample_strata") == "label, pred" else ""
-    return f"fitted on a sample of {m} of {n} failures{how}; the rest joined their nearest neighbours"
+    how = {"label, pred": " stratified by confusion pair", MODE_STRATA: " stratified by failure mode"}.get(
+        params.get("fit_sample_strata"), "")
+    rest = "their failure mode's error type" if params.get("fit_sample_strata") == MODE_STRATA else \
+        "their nearest neighbours"
+    return f"fitted on a sample of {m} of {n} failures{how}; the rest joined {rest}"
 
 
 def reference_distance(X_fit: np.ndarray) -> float:

@@ -19,6 +19,7 @@ signal, used only to veto a split by topic.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -151,3 +152,72 @@ def cluster_by_mode(reasons, vectors: np.ndarray | None, prompt_vectors: np.ndar
         local_error_rate=np.full(n, np.nan, np.float32), coordinates=None, method="failure_modes", note=note,
         params={"min_cluster_size": mcs, "n_failures": n, "n_modes": n_modes}, cluster_tier={c: MODE for c in
                                                                                              mapping.values()})
+
+
+# -- a fit on a sample, the rest placed (`--engine ray`: `blockwise.place_block` on the workers) ------------------
+
+
+@dataclass
+class ModeRule:
+    """What a fit of the sample by failure mode (`cluster_by_mode` over a sample stratified by mode) tells a worker
+    placing a failure left out of it: the sample failures' modes, the cluster of each specific mode, the centres
+    of the specific modes' outputs in `group_by_mode`'s order (to attach a generic failure), `attach`."""
+
+    modes: np.ndarray
+    cluster_of: dict
+    centres: np.ndarray
+    centre_cluster: np.ndarray
+    attach: float
+
+
+def mode_rule(reasons, labels: np.ndarray, vectors: np.ndarray, attach: float = 0.5) -> ModeRule:
+    """The `ModeRule` of a fitted sample (its reasons, its `cluster_by_mode` labels, its output vectors)."""
+    modes = np.array([mode_of(categories(r)) for r in reasons], dtype=object)
+    names, counts = np.unique(modes, return_counts=True) if len(modes) else (np.array([]), np.array([]))
+    specific = [m for m, c in sorted(zip(names, counts), key=lambda t: (-t[1], t[0])) if not is_generic(m) and c >= 2]
+    cluster_of = {m: int(labels[modes == m][0]) for m in specific}
+    unit = _unit(vectors) if len(vectors) else np.zeros((0, 0), np.float32)
+    centres = _unit(np.stack([unit[modes == m].mean(axis=0) for m in specific])) if specific else \
+        np.zeros((0, unit.shape[1] if unit.ndim == 2 else 0), np.float32)
+    return ModeRule(modes, cluster_of, centres, np.array([cluster_of[m] for m in specific], np.int64), attach)
+
+
+def place_by_mode(reasons, X: np.ndarray, X_fit: np.ndarray, fitted, rule: ModeRule, d90: float):
+    """(failures outside the fit sample placed by `group_by_mode`'s rule: a specific mode's failure joins its mode's
+    cluster; a generic one a specific mode's whose centre is within `attach` (membership: that cosine), else the
+    cluster its nearest fitted failures of its own generic mode are in (one cluster: membership 1; a mode the fit
+    split by outputs: `_assigned.place`'s vote); their 10 nearest fitted failures and distances, for the layout)."""
+    from erroranalysis.cluster._assigned import Assigned, place
+    from erroranalysis.cluster._neighbors import knn_cosine
+
+    placed = Assigned.empty(len(X))
+    placed.tier = np.full(len(X), MODE, dtype=object)
+    if not len(X):
+        return placed, np.zeros((0, 10), np.int64), np.zeros((0, 10), np.float32)
+    near, dist = knn_cosine(X, X_fit, 10, return_distance=True)
+    modes = np.array([mode_of(categories(r)) for r in reasons], dtype=object)
+    generic = np.array([is_generic(m) for m in modes], dtype=bool)
+    for i in np.flatnonzero(~generic):
+        c = rule.cluster_of.get(modes[i], -1)
+        placed.labels[i], placed.strength[i] = c, 1.0 if c >= 0 else 0.0
+    rest = np.flatnonzero(generic)
+    if len(rest) and len(rule.centres):
+        sims = _unit(X[rest]) @ rule.centres.T
+        best, top = sims.argmax(axis=1), sims.max(axis=1)
+        near_mode = top >= rule.attach
+        placed.labels[rest[near_mode]] = rule.centre_cluster[best[near_mode]]
+        placed.strength[rest[near_mode]] = top[near_mode]
+        rest = rest[~near_mode]
+    own = np.isin(fitted.labels, list(rule.cluster_of.values()), invert=True) & (fitted.labels >= 0)
+    for m in sorted(set(modes[rest].tolist())):
+        rows = rest[modes[rest] == m]
+        candidates = np.flatnonzero(own & (rule.modes == m))
+        found = set(fitted.labels[candidates].tolist())
+        if len(found) == 1:
+            placed.labels[rows], placed.strength[rows] = found.pop(), 1.0
+        elif found:
+            sub = Assigned(fitted.labels[candidates], fitted.strength[candidates], fitted.tier[candidates],
+                           fitted.reassigned[candidates])
+            voted, _, _ = place(X[rows], X_fit[candidates], sub, d90)
+            placed.labels[rows], placed.strength[rows] = voted.labels, voted.strength
+    return placed, near, dist

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from erroranalysis.cluster._assigned import Assigned, near_mean, place
+from erroranalysis.cluster._modes import ModeRule, categories, mode_of, place_by_mode
 from erroranalysis.cluster._neighbors import unit_rows
 from erroranalysis.cluster._sample import sample_keys, smallest
 from erroranalysis.core.errors import DataError, RunError
@@ -34,6 +35,8 @@ CORRECT = None  # the stratum of the correct examples in a sample's quotas
 def rows_of(table, block) -> Any:
     """The block's rows as pandas, typed as `rundir.readers.read_units` types them (ids and texts as strings,
     `correct` as booleans)."""
+    import pandas as pd
+
     frame = table.to_pandas()
     where = f"{block.file} (rows {block.start}..{block.stop - 1})"
     if frame["example_id"].isna().any():
@@ -49,28 +52,35 @@ def rows_of(table, block) -> Any:
         frame["label"] = frame["label"].astype(str)
     if "pred" in frame.columns:
         frame["pred"] = frame["pred"].fillna("").astype(str)
+    frame.index = pd.RangeIndex(block.start, block.stop)  # row positions in the artifact, as in process
     return frame
 
 
-def _pairs(frame) -> np.ndarray:
+def _pairs(frame, by_mode: bool = False) -> np.ndarray:
+    """Each row's stratum key: its (label, pred) pair, or `by_mode` its failure mode (`_modes.mode_of`)."""
+    if by_mode:
+        return np.array([mode_of(categories(r)) for r in frame["failure_reason"].astype(str)], dtype=object)
     if not {"label", "pred"} <= set(frame.columns):
         return np.full(len(frame), "", dtype=object)
     return (frame["label"].astype(str) + "\x1f" + frame["pred"].astype(str)).to_numpy(dtype=object)
 
 
-def block_strata(table, block) -> dict:
-    """Pass 1: {"pairs": Counter of failures per pair key, "correct": correct examples, "rows": rows}."""
+def block_strata(table, block, *, by_mode: bool = False) -> dict:
+    """Pass 1: {"pairs": Counter of failures per stratum key (pair, or `by_mode` failure mode), "correct": correct
+    examples, "rows": rows}."""
     frame = rows_of(table, block)
     failed = ~frame["correct"].to_numpy()
-    return {"pairs": Counter(_pairs(frame)[failed].tolist()), "correct": int((~failed).sum()), "rows": len(frame)}
+    keys = _pairs(frame[failed], by_mode)
+    return {"pairs": Counter(keys.tolist()), "correct": int((~failed).sum()), "rows": len(frame)}
 
 
-def block_sample(table, block, *, quotas: dict, seed: int) -> Any:
-    """Pass 2: the block's rows with the smallest seeded keys, `quotas[pair]` per pair of failures and
+def block_sample(table, block, *, quotas: dict, seed: int, by_mode: bool = False) -> Any:
+    """Pass 2: the block's rows with the smallest seeded keys, `quotas[stratum]` per stratum of failures and
     `quotas[CORRECT]` of the correct examples; with `_row` (position in the artifact), `_key` and `_stratum`."""
     frame = rows_of(table, block)
     failed = ~frame["correct"].to_numpy()
-    strata = np.where(failed, _pairs(frame), CORRECT)
+    strata = np.full(len(frame), CORRECT, dtype=object)
+    strata[failed] = _pairs(frame[failed], by_mode)
     ids = frame["example_id"].to_numpy(dtype=object)
     keys = sample_keys(ids, seed)
     keep = []
@@ -117,6 +127,8 @@ class Placement:
     embedder: Any
     folder: str
     vectors_file: str = ""
+    column: str = "text"  # what is embedded: a generation run's failure modes embed the output
+    modes: ModeRule | None = None  # a fit by failure mode (`_modes.place_by_mode`), else `_assigned.place`
     _index: dict = field(default_factory=dict, repr=False)
 
     def fitted_vectors(self) -> np.ndarray:
@@ -149,8 +161,11 @@ def place_block(table, block, *, placement: Placement) -> dict:
     unit = np.zeros((n, vectors.shape[1]), dtype=np.float32)
     unit[fit_here] = unit_rows(vectors[f])
     if len(rest):
-        X = _embedded(placement.embedder, frame.iloc[rest], vectors.shape[1])
-        placed, near, dist = place(X, vectors, fitted, placement.d90)
+        part = frame.iloc[rest]
+        part = part if placement.column == "text" else part.assign(text=part[placement.column].fillna("").astype(str))
+        X = _embedded(placement.embedder, part, vectors.shape[1])
+        placed, near, dist = place(X, vectors, fitted, placement.d90) if placement.modes is None else place_by_mode(
+            part["failure_reason"].astype(str).tolist(), X, vectors, fitted, placement.modes, placement.d90)
         out["cluster_id"][rest], out["membership"][rest] = placed.labels, placed.strength
         out["tier"][rest] = placed.tier
         out["xy"][rest] = near_mean(placement.xy, near, dist)

@@ -26,6 +26,7 @@ from erroranalysis.stages.cluster_parts import (
     embed,
     embeddings_meta,
     fit,
+    fit_modes,
     layout,
     sampled_rows,
     slice_groups,
@@ -48,9 +49,8 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
     model = params.model(clusterer, features)
     if engine is not None and getattr(engine, "distributed", False):
         summary = cluster_on_blocks(run_dir, params, model, embedder, engine, progress)
-        if summary is not None:
-            summary["seconds"] = round(time.perf_counter() - start, 3)
-            return summary
+        summary["seconds"] = round(time.perf_counter() - start, 3)
+        return summary
     inputs = _read_inputs(run_dir, params, embedder)
     run = inputs.run
     record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
@@ -63,7 +63,7 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
         failures = inputs.predictions.iloc[inputs.fail_rows].reset_index(drop=True)
         groups, slice_names = slice_groups(run, failures) if params.slice_groups and not by_mode else (None, {})
         if by_mode and len(failures):
-            result = timed(timings, "cluster", _fit_modes, inputs, vectors, failures, params, progress)
+            result = timed(timings, "cluster", fit_modes, inputs, vectors, failures, params, progress)
         else:
             result = timed(timings, "cluster", fit, model, vectors, len(inputs.fail_rows), failures, groups,
                             progress)
@@ -111,23 +111,6 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> Inputs:
             known = predictions["example_id"].to_numpy()[context_rows]
             context_rows = context_rows[np.array([i in emb.row_of for i in known], dtype=bool)]
     return Inputs(run, predictions, emb, plan, fail_rows, context_rows, correct_rows)
-
-
-def _fit_modes(inputs: Inputs, vectors: np.ndarray, failures, params: ClusterParams, progress: Progress | None):
-    """A generation run's failures by failure mode (`cluster.cluster_by_mode`): their reasons, their outputs'
-    vectors, and their prompts' vectors as the weak signal that vetoes a split by topic."""
-    from erroranalysis import cluster
-
-    if progress:
-        progress("cluster", 0, 1)
-    prompts = failures.assign(text=failures["prompt"].fillna("").astype(str))
-    prompt_vectors = np.asarray(inputs.embedder.embed(prompts), dtype=np.float32) if hasattr(
-        inputs.embedder, "embed_texts") else None  # a file of vectors holds the outputs' only
-    result = cluster.cluster_by_mode(failures["failure_reason"].astype(str).tolist(), vectors[:len(failures)],
-                                     prompt_vectors, params.project(cluster.ClusteringParams))
-    if progress:
-        progress("cluster", 1, 1)
-    return result
 
 
 def _describe(run, inputs: Inputs, failures, result, fail_vectors, slice_names: dict, params: ClusterParams):

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
+from erroranalysis.embed.models import RowVectors
 from erroranalysis.rundir import readers
+from erroranalysis.stages import cluster_modes
 from erroranalysis.stages.cluster_parts import (
     ClusterParams,
     Inputs,
@@ -19,6 +21,7 @@ from erroranalysis.stages.cluster_parts import (
     embed,
     embeddings_meta,
     fit,
+    fit_modes,
     layout,
     slice_groups,
     timed,
@@ -32,8 +35,8 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     strata, take the seeded sample, embed, fit and lay it out as in process (above `max_fit` failures in one task on
     a worker, `_fit_sample`, so that the driver holds no model and no vectors), place the other failures and write
     assignments per block on the workers, renumber clusters by their summed sizes, describe them (`_described`, on
-    that worker too). None when the run needs the in-process stage (a generation run's failure modes, vectors from
-    a file or the hidden states)."""
+    that worker too). A generation run's failures are stratified and fitted by failure mode, and vectors from the
+    hidden states or a file are read by row where they are embedded (`cluster_modes.py`)."""
     from erroranalysis.cluster import blockwise
     from erroranalysis.engines import blocks
     from erroranalysis.stages.embedders import cluster_plan
@@ -41,17 +44,15 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     run = rundir.Run.open(run_dir)
     path = readers.artifact_path(run, readers.units_artifact(run))
     columns = set(_parquet_columns(path))
-    if params.failure_modes and {"failure_reason", "output", "prompt"} <= columns:
-        return None
-    if embedder is None and not hasattr(params.embedder, "embed") and str(params.embedder) not in (
-            "auto", "static", "minilm") and not Path(str(params.embedder)).expanduser().is_dir():
-        return None  # hidden states and vectors from a file are read whole: the in-process stage
+    modes = cluster_modes.by_mode(params, columns)
+    if embedder is None:
+        embedder = cluster_modes.row_vectors(run, params.embedder, blocks.n_rows(blocks.plan(path)))
     per_block = blocks.ROWS_PER_BLOCK
-    failures, context, naming, n_fail, n_rows = _sample_on_blocks(path, engine, params, columns, per_block)
+    failures, context, naming, n_fail, n_rows = _sample_on_blocks(path, engine, params, columns, per_block, modes)
     sampled = n_fail > params.max_fit
     plan = cluster_plan(n_fail + len(context)) if embedder is None and params.embedder == "auto" else None
-    record = {**params.record(), "embedder": str(params.embedder) if embedder is None else
-              getattr(embedder, "key", "custom"), "features": [getattr(b, "name", type(b).__name__)
+    record = {**params.record(), "embedder": str(params.embedder) if embedder is None or isinstance(
+        embedder, RowVectors) else getattr(embedder, "key", "custom"), "features": [getattr(b, "name", type(b).__name__)
                                                                 for b in model.features]}
     # above max_fit the fit runs on a worker; below it the driver fits every failure as the in-process stage does
     # (a worker's math may differ in the last bit, and below max_fit every artifact is the in-process one)
@@ -63,15 +64,17 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
         got = blocks.call_on_worker(
             _fit_sample, where, run_dir=str(run.path), failures=failures, context=context, params=params,
             model=model, embedder=embedder if embedder is not None else plan.source if plan else params.embedder,
-            n_fail=n_fail, vectors_file=vectors_file)
+            n_fail=n_fail, vectors_file=vectors_file, by_mode=modes)
         if progress:
             progress("cluster", 1, 1)
         timings, fitted, xy, emb = got["timings"], got["fitted"], got["xy"], got["embedder"]
+        failures = failures.drop(columns="_row")
         placement = blockwise.Placement(
             ids=failures["example_id"].to_numpy(dtype=object), vectors=None, vectors_file=vectors_file,
             fitted=fitted, rate=got["rate"], xy=xy[:len(failures)], d90=got["d90"],
-            context_xy=dict(zip(context["example_id"], map(tuple, xy[len(failures):]))), embedder=emb,
-            folder=str(staging.file(rundir.ASSIGNMENTS)))
+            context_xy=dict(zip(got["context_ids"], map(tuple, xy[len(failures):]))), embedder=emb,
+            folder=str(staging.file(rundir.ASSIGNMENTS)), column="output" if modes else "text",
+            modes=got.get("modes"))
         t = time.perf_counter()
         totals = blockwise.merge_counts(r for _, r in blocks.map_blocks(
             blockwise.place_block, path, engine, rows_per_block=per_block, kwargs={"placement": placement},
@@ -80,7 +83,7 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
         resolved = got["resolved"]
         if sampled:
             result, sizes_of = _numbered(engine, placement, totals, fitted, got["rate"], resolved, got["note"],
-                                         params, per_block)
+                                         params, per_block, "failure_modes" if modes else "hdbscan")
         else:
             result, sizes_of = got["result"], None
         t = time.perf_counter()
@@ -109,7 +112,8 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
             "resolved": {k: v for k, v in resolved.items() if k != "n_failures"},
             "embedder_key": got["embedder_key"], "n_embedded": int(got["n_embedded"] + totals["placed"]),
             "embedder_plan": plan.record() if plan else None,
-            "engine": {"blocks": True, "fit_sample": int(len(failures)), "context_sample": int(len(context)),
+            "engine": {"blocks": True, "fit_sample": int(len(failures)), "context_sample": len(got["context_ids"]),
+                       "fit_sample_strata": "failure mode" if modes else "label, pred",
                        "placed_on_workers": int(totals["placed"]),
                        "described_from": "the fit sample" if sampled else "all failures",
                        "fitted_on": "a worker" if sampled else "the driver"},
@@ -118,7 +122,7 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
 
 
 def _fit_sample(run_dir: str, failures, context, params: ClusterParams, model, embedder, n_fail: int,
-                vectors_file: str) -> dict:
+                vectors_file: str, by_mode: bool = False) -> dict:
     """On a worker: embed the fit sample's failures and context, fit them as the in-process stage does (the
     sample's own rule above `max_fit`, else the full fit with slice groups), lay them out in 2-D, write the
     failures' vectors to `vectors_file` (the stage's embeddings.npy, which the placing workers read); send back
@@ -131,16 +135,28 @@ def _fit_sample(run_dir: str, failures, context, params: ClusterParams, model, e
 
     run = rundir.Run.open(run_dir)
     sampled = n_fail > params.max_fit
-    local = pd.concat([failures, context], ignore_index=True)
-    fail_rows, context_rows = np.arange(len(failures)), np.arange(len(failures), len(local))
     emb = embedder if hasattr(embedder, "embed") else resolve_embedder(
-        embedder, run, local, cache=params.cache, batch_size=params.embed_batch_size, n_rows=len(local))
+        embedder, run, pd.concat([failures, context]), cache=params.cache, batch_size=params.embed_batch_size,
+        n_rows=len(failures) + len(context))
+    context = cluster_modes.known_context(emb, failures, context)
+    local = pd.concat([failures, context], ignore_index=True)
+    local.index = local.pop("_row").to_numpy()  # row positions, as in process: hidden states are read by them
+    failures = failures.drop(columns="_row")
+    fail_rows, context_rows = np.arange(len(failures)), np.arange(len(failures), len(local))
     inputs = Inputs(run, local, emb, None, fail_rows, context_rows, np.zeros(0, np.int64))
     timings: dict[str, float] = {}
-    vectors, embed_rows = timed(timings, "embed", embed, inputs, None)
+    vectors, embed_rows = timed(timings, "embed", embed, inputs, None, "output" if by_mode else "text")
     fail_vectors = vectors[:len(failures)]
-    out: dict = {"slice_names": {}, "result": None}
-    if sampled:
+    out: dict = {"slice_names": {}, "result": None, "context_ids": context["example_id"].tolist()}
+    if sampled and by_mode:
+        fitted, rate, resolved, note, out["modes"] = timed(timings, "cluster", cluster_modes.fit_mode_sample, inputs,
+                                                           vectors, failures, params, n_fail)
+    elif by_mode:
+        result = out["result"] = timed(timings, "cluster", fit_modes, inputs, vectors, failures, params, None)
+        fitted = cluster.Assigned(result.labels, result.membership, result.tier, result.reassigned,
+                                  cluster_tier=result.cluster_tier)
+        rate, resolved, note = result.local_error_rate, result.params, result.note
+    elif sampled:
         fitted, rate, resolved = timed(timings, "cluster", model.fit_sample, vectors,
                                        np.arange(len(vectors)) < len(failures), failures, n_fail)
         note = cluster.sample_note(len(failures), n_fail, resolved)
@@ -167,7 +183,7 @@ def _described(run_dir: str, failures, result, vectors_file: str, slice_names: d
 
 
 def _numbered(engine, placement, totals: dict, fitted, rate, resolved: dict, note: str, params: ClusterParams,
-              per_block: int):
+              per_block: int, method: str):
     """Pass 4: clusters numbered by their sizes summed over the blocks (the rule of `relabel_by_size`), the shards
     rewritten with those ids, parents from the summed directions; (the fit sample's ClusteringResult, {cluster id:
     size over every failure})."""
@@ -180,28 +196,30 @@ def _numbered(engine, placement, totals: dict, fitted, rate, resolved: dict, not
                       kwargs={"mapping": mapping, "folder": placement.folder}, ordered=True)
     labels = np.array([mapping.get(int(c), -1) for c in fitted.labels], dtype=np.int64)
     sizes = {mapping[c]: n for c, n in totals["sizes"].items()}
-    parents = {} if params.parent_similarity is None else cluster.parents_of(
+    parents = {} if params.parent_similarity is None or method == "failure_modes" else cluster.parents_of(
         {mapping[c]: s for c, s in totals["sums"].items()}, sizes, min_similarity=params.parent_similarity)
     result = cluster.ClusteringResult(
         labels=labels, membership=fitted.strength, reassigned=fitted.reassigned, tier=fitted.tier,
-        local_error_rate=rate, coordinates=None, method="hdbscan", note=note, params=resolved,
+        local_error_rate=rate, coordinates=None, method=method, note=note, params=resolved,
         cluster_tier={mapping[c]: t for c, t in fitted.cluster_tier.items() if c in mapping},
         cluster_parent=parents)
     return result, sizes
 
 
-def _sample_on_blocks(path, engine, params: ClusterParams, columns: set, per_block: int):
+def _sample_on_blocks(path, engine, params: ClusterParams, columns: set, per_block: int, by_mode: bool = False):
     """Passes 1 and 2: (the fit sample's failures, the context's correct examples, the keywords' contrast
-    examples, failures, rows), each frame in row order; the driver holds at most twice the sample at once."""
+    examples, failures, rows), each frame in row order (the first two with `_row`, its position); the driver holds
+    at most twice the sample at once. Strata: confusion pairs, or `by_mode` failure modes."""
     import pandas as pd
 
     from erroranalysis import cluster
     from erroranalysis.cluster import blockwise
     from erroranalysis.engines import blocks
 
-    base = [c for c in ("example_id", "correct", "label", "pred") if c in columns]
+    base = [c for c in ("example_id", "correct", "label", "pred", *(["failure_reason"] if by_mode else []))
+            if c in columns]
     counted = [r for _, r in blocks.map_blocks(blockwise.block_strata, path, engine, columns=base,
-                                               rows_per_block=per_block)]
+                                               rows_per_block=per_block, kwargs={"by_mode": by_mode})]
     pairs = sum((r["pairs"] for r in counted), Counter())
     n_correct, n_rows = sum(r["correct"] for r in counted), sum(r["rows"] for r in counted)
     n_fail = int(sum(pairs.values()))
@@ -215,14 +233,14 @@ def _sample_on_blocks(path, engine, params: ClusterParams, columns: set, per_blo
               blockwise.CORRECT: min(n_correct, max(n_context, cluster.MAX_CORRECT_DOCS))}
     sample = None
     for _, part in blocks.map_blocks(blockwise.block_sample, path, engine, rows_per_block=per_block,
-                                     kwargs={"quotas": quotas, "seed": params.seed}):
+                                     kwargs={"quotas": quotas, "seed": params.seed, "by_mode": by_mode}):
         sample = blockwise.merge_sample([p for p in (sample, part) if p is not None], quotas)
     sample = sample if sample is not None else pd.DataFrame(columns=[*base, "text", "_row", "_key"])
     is_fail = ~sample["correct"].to_numpy(dtype=bool)
-    failures = sample[is_fail].drop(columns=["_row", "_key", "_stratum"], errors="ignore").reset_index(drop=True)
-    correct = sample[~is_fail].drop(columns=["_row", "_stratum"], errors="ignore").reset_index(drop=True)
-    context = correct.iloc[_smallest_rows(correct, n_context)].drop(columns=["_key"])
-    naming = correct.iloc[_smallest_rows(correct, cluster.MAX_CORRECT_DOCS)]
+    failures = sample[is_fail].drop(columns=["_key", "_stratum"], errors="ignore").reset_index(drop=True)
+    correct = sample[~is_fail].drop(columns=["_stratum"], errors="ignore").reset_index(drop=True)
+    context = correct.iloc[_smallest_rows(correct, n_context)].drop(columns=["_key"]).reset_index(drop=True)
+    naming = correct.iloc[_smallest_rows(correct, cluster.MAX_CORRECT_DOCS)].drop(columns=["_row"])
     return failures, context, naming, n_fail, n_rows
 
 

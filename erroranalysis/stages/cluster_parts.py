@@ -110,6 +110,23 @@ def fit(model, vectors: np.ndarray, n_fail: int, failures, groups, progress: Pro
     return model.result_
 
 
+def fit_modes(inputs: Inputs, vectors: np.ndarray, failures, params: ClusterParams, progress: Progress | None):
+    """A generation run's failures by failure mode (`cluster.cluster_by_mode`): their reasons, their outputs'
+    vectors, and their prompts' vectors as the weak signal that vetoes a split by topic."""
+    from erroranalysis import cluster
+
+    if progress:
+        progress("cluster", 0, 1)
+    prompts = failures.assign(text=failures["prompt"].fillna("").astype(str))
+    prompt_vectors = np.asarray(inputs.embedder.embed(prompts), dtype=np.float32) if hasattr(
+        inputs.embedder, "embed_texts") else None  # a file of vectors holds the outputs' only
+    result = cluster.cluster_by_mode(failures["failure_reason"].astype(str).tolist(), vectors[:len(failures)],
+                                     prompt_vectors, params.project(cluster.ClusteringParams))
+    if progress:
+        progress("cluster", 1, 1)
+    return result
+
+
 def layout(inputs: Inputs, vectors, embed_rows, params: ClusterParams, progress: Progress | None) -> np.ndarray:
     from erroranalysis import cluster
 

@@ -59,9 +59,13 @@ def file_embedder(path, example_ids) -> embedding.PrecomputedEmbedder:
 def hidden_states_embedder(run: rundir.Run) -> embedding.HiddenStatesEmbedder:
     states = readers.read_hidden(run)
     if states is None:
-        raise RunError(f"{run.path}: no {rundir.HIDDEN} (runs made by 'analyze' have none); use --embedder minilm "
-                       "or --embedder FILE.npy.")
+        raise no_hidden(run)
     return embedding.HiddenStatesEmbedder(states, rundir.HIDDEN)
+
+
+def no_hidden(run: rundir.Run) -> RunError:
+    return RunError(f"{run.path}: no {rundir.HIDDEN} (runs made by 'analyze' have none); use --embedder minilm or "
+                    "--embedder FILE.npy.")
 
 
 def run_embedder(run: rundir.Run, predictions, spec=None):
