@@ -27,7 +27,6 @@ import pandas as pd
 
 from erroranalysis import rundir
 from erroranalysis.core import schemas
-from erroranalysis.core.findings import SEVERITIES
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 from erroranalysis.stages.check_parts import CheckParams, no_leakage
@@ -113,23 +112,24 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter) -> dict:
     if vector_plan.note:
         reporter.note(f"checks: {vector_plan.note}")
     vote = embedding is not None and vector_plan.uses("label_issues") and params.label_issue_neighbors > 0
-    return checks_ray(run, params, record, embedding, vote, engine, reporter)
+    if params.train is None:
+        return checks_ray(run, params, record, embedding, vote, engine, reporter)
+    from erroranalysis.stages.contamination_ray import prepare  # a generation run's training file
+
+    contamination = prepare(run, params, engine, reporter)
+    record["train"] = contamination.train
+    try:
+        return checks_ray(run, params, record, embedding, vote, engine, reporter, contamination=contamination)
+    finally:
+        contamination.close()
 
 
 def _contamination(run, table, report, train, params: CheckParams, say, advance) -> None:
-    from erroranalysis.datachecks.contamination_report import findings
-    from erroranalysis.stages.contamination import contamination_checks
+    from erroranalysis.stages.contamination import add_section, contamination_checks, set_columns
 
     columns, section = contamination_checks(run, train, params, say, advance)
-    table["in_train"] = pd.array(columns["in_train"], dtype="boolean")
-    table["train_id"] = pd.array(columns["train_id"], dtype="string")
-    table["train_similarity"] = columns["train_similarity"]
-    table["contaminated_fields"] = pd.array(columns["contaminated_fields"], dtype="string")
-    table["train_row"] = pd.array(np.where(columns["in_train"], columns["train_row"], None), dtype="Int64")
-    report["contamination"] = section
-    extra = [f.to_dict() for f in findings(section)]
-    ranked = sorted(report["findings"] + extra, key=lambda f: SEVERITIES.index(f["severity"]))
-    report["findings"] = ranked
+    set_columns(table, columns)
+    add_section(report, section)
 
 
 def _check_probs(run, preds, probs) -> None:

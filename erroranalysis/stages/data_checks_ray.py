@@ -46,7 +46,12 @@ COLUMNS = ["example_id", "text", "label", "correct"]
 
 def supported(run, params, train_set, embed) -> str | None:
     """Why the Ray path cannot take this run (the caller says so and runs the checks in-process), or None."""
-    if train_set is not None or params.train is not None:
+    if run.task == "generation" and train_set is None and params.train is not None:  # contamination_ray.py
+        from erroranalysis.stages.contamination_ray import workers_read
+
+        if not workers_read(params):
+            return "--train: the workers read a Parquet, JSONL or CSV training file only; the checks run on the driver"
+    elif train_set is not None or params.train is not None:
         return "--train: leakage and shift read every row on the driver (not distributed yet)"
     if label_rule(run) == "multilabel":
         return "a multilabel run's label issues read every row on the driver (distributed: classification's)"
@@ -89,7 +94,8 @@ def _embedder(cls, kwargs):
     return cls(**dict(kwargs))  # one per worker process: the model loads once
 
 
-def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter) -> dict:
+def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter,
+               contamination=None) -> dict:
     """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary.
     `vote`: the plan gives label issues a neighbour vote (taken only where there are label issues)."""
     from erroranalysis.datachecks import report as checks_report
@@ -141,7 +147,8 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                                         params.filter_by) if rule else None
             parts = dict(eb.map_blocks(_write, path, engine, columns=COLUMNS, progress=advance, rows_per_block=rpb, kwargs={
                 **ctx, "mixed": mixed, "method": params.label_issue_method, "filter_by": params.filter_by,
-                "state": label_state, "dups": dups["per_row"], "out": str(staging.file(rundir.CHECKS))}))
+                "state": label_state, "dups": dups["per_row"], "out": str(staging.file(rundir.CHECKS)),
+                "contamination": contamination.columns if contamination is not None else None}))
             report = {"n_examples": n, "params": record,
                       "label_issues": bw.merge_summary([parts[b] for b in blocks], params.label_issue_method,
                                                        params.filter_by) if rule else
@@ -153,6 +160,10 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                                     "searched": record["sample"]}
             report["contamination"] = report["leakage"] = report["shift"] = None
             report["findings"] = [f.to_dict() for f in checks_report.checks_findings(report)]
+            if contamination is not None:  # a generation run's training file (`contamination_ray.prepare`)
+                from erroranalysis.stages.contamination import add_section
+
+                add_section(report, contamination.section)
             staging.write_json(rundir.CHECKS_JSON, report)
             summary = {**checks_report.summary(report), "near_sample": record["sample"]}
             staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
@@ -302,7 +313,7 @@ def _candidates(table, block, *, bounds, **ctx):
     return bw.boundary_candidates(*_mixed(table, block, **ctx), np.arange(block.start, block.stop), bounds)
 
 
-def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx):
+def _write(table, block, *, out, method, filter_by, state, dups, scratch, contamination=None, **ctx):
     import pandas as pd
     import pyarrow as pa
 
@@ -318,6 +329,11 @@ def _write(table, block, *, out, method, filter_by, state, dups, scratch, **ctx)
                           "label_issue": flagged, "suggested_label": suggested,
                           "duplicate_group": group, "duplicate_kind": kind, "duplicate_conflict": conflict})
     no_leakage(frame, {})
+    if contamination is not None:
+        from erroranalysis.stages.contamination import set_columns
+        from erroranalysis.stages.contamination_ray import block_columns
+
+        set_columns(frame, block_columns(contamination, block))
     eb.write_shard(out, block, pa.Table.from_pandas(frame[list(schemas.CHECKS.columns)], preserve_index=False))
     if state is None:
         return None

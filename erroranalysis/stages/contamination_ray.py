@@ -1,0 +1,343 @@
+"""The contamination checks of a generation run with a training file under `--engine ray`
+(`data-checks RUN --train sft.jsonl`): every pass over the rows runs on the workers, each reading its own block of
+predictions.parquet or of the training file; the driver holds counts, the 20 shown examples and the run's record.
+
+`prepare` runs before the checks stage starts (so a bad training file fails it and nothing is half-written), in
+scratch folders inside the run that every worker sees:
+
+1. the training file is read by the workers in row ranges (a Parquet file as it is, a JSONL or CSV file through the
+   Parquet copy one worker makes, `inputs.worker_rows`), each block validated as in-process (`sft_texts`: the same
+   one-line error); each block writes its distinct (n-gram hash, row) pairs into the hash's partition, its ids (with
+   `--train-id-column`), and its rows of the two bounded samples below;
+2. each predictions block writes its prompts' and references' distinct n-gram hashes into the same partitions;
+3. one task per partition joins them (`contamination_blocks.match`) and writes each eval block the training rows
+   of its hashes;
+4. each predictions block applies the in-process rule to its matches (`contamination.from_matches`), writes its
+   columns of checks.parquet to scratch and sends back its counts, metric sums and best examples;
+5. one task each: near-duplicate training prompts (MinHash LSH, the in-process search) and the length comparison.
+
+The checks stage (`data_checks_ray.checks_ray`) then writes each block's shard with these columns and adds the
+section to checks.json. Equal to in-process: the per-row columns, the counts and metrics (exact sums), the examples.
+Bounded, seeded samples, stated: near duplicates are searched among `--near-sample` training prompts (all up to that
+many; `near_duplicates.searched` says which), and eval lengths over `LENGTH_SAMPLE` eval prompts (all up to that
+many; `lengths.n_eval_measured`), as the training lengths are in-process too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from erroranalysis import rundir
+from erroranalysis.datachecks import contamination_blocks as cb
+from erroranalysis.engines import blocks as eb
+from erroranalysis.stages.contamination import LENGTH_SAMPLE
+
+MAX_PARTS = 64
+
+
+def workers_read(params) -> bool:
+    """Whether the workers can read the training file in blocks (a Parquet, JSONL or CSV file)."""
+    from erroranalysis.stages.inputs import workers_read as readable
+
+    return readable(Path(params.train)) and params.split is None
+
+
+class Prepared:
+    """What `prepare` leaves for the checks stage: the scratch folder of per-block columns and the section."""
+
+    def __init__(self, scratch: Path, section: dict, train: str):
+        self.scratch, self.section, self.train = scratch, section, train
+
+    @property
+    def columns(self) -> str:
+        return str(self.scratch / "columns")
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def prepare(run, params, engine, reporter) -> Prepared:
+    """Steps 1 to 5 of the module's docstring; the caller closes the result when the stage is over."""
+    import pyarrow.parquet as pq
+
+    from erroranalysis.sources.blocks import is_copy
+
+    train = Path(params.train)
+    path = run.file(rundir.PREDICTIONS)
+    rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
+    blocks = eb.plan(path, rpb)
+    n_eval = eb.n_rows(blocks)
+    names = set(pq.read_schema(blocks[0].file).names) if blocks else set()
+    scratch = Path(tempfile.mkdtemp(prefix=".contamination-scratch-", dir=run.path))
+    try:
+        with _rows(train, params, engine, run.path) as rows_path:
+            train_blocks = eb.plan(rows_path, rpb)
+            n_train = eb.n_rows(train_blocks)
+            n_parts = max(1, min(MAX_PARTS, len(train_blocks) + len(blocks)))
+            near_rows = cb.sample_rows(n_train, params.near_sample, params.seed)
+            reporter.note(f"checks: --engine ray: {params.ngram}-gram overlap of eval prompts and references with "
+                          f"{n_train:,} training rows, in {n_parts} hash partitions")
+            if len(near_rows) < n_train:
+                reporter.note(f"checks: --engine ray: near-duplicate training prompts searched among a seeded sample "
+                              f"of {len(near_rows)} of {n_train} rows (--near-sample)")
+            eb.map_blocks(_train_block, rows_path, engine, rows_per_block=rpb, ordered=True, kwargs={
+                "source": str(train), "copy": is_copy(pq.read_schema(rows_path)), "scratch": str(scratch),
+                "text_column": params.train_text_column, "id_column": params.train_id_column, "n": params.ngram,
+                "n_parts": n_parts, "length_rows": cb.sample_rows(n_train, LENGTH_SAMPLE, params.seed),
+                "near_rows": near_rows})
+        text = "prompt" if "prompt" in names else "text" if "text" in names else None
+        ctx = {"scratch": str(scratch), "n": params.ngram, "text": text,
+               "reference": "reference" if "reference" in names else None}
+        present = {"prompt": False, "reference": False}
+        for _, got in eb.map_blocks(_eval_block, path, engine, rows_per_block=rpb, columns=_present(ctx), kwargs={
+                **ctx, "n_parts": n_parts, "length_rows": cb.sample_rows(n_eval, LENGTH_SAMPLE, params.seed)}):
+            present = {k: present[k] or got[k] for k in present}
+        _tasks(_join, engine, [{"scratch": str(scratch), "part": p} for p in range(n_parts)])
+        metric_columns = ["example_id", "correct"] + [c for c in ("reference_loss", "score") if c in names]
+        parts = eb.map_blocks(_columns_block, path, engine, rows_per_block=rpb, ordered=True,
+                              columns=sorted(set(_present(ctx) + metric_columns)), kwargs={
+                                  **ctx, "fields": [f for f in ("prompt", "reference") if present[f]],
+                                  "id_column": params.train_id_column,
+                                  "train_starts": [b.start for b in train_blocks]})
+        section = _section([p for _, p in parts], n_eval, str(train.resolve()), n_train)
+        section["ngram"] = params.ngram
+        model = (run.manifest.get("model") or {}).get("path")
+        near, lengths = _tasks(_one, engine, [
+            {"step": "near", "scratch": str(scratch), "threshold": params.train_near_threshold,
+             "num_perm": params.minhash_perm, "seed": params.seed + 1, "n_train": n_train},
+            {"step": "lengths", "scratch": str(scratch), "model": model}])
+        section["near_duplicates"], section["lengths"] = near, lengths
+        return Prepared(scratch, section, str(train.resolve()))
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def _rows(train: Path, params, engine, beside):
+    """The Parquet file the blocks of the training file are read from: the file itself, or a JSONL or CSV file's
+    copy (made by one worker under Ray, here otherwise: the blocks below then run here too)."""
+    from erroranalysis.sources import blocks
+    from erroranalysis.sources.table import DataOptions
+    from erroranalysis.stages.inputs import scratch, worker_rows
+
+    if engine is not None and engine.distributed:
+        with worker_rows(train, DataOptions(encoding=params.encoding), engine, beside) as copy:
+            yield copy or train
+    elif blocks.readable(train):
+        yield train
+    else:
+        with scratch(beside) as folder:
+            blocks.to_parquet(train, folder / "rows.parquet", encoding=params.encoding)
+            yield folder / "rows.parquet"
+
+
+def _present(ctx) -> list[str]:
+    return [c for c in (ctx["text"], ctx["reference"]) if c]
+
+
+def _tasks(fn, engine, calls: list[dict]) -> list:
+    """`fn(**call)` for each call: Ray tasks at once under a distributed engine, else one after another here."""
+    if engine is not None and engine.distributed:
+        from erroranalysis.engines.ray_data import run_tasks
+
+        return run_tasks(fn, engine, calls)
+    return [fn(**call) for call in calls]
+
+
+def _section(parts: list[dict], n_eval: int, train_path: str, n_train: int) -> dict:
+    from erroranalysis.datachecks import contamination_report as report
+
+    per_field: dict = {}
+    for part in parts:
+        for field, counts in part["fields"].items():
+            mine = per_field.setdefault(field, dict.fromkeys(counts, 0))
+            for key, value in counts.items():
+                mine[key] += value
+    metrics = report.merge_metrics([p["metrics"] for p in parts])
+    candidates = [e for p in parts for e in p["examples"]]
+    return report.section_of(per_field, n_eval, train_path, n_train, metrics, candidates)
+
+
+# -- the passes (module-level: Ray pickles them) -----------------------------------------------------------------
+
+
+def _write(folder: Path, name: str, table) -> None:
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files.atomic_write(folder / name, lambda f: pq.write_table(table, f))
+
+
+def _read(folder: Path):
+    """The Parquet files of `folder` in name order (the first row in each name: row order), as one table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shards = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
+    return pa.concat_tables([pq.read_table(s) for s in shards]) if shards else None
+
+
+def _by_part(scratch: str, kind: str, block, hashes: np.ndarray, n_parts: int, **columns) -> None:
+    import pyarrow as pa
+
+    part = cb.part_of(hashes, n_parts)
+    for p in np.unique(part):
+        mine = part == p
+        _write(Path(scratch) / kind / str(p), eb.SHARD.format(start=block.start),
+               pa.table({"hash": hashes[mine], **{k: v[mine] for k, v in columns.items()}}))
+
+
+def _train_block(table, block, *, source, copy, scratch, text_column, id_column, n, n_parts, length_rows,
+                 near_rows):
+    import pyarrow as pa
+
+    from erroranalysis.datachecks.train_texts import sft_texts
+    from erroranalysis.sources.blocks import with_lines
+    from erroranalysis.stages.contamination import train_ids
+
+    raw = with_lines(table.to_pandas(), block.start, copy)
+    texts = sft_texts(raw, source, text_column)  # the in-process validation: the same one-line error
+    ids = train_ids(raw, source, id_column, block.start)
+    hashes, rows = cb.train_pairs(texts["text"].tolist(), block.start, n)
+    _by_part(scratch, "train", block, hashes, n_parts, row=rows)
+    name = eb.SHARD.format(start=block.start)
+    if id_column is not None:
+        _write(Path(scratch) / "ids", name, pa.table({"id": ids.tolist()}))
+    prompts = texts["prompt"].to_numpy(dtype=object)
+    for kind, sample in (("train_lengths", length_rows), ("near", near_rows)):
+        at = cb.within(sample, block.start, block.stop) - block.start
+        if at.size:
+            _write(Path(scratch) / kind, name, pa.table({"row": at + block.start, "prompt": prompts[at].tolist(),
+                                                         "id": ids[at].tolist()}))
+    return block.rows
+
+
+def _fields(table, text, reference) -> dict[str, list[str]]:
+    from erroranalysis.stages.contamination import _strings
+
+    frame = table.to_pandas()
+    return {"prompt": _strings(frame, text) if text else [""] * len(frame),
+            "reference": _strings(frame, reference) if reference else [""] * len(frame)}
+
+
+def _eval_block(table, block, *, scratch, n, text, reference, n_parts, length_rows):
+    import pyarrow as pa
+
+    fields = _fields(table, text, reference)
+    hashes = cb.eval_hashes(list(fields.values()), n)
+    _by_part(scratch, "eval", block, hashes, n_parts, start=np.full(hashes.size, block.start, np.int64))
+    at = cb.within(length_rows, block.start, block.stop) - block.start
+    if at.size:
+        _write(Path(scratch) / "eval_lengths", eb.SHARD.format(start=block.start),
+               pa.table({"prompt": [fields["prompt"][i] for i in at]}))
+    return {field: any(texts) for field, texts in fields.items()}
+
+
+def _join(scratch: str, part: int) -> int:
+    """One hash partition: the training rows of each eval hash, sent to the eval blocks that hold it."""
+    import pyarrow as pa
+
+    evals = _read(Path(scratch) / "eval" / str(part))
+    trains = _read(Path(scratch) / "train" / str(part))
+    if evals is None or trains is None:
+        return 0
+    eval_hash = evals.column("hash").to_numpy()
+    hashes, rows = cb.match(np.unique(eval_hash), trains.column("hash").to_numpy(), trains.column("row").to_numpy())
+    block = evals.column("start").to_numpy()
+    for start in np.unique(block):
+        mine = np.isin(hashes, eval_hash[block == start])
+        if mine.any():
+            _write(Path(scratch) / "hits" / str(int(start)), f"part-{part:04d}.parquet",
+                   pa.table({"hash": hashes[mine], "train_row": rows[mine]}))
+    return int(np.unique(hashes).size)
+
+
+def _columns_block(table, block, *, scratch, n, text, reference, fields, id_column, train_starts):
+    import pandas as pd
+    import pyarrow as pa
+
+    from erroranalysis.datachecks import contamination_report as report
+    from erroranalysis.datachecks.contamination import from_matches
+
+    texts = _fields(table, text, reference)
+    hits = _read(Path(scratch) / "hits" / str(block.start))
+    matched = hits.to_pandas() if hits is not None else pd.DataFrame({"hash": np.zeros(0, np.uint64),
+                                                                      "train_row": np.zeros(0, np.int64)})
+    frames = {field: from_matches(texts[field], matched, n) for field in fields}
+    columns = report.row_columns(frames, block.rows, lambda rows: _train_ids(scratch, id_column, train_starts, rows))
+    _write(Path(scratch) / "columns", eb.SHARD.format(start=block.start), pa.table({
+        k: (v.tolist() if v.dtype == object else v) for k, v in columns.items() if not k.startswith("_")}))
+    frame = table.to_pandas()
+    ids = frame["example_id"].to_numpy(dtype=object)
+    loss = frame["reference_loss"].to_numpy(dtype=np.float64) if "reference_loss" in frame else None
+    score = frame["score"].to_numpy(dtype=np.float64) if "score" in frame else None
+    return {"metrics": report.metric_counts(frame["correct"].to_numpy(dtype=bool), columns["in_train"], loss, score),
+            "fields": report.field_counts(frames),
+            "examples": report.example_candidates(frames, columns, ids, block.start)}
+
+
+def _train_ids(scratch: str, id_column, train_starts: list[int], rows: np.ndarray) -> np.ndarray:
+    """The ids of training `rows`: the 0-based row, or `--train-id-column`'s values from the blocks that hold
+    them."""
+    if id_column is None:
+        return np.array([str(r) for r in rows], dtype=object)
+    import pyarrow.parquet as pq
+
+    starts = np.asarray(train_starts, dtype=np.int64)
+    which = np.searchsorted(starts, rows, side="right") - 1
+    out = np.empty(len(rows), dtype=object)
+    for b in np.unique(which):
+        ids = pq.read_table(Path(scratch) / "ids" / eb.SHARD.format(start=int(starts[b]))).column("id").to_pylist()
+        for i in np.flatnonzero(which == b):
+            out[i] = ids[rows[i] - starts[b]]
+    return out
+
+
+def _one(step: str, **kwargs):
+    return _near(**kwargs) if step == "near" else _lengths(**kwargs)
+
+
+def _near(scratch: str, threshold: float, num_perm: int, seed: int, n_train: int) -> dict:
+    """Near-duplicate training prompts among the sampled rows, by the in-process search."""
+    from erroranalysis.datachecks.contamination_report import near_duplicate_section
+    from erroranalysis.datachecks.near_duplicates import groups, minhash_pairs
+
+    table = _read(Path(scratch) / "near")
+    rows = table.column("row").to_numpy() if table is not None else np.zeros(0, np.int64)
+    prompts = table.column("prompt").to_pylist() if table is not None else []
+    ids = np.asarray(table.column("id").to_pylist() if table is not None else [], dtype=object)
+    pairs = minhash_pairs(prompts, threshold=threshold, num_perm=num_perm, seed=seed)
+    searched = None if len(rows) == n_train else {"rows": int(len(rows)), "of": n_train, "seed": seed - 1}
+    return near_duplicate_section(prompts, pairs, groups(len(prompts), pairs), ids, threshold, num_perm,
+                                  rows=rows, searched=searched)
+
+
+def _lengths(scratch: str, model: str | None) -> dict:
+    from erroranalysis.datachecks.lengths import length_report
+    from erroranalysis.stages.contamination import token_counter
+
+    train = _read(Path(scratch) / "train_lengths")
+    evals = _read(Path(scratch) / "eval_lengths")
+    train_prompts = train.column("prompt").to_pylist() if train is not None else []
+    eval_prompts = evals.column("prompt").to_pylist() if evals is not None else []
+    count, tokenizer = token_counter(model)
+    out = length_report(train_prompts, eval_prompts, count, tokenizer)
+    out["n_train_measured"] = len(train_prompts)
+    out["n_eval_measured"] = len(eval_prompts)
+    return out
+
+
+def block_columns(folder: str, block) -> dict:
+    """A predictions block's contamination columns (step 4's scratch shard), for its shard of checks.parquet."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(Path(folder) / eb.SHARD.format(start=block.start))
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
