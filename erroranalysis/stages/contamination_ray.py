@@ -6,8 +6,8 @@ predictions.parquet or of the training file; the driver holds counts, the 20 sho
 scratch folders inside the run that every worker sees:
 
 1. the training file is read by the workers in row ranges (a Parquet file as it is, a JSONL or CSV file through the
-   Parquet copy one worker makes, `inputs.worker_rows`), each block validated as in-process (`sft_texts`: the same
-   one-line error); each block writes its distinct (n-gram hash, row) pairs into the hash's partition, its ids (with
+   Parquet copy one worker makes, `_copy`), each block validated as in-process (`sft_texts`: the same one-line
+   error); each block writes its distinct (n-gram hash, row) pairs into the hash's partition, its ids (with
    `--train-id-column`), and its rows of the two bounded samples below;
 2. each predictions block writes its prompts' and references' distinct n-gram hashes into the same partitions;
 3. one task per partition joins them (`contamination_blocks.match`) and writes each eval block the training rows
@@ -65,8 +65,6 @@ def prepare(run, params, engine, reporter) -> Prepared:
     """Steps 1 to 5 of the module's docstring; the caller closes the result when the stage is over."""
     import pyarrow.parquet as pq
 
-    from erroranalysis.sources.blocks import is_copy
-
     train = Path(params.train)
     path = run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
@@ -86,7 +84,7 @@ def prepare(run, params, engine, reporter) -> Prepared:
                 reporter.note(f"checks: --engine ray: near-duplicate training prompts searched among a seeded sample "
                               f"of {len(near_rows)} of {n_train} rows (--near-sample)")
             eb.map_blocks(_train_block, rows_path, engine, rows_per_block=rpb, ordered=True, kwargs={
-                "source": str(train), "copy": is_copy(pq.read_schema(rows_path)), "scratch": str(scratch),
+                "source": str(train), "schema": pq.read_schema(rows_path), "scratch": str(scratch),
                 "text_column": params.train_text_column, "id_column": params.train_id_column, "n": params.ngram,
                 "n_parts": n_parts, "length_rows": cb.sample_rows(n_train, LENGTH_SAMPLE, params.seed),
                 "near_rows": near_rows})
@@ -121,20 +119,56 @@ def prepare(run, params, engine, reporter) -> Prepared:
 @contextlib.contextmanager
 def _rows(train: Path, params, engine, beside):
     """The Parquet file the blocks of the training file are read from: the file itself, or a JSONL or CSV file's
-    copy (made by one worker under Ray, here otherwise: the blocks below then run here too)."""
+    copy (`_copy`, made by one worker under Ray)."""
     from erroranalysis.sources import blocks
-    from erroranalysis.sources.table import DataOptions
-    from erroranalysis.stages.inputs import scratch, worker_rows
+    from erroranalysis.stages.inputs import scratch
 
-    if engine is not None and engine.distributed:
-        with worker_rows(train, DataOptions(encoding=params.encoding), engine, beside) as copy:
-            yield copy or train
-    elif blocks.readable(train):
+    if blocks.readable(train):
         yield train
-    else:
-        with scratch(beside) as folder:
-            blocks.to_parquet(train, folder / "rows.parquet", encoding=params.encoding)
-            yield folder / "rows.parquet"
+        return
+    with scratch(beside) as folder:
+        _tasks(_copy, engine, [{"source": str(train), "target": str(folder / "rows.parquet"),
+                                "encoding": params.encoding}])
+        yield folder / "rows.parquet"
+
+
+PICKLED = b"erroranalysis.pickled"  # schema metadata of a `_copy`: its columns whose cells are pickled
+
+
+def _copy(source: str, target: str, encoding: str) -> int:
+    """A JSONL or CSV training file as Parquet with its `_line` (`sources.blocks.to_parquet`'s copy), where a column
+    Arrow cannot store as one type (messages whose cells differ in shape, a bad cell among them) keeps its cells as
+    they were read, pickled: the blocks validate them as in-process, with the same one-line error."""
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+    from erroranalysis.sources.blocks import COPY, COPY_ROW_GROUP
+    from erroranalysis.sources.table import read_table
+
+    frame, _ = read_table(Path(source), encoding=encoding)
+    pickled = []
+    for name in frame.columns:
+        try:
+            pa.array(frame[name], from_pandas=True)
+        except (pa.ArrowException, TypeError, ValueError):
+            frame[name] = [pickle.dumps(v) for v in frame[name]]
+            pickled.append(name)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), COPY: b"1",
+                                           PICKLED: "\n".join(pickled).encode()})
+    files.atomic_write(Path(target), lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))
+    return len(frame)
+
+
+def _unpickled(raw, schema) -> None:
+    import pickle
+
+    names = (schema.metadata or {}).get(PICKLED, b"").decode()
+    for name in filter(None, names.split("\n")):
+        raw[name] = [pickle.loads(v) for v in raw[name]]  # our own copy's cells (`_copy`), read back as they were
 
 
 def _present(ctx) -> list[str]:
@@ -195,15 +229,16 @@ def _by_part(scratch: str, kind: str, block, hashes: np.ndarray, n_parts: int, *
                pa.table({"hash": hashes[mine], **{k: v[mine] for k, v in columns.items()}}))
 
 
-def _train_block(table, block, *, source, copy, scratch, text_column, id_column, n, n_parts, length_rows,
+def _train_block(table, block, *, source, schema, scratch, text_column, id_column, n, n_parts, length_rows,
                  near_rows):
     import pyarrow as pa
 
     from erroranalysis.datachecks.train_texts import sft_texts
-    from erroranalysis.sources.blocks import with_lines
+    from erroranalysis.sources.blocks import is_copy, with_lines
     from erroranalysis.stages.contamination import train_ids
 
-    raw = with_lines(table.to_pandas(), block.start, copy)
+    raw = with_lines(table.to_pandas(), block.start, is_copy(schema))
+    _unpickled(raw, schema)
     texts = sft_texts(raw, source, text_column)  # the in-process validation: the same one-line error
     ids = train_ids(raw, source, id_column, block.start)
     hashes, rows = cb.train_pairs(texts["text"].tolist(), block.start, n)
