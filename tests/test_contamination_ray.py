@@ -2,8 +2,8 @@
 run imported by `analyze --task generation` with planted contaminated prompts and references (and one n-gram in
 more training rows than `MAX_TRAIN_ROWS_PER_NGRAM`), checked with `engine=None` and on a local Ray with small
 blocks. Per-row columns, the counts, the clean/contaminated metrics, the examples, near duplicates and lengths are
-equal (every row fits in the bounded samples here); a sample smaller than the set is stated. The pieces (the
-hash join, exact sums) are checked on random splits against the whole."""
+equal (every eval prompt fits in the bounded length sample here). The pieces (the hash join, the LSH bands grouped
+by key, exact sums) are checked on random splits against the whole."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def generation(tmp_path_factory):
         rows.append({"id": f"t{k}", "messages": [{"role": "user", "content": question},
                                                  {"role": "assistant", "content": answer}]})
     rows[7]["messages"][0]["content"] = rows[3]["messages"][0]["content"] + " again"  # near duplicates
+    for a, b in ((20, 290), (21, 150), (150, 260)):  # across blocks, and a group of three
+        rows[b]["messages"][0]["content"] = rows[a]["messages"][0]["content"] + " too"
     for i in range(90):
         if i < 20:
             question = rows[100 + i]["messages"][0]["content"]
@@ -76,7 +78,7 @@ def checked(run_path, engine, **params):
 
 def both(run_path, monkeypatch, **params):
     frame, found = checked(run_path, None, **params)
-    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 16)
+    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 32)
     ray_frame, ray_found = checked(run_path, Engine(engine="ray"), **params)
     return (frame, found), (ray_frame, ray_found)
 
@@ -99,17 +101,8 @@ def test_ray_contamination_equals_the_in_process_one(local_ray, generation, monk
     assert frame["train_id"].iloc[0] == ("t100" if id_column else "100")
     section = found["contamination"]
     assert section["fields"]["reference"]["n_contaminated"] == 10
-    assert section["near_duplicates"]["groups"][0]["train_rows"] == [3, 7]
-    assert section["near_duplicates"]["searched"] is None and section["lengths"]["n_eval_measured"] == 90
-
-
-def test_a_near_duplicate_sample_is_stated(local_ray, generation, monkeypatch):
-    root, train = generation
-    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 64)
-    _, found = checked(root / "run", Engine(engine="ray"), train=str(train), near_sample=150)
-    near = found["contamination"]["near_duplicates"]
-    assert near["searched"] == {"rows": 150, "of": 300, "seed": 0} and near["n_train"] == 150
-    assert found["contamination"]["n_contaminated"] == 25  # the n-gram check still reads every row
+    groups = [g["train_rows"] for g in section["near_duplicates"]["groups"]]
+    assert groups == [[3, 7], [20, 290], [21, 150, 260]] and section["lengths"]["n_eval_measured"] == 90
 
 
 def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, generation, tmp_path, monkeypatch):
@@ -157,6 +150,24 @@ def test_the_hash_join_over_any_split_is_find_contamination():
                                 "train_row": np.concatenate([r for _, r in got])})
         pd.testing.assert_frame_equal(from_matches(evals, matched, 13), whole)
     assert whole["contaminated"].tolist()[:4] == [True] * 4
+
+
+def test_lsh_bands_grouped_by_key_partition_are_minhash_pairs():
+    from erroranalysis.datachecks import near_duplicates as nd
+
+    rng = random.Random(1)
+    texts = [sentence(rng, 20) for _ in range(300)]
+    for a in range(0, 60, 3):
+        texts[a + 1], texts[a + 2] = texts[a] + " again", " ".join(texts[a].split()[:-1])
+    texts[5] = ""
+    whole = nd.minhash_pairs(texts, 0.8, 128, seed=1)
+    ranges = nd.band_ranges(0.8, 128)
+    for size, n_parts in ((37, 3), (100, 5)):
+        keys = pd.concat([nd.band_keys(texts[s:s + size], s, ranges, 128, seed=1) for s in range(0, 300, size)])
+        part = keys["key"].map(lambda k: k[0]) % n_parts
+        pairs = pd.concat([nd.candidate_pairs(keys[part == p]) for p in range(n_parts)]).drop_duplicates()
+        pd.testing.assert_frame_equal(nd.verified(pairs, lambda r: texts[r], 0.8), whole)
+    assert len(whole) >= 40
 
 
 def test_exact_sums_and_merged_metrics_over_any_split():

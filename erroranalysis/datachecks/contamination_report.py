@@ -149,23 +149,19 @@ def section_of(per_field: dict, n: int, train_path: str, n_train: int, metrics: 
 
 
 def near_duplicate_section(prompts, pairs: pd.DataFrame, group: np.ndarray, train_ids: np.ndarray,
-                           threshold: float, num_perm: int, limit: int = EXAMPLES, rows: np.ndarray | None = None,
-                           searched: dict | None = None) -> dict:
-    """`rows`: the training row of each prompt when they are a sample (`searched` says which), else their index."""
-    rows_of = np.arange(len(prompts)) if rows is None else np.asarray(rows, dtype=np.int64)
+                           threshold: float, num_perm: int, limit: int = EXAMPLES) -> dict:
+    """`prompts` and `train_ids`: anything indexed by training row (lists, arrays, or readers of scratch shards)."""
     in_groups = group >= 0
     n_groups = int(group.max() + 1) if in_groups.any() else 0
     shown = []
     for g in range(min(n_groups, limit)):
-        members = np.flatnonzero(group == g)
-        shown.append({"group": g, "size": int(members.size), "train_rows": [int(rows_of[r]) for r in members[:10]],
-                      "train_ids": [str(train_ids[r]) for r in members[:10]],
-                      "prompt": str(prompts[members[0]])[:300]})
+        rows = np.flatnonzero(group == g)
+        shown.append({"group": g, "size": int(rows.size), "train_rows": [int(r) for r in rows[:10]],
+                      "train_ids": [str(train_ids[r]) for r in rows[:10]], "prompt": str(prompts[rows[0]])[:300]})
     return {"method": "minhash_lsh", "threshold": threshold, "num_perm": num_perm, "n_train": len(prompts),
             "n_pairs": len(pairs), "n_groups": n_groups, "n_rows_in_groups": int(in_groups.sum()),
             "n_redundant": int(in_groups.sum() - n_groups),
-            "share_redundant": float((in_groups.sum() - n_groups) / max(len(prompts), 1)), "groups": shown,
-            "searched": searched}
+            "share_redundant": float((in_groups.sum() - n_groups) / max(len(prompts), 1)), "groups": shown}
 
 
 def findings(section: dict) -> list[Finding]:

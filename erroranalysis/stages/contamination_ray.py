@@ -65,6 +65,8 @@ def prepare(run, params, engine, reporter) -> Prepared:
     """Steps 1 to 5 of the module's docstring; the caller closes the result when the stage is over."""
     import pyarrow.parquet as pq
 
+    from erroranalysis.datachecks.near_duplicates import band_ranges
+
     train = Path(params.train)
     path = run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
@@ -72,22 +74,20 @@ def prepare(run, params, engine, reporter) -> Prepared:
     n_eval = eb.n_rows(blocks)
     names = set(pq.read_schema(blocks[0].file).names) if blocks else set()
     scratch = Path(tempfile.mkdtemp(prefix=".contamination-scratch-", dir=run.path))
+    near = {"threshold": params.train_near_threshold, "num_perm": params.minhash_perm, "seed": params.seed + 1}
     try:
         with _rows(train, params, engine, run.path) as rows_path:
             train_blocks = eb.plan(rows_path, rpb)
             n_train = eb.n_rows(train_blocks)
             n_parts = max(1, min(MAX_PARTS, len(train_blocks) + len(blocks)))
-            near_rows = cb.sample_rows(n_train, params.near_sample, params.seed)
             reporter.note(f"checks: --engine ray: {params.ngram}-gram overlap of eval prompts and references with "
                           f"{n_train:,} training rows, in {n_parts} hash partitions")
-            if len(near_rows) < n_train:
-                reporter.note(f"checks: --engine ray: near-duplicate training prompts searched among a seeded sample "
-                              f"of {len(near_rows)} of {n_train} rows (--near-sample)")
             eb.map_blocks(_train_block, rows_path, engine, rows_per_block=rpb, ordered=True, kwargs={
                 "source": str(train), "schema": pq.read_schema(rows_path), "scratch": str(scratch),
                 "text_column": params.train_text_column, "id_column": params.train_id_column, "n": params.ngram,
                 "n_parts": n_parts, "length_rows": cb.sample_rows(n_train, LENGTH_SAMPLE, params.seed),
-                "near_rows": near_rows})
+                "ranges": band_ranges(params.train_near_threshold, params.minhash_perm), **near})
+        train_starts = [b.start for b in train_blocks]
         text = "prompt" if "prompt" in names else "text" if "text" in names else None
         ctx = {"scratch": str(scratch), "n": params.ngram, "text": text,
                "reference": "reference" if "reference" in names else None}
@@ -95,21 +95,20 @@ def prepare(run, params, engine, reporter) -> Prepared:
         for _, got in eb.map_blocks(_eval_block, path, engine, rows_per_block=rpb, columns=_present(ctx), kwargs={
                 **ctx, "n_parts": n_parts, "length_rows": cb.sample_rows(n_eval, LENGTH_SAMPLE, params.seed)}):
             present = {k: present[k] or got[k] for k in present}
-        _tasks(_join, engine, [{"scratch": str(scratch), "part": p} for p in range(n_parts)])
+        job = {"scratch": str(scratch), "train_starts": train_starts}
+        _tasks(_one, engine, [{"step": step, "part": p, **job} for p in range(n_parts) for step in ("join", "bands")])
         metric_columns = ["example_id", "correct"] + [c for c in ("reference_loss", "score") if c in names]
         parts = eb.map_blocks(_columns_block, path, engine, rows_per_block=rpb, ordered=True,
                               columns=sorted(set(_present(ctx) + metric_columns)), kwargs={
                                   **ctx, "fields": [f for f in ("prompt", "reference") if present[f]],
-                                  "id_column": params.train_id_column,
-                                  "train_starts": [b.start for b in train_blocks]})
+                                  "id_column": params.train_id_column, "train_starts": train_starts})
         section = _section([p for _, p in parts], n_eval, str(train.resolve()), n_train)
         section["ngram"] = params.ngram
         model = (run.manifest.get("model") or {}).get("path")
-        near, lengths = _tasks(_one, engine, [
-            {"step": "near", "scratch": str(scratch), "threshold": params.train_near_threshold,
-             "num_perm": params.minhash_perm, "seed": params.seed + 1, "n_train": n_train},
-            {"step": "lengths", "scratch": str(scratch), "model": model}])
-        section["near_duplicates"], section["lengths"] = near, lengths
+        *_, lengths = _tasks(_one, engine, [{"step": "verify", "start": s, "threshold": near["threshold"], **job}
+                                            for s in train_starts] + [{"step": "lengths", "model": model, **job}])
+        section["near_duplicates"] = _tasks(_one, engine, [{"step": "near", "n_train": n_train, **near, **job}])[0]
+        section["lengths"] = lengths
         return Prepared(scratch, section, str(train.resolve()))
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -230,9 +229,10 @@ def _by_part(scratch: str, kind: str, block, hashes: np.ndarray, n_parts: int, *
 
 
 def _train_block(table, block, *, source, schema, scratch, text_column, id_column, n, n_parts, length_rows,
-                 near_rows):
+                 ranges, num_perm, seed, **_):
     import pyarrow as pa
 
+    from erroranalysis.datachecks.near_duplicates import band_keys
     from erroranalysis.datachecks.train_texts import sft_texts
     from erroranalysis.sources.blocks import is_copy, with_lines
     from erroranalysis.stages.contamination import train_ids
@@ -243,15 +243,18 @@ def _train_block(table, block, *, source, schema, scratch, text_column, id_colum
     ids = train_ids(raw, source, id_column, block.start)
     hashes, rows = cb.train_pairs(texts["text"].tolist(), block.start, n)
     _by_part(scratch, "train", block, hashes, n_parts, row=rows)
+    prompts = texts["prompt"].tolist()
+    keys = band_keys(prompts, block.start, ranges, num_perm=num_perm, seed=seed)
+    # keys are of one length (bands of as many hash values): a key's first 4 bytes, a uniform hash, partition it
+    first = np.frombuffer(b"".join(keys["key"]), dtype=np.uint8).reshape(len(keys), -1)[:, :4].copy().view(
+        np.uint32)[:, 0].astype(np.uint64) if len(keys) else np.zeros(0, np.uint64)
+    _by_part(scratch, "bands", block, first + keys["band"].to_numpy().astype(np.uint64), n_parts,
+             row=keys["row"].to_numpy(), band=keys["band"].to_numpy(), key=np.asarray(keys["key"], dtype=object))
     name = eb.SHARD.format(start=block.start)
-    if id_column is not None:
-        _write(Path(scratch) / "ids", name, pa.table({"id": ids.tolist()}))
-    prompts = texts["prompt"].to_numpy(dtype=object)
-    for kind, sample in (("train_lengths", length_rows), ("near", near_rows)):
-        at = cb.within(sample, block.start, block.stop) - block.start
-        if at.size:
-            _write(Path(scratch) / kind, name, pa.table({"row": at + block.start, "prompt": prompts[at].tolist(),
-                                                         "id": ids[at].tolist()}))
+    _write(Path(scratch) / "prompts", name, pa.table({"prompt": prompts, "id": ids.tolist()}))
+    at = cb.within(length_rows, block.start, block.stop) - block.start
+    if at.size:
+        _write(Path(scratch) / "train_lengths", name, pa.table({"prompt": [prompts[i] for i in at]}))
     return block.rows
 
 
@@ -276,7 +279,7 @@ def _eval_block(table, block, *, scratch, n, text, reference, n_parts, length_ro
     return {field: any(texts) for field, texts in fields.items()}
 
 
-def _join(scratch: str, part: int) -> int:
+def _join(scratch: str, part: int, **_) -> int:
     """One hash partition: the training rows of each eval hash, sent to the eval blocks that hold it."""
     import pyarrow as pa
 
@@ -324,38 +327,83 @@ def _train_ids(scratch: str, id_column, train_starts: list[int], rows: np.ndarra
     them."""
     if id_column is None:
         return np.array([str(r) for r in rows], dtype=object)
-    import pyarrow.parquet as pq
-
-    starts = np.asarray(train_starts, dtype=np.int64)
-    which = np.searchsorted(starts, rows, side="right") - 1
-    out = np.empty(len(rows), dtype=object)
-    for b in np.unique(which):
-        ids = pq.read_table(Path(scratch) / "ids" / eb.SHARD.format(start=int(starts[b]))).column("id").to_pylist()
-        for i in np.flatnonzero(which == b):
-            out[i] = ids[rows[i] - starts[b]]
-    return out
+    ids = _Rows(scratch, train_starts, "id")
+    return np.array([ids[r] for r in rows], dtype=object)
 
 
 def _one(step: str, **kwargs):
-    return _near(**kwargs) if step == "near" else _lengths(**kwargs)
+    """The tasks that run once per partition, per training block or once (Ray runs several kinds at once)."""
+    return {"join": _join, "bands": _bands, "verify": _verify, "near": _near, "lengths": _lengths}[step](**kwargs)
 
 
-def _near(scratch: str, threshold: float, num_perm: int, seed: int, n_train: int) -> dict:
-    """Near-duplicate training prompts among the sampled rows, by the in-process search."""
+class _Rows:
+    """A column of the training rows (`prompts` scratch shards) by row number, each shard read once when needed."""
+
+    def __init__(self, scratch: str, starts: list[int], column: str, n: int = 0):
+        self.folder, self.starts, self.column, self.n = Path(scratch) / "prompts", np.asarray(starts), column, n
+        self.shards: dict[int, list] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, row):
+        import pyarrow.parquet as pq
+
+        b = int(np.searchsorted(self.starts, row, side="right") - 1)
+        if b not in self.shards:
+            shard = self.folder / eb.SHARD.format(start=int(self.starts[b]))
+            self.shards[b] = pq.read_table(shard, columns=[self.column]).column(0).to_pylist()
+        return self.shards[b][int(row) - int(self.starts[b])]
+
+
+def _bands(scratch: str, part: int, train_starts: list[int], **_) -> int:
+    """One partition of the LSH band keys: its candidate pairs, sent to the training block of their first row."""
+    import pyarrow as pa
+
+    from erroranalysis.datachecks.near_duplicates import candidate_pairs
+
+    table = _read(Path(scratch) / "bands" / str(part))
+    if table is None:
+        return 0
+    pairs = candidate_pairs(table.select(["row", "band", "key"]).to_pandas())
+    where = np.searchsorted(np.asarray(train_starts), pairs["i"].to_numpy(), side="right") - 1
+    for b in np.unique(where):
+        mine = pairs[where == b]
+        _write(Path(scratch) / "candidates" / str(train_starts[b]), f"part-{part:04d}.parquet",
+               pa.Table.from_pandas(mine, preserve_index=False))
+    return len(pairs)
+
+
+def _verify(scratch: str, start: int, train_starts: list[int], threshold: float, **_) -> int:
+    """The candidate pairs whose first row is in one training block, verified by their exact Jaccard similarity."""
+    import pyarrow as pa
+
+    from erroranalysis.datachecks.near_duplicates import verified
+
+    table = _read(Path(scratch) / "candidates" / str(start))
+    if table is None:
+        return 0
+    pairs = table.to_pandas().drop_duplicates(ignore_index=True)
+    found = verified(pairs, _Rows(scratch, train_starts, "prompt").__getitem__, threshold)
+    _write(Path(scratch) / "verified", eb.SHARD.format(start=start), pa.Table.from_pandas(found, preserve_index=False))
+    return len(found)
+
+
+def _near(scratch: str, train_starts: list[int], n_train: int, threshold: float, num_perm: int, **_) -> dict:
+    """The near-duplicate section from the verified pairs (in row order: each block's shard is sorted)."""
+    import pandas as pd
+
     from erroranalysis.datachecks.contamination_report import near_duplicate_section
-    from erroranalysis.datachecks.near_duplicates import groups, minhash_pairs
+    from erroranalysis.datachecks.near_duplicates import groups
 
-    table = _read(Path(scratch) / "near")
-    rows = table.column("row").to_numpy() if table is not None else np.zeros(0, np.int64)
-    prompts = table.column("prompt").to_pylist() if table is not None else []
-    ids = np.asarray(table.column("id").to_pylist() if table is not None else [], dtype=object)
-    pairs = minhash_pairs(prompts, threshold=threshold, num_perm=num_perm, seed=seed)
-    searched = None if len(rows) == n_train else {"rows": int(len(rows)), "of": n_train, "seed": seed - 1}
-    return near_duplicate_section(prompts, pairs, groups(len(prompts), pairs), ids, threshold, num_perm,
-                                  rows=rows, searched=searched)
+    table = _read(Path(scratch) / "verified")
+    pairs = table.to_pandas() if table is not None else pd.DataFrame(
+        {"i": np.zeros(0, np.int64), "j": np.zeros(0, np.int64), "similarity": np.zeros(0)})
+    return near_duplicate_section(_Rows(scratch, train_starts, "prompt", n_train), pairs, groups(n_train, pairs),
+                                  _Rows(scratch, train_starts, "id", n_train), threshold, num_perm)
 
 
-def _lengths(scratch: str, model: str | None) -> dict:
+def _lengths(scratch: str, model: str | None, **_) -> dict:
     from erroranalysis.datachecks.lengths import length_report
     from erroranalysis.stages.contamination import token_counter
 
