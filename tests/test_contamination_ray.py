@@ -2,8 +2,8 @@
 run imported by `analyze --task generation` with planted contaminated prompts and references (and one n-gram in
 more training rows than `MAX_TRAIN_ROWS_PER_NGRAM`), checked with `engine=None` and on a local Ray with small
 blocks. Per-row columns, the counts, the clean/contaminated metrics, the examples, near duplicates and lengths are
-equal (every eval prompt fits in the bounded length sample here). The pieces (the hash join, the LSH bands grouped
-by key, exact sums) are checked on random splits against the whole."""
+equal. The pieces (the hash join, the LSH bands grouped by key, exact sums) are checked on random splits against the
+whole."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_ray_contamination_equals_the_in_process_one(local_ray, generation, monk
     section = found["contamination"]
     assert section["fields"]["reference"]["n_contaminated"] == 10
     groups = [g["train_rows"] for g in section["near_duplicates"]["groups"]]
-    assert groups == [[3, 7], [20, 290], [21, 150, 260]] and section["lengths"]["n_eval_measured"] == 90
+    assert groups == [[3, 7], [20, 290], [21, 150, 260]] and section["lengths"]["words"]["eval"]["n"] == 90
 
 
 def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, generation, tmp_path, monkeypatch):

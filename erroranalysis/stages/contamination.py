@@ -89,7 +89,6 @@ def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Call
     train_prompts = [train_prompts[i] for i in sample_rows(len(train_prompts), LENGTH_SAMPLE, params.seed)]
     section["lengths"] = length_report(train_prompts, prompts, count, tokenizer)
     section["lengths"]["n_train_measured"] = len(train_prompts)
-    section["lengths"]["n_eval_measured"] = len(prompts)
     return columns, section
 
 

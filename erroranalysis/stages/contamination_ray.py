@@ -7,25 +7,28 @@ scratch folders inside the run that every worker sees:
 
 1. the training file is read by the workers in row ranges (a Parquet file as it is, a JSONL or CSV file through the
    Parquet copy one worker makes, `_copy`), each block validated as in-process (`sft_texts`: the same one-line
-   error); each block writes its distinct (n-gram hash, row) pairs into the hash's partition, its ids (with
-   `--train-id-column`), and its rows of the two bounded samples below;
-2. each predictions block writes its prompts' and references' distinct n-gram hashes into the same partitions;
-3. one task per partition joins them (`contamination_blocks.match`) and writes each eval block the training rows
-   of its hashes;
+   error); each block writes its distinct (n-gram hash, row) pairs into the hash's partition, its prompts' MinHash
+   LSH band keys into the key's partition, its prompts and ids, and its rows of the training length sample;
+2. each predictions block writes its prompts' and references' distinct n-gram hashes into the same partitions as
+   the training hashes, and sends back its prompts' length histograms (words, and tokens with the run's tokenizer);
+3. one task per partition joins the n-gram hashes (`contamination_blocks.match`) and writes each eval block the
+   training rows of its hashes; one task per partition groups the band keys into candidate pairs
+   (`near_duplicates.candidate_pairs`, the distributed form of LSH's bucket lookup);
 4. each predictions block applies the in-process rule to its matches (`contamination.from_matches`), writes its
-   columns of checks.parquet to scratch and sends back its counts, metric sums and best examples;
-5. one task each: near-duplicate training prompts (MinHash LSH, the in-process search) and the length comparison.
+   columns of checks.parquet to scratch and sends back its counts, exact metric sums and best examples; one task
+   per training block verifies the candidate pairs of its rows by their exact Jaccard similarity;
+5. one task groups the verified pairs (`near_duplicates.groups`), one compares the lengths.
 
 The checks stage (`data_checks_ray.checks_ray`) then writes each block's shard with these columns and adds the
-section to checks.json. Equal to in-process: the per-row columns, the counts and metrics (exact sums), the examples.
-Bounded, seeded samples, stated: near duplicates are searched among `--near-sample` training prompts (all up to that
-many; `near_duplicates.searched` says which), and eval lengths over `LENGTH_SAMPLE` eval prompts (all up to that
-many; `lengths.n_eval_measured`), as the training lengths are in-process too.
+section to checks.json. All of it is the in-process answer: per-row columns, counts, metrics (exact sums), examples,
+near-duplicate groups (the same candidates, verified alike) and lengths (the training prompts' seeded sample of
+`LENGTH_SAMPLE` is the in-process one; eval lengths from histograms are the same distribution).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -92,9 +95,12 @@ def prepare(run, params, engine, reporter) -> Prepared:
         ctx = {"scratch": str(scratch), "n": params.ngram, "text": text,
                "reference": "reference" if "reference" in names else None}
         present = {"prompt": False, "reference": False}
+        model = (run.manifest.get("model") or {}).get("path")
+        eval_lengths: dict = {"words": {}, "tokens": None}
         for _, got in eb.map_blocks(_eval_block, path, engine, rows_per_block=rpb, columns=_present(ctx), kwargs={
-                **ctx, "n_parts": n_parts, "length_rows": cb.sample_rows(n_eval, LENGTH_SAMPLE, params.seed)}):
-            present = {k: present[k] or got[k] for k in present}
+                **ctx, "n_parts": n_parts, "model": model}):
+            present = {k: present[k] or got["present"][k] for k in present}
+            eval_lengths = {k: _added(eval_lengths[k], got["lengths"][k]) for k in eval_lengths}
         job = {"scratch": str(scratch), "train_starts": train_starts}
         _tasks(_one, engine, [{"step": step, "part": p, **job} for p in range(n_parts) for step in ("join", "bands")])
         metric_columns = ["example_id", "correct"] + [c for c in ("reference_loss", "score") if c in names]
@@ -104,9 +110,9 @@ def prepare(run, params, engine, reporter) -> Prepared:
                                   "id_column": params.train_id_column, "train_starts": train_starts})
         section = _section([p for _, p in parts], n_eval, str(train.resolve()), n_train)
         section["ngram"] = params.ngram
-        model = (run.manifest.get("model") or {}).get("path")
         *_, lengths = _tasks(_one, engine, [{"step": "verify", "start": s, "threshold": near["threshold"], **job}
-                                            for s in train_starts] + [{"step": "lengths", "model": model, **job}])
+                                            for s in train_starts] + [
+            {"step": "lengths", "model": model, "eval_lengths": eval_lengths, **job}])
         section["near_duplicates"] = _tasks(_one, engine, [{"step": "near", "n_train": n_train, **near, **job}])[0]
         section["lengths"] = lengths
         return Prepared(scratch, section, str(train.resolve()))
@@ -266,17 +272,29 @@ def _fields(table, text, reference) -> dict[str, list[str]]:
             "reference": _strings(frame, reference) if reference else [""] * len(frame)}
 
 
-def _eval_block(table, block, *, scratch, n, text, reference, n_parts, length_rows):
-    import pyarrow as pa
+def _eval_block(table, block, *, scratch, n, text, reference, n_parts, model):
+    from erroranalysis.datachecks.lengths import histogram, word_counts
 
     fields = _fields(table, text, reference)
     hashes = cb.eval_hashes(list(fields.values()), n)
     _by_part(scratch, "eval", block, hashes, n_parts, start=np.full(hashes.size, block.start, np.int64))
-    at = cb.within(length_rows, block.start, block.stop) - block.start
-    if at.size:
-        _write(Path(scratch) / "eval_lengths", eb.SHARD.format(start=block.start),
-               pa.table({"prompt": [fields["prompt"][i] for i in at]}))
-    return {field: any(texts) for field, texts in fields.items()}
+    count, _ = _token_counter(model)
+    lengths = {"words": histogram(word_counts(fields["prompt"])),
+               "tokens": histogram(count(fields["prompt"])) if count is not None else None}
+    return {"present": {field: any(texts) for field, texts in fields.items()}, "lengths": lengths}
+
+
+@functools.lru_cache(maxsize=1)
+def _token_counter(model: str | None):
+    from erroranalysis.stages.contamination import token_counter
+
+    return token_counter(model)  # once per worker process: the tokenizer loads once
+
+
+def _added(a: dict | None, b: dict | None) -> dict | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
 
 
 def _join(scratch: str, part: int, **_) -> int:
@@ -403,18 +421,19 @@ def _near(scratch: str, train_starts: list[int], n_train: int, threshold: float,
                                   _Rows(scratch, train_starts, "id", n_train), threshold, num_perm)
 
 
-def _lengths(scratch: str, model: str | None, **_) -> dict:
-    from erroranalysis.datachecks.lengths import length_report
-    from erroranalysis.stages.contamination import token_counter
+def _lengths(scratch: str, model: str | None, eval_lengths: dict, **_) -> dict:
+    """The length comparison: the training sample's prompts against every eval prompt's lengths (the blocks'
+    histograms: the same distribution, so the same quantiles and KS test)."""
+    from erroranalysis.datachecks.lengths import counts_report, from_histogram, word_counts
 
     train = _read(Path(scratch) / "train_lengths")
-    evals = _read(Path(scratch) / "eval_lengths")
-    train_prompts = train.column("prompt").to_pylist() if train is not None else []
-    eval_prompts = evals.column("prompt").to_pylist() if evals is not None else []
-    count, tokenizer = token_counter(model)
-    out = length_report(train_prompts, eval_prompts, count, tokenizer)
-    out["n_train_measured"] = len(train_prompts)
-    out["n_eval_measured"] = len(eval_prompts)
+    prompts = train.column("prompt").to_pylist() if train is not None else []
+    count, tokenizer = _token_counter(model)
+    tokens = eval_lengths["tokens"]
+    out = counts_report(word_counts(prompts), from_histogram(eval_lengths["words"]),
+                        np.asarray(count(prompts)) if count is not None else None,
+                        from_histogram(tokens) if count is not None and tokens is not None else None, tokenizer)
+    out["n_train_measured"] = len(prompts)
     return out
 
 
