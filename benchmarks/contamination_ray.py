@@ -91,8 +91,7 @@ def driver(run: str, train: str, engine: str) -> None:
     seconds = time.perf_counter() - start
     section = json.loads((Path(run) / "checks.json").read_text())["contamination"]
     print(json.dumps({"seconds": seconds, "ray_start": ray_start, "before": before, "peak": hwm_mb(),
-                      "contaminated": summary["n_contaminated"], "near": section["near_duplicates"]["n_groups"],
-                      "searched": (section["near_duplicates"].get("searched") or {}).get("rows")}))
+                      "contaminated": summary["n_contaminated"], "near": section["near_duplicates"]["n_groups"]}))
 
 
 def main() -> None:
@@ -125,10 +124,10 @@ def main() -> None:
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append([f"{args.rows:,}", f"{args.train_rows:,}", engine, f"{r['seconds']:.0f}",
                          f"{r['ray_start']:.0f}", f"{r['before']:.0f}", f"{r['peak']:.0f}", str(r["contaminated"]),
-                         str(r["near"]), str(r["searched"] or "all")])
+                         str(r["near"])])
             print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
     print(table(rows, ["eval rows", "train rows", "engine", "checks s", "ray start s", "driver MB before",
-                       "driver peak MB", "contaminated", "near-dup groups", "train prompts searched"]))
+                       "driver peak MB", "contaminated", "near-dup groups"]))
     print(f"\n{load_average()}")
 
 

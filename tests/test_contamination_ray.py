@@ -120,6 +120,9 @@ def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, gen
             checks_run(root / "run", CheckParams(train=str(bad), embedder="none"), engine=engine)
         errors.append(str(caught.value))
     assert errors[0] == errors[1] and "bad.jsonl, line 34, column 'messages'" in errors[0]
+    result = CliRunner().invoke(app, [str(a) for a in ("data-checks", root / "run", "--train", bad,
+                                                       "--check-embedder", "none", "--engine", "ray")])
+    assert result.exit_code == 2 and errors[0] in result.output and "Traceback" not in result.output
     assert (report.read_bytes() if report.exists() else None) == before  # nothing half-written
     assert not list((root / "run").glob(".contamination-scratch-*"))
 
