@@ -105,6 +105,24 @@ def test_ray_contamination_equals_the_in_process_one(local_ray, generation, monk
     assert groups == [[3, 7], [20, 290], [21, 150, 260]] and section["lengths"]["words"]["eval"]["n"] == 90
 
 
+def test_token_lengths_with_the_run_s_tokenizer_are_equal(local_ray, generation, tiny_checkpoint, tmp_path,
+                                                          monkeypatch):
+    """A run whose model folder has a tokenizer (the tiny checkpoint's, named in a copy of the run's manifest):
+    token lengths too, the eval side from the blocks' histograms."""
+    import json
+    import shutil
+
+    root, train = generation
+    run_path = shutil.copytree(root / "run", tmp_path / "run")
+    manifest = json.loads((run_path / "manifest.json").read_text())
+    manifest["model"] = {"path": str(tiny_checkpoint)}
+    (run_path / "manifest.json").write_text(json.dumps(manifest))
+    (_, found), (_, ray_found) = both(run_path, monkeypatch, train=str(train))
+    lengths = found["contamination"]["lengths"]
+    assert lengths["tokens"]["eval"]["n"] == 90 and lengths["tokenizer"] == str(tiny_checkpoint)
+    assert lengths == ray_found["contamination"]["lengths"]
+
+
 def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, generation, tmp_path, monkeypatch):
     root, _ = generation
     monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 16)
