@@ -12,7 +12,7 @@ chunks in order. Each eval block gets the matches of its own hashes back and app
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
