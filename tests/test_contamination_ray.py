@@ -210,6 +210,23 @@ def test_exact_sums_and_merged_metrics_over_any_split():
     assert whole["clean"]["pass_rate"] == correct[~dirty].mean() and "mean_score" not in whole["all"]
 
 
+def test_length_histograms_over_any_split_give_the_length_report():
+    from erroranalysis.datachecks import lengths
+
+    rng = random.Random(2)
+    train = [sentence(rng, rng.randint(0, 40)) for _ in range(150)]
+    evals = [sentence(rng, rng.randint(0, 60)) for _ in range(200)]
+    whole = lengths.length_report(train, evals)
+    for seed in range(3):
+        cuts = sorted(random.Random(seed).sample(range(1, 200), 6))
+        counts: dict = {}
+        for a, b in zip([0, *cuts], [*cuts, 200]):
+            for k, v in lengths.histogram(lengths.word_counts(evals[a:b])).items():
+                counts[k] = counts.get(k, 0) + v
+        got = lengths.counts_report(lengths.word_counts(train), lengths.from_histogram(counts))
+        assert got == whole
+
+
 def test_sample_rows_is_every_row_up_to_the_size():
     assert cb.sample_rows(5, 10, 0).tolist() == [0, 1, 2, 3, 4]
     picked = cb.sample_rows(1000, 10, 4)

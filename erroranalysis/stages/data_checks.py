@@ -13,7 +13,8 @@ docs/run-directory.md.
 Under `--engine ray` the default checks of any run (no `--train`) run on the workers, block by block
 (`erroranalysis.stages.data_checks_ray`): label-issue scores and flags (classification, multi-label) and exact
 duplicate groups as in-process, near duplicates among a seeded sample of `near_sample` rows that checks.json states.
-Checks with a train file still read every row on the driver, and the run says so on stderr.
+Checks with a train file still read every row on the driver, and the run says so on stderr; but the contamination
+checks of a generation run with a training file run on the workers too (`erroranalysis.stages.contamination_ray`).
 """
 
 from __future__ import annotations
