@@ -66,59 +66,78 @@ class Prepared:
 
 def prepare(run, params, engine, reporter) -> Prepared:
     """Steps 1 to 5 of the module's docstring; the caller closes the result when the stage is over."""
-    import pyarrow.parquet as pq
-
-    from erroranalysis.datachecks.near_duplicates import band_ranges
-
-    train = Path(params.train)
-    path = run.file(rundir.PREDICTIONS)
+    train, path = Path(params.train), run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
-    n_eval = eb.n_rows(blocks)
-    names = set(pq.read_schema(blocks[0].file).names) if blocks else set()
     scratch = Path(tempfile.mkdtemp(prefix=".contamination-scratch-", dir=run.path))
-    near = {"threshold": params.train_near_threshold, "num_perm": params.minhash_perm, "seed": params.seed + 1}
     try:
         with _rows(train, params, engine, run.path) as rows_path:
             train_blocks = eb.plan(rows_path, rpb)
-            n_train = eb.n_rows(train_blocks)
             n_parts = max(1, min(MAX_PARTS, len(train_blocks) + len(blocks)))
             reporter.note(f"checks: --engine ray: {params.ngram}-gram overlap of eval prompts and references with "
-                          f"{n_train:,} training rows, in {n_parts} hash partitions")
-            eb.map_blocks(_train_block, rows_path, engine, rows_per_block=rpb, ordered=True, kwargs={
-                "source": str(train), "schema": pq.read_schema(rows_path), "scratch": str(scratch),
-                "text_column": params.train_text_column, "id_column": params.train_id_column, "n": params.ngram,
-                "n_parts": n_parts, "length_rows": cb.sample_rows(n_train, LENGTH_SAMPLE, params.seed),
-                "ranges": band_ranges(params.train_near_threshold, params.minhash_perm), **near})
-        train_starts = [b.start for b in train_blocks]
-        text = "prompt" if "prompt" in names else "text" if "text" in names else None
-        ctx = {"scratch": str(scratch), "n": params.ngram, "text": text,
-               "reference": "reference" if "reference" in names else None}
-        present = {"prompt": False, "reference": False}
+                          f"{eb.n_rows(train_blocks):,} training rows, in {n_parts} hash partitions")
+            _scan_train(rows_path, eb.n_rows(train_blocks), params, engine, scratch, n_parts)
+        job = {"scratch": str(scratch), "train_starts": [b.start for b in train_blocks]}
+        ctx = _eval_context(blocks, params, scratch)
         model = (run.manifest.get("model") or {}).get("path")
-        eval_lengths: dict = {"words": {}, "tokens": None}
-        for _, got in eb.map_blocks(_eval_block, path, engine, rows_per_block=rpb, columns=_present(ctx), kwargs={
-                **ctx, "n_parts": n_parts, "model": model}):
-            present = {k: present[k] or got["present"][k] for k in present}
-            eval_lengths = {k: _added(eval_lengths[k], got["lengths"][k]) for k in eval_lengths}
-        job = {"scratch": str(scratch), "train_starts": train_starts}
+        present, eval_lengths = _scan_eval(path, engine, ctx, n_parts, model)
         _tasks(_one, engine, [{"step": step, "part": p, **job} for p in range(n_parts) for step in ("join", "bands")])
-        metric_columns = ["example_id", "correct"] + [c for c in ("reference_loss", "score") if c in names]
         parts = eb.map_blocks(_columns_block, path, engine, rows_per_block=rpb, ordered=True,
-                              columns=sorted(set(_present(ctx) + metric_columns)), kwargs={
+                              columns=ctx.pop("read"), kwargs={
                                   **ctx, "fields": [f for f in ("prompt", "reference") if present[f]],
-                                  "id_column": params.train_id_column, "train_starts": train_starts})
-        section = _section([p for _, p in parts], n_eval, str(train.resolve()), n_train)
+                                  "id_column": params.train_id_column, "train_starts": job["train_starts"]})
+        section = _section([p for _, p in parts], eb.n_rows(blocks), str(train.resolve()), eb.n_rows(train_blocks))
         section["ngram"] = params.ngram
-        *_, lengths = _tasks(_one, engine, [{"step": "verify", "start": s, "threshold": near["threshold"], **job}
-                                            for s in train_starts] + [
+        *_, section["lengths"] = _tasks(_one, engine, [
+            *({"step": "verify", "start": s, "threshold": params.train_near_threshold, **job}
+              for s in job["train_starts"]),
             {"step": "lengths", "model": model, "eval_lengths": eval_lengths, **job}])
-        section["near_duplicates"] = _tasks(_one, engine, [{"step": "near", "n_train": n_train, **near, **job}])[0]
-        section["lengths"] = lengths
+        section["near_duplicates"] = _tasks(_one, engine, [{
+            "step": "near", "n_train": eb.n_rows(train_blocks), "threshold": params.train_near_threshold,
+            "num_perm": params.minhash_perm, **job}])[0]
         return Prepared(scratch, section, str(train.resolve()))
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
+
+
+def _scan_train(rows_path, n_train: int, params, engine, scratch: Path, n_parts: int) -> None:
+    """Step 1: each training block's n-gram pairs and band keys into their partitions, its prompts and ids."""
+    import pyarrow.parquet as pq
+
+    from erroranalysis.datachecks.near_duplicates import band_ranges
+
+    eb.map_blocks(_train_block, rows_path, engine, rows_per_block=eb.ROWS_PER_BLOCK, ordered=True, kwargs={
+        "source": str(params.train), "schema": pq.read_schema(rows_path), "scratch": str(scratch),
+        "text_column": params.train_text_column, "id_column": params.train_id_column, "n": params.ngram,
+        "n_parts": n_parts, "length_rows": cb.sample_rows(n_train, LENGTH_SAMPLE, params.seed),
+        "ranges": band_ranges(params.train_near_threshold, params.minhash_perm), "num_perm": params.minhash_perm,
+        "seed": params.seed + 1})  # seed: minhash_pairs' in-process; ordered: a list, every block runs now
+
+
+def _eval_context(blocks, params, scratch: Path) -> dict:
+    """Which predictions columns hold the prompts (else the texts) and references, and which a block reads."""
+    import pyarrow.parquet as pq
+
+    names = set(pq.read_schema(blocks[0].file).names) if blocks else set()
+    text = "prompt" if "prompt" in names else "text" if "text" in names else None
+    reference = "reference" if "reference" in names else None
+    metric = ["example_id", "correct"] + [c for c in ("reference_loss", "score") if c in names]
+    return {"scratch": str(scratch), "n": params.ngram, "text": text, "reference": reference,
+            "read": sorted({c for c in (text, reference) if c} | set(metric))}
+
+
+def _scan_eval(path, engine, ctx: dict, n_parts: int, model) -> tuple[dict, dict]:
+    """Step 2: each block's n-gram hashes into their partitions; which fields have text, and the length histograms."""
+    present = {"prompt": False, "reference": False}
+    lengths: dict = {"words": {}, "tokens": None}
+    kwargs = {k: v for k, v in ctx.items() if k != "read"}
+    for _, got in eb.map_blocks(_eval_block, path, engine, rows_per_block=eb.ROWS_PER_BLOCK,
+                                columns=[c for c in (ctx["text"], ctx["reference"]) if c],
+                                kwargs={**kwargs, "n_parts": n_parts, "model": model}):
+        present = {k: present[k] or got["present"][k] for k in present}
+        lengths = {k: _added(lengths[k], got["lengths"][k]) for k in lengths}
+    return present, lengths
 
 
 @contextlib.contextmanager
@@ -176,10 +195,6 @@ def _unpickled(raw, schema) -> None:
         raw[name] = [pickle.loads(v) for v in raw[name]]  # our own copy's cells (`_copy`), read back as they were
 
 
-def _present(ctx) -> list[str]:
-    return [c for c in (ctx["text"], ctx["reference"]) if c]
-
-
 def _tasks(fn, engine, calls: list[dict]) -> list:
     """`fn(**call)` for each call: Ray tasks at once under a distributed engine, else one after another here."""
     if engine is not None and engine.distributed:
@@ -235,7 +250,7 @@ def _by_part(scratch: str, kind: str, block, hashes: np.ndarray, n_parts: int, *
 
 
 def _train_block(table, block, *, source, schema, scratch, text_column, id_column, n, n_parts, length_rows,
-                 ranges, num_perm, seed, **_):
+                 ranges, num_perm, seed):
     import pyarrow as pa
 
     from erroranalysis.datachecks.near_duplicates import band_keys
@@ -407,7 +422,7 @@ def _verify(scratch: str, start: int, train_starts: list[int], threshold: float,
     return len(found)
 
 
-def _near(scratch: str, train_starts: list[int], n_train: int, threshold: float, num_perm: int, **_) -> dict:
+def _near(scratch: str, train_starts: list[int], n_train: int, threshold: float, num_perm: int) -> dict:
     """The near-duplicate section from the verified pairs (in row order: each block's shard is sorted)."""
     import pandas as pd
 
