@@ -153,6 +153,15 @@ def find_contamination(eval_texts: Sequence[str], train_chunks: Iterable[Sequenc
     return _per_eval_text(eval_texts, probe, order, hits, n)
 
 
+def from_matches(eval_texts: Sequence[str], matched: pd.DataFrame, n: int = DEFAULT_N) -> pd.DataFrame:
+    """`find_contamination`'s frame for `eval_texts` from the training rows already matched to their n-gram hashes
+    (`hash`, `train_row`: for each hash its first `MAX_TRAIN_ROWS_PER_NGRAM` training rows, as
+    `erroranalysis.datachecks.contamination_blocks.match` finds them on a distributed engine)."""
+    probe = hash_ngrams(eval_texts, n)
+    order = np.argsort(probe.hashes, kind="stable")
+    return _per_eval_text(eval_texts, probe, order, [matched] if len(matched) else [], n)
+
+
 def _per_eval_text(eval_texts, probe: _Hashed, order: np.ndarray, hits: list[pd.DataFrame], n: int) -> pd.DataFrame:
     m = len(eval_texts)
     n_ngrams = np.bincount(probe.row, minlength=m).astype(np.int64)

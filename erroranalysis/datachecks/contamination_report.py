@@ -17,20 +17,61 @@ EXAMPLES = 20
 def split_metrics(correct: np.ndarray, contaminated: np.ndarray, reference_loss: np.ndarray | None = None,
                   score: np.ndarray | None = None) -> dict:
     """Pass rate (and mean reference loss and score when given) on all, clean and contaminated examples."""
+    return merge_metrics([metric_counts(correct, contaminated, reference_loss, score)])
+
+
+def metric_counts(correct: np.ndarray, contaminated: np.ndarray, reference_loss: np.ndarray | None = None,
+                  score: np.ndarray | None = None) -> dict:
+    """`split_metrics`' counts and exact sums over some rows: the partials of any split merge (`merge_metrics`)
+    into the answer on all rows, bit for bit (sums are exact fractions, rounded once)."""
     correct = np.asarray(correct, dtype=bool)
     contaminated = np.asarray(contaminated, dtype=bool)
-
-    def part(rows: np.ndarray) -> dict:
-        out = {"n": int(rows.sum()), "pass_rate": float(correct[rows].mean()) if rows.any() else None}
+    out = {}
+    for part, rows in (("all", np.ones(len(correct), dtype=bool)), ("clean", ~contaminated),
+                       ("contaminated", contaminated)):
+        counts = {"n": int(rows.sum()), "n_correct": int(correct[rows].sum())}
         for name, values in (("mean_reference_loss", reference_loss), ("mean_score", score)):
             if values is not None:
                 kept = np.asarray(values, dtype=np.float64)[rows]
                 kept = kept[np.isfinite(kept)]
-                out[name] = float(kept.mean()) if kept.size else None
-        return out
+                counts[name] = (exact_sum(kept), int(kept.size))
+        out[part] = counts
+    return out
 
-    every = np.ones(len(correct), dtype=bool)
-    return {"all": part(every), "clean": part(~contaminated), "contaminated": part(contaminated)}
+
+def merge_metrics(parts: list[dict]) -> dict:
+    """`split_metrics` from the `metric_counts` of disjoint row sets."""
+    from fractions import Fraction
+
+    out = {}
+    for part in ("all", "clean", "contaminated"):
+        n = sum(p[part]["n"] for p in parts)
+        entry = {"n": n, "pass_rate": sum(p[part]["n_correct"] for p in parts) / n if n else None}
+        for name in ("mean_reference_loss", "mean_score"):
+            if parts and name in parts[0][part]:
+                total = sum((p[part][name][0] for p in parts), Fraction(0))
+                count = sum(p[part][name][1] for p in parts)
+                entry[name] = float(total / count) if count else None
+        out[part] = entry
+    return out
+
+
+def exact_sum(values: np.ndarray):
+    """The exact sum of finite float64 `values` as a Fraction (vectorized: mantissas summed per exponent)."""
+    from fractions import Fraction
+
+    values = np.asarray(values, dtype=np.float64)
+    if not values.size:
+        return Fraction(0)
+    mantissa, exponent = np.frexp(values)
+    whole = (mantissa * 2.0**53).astype(np.int64)  # value = whole * 2**(exponent - 53), exactly
+    high, low = whole >> 27, whole & ((1 << 27) - 1)  # halves: their sums stay far inside int64
+    total = 0
+    shift = int(exponent.min())
+    for e in np.unique(exponent):
+        mine = exponent == e
+        total += (int(high[mine].sum()) * (1 << 27) + int(low[mine].sum())) << int(e - shift)
+    return Fraction(total) * Fraction(2) ** (shift - 53)
 
 
 def contamination_section(fields: dict[str, pd.DataFrame], ids: np.ndarray, train_ids: np.ndarray, n: int,
@@ -38,12 +79,22 @@ def contamination_section(fields: dict[str, pd.DataFrame], ids: np.ndarray, trai
                           ) -> tuple[dict, dict]:
     """The section and the per-example columns (`in_train`, `train_id`, `train_similarity`, `contaminated_fields`,
     `train_row`) from `find_contamination`'s frames per eval field ("prompt", "reference")."""
-    hit = np.zeros(len(ids), dtype=bool)
-    overlap = np.full(len(ids), np.nan)
-    best_row = np.full(len(ids), -1, dtype=np.int64)
-    best_shared = np.zeros(len(ids), dtype=np.int64)
-    names = np.full(len(ids), "", dtype=object)
-    per_field = {}
+    columns = row_columns(fields, len(ids), lambda rows: train_ids[rows])
+    section = section_of(field_counts(fields), n, train_path, n_train,
+                         split_metrics(correct, columns["in_train"], reference_loss, score),
+                         example_candidates(fields, columns, ids, 0))
+    return section, {k: v for k, v in columns.items() if not k.startswith("_")}
+
+
+def row_columns(fields: dict[str, pd.DataFrame], n: int, train_ids_of) -> dict:
+    """The per-example columns of `n` eval rows from `find_contamination`'s frames per field (the training row
+    sharing most n-grams over the fields, the first field on a tie); `train_ids_of(rows)`: the training rows' ids.
+    Keys starting with "_" (best row, overlap, field names) are for `example_candidates`."""
+    hit = np.zeros(n, dtype=bool)
+    overlap = np.full(n, np.nan)
+    best_row = np.full(n, -1, dtype=np.int64)
+    best_shared = np.zeros(n, dtype=np.int64)
+    names = np.full(n, "", dtype=object)
     for field, found in fields.items():
         flags = found["contaminated"].to_numpy(dtype=bool)
         hit |= flags
@@ -52,30 +103,54 @@ def contamination_section(fields: dict[str, pd.DataFrame], ids: np.ndarray, trai
         better = found["shared"].to_numpy() > best_shared
         best_row = np.where(better, found["train_row"].to_numpy(), best_row)
         best_shared = np.maximum(best_shared, found["shared"].to_numpy())
-        per_field[field] = {"n_checked": int(found["checked"].sum()), "n_contaminated": int(flags.sum()),
-                            "n_too_short": int((~found["checked"]).sum())}
-    columns = {"in_train": hit, "train_row": np.where(hit, best_row, -1),
-               "train_id": np.where(hit, train_ids[np.maximum(best_row, 0)], None),
-               "train_similarity": overlap.astype(np.float32),
-               "contaminated_fields": np.where(hit, names, None)}
+    train_id = np.full(n, None, dtype=object)
+    if hit.any():
+        train_id[hit] = np.asarray(train_ids_of(best_row[hit]), dtype=object)
+    return {"in_train": hit, "train_row": np.where(hit, best_row, -1), "train_id": train_id,
+            "train_similarity": overlap.astype(np.float32), "contaminated_fields": np.where(hit, names, None),
+            "_overlap": overlap, "_names": names}
+
+
+def field_counts(fields: dict[str, pd.DataFrame]) -> dict:
+    """Per field: texts checked (at least n words), contaminated, too short. Sums over blocks."""
+    return {field: {"n_checked": int(found["checked"].sum()), "n_contaminated": int(found["contaminated"].sum()),
+                    "n_too_short": int((~found["checked"]).sum())} for field, found in fields.items()}
+
+
+def example_candidates(fields: dict[str, pd.DataFrame], columns: dict, ids: np.ndarray, first_row: int,
+                       limit: int = EXAMPLES) -> list[dict]:
+    """The `limit` contaminated examples of these rows with the highest overlap (ties: the earlier row), each with
+    its row in the whole set (`_row`, rows starting at `first_row`): the best of every block's are the best of all
+    (`top_examples`)."""
+    hit, overlap, names = columns["in_train"], columns["_overlap"], columns["_names"]
     order = np.flatnonzero(hit)
-    order = order[np.argsort(-overlap[order], kind="stable")][:EXAMPLES]
-    examples = []
+    order = order[np.argsort(-overlap[order], kind="stable")][:limit]
+    out = []
     for i in order:
-        field = names[i].split(",")[0]
-        found = fields[field]
-        examples.append({"example_id": str(ids[i]), "fields": str(names[i]), "train_row": int(best_row[i]),
-                         "train_id": str(train_ids[best_row[i]]), "overlap": float(overlap[i]),
-                         "matched_ngram": str(found["matched_ngram"].iat[i])})
-    section = {"ngram": None, "train_path": train_path, "n_train": n_train, "n_examples": n,
-               "n_contaminated": int(hit.sum()), "share_contaminated": float(hit.mean()) if n else 0.0,
-               "fields": per_field, "metrics": split_metrics(correct, hit, reference_loss, score),
-               "examples": examples}
-    return section, columns
+        found = fields[names[i].split(",")[0]]
+        out.append({"example_id": str(ids[i]), "fields": str(names[i]), "train_row": int(columns["train_row"][i]),
+                    "train_id": str(columns["train_id"][i]), "overlap": float(overlap[i]),
+                    "matched_ngram": str(found["matched_ngram"].iat[i]), "_row": first_row + int(i)})
+    return out
+
+
+def top_examples(candidates: list[dict], limit: int = EXAMPLES) -> list[dict]:
+    ranked = sorted(candidates, key=lambda e: (-e["overlap"], e["_row"]))[:limit]
+    return [{k: v for k, v in e.items() if k != "_row"} for e in ranked]
+
+
+def section_of(per_field: dict, n: int, train_path: str, n_train: int, metrics: dict, candidates: list[dict]
+               ) -> dict:
+    """The "contamination" section (without ngram, near_duplicates, lengths, which the stage adds)."""
+    n_hit = metrics["contaminated"]["n"]
+    return {"ngram": None, "train_path": train_path, "n_train": n_train, "n_examples": n,
+            "n_contaminated": n_hit, "share_contaminated": n_hit / n if n else 0.0,
+            "fields": per_field, "metrics": metrics, "examples": top_examples(candidates)}
 
 
 def near_duplicate_section(prompts, pairs: pd.DataFrame, group: np.ndarray, train_ids: np.ndarray,
                            threshold: float, num_perm: int, limit: int = EXAMPLES) -> dict:
+    """`prompts` and `train_ids`: anything indexed by training row (lists, arrays, or readers of scratch shards)."""
     in_groups = group >= 0
     n_groups = int(group.max() + 1) if in_groups.any() else 0
     shown = []

@@ -42,9 +42,29 @@ def length_report(train_texts: Sequence[str], eval_texts: Sequence[str],
                   ) -> dict:
     """Words per text (whitespace tokens of the normalized text) and, with `count_tokens`, tokens per text, of
     the training and eval texts compared."""
-    report = {"words": compare(np.array([len(words(t)) for t in train_texts]),
-                               np.array([len(words(t)) for t in eval_texts])),
-              "tokens": None, "tokenizer": tokenizer}
-    if count_tokens is not None:
-        report["tokens"] = compare(np.asarray(count_tokens(train_texts)), np.asarray(count_tokens(eval_texts)))
-    return report
+    return counts_report(word_counts(train_texts), word_counts(eval_texts),
+                         None if count_tokens is None else np.asarray(count_tokens(train_texts)),
+                         None if count_tokens is None else np.asarray(count_tokens(eval_texts)), tokenizer)
+
+
+def word_counts(texts: Sequence[str]) -> np.ndarray:
+    return np.array([len(words(t)) for t in texts], dtype=np.int64)
+
+
+def counts_report(train_words: np.ndarray, eval_words: np.ndarray, train_tokens: np.ndarray | None = None,
+                  eval_tokens: np.ndarray | None = None, tokenizer: str | None = None) -> dict:
+    """`length_report` from the lengths themselves (in any order: only their distribution counts)."""
+    return {"words": compare(train_words, eval_words),
+            "tokens": None if train_tokens is None else compare(train_tokens, eval_tokens), "tokenizer": tokenizer}
+
+
+def histogram(values: np.ndarray) -> dict[int, int]:
+    """Integer lengths as {length: count}: the lengths of any split of the rows, added, give the whole's."""
+    found, counts = np.unique(np.asarray(values, dtype=np.int64), return_counts=True)
+    return dict(zip(found.tolist(), counts.tolist()))
+
+
+def from_histogram(counts: dict[int, int]) -> np.ndarray:
+    """The lengths a `histogram` counts, sorted."""
+    keys = sorted(counts)
+    return np.repeat(np.asarray(keys, dtype=np.int64), [counts[k] for k in keys])

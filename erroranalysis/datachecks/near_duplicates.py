@@ -57,6 +57,60 @@ def minhash_pairs(texts: Sequence[str], threshold: float = THRESHOLD, num_perm: 
     return _pairs(rows)
 
 
+# -- the same search cut into pieces a distributed engine runs where the rows are (the documented LSH: each block's
+# band keys, grouped per key partition; candidates verified as above) --------------------------------------------
+
+
+def band_ranges(threshold: float = THRESHOLD, num_perm: int = NUM_PERM) -> list[tuple[int, int]]:
+    """The bands `minhash_pairs`' index cuts each signature into (datasketch's choice for its threshold)."""
+    from datasketch import MinHashLSH
+
+    return list(MinHashLSH(threshold=max(threshold - CANDIDATE_MARGIN, 0.05), num_perm=num_perm).hashranges)
+
+
+def band_keys(texts: Sequence[str], first_row: int, ranges: list[tuple[int, int]], num_perm: int = NUM_PERM,
+              k: int = SHINGLE, seed: int = 1) -> pd.DataFrame:
+    """One row per (text, band) of the non-blank texts: `row` (from `first_row`), `band` and `key` (the band's
+    hash values as bytes). Two texts are `minhash_pairs` candidates when they share a (band, key)."""
+    from datasketch import MinHash
+
+    sets = [shingles(t, k) for t in texts]
+    present = [i for i, s in enumerate(sets) if s]
+    signatures = MinHash.bulk([[g.encode("utf-8") for g in sets[i]] for i in present], num_perm=num_perm,
+                              seed=seed) if present else []
+    rows, bands, keys = [], [], []
+    for i, signature in zip(present, signatures):
+        for band, (a, b) in enumerate(ranges):
+            rows.append(first_row + i)
+            bands.append(band)
+            keys.append(signature.hashvalues[a:b].tobytes())
+    return pd.DataFrame({"row": np.asarray(rows, dtype=np.int64), "band": np.asarray(bands, dtype=np.int16),
+                         "key": keys})
+
+
+def candidate_pairs(keys: pd.DataFrame) -> pd.DataFrame:
+    """The distinct pairs (i < j) of rows that share a (band, key) among `band_keys` rows (all of a key's rows
+    must be there: a partition by key holds them)."""
+    shared = keys.groupby(["band", "key"])["row"].transform("size") > 1
+    groups = keys[shared].groupby(["band", "key"])["row"].apply(lambda r: np.sort(r.to_numpy()))
+    i, j = [], []
+    for rows in groups:
+        a, b = np.triu_indices(len(rows), 1)
+        i.append(rows[a])
+        j.append(rows[b])
+    frame = pd.DataFrame({"i": np.concatenate(i) if i else np.zeros(0, np.int64),
+                          "j": np.concatenate(j) if j else np.zeros(0, np.int64)})
+    return frame.drop_duplicates(ignore_index=True)
+
+
+def verified(pairs: pd.DataFrame, text_of, threshold: float = THRESHOLD, k: int = SHINGLE) -> pd.DataFrame:
+    """The candidate `pairs` whose exact Jaccard similarity is at least `threshold` (`minhash_pairs`' check);
+    `text_of(row)` gives a row's text."""
+    rows = [(i, j, jaccard(shingles(text_of(i), k), shingles(text_of(j), k)))
+            for i, j in zip(pairs["i"].tolist(), pairs["j"].tolist())]
+    return _pairs([r for r in rows if r[2] >= threshold])
+
+
 def exact_pairs(texts: Sequence[str], threshold: float = THRESHOLD, k: int = SHINGLE) -> pd.DataFrame:
     """Every pair (i < j) whose exact shingle Jaccard similarity is at least `threshold`, found through an inverted
     index of shingles (quadratic in the worst case: the reference MinHash is measured against, for small sets)."""

@@ -36,21 +36,25 @@ class TrainTexts:
 
 def read_train_texts(params) -> TrainTexts:
     """The training file of `params` (CheckParams) as SFT texts; ids from `train_id_column` or the 0-based row."""
-    from erroranalysis.core.errors import DataError, preview
     from erroranalysis.datachecks.train_texts import sft_texts
     from erroranalysis.sources.table import read_table
 
     path = Path(params.train)
     raw, _ = read_table(path, encoding=params.encoding, split=params.split)
     frame = sft_texts(raw, str(path), params.train_text_column)
-    if params.train_id_column is not None:
-        if params.train_id_column not in raw.columns:
-            raise DataError(f"{path}: no id column {params.train_id_column!r} (columns found: "
+    return TrainTexts(path, frame, train_ids(raw, path, params.train_id_column))
+
+
+def train_ids(raw: pd.DataFrame, path, id_column: str | None, first_row: int = 0) -> np.ndarray:
+    """The ids of training rows `raw` (the file's rows from `first_row`): `id_column`'s values, or the 0-based row."""
+    from erroranalysis.core.errors import DataError, preview
+
+    if id_column is not None:
+        if id_column not in raw.columns:
+            raise DataError(f"{path}: no id column {id_column!r} (columns found: "
                             f"{preview([c for c in raw.columns if c != '_line'], 8)}); fix --train-id-column.")
-        ids = raw[params.train_id_column].astype(str).to_numpy(dtype=object)
-    else:
-        ids = np.array([str(i) for i in range(len(raw))], dtype=object)
-    return TrainTexts(path, frame, ids)
+        return raw[id_column].astype(str).to_numpy(dtype=object)
+    return np.array([str(i) for i in range(first_row, first_row + len(raw))], dtype=object)
 
 
 def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Callable[[str], None],
@@ -58,6 +62,7 @@ def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Call
     """The per-example columns and the "contamination" section of a generation run against `train`."""
     from erroranalysis.datachecks import contamination_report as report
     from erroranalysis.datachecks.contamination import chunked, find_contamination
+    from erroranalysis.datachecks.contamination_blocks import sample_rows
     from erroranalysis.datachecks.lengths import length_report
 
     preds = readers.read_predictions(run, columns=["prompt", "reference", "reference_loss", "score"])
@@ -80,9 +85,8 @@ def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Call
     say("train/eval lengths")
     count, tokenizer = _token_counter(run)
     train_prompts = train.frame["prompt"].tolist()
-    if len(train_prompts) > LENGTH_SAMPLE:  # a seeded sample estimates the quantiles well and bounds tokenizing
-        keep = np.sort(np.random.default_rng(params.seed).choice(len(train_prompts), LENGTH_SAMPLE, replace=False))
-        train_prompts = [train_prompts[i] for i in keep]
+    # a seeded sample estimates the quantiles well and bounds tokenizing
+    train_prompts = [train_prompts[i] for i in sample_rows(len(train_prompts), LENGTH_SAMPLE, params.seed)]
     section["lengths"] = length_report(train_prompts, prompts, count, tokenizer)
     section["lengths"]["n_train_measured"] = len(train_prompts)
     return columns, section
@@ -110,7 +114,11 @@ def _near_duplicates(train: TrainTexts, params) -> dict:
 
 def _token_counter(run) -> tuple[Callable | None, str | None]:
     """Token counts with the run's own tokenizer, when its model folder is still there (else words only)."""
-    path = (run.manifest.get("model") or {}).get("path")
+    return token_counter((run.manifest.get("model") or {}).get("path"))
+
+
+def token_counter(path: str | None) -> tuple[Callable | None, str | None]:
+    """Token counts with the tokenizer of model folder `path` (None, gone, or without one: words only)."""
     if not path or not Path(path).is_dir():
         return None, None
     try:
@@ -127,3 +135,22 @@ def _token_counter(run) -> tuple[Callable | None, str | None]:
         return np.array([len(ids) for ids in encoded], dtype=np.int64)
 
     return count, str(path)
+
+
+def set_columns(table: pd.DataFrame, columns: dict) -> None:
+    """checks.parquet's contamination columns from `contamination_report.row_columns` (both engines)."""
+    table["in_train"] = pd.array(columns["in_train"], dtype="boolean")
+    table["train_id"] = pd.array(columns["train_id"], dtype="string")
+    table["train_similarity"] = columns["train_similarity"]
+    table["contaminated_fields"] = pd.array(columns["contaminated_fields"], dtype="string")
+    table["train_row"] = pd.array(np.where(columns["in_train"], columns["train_row"], None), dtype="Int64")
+
+
+def add_section(report: dict, section: dict) -> None:
+    """The contamination section and its findings into checks.json's `report` (both engines)."""
+    from erroranalysis.core.findings import SEVERITIES
+    from erroranalysis.datachecks.contamination_report import findings
+
+    report["contamination"] = section
+    extra = [f.to_dict() for f in findings(section)]
+    report["findings"] = sorted(report["findings"] + extra, key=lambda f: SEVERITIES.index(f["severity"]))

@@ -12,10 +12,10 @@ docs/run-directory.md.
 
 Under `--engine ray` the checks run on the workers, block by block (`erroranalysis.stages.data_checks_ray`):
 label-issue scores and flags (classification, multi-label) and exact duplicate groups as in-process, near
-duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file (classification),
-exact leakage and the shift report as in-process, near leakage on seeded samples (`check_ray_train`). The other
-checks with a train file (other tasks, a datasets-folder train file) still read every row on the driver, and the run
-says so on stderr.
+duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, a classification
+run's exact leakage and shift report as in-process and near leakage on seeded samples (`check_ray_train`), a
+generation run's contamination checks as in-process (`contamination_ray`). The other checks with a train file (other
+tasks, a datasets-folder train file) still read every row on the driver, and the run says so on stderr.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import pandas as pd
 
 from erroranalysis import rundir
 from erroranalysis.core import schemas
-from erroranalysis.core.findings import SEVERITIES
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 from erroranalysis.stages.check_parts import CheckParams, no_leakage
@@ -95,7 +94,9 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
     from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
 
     n = n_rows(plan(run.file(rundir.PREDICTIONS)))
-    trained = train_set is not None or params.train is not None
+    # a generation run's training file is SFT rows: contamination (`contamination_ray`), not leakage and shift
+    contaminated = run.task == "generation" and train_set is None and params.train is not None
+    trained = (train_set is not None or params.train is not None) and not contaminated
     if trained and embed is None and params.embedder == "auto" and n <= embedder_choice.MINILM_MAX_ROWS:  # both sets
         from erroranalysis.stages.check_ray_train import count_rows
 
@@ -120,24 +121,25 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
     if vector_plan.note:
         reporter.note(f"checks: {vector_plan.note}")
     vote = embedding is not None and vector_plan.uses("label_issues") and params.label_issue_neighbors > 0
+    if contaminated:
+        from erroranalysis.stages.contamination_ray import prepare
+
+        contamination = prepare(run, params, engine, reporter)
+        record["train"] = contamination.train
+        try:
+            return checks_ray(run, params, record, embedding, vote, engine, reporter, contamination=contamination)
+        finally:
+            contamination.close()
     train = {"set": train_set, "domain": vector_plan.uses("shift")} if trained else None
     return checks_ray(run, params, record, embedding, vote, engine, reporter, train)
 
 
 def _contamination(run, table, report, train, params: CheckParams, say, advance) -> None:
-    from erroranalysis.datachecks.contamination_report import findings
-    from erroranalysis.stages.contamination import contamination_checks
+    from erroranalysis.stages.contamination import add_section, contamination_checks, set_columns
 
     columns, section = contamination_checks(run, train, params, say, advance)
-    table["in_train"] = pd.array(columns["in_train"], dtype="boolean")
-    table["train_id"] = pd.array(columns["train_id"], dtype="string")
-    table["train_similarity"] = columns["train_similarity"]
-    table["contaminated_fields"] = pd.array(columns["contaminated_fields"], dtype="string")
-    table["train_row"] = pd.array(np.where(columns["in_train"], columns["train_row"], None), dtype="Int64")
-    report["contamination"] = section
-    extra = [f.to_dict() for f in findings(section)]
-    ranked = sorted(report["findings"] + extra, key=lambda f: SEVERITIES.index(f["severity"]))
-    report["findings"] = ranked
+    set_columns(table, columns)
+    add_section(report, section)
 
 
 def _check_probs(run, preds, probs) -> None:

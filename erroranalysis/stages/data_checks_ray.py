@@ -56,7 +56,12 @@ GOLD = {"classification": ["label"], "multilabel": ["gold_labels"], None: []}  #
 
 def supported(run, params, train_set, embed) -> str | None:
     """Why the Ray path cannot take this run (the caller says so and runs the checks in-process), or None."""
-    if train_set is not None or params.train is not None:
+    if run.task == "generation" and train_set is None and params.train is not None:  # contamination_ray.py
+        from erroranalysis.stages.contamination_ray import workers_read
+
+        if not workers_read(params):
+            return "--train: the workers read a Parquet, JSONL or CSV training file only; the checks run on the driver"
+    elif train_set is not None or params.train is not None:
         if run.task != "classification":
             return f"--train: a {run.task} run's checks with a training file run on the driver"
         if not check_ray_train.workers_read(params, train_set):
@@ -101,11 +106,11 @@ def _embedder(cls, kwargs):
 
 
 def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: bool, engine, reporter,
-               train: dict | None = None) -> dict:
+               train: dict | None = None, contamination=None) -> dict:
     """Run the default checks on Ray and commit checks.parquet (shards) and checks.json; returns the summary.
     `vote`: the plan gives label issues a neighbour vote (taken only where there are label issues). `train`
     ({"set": an EvalSet or None, "domain": bool}): the leakage and shift of `params.train` or that set
-    (`check_ray_train`)."""
+    (`check_ray_train`); `contamination`: a generation run's training file, prepared (`contamination_ray`)."""
     from erroranalysis.datachecks import report as checks_report
     from erroranalysis.datachecks.label_issues import reference_rows
     from erroranalysis.rundir import readers
@@ -159,7 +164,8 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                                         params.filter_by) if rule else None
             parts = dict(eb.map_blocks(_write, path, engine, columns=columns, progress=advance, rows_per_block=rpb, kwargs={
                 **ctx, "mixed": mixed, "method": params.label_issue_method, "filter_by": params.filter_by,
-                "state": label_state, "dups": dups["per_row"], "leak": leak, "out": str(staging.file(rundir.CHECKS))}))
+                "state": label_state, "dups": dups["per_row"], "leak": leak, "out": str(staging.file(rundir.CHECKS)),
+                "contamination": contamination.columns if contamination is not None else None}))
             report = {"n_examples": n, "params": record,
                       "label_issues": bw.merge_summary([parts[b] for b in blocks], params.label_issue_method,
                                                        params.filter_by) if rule else
@@ -174,6 +180,10 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                 report["leakage"], report["shift"] = check_ray_train.sections(
                     trained, [parts[b]["leakage"] for b in blocks], record, path, scratch, params, engine)
             report["findings"] = [f.to_dict() for f in checks_report.checks_findings(report)]
+            if contamination is not None:  # a generation run's training file (`contamination_ray.prepare`)
+                from erroranalysis.stages.contamination import add_section
+
+                add_section(report, contamination.section)
             staging.write_json(rundir.CHECKS_JSON, report)
             summary = {**checks_report.summary(report), "near_sample": record["sample"]}
             staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
@@ -336,7 +346,7 @@ def _candidates(table, block, *, bounds, **ctx):
     return [bw.boundary_candidates(i, p, rows, b) for (i, p), b in zip(_problems(table, block, **ctx), bounds)]
 
 
-def _write(table, block, *, out, method, filter_by, state, dups, leak, scratch, **ctx):
+def _write(table, block, *, out, method, filter_by, state, dups, leak, scratch, contamination=None, **ctx):
     import pandas as pd
     import pyarrow as pa
 
@@ -353,6 +363,11 @@ def _write(table, block, *, out, method, filter_by, state, dups, leak, scratch, 
                           "duplicate_group": group, "duplicate_kind": kind, "duplicate_conflict": conflict})
     no_leakage(frame, {})
     leaked = leak and check_ray_train.leak_columns(frame, table, block, leak, leak["labels"], leak["ids"])
+    if contamination is not None:
+        from erroranalysis.stages.contamination import set_columns
+        from erroranalysis.stages.contamination_ray import block_columns
+
+        set_columns(frame, block_columns(contamination, block))
     eb.write_shard(out, block, pa.Table.from_pandas(frame[list(schemas.CHECKS.columns)], preserve_index=False))
     if state is None:
         return {"leakage": leaked}
