@@ -42,7 +42,7 @@ def rows() -> list[dict]:
 
 def main() -> None:
     from erroranalysis.checklist.memorize import OverfitParams
-from erroranalysis.checklist.overfit import overfit_check
+    from erroranalysis.checklist.overfit import overfit_check
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--lr", type=float, default=3e-4)
