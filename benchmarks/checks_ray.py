@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, table  # noqa: E402
+from common import hwm_mb, load_average, own_ray, ray_env, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
 
@@ -106,16 +105,7 @@ def driver(run: str, engine: str, train: str = "") -> None:
     from erroranalysis.stages.data_checks import CheckParams, checks_run
 
     engine_ = Engine(engine)
-    ray_start = 0.0
-    if engine_.distributed:
-        import ray
-
-        from erroranalysis.engines.ray_data import connect
-
-        start = time.perf_counter()  # a Ray of its own (a shared machine may run others'), then connect's settings
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-        connect(engine_)
-        ray_start = time.perf_counter() - start
+    ray_start = own_ray(engine_)
     before = hwm_mb()
     start = time.perf_counter()
     summary = checks_run(run, CheckParams(seed=0, train=train or None), engine=engine_)
@@ -143,7 +133,7 @@ def main() -> None:
     from erroranalysis.stages.after import AfterParams
 
     rows = []
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    env = ray_env()
     with tempfile.TemporaryDirectory(prefix="ea_checks_ray_") as tmp:
         tmp = Path(tmp)
         data = write_predictions(tmp / "preds.parquet", args.rows, task=args.task)

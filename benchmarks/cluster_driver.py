@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, table  # noqa: E402
+from common import hwm_mb, load_average, ray_env, table  # noqa: E402
 
 LABELS = ["billing", "account", "shipping"]
 GROUPS = [  # (gold, pred, words) of the planted failure groups
@@ -153,7 +152,7 @@ def main() -> None:
     from erroranalysis.stages.analyze import Reading, analyze
 
     rows = []
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    env = ray_env()
     with tempfile.TemporaryDirectory(prefix="ea_cluster_driver_") as tmp:
         tmp = Path(tmp)
         embedder = str(tmp / "vectors.npy") if args.vectors else "auto"

@@ -55,6 +55,31 @@ def hwm_mb() -> float:
     return float("nan")
 
 
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}  # a driver process's quiet Ray
+
+
+def ray_env() -> dict:
+    """The environment of a benchmark's driver process: this one's, with Ray quiet."""
+    return {**os.environ, **RAY_ENV}
+
+
+def own_ray(engine) -> float:
+    """Start a local Ray of this process's own on every CPU (a shared machine may run others' clusters) and apply
+    the engine's settings, when `engine` (an `erroranalysis.engines.Engine`) is distributed; the seconds it took."""
+    if engine is None or not engine.distributed:
+        return 0.0
+    import time
+
+    import ray
+
+    from erroranalysis.engines.ray_data import connect
+
+    start = time.perf_counter()
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    connect(engine)
+    return time.perf_counter() - start
+
+
 def load_average() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, table  # noqa: E402
+from common import hwm_mb, load_average, own_ray, ray_env, table  # noqa: E402
 
 
 def vocabulary():
@@ -75,16 +74,7 @@ def driver(run: str, train: str, engine: str) -> None:
     from erroranalysis.stages.data_checks import CheckParams, checks_run
 
     engine_ = Engine(engine)
-    ray_start = 0.0
-    if engine_.distributed:
-        import ray
-
-        from erroranalysis.engines.ray_data import connect
-
-        start = time.perf_counter()  # a Ray of its own (a shared machine may run others'), then connect's settings
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-        connect(engine_)
-        ray_start = time.perf_counter() - start
+    ray_start = own_ray(engine_)
     before = hwm_mb()
     start = time.perf_counter()
     summary = checks_run(run, CheckParams(train=train, embedder="none", seed=0), engine=engine_)
@@ -105,7 +95,7 @@ def main() -> None:
         driver(*args.driver)
         return
     rows = []
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    env = ray_env()
     with tempfile.TemporaryDirectory(prefix="ea_contamination_ray_") as tmp:
         tmp = Path(tmp)
         predictions, train = write_files(tmp, args.rows, args.train_rows)

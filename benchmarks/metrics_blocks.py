@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, table  # noqa: E402
+from common import hwm_mb, load_average, ray_env, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
 WORDS = ["awful", "broken", "refund", "delivered", "package", "order", "great", "love", "perfect", "item", "the"]
@@ -200,7 +199,7 @@ def main() -> None:
         driver(*args.driver)
         return
     rows = []
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    env = ray_env()
     with tempfile.TemporaryDirectory(prefix="ea_metrics_blocks_") as tmp:
         out = Path(tmp) / "run"
         start = time.perf_counter()

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, table  # noqa: E402
+from common import load_average, ray_env, table  # noqa: E402
 from scale import EA, predictions, watch_peak  # noqa: E402
 
 STAGES = ("load_predictions", "metrics", "checks", "slices", "cluster")
@@ -78,7 +78,7 @@ def plant_slice(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
 def analyze(data: Path, out: Path, engine: str) -> dict:
     command = [EA, "analyze", "--predictions", str(data), "--out", str(out), "--id-column", "id", "--overwrite",
                *(["--engine", "ray"] if engine == "ray" else [])]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    env = ray_env()
     log = out.with_suffix(".log")
     start = time.perf_counter()
     with open(log, "w") as stderr:  # a file, not a pipe: a long run's progress lines would fill a pipe and stall it

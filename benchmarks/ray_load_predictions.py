@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, table  # noqa: E402
+from common import load_average, ray_env, table  # noqa: E402
 from ray_driver import LABELS, WORDS, hwm_mb  # noqa: E402
 
 
@@ -84,7 +83,7 @@ def driver(data: str, out: str, engine: str) -> None:
 
 def measure(data: Path, out: Path, engine: str) -> dict:
     command = [sys.executable, __file__, "--driver", str(data), str(out), engine]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    env = ray_env()
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"driver failed: {' '.join(command)}\n{proc.stderr[-3000:]}")
