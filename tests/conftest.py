@@ -141,12 +141,22 @@ def build_tiny_checkpoint(folder: Path, labels: list[str] = LABELS, seed: int = 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A real local Ray on two CPUs for one test module (the Ray tests run in one xdist group, one after another;
-    tests/test_ray_cluster.py starts a cluster of its own between them)."""
+    """A real local Ray on two CPUs, started once and kept from module to module (the Ray tests run in one xdist
+    group, one after another: a Ray per module cost ~4 s each); Ray stops it when the process ends. A module that
+    needs a Ray of its own (a two-node cluster, workers that import the tests) calls `own_ray()` first."""
     ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
-    ray.shutdown()
+
+
+def own_ray():
+    """Stop the shared local Ray (`local_ray`), so that the caller can start one of its own; the next module's
+    `local_ray` starts the shared one again."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    return ray
 
 
 @pytest.fixture(scope="session")

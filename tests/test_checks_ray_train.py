@@ -177,7 +177,7 @@ def test_an_in_memory_training_set_gives_the_same_checks_on_ray(local_ray, leaky
     """The Python API's `train_set` (an EvalSet already read) goes to the workers as a Parquet copy."""
     from ray import cloudpickle
 
-    from erroranalysis.sources.table import read_train_set
+    from erroranalysis.sources.train_table import read_train_set
 
     run_path, folder = leaky
     cloudpickle.register_pickle_by_value(sys.modules["test_checks_ray"])

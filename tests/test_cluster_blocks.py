@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import own_ray
 
 from erroranalysis.engines import Engine, blocks
 from erroranalysis.rundir import Run, readers
@@ -73,7 +74,7 @@ def planted_predictions(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray whose workers can import this module (the embedder's class)."""
-    ray = pytest.importorskip("ray")
+    ray = own_ray()
     here = str(Path(__file__).resolve().parent)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([here, *([old] if old else [])])
@@ -371,7 +372,7 @@ def test_a_vectors_file_is_read_by_row(analyzed, local_ray, tmp_path, monkeypatc
     pd.testing.assert_frame_equal(readers.read_clusters(local), readers.read_clusters(ray_run))
     assert {**readers.read_embeddings(local)[1], "created": None} == {**readers.read_embeddings(ray_run)[1],
                                                                        "created": None}
-    from erroranalysis.embed.models import RowVectors
+    from erroranalysis.embed.vector_files import RowVectors
 
     def not_here(self, frame, progress=None):
         raise AssertionError("the driver read rows of the vectors file")
@@ -454,7 +455,7 @@ def test_hidden_states_are_read_by_row(checkpoint_run, local_ray, tmp_path, monk
     assert readers.read_embeddings(local)[1]["embedder"] == readers.read_embeddings(ray_run)[1]["embedder"]
     n_fail = int((~readers.read_predictions(local)["correct"]).sum())
     assert n_fail > 100
-    from erroranalysis.embed.models import RowVectors
+    from erroranalysis.embed.vector_files import RowVectors
 
     with monkeypatch.context() as patch:  # the driver reads no row of hidden_states.npy
         patch.setattr(RowVectors, "embed", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read here")))

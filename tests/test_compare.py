@@ -48,8 +48,9 @@ def write_run(path: Path, frame: pd.DataFrame, *, labels=LABELS, clusters: dict[
              "top_confusions": [], "exemplar_ids": []} for c in sorted(set(cid) - {-1})])
     if vectors is not None:
         from erroranalysis.embed import models as embedding
+        from erroranalysis.embed import vector_files
 
-        emb = embedding.PrecomputedEmbedder(vectors, frame["example_id"].astype(str).tolist())
+        emb = vector_files.PrecomputedEmbedder(vectors, frame["example_id"].astype(str).tolist())
         fail = frame[~frame["correct"]]
         rows = emb.embed(fail)
         clustering["embeddings_npy"] = rows.astype(np.float32)

@@ -8,13 +8,12 @@ from fake_runs import inferred_run
 from erroranalysis.core.errors import DataError, ParameterError, RunError
 from erroranalysis.embed.models import (
     EmbeddingCache,
-    HiddenStatesEmbedder,
     MiniLMEmbedder,
-    PrecomputedEmbedder,
     cache_root,
     describe,
     text_hashes,
 )
+from erroranalysis.embed.vector_files import HiddenStatesEmbedder, PrecomputedEmbedder
 from erroranalysis.stages.embedders import resolve_embedder
 
 

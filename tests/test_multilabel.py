@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import own_ray
 from task_fixtures import ML_LABELS, build_head, multilabel_rows, write_jsonl
 from test_cli_run import assert_user_error, invoke
 
@@ -227,6 +228,7 @@ def test_ray_gives_the_in_process_answers(ml_checkpoint, tmp_path):
     data = write_jsonl(tmp_path / "eval.jsonl", multilabel_rows(40))
     after = AfterParams(checks=None, slices=None, cluster=None)
     runs = {}
+    own_ray()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         for name in ("local", "ray"):

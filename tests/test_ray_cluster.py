@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import eval_rows
+from conftest import eval_rows, own_ray
 from object_store import s3, upload  # noqa: F401 (s3: the fixture)
 from test_engines import assert_same, ray_warnings
 
@@ -38,6 +38,7 @@ def cluster(s3):  # noqa: F811
     import ray
     from ray.cluster_utils import Cluster
 
+    own_ray()
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     nodes.add_node(num_cpus=1)
     nodes.wait_for_nodes()

@@ -8,7 +8,7 @@ hold the parts; this is the API.
 
 from __future__ import annotations
 
-from erroranalysis.cluster._assigned import Assigned, reference_distance, sample_note
+from erroranalysis.cluster._assigned import MODE_STRATA, Assigned, reference_distance, sample_note
 from erroranalysis.cluster._blocks import Clusterer, ConfusionPairFeature, FeatureBlock, HDBSCANClusterer
 from erroranalysis.cluster._fit import ClusteringResult, FailureClustering, cluster_failures, default_min_cluster_size
 from erroranalysis.cluster._groups import group_scatter, relabel_by_size, size_order, take_out_groups

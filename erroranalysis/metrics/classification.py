@@ -120,12 +120,12 @@ def scores_from_confusion(cm: np.ndarray) -> dict[str, np.ndarray]:
     tp = np.diagonal(cm, axis1=-2, axis2=-1).astype(np.float64)
     support = cm.sum(axis=-1)
     predicted = cm.sum(axis=-2)
-    return {"precision": _safe_div(tp, predicted), "recall": _safe_div(tp, support),
-            "f1": _safe_div(2 * tp, support + predicted), "support": support, "predicted": predicted}
+    return {"precision": safe_div(tp, predicted), "recall": safe_div(tp, support),
+            "f1": safe_div(2 * tp, support + predicted), "support": support, "predicted": predicted}
 
 
-def _safe_div(num, den) -> np.ndarray:
-    # sklearn's zero_division=0: an undefined ratio counts as 0.
+def safe_div(num, den) -> np.ndarray:
+    """num / den elementwise, 0 where den is 0 (sklearn's zero_division=0: an undefined ratio counts as 0)."""
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
     return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
 
@@ -147,7 +147,7 @@ def _overall(cm: np.ndarray, acc_ci) -> dict:
     # Every prediction is one of `labels`, so micro precision = micro recall = accuracy, as in sklearn.
     micro_p, micro_r = correct / max(int(s["predicted"].sum()), 1), correct / n
     out.update(micro_precision=micro_p, micro_recall=micro_r,
-               micro_f1=float(_safe_div(2 * micro_p * micro_r, micro_p + micro_r)))
+               micro_f1=float(safe_div(2 * micro_p * micro_r, micro_p + micro_r)))
     for name in ("precision", "recall", "f1"):
         out[f"weighted_{name}"] = float((s[name] * weights).sum())
     return out
@@ -162,7 +162,7 @@ def _per_class(cm: np.ndarray, labels: list[str], f1_ci) -> list[dict]:
 
 
 def _confusion(cm: np.ndarray, labels: list[str]) -> dict:
-    normalized = _safe_div(cm, cm.sum(axis=1, keepdims=True))
+    normalized = safe_div(cm, cm.sum(axis=1, keepdims=True))
     return {"labels": list(labels), "matrix": cm.tolist(), "normalized": normalized.tolist()}
 
 
@@ -230,7 +230,7 @@ def calibration_from_sums(count, conf_sums, acc_sum, brier_total, n: int) -> dic
     n_bins = len(count)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     conf_sum = np.array([float(c) for c in conf_sums], dtype=np.float64)
-    mean_conf, mean_acc = _safe_div(conf_sum, count), _safe_div(acc_sum, count)
+    mean_conf, mean_acc = safe_div(conf_sum, count), safe_div(acc_sum, count)
     ece = float((count / n * np.abs(mean_acc - mean_conf)).sum())
     bins = [{"lower": float(edges[i]), "upper": float(edges[i + 1]), "count": int(count[i]),
              "confidence": float(mean_conf[i]) if count[i] else None,

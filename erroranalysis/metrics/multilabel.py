@@ -24,14 +24,10 @@ from erroranalysis.metrics.classification import (
     binned_exact_sums,
     exact_sum,
     metadata_rows,
+    safe_div,
 )
 
 BOOTSTRAP_CELLS = 4_000_000  # resample weights held at once
-
-
-def _div(num, den):
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
 
 
 def _check(y_true, y_pred, probs, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -62,7 +58,7 @@ def counts(t: np.ndarray, p: np.ndarray, weights: np.ndarray | None = None) -> d
 
 def scores(c: dict) -> dict[str, np.ndarray]:
     tp, fp, fn = c["tp"], c["fp"], c["fn"]
-    return {"precision": _div(tp, tp + fp), "recall": _div(tp, tp + fn), "f1": _div(2 * tp, 2 * tp + fp + fn)}
+    return {"precision": safe_div(tp, tp + fp), "recall": safe_div(tp, tp + fn), "f1": safe_div(2 * tp, 2 * tp + fp + fn)}
 
 
 def averages(t: np.ndarray, p: np.ndarray) -> dict[str, float]:
@@ -164,7 +160,7 @@ def confusion(t: np.ndarray, p: np.ndarray, labels: list[str]) -> dict:
     missed, spurious = t & (1 - p), p & (1 - t)
     errors = missed.T @ spurious
     return {"kind": "multilabel", "labels": labels, "matrix": errors.tolist(),
-            "normalized": _div(errors, missed.sum(axis=0)[:, None]).tolist(),
+            "normalized": safe_div(errors, missed.sum(axis=0)[:, None]).tolist(),
             "per_label": [{"label": name, "tn": int(c["tn"][j]), "fp": int(c["fp"][j]), "fn": int(c["fn"][j]),
                            "tp": int(c["tp"][j])} for j, name in enumerate(labels)]}
 
@@ -212,7 +208,7 @@ def bootstrap(patterns: Counter, k: int, n_resamples: int, seed: int, level: flo
         acc.append(w @ exact / n)
         f1.append(scores(c)["f1"])
         tp, fp, fn = c["tp"].sum(1), c["fp"].sum(1), c["fn"].sum(1)
-        micro.append(_div(2 * tp, 2 * tp + fp + fn))
+        micro.append(safe_div(2 * tp, 2 * tp + fp + fn))
     q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
     pair = lambda v: [float(x) for x in np.percentile(np.concatenate(v), q)]  # noqa: E731
     per_label = np.percentile(np.concatenate(f1), q, axis=0).T
@@ -240,7 +236,7 @@ def reliability(sums: dict, n_bins: int) -> dict:
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     count = sums["count"]
     mean_p = np.array([float(s / c) if c else 0.0 for s, c in zip(sums["prob"], count.tolist())])
-    freq = _div(sums["gold"], count)
+    freq = safe_div(sums["gold"], count)
     ece = float((count / sums["n"] * np.abs(freq - mean_p)).sum())
     bins = [{"lower": float(edges[i]), "upper": float(edges[i + 1]), "count": int(count[i]),
              "confidence": float(mean_p[i]) if count[i] else None, "accuracy": float(freq[i]) if count[i] else None}

@@ -188,7 +188,7 @@ def finish_multilabel(m: dict, labels: list[str], by_metadata: dict, *, ranking:
     rows, cols = np.unravel_index(order, errors.shape)
     result = {"task": "multilabel", "overall": overall, "per_class": per_class,
               "confusion": {"kind": "multilabel", "labels": labels, "matrix": errors.tolist(),
-                            "normalized": ml._div(errors, missed[:, None]).tolist(),
+                            "normalized": cl.safe_div(errors, missed[:, None]).tolist(),
                             "per_label": [{"label": name, "tn": int(c["tn"][j]), "fp": int(c["fp"][j]),
                                            "fn": int(c["fn"][j]), "tp": int(c["tp"][j])}
                                           for j, name in enumerate(labels)]},

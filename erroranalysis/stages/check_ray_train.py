@@ -86,7 +86,8 @@ class Source:
 def source(run, params, train_set, scratch: Path, engine) -> Source:
     """The training rows the workers read; a missing column or an empty file is the in-process one-line error."""
     from erroranalysis.sources import blocks
-    from erroranalysis.sources.table import as_source, read_train_set, train_columns_error
+    from erroranalysis.sources.table import as_source
+    from erroranalysis.sources.train_table import read_train_set, train_columns_error
     from erroranalysis.stages.data_checks import train_options
 
     if train_set is not None:

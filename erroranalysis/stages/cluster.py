@@ -90,7 +90,7 @@ def cluster_run(run_dir: str | Path, params: ClusterParams = ClusterParams(), *,
 
 
 def _read_inputs(run_dir, params: ClusterParams, embedder) -> Inputs:
-    from erroranalysis.embed import models as embedding
+    from erroranalysis.embed import vector_files
     from erroranalysis.stages.embedders import cluster_plan, resolve_embedder
 
     run = rundir.Run.open(run_dir)
@@ -105,7 +105,7 @@ def _read_inputs(run_dir, params: ClusterParams, embedder) -> Inputs:
     emb = embedder if embedder is not None else resolve_embedder(
         plan.source if plan else params.embedder, run, predictions, cache=params.cache,
         batch_size=params.embed_batch_size, n_rows=n_rows)
-    if isinstance(emb, embedding.PrecomputedEmbedder):  # a file that names its rows may cover only the failures
+    if isinstance(emb, vector_files.PrecomputedEmbedder):  # a file that names its rows may cover only the failures
         emb.rows_for(predictions.iloc[fail_rows])
         if emb.row_of is not None:
             known = predictions["example_id"].to_numpy()[context_rows]

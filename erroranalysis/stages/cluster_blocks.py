@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.embed.models import RowVectors
+from erroranalysis.embed.vector_files import RowVectors
 from erroranalysis.rundir import readers
 from erroranalysis.stages import cluster_modes
 from erroranalysis.stages.cluster_parts import (

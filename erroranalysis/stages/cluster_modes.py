@@ -1,6 +1,6 @@
 """What the `cluster` stage on blocks (`cluster_blocks.py`, `--engine ray`) adds for a generation run's failure
 modes and for vectors read from a file by row (`--embedder hidden`, `--embedder FILE.npy`): the driver opens the
-array's header only; the rows are read where they are embedded (`embed.models.RowVectors`)."""
+array's header only; the rows are read where they are embedded (`embed.vector_files.RowVectors`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def row_vectors(run: rundir.Run, spec, n_rows: int):
     """`--embedder hidden` or a vectors file as `RowVectors` (checked as `resolve_embedder` checks them, from the
     headers: the same one-line errors), else None (a model embeds the texts)."""
     from erroranalysis.embed import choice as embedder_choice
-    from erroranalysis.embed import models as embedding
+    from erroranalysis.embed import vector_files
     from erroranalysis.stages.embedders import no_hidden
 
     text = str(spec)
@@ -34,14 +34,14 @@ def row_vectors(run: rundir.Run, spec, n_rows: int):
         file = readers.artifact_path(run, rundir.HIDDEN, required=False)
         if file is None:
             raise no_hidden(run)
-        return embedding.hidden_rows(file, n_rows, rundir.HIDDEN)
+        return vector_files.hidden_rows(file, n_rows, rundir.HIDDEN)
     is_file = text.endswith(".npy") or Path(text).suffix == ".npy" or (
         Path(text).expanduser().is_file() if embedder_choice.is_path(text) else bool(Path(text).suffix))
     if not is_file:  # a model folder: the texts are embedded
         return None
     readers.check_allowed(text)  # as `embedders.file_embedder`
     readers.check_allowed(Path(text).with_suffix(".json"))
-    return embedding.file_rows(text, n_rows)
+    return vector_files.file_rows(text, n_rows)
 
 
 def known_context(emb, failures, context):
@@ -58,7 +58,6 @@ def fit_mode_sample(inputs: Inputs, vectors: np.ndarray, failures, params: Clust
     (`fit_modes`), with the minimum cluster size of all `n_fail` failures: (its Assigned, local error rate,
     resolved parameters, note, the `ModeRule` that places the rest)."""
     from erroranalysis import cluster
-    from erroranalysis.cluster._assigned import MODE_STRATA
 
     mcs = params.min_cluster_size or cluster.default_min_cluster_size(n_fail)
     result = fit_modes(inputs, vectors, failures, params.replace(min_cluster_size=mcs), None)
@@ -66,7 +65,7 @@ def fit_mode_sample(inputs: Inputs, vectors: np.ndarray, failures, params: Clust
                               cluster_tier=result.cluster_tier)
     m = len(failures)
     resolved = {**result.params, "n_failures": n_fail, "fit_sample": m, "fit_sample_seed": params.seed,
-                "fit_sample_strata": MODE_STRATA}
+                "fit_sample_strata": cluster.MODE_STRATA}
     note = f"{result.note}; {cluster.sample_note(m, n_fail, resolved)}"
     rule = cluster.mode_rule(failures["failure_reason"].astype(str).tolist(), result.labels, vectors[:m],
                              params.mode_attach)

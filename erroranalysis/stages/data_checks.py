@@ -241,7 +241,7 @@ def _shift(train_set, train_labels, texts, gold, ids, train_vectors, eval_vector
 def load_train(run: "rundir.Run", params: CheckParams):
     """The training file as an `EvalSet`, read with the eval set's column names (from the run's manifest) unless
     `params.train_*_column` say otherwise."""
-    from erroranalysis.sources.table import read_train_set
+    from erroranalysis.sources.train_table import read_train_set
 
     opts = train_options(run, params)
     return read_train_set(params.train, text_column=opts.text_column, label_column=opts.label_column,

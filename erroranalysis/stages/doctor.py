@@ -36,7 +36,8 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, log: str
     embedder), `cluster` (ClusterParams; None: no clustering); `embed` (texts -> vectors) replaces the checks'
     embedder."""
     from erroranalysis.infer.classifier import read_config, weight_files
-    from erroranalysis.sources.table import DataOptions, read_eval_set, read_train_set
+    from erroranalysis.sources.table import DataOptions, read_eval_set
+    from erroranalysis.sources.train_table import read_train_set
     from erroranalysis.stages.after import AfterParams
     from erroranalysis.stages.data_checks import CheckParams, checks_run
     from erroranalysis.stages.infer import InferParams, infer_stage, prepare

@@ -11,6 +11,7 @@ from erroranalysis.core.errors import ParameterError, RunError
 from erroranalysis.core.validation import check_param
 from erroranalysis.embed import choice as embedder_choice
 from erroranalysis.embed import models as embedding
+from erroranalysis.embed import vector_files
 from erroranalysis.rundir import readers
 
 SPEC = "'auto', 'static', 'minilm', 'hidden', a local model folder or a path to a .npy file"
@@ -48,19 +49,19 @@ def cluster_plan(n_rows: int) -> embedder_choice.Plan:
     return embedder_choice.plan("auto", has_hidden=False, n_rows=n_rows, uses=("clustering",), label="--embedder")
 
 
-def file_embedder(path, example_ids) -> embedding.PrecomputedEmbedder:
+def file_embedder(path, example_ids) -> vector_files.PrecomputedEmbedder:
     """Vectors from a .npy file (and its .json sidecar), read only where readers may read (readers.confined): the
     path comes from a run's embeddings.json, which must not lead the app outside its folders."""
     readers.check_allowed(path)
     readers.check_allowed(Path(str(path)).with_suffix(".json"))
-    return embedding.PrecomputedEmbedder(path, example_ids)
+    return vector_files.PrecomputedEmbedder(path, example_ids)
 
 
-def hidden_states_embedder(run: rundir.Run) -> embedding.HiddenStatesEmbedder:
+def hidden_states_embedder(run: rundir.Run) -> vector_files.HiddenStatesEmbedder:
     states = readers.read_hidden(run)
     if states is None:
         raise no_hidden(run)
-    return embedding.HiddenStatesEmbedder(states, rundir.HIDDEN)
+    return vector_files.HiddenStatesEmbedder(states, rundir.HIDDEN)
 
 
 def no_hidden(run: rundir.Run) -> RunError:
