@@ -69,6 +69,10 @@ def work_unit(nodeid: str) -> str:
 def pytest_collection_modifyitems(config, items):
     from collections import Counter
 
+    for item in items:  # a real Ray is slow to start and to run: `make test` runs these, test-quick does not
+        file, _, name = item.nodeid.partition("::")
+        if "local_ray" in getattr(item, "fixturenames", ()) or GROUPS.get(f"{file}::{name.split('[')[0]}") == "ray":
+            item.add_marker(pytest.mark.slow)
     slow = Counter(work_unit(item.nodeid) for item in items if item.get_closest_marker("slow"))
     sizes = slow + Counter(work_unit(item.nodeid) for item in items if work_unit(item.nodeid) not in slow)
 

@@ -124,7 +124,6 @@ def test_a_bad_cell_gives_the_in_process_error(local_ray, tmp_path, suffix, bad)
     assert not list(tmp_path.glob(".ray.rows-*"))
 
 
-@pytest.mark.slow  # a model on Ray actors, twice: `make test`, not test-quick
 def test_run_reads_a_jsonl_eval_set_on_the_workers(local_ray, tiny_checkpoint, tmp_path):
     data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(100))
     opts = DataOptions(id_column="id")
@@ -205,7 +204,6 @@ def test_ids_used_twice_are_found_from_any_split_as_in_process(tmp_path, seed):
     assert str(parts.value) == str(whole.value)
 
 
-@pytest.mark.slow  # a model on Ray actors, twice: `make test`, not test-quick
 def test_run_finds_an_id_used_twice_across_blocks_as_in_process(local_ray, tiny_checkpoint, tmp_path, monkeypatch):
     from erroranalysis.sources import blocks
 
