@@ -11,7 +11,8 @@ on the driver; a worker that keeps dying fails the job with the reason (`ray_dat
 
 Results arrive in any order under Ray; `map_blocks(..., ordered=True)` returns them in row order (they are small).
 `call_on_worker(fn, engine, **kwargs)` runs one step on a bounded sample (a model fit) as a single Ray task,
-so that the driver never holds its model or vectors.
+so that the driver never holds its model or vectors; `call_each(fn, engine, calls)` runs one task per call (one per
+partition of a join, say) at once.
 """
 
 from __future__ import annotations
@@ -182,6 +183,17 @@ def call_on_worker(fn: Callable, engine=None, **kwargs) -> Any:
     torch = sys.modules.get("torch")
     return run_task(_with_threads, engine, step=fn, kwargs=kwargs, threads=threads,
                     torch_threads=torch.get_num_threads() if torch is not None else None)
+
+
+def call_each(fn: Callable, engine, calls: list[dict]) -> list:
+    """`fn(**call)` for each of `calls`, their results in order: Ray tasks at once under a distributed engine
+    (`ray_data.run_tasks`), else one after another here. `fn` is a module-level function; a UserError raised in it
+    is raised here as the same one-line error."""
+    if engine is not None and engine.distributed:
+        from erroranalysis.engines.ray_data import run_tasks
+
+        return run_tasks(fn, engine, calls)
+    return [fn(**call) for call in calls]
 
 
 def _with_threads(step: Callable, kwargs: dict, threads: int | None, torch_threads: int | None) -> Any:

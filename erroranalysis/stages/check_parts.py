@@ -1,13 +1,17 @@
-"""What the checks stage's two paths share (`data_checks.py` in process, `data_checks_ray.py` on the workers):
-the stage's parameters and the empty leakage columns of a run checked without a training file."""
+"""What the checks stage's two paths share (`data_checks.py` in process, `data_checks_ray.py` and `check_ray_train.py`
+on the workers): the stage's parameters, the empty leakage columns of a run checked without a training file, how a
+training file is read, and the run's checkpoint that embeds its texts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from erroranalysis import rundir
 from erroranalysis.core.params import SEED, Choice, File, Flag, Float, Int, Params, Text, param, spec_field
 from erroranalysis.datachecks.contamination import DEFAULT_N
 from erroranalysis.datachecks.label_issues import FILTERS, KNN_K, KNN_WEIGHT, METHODS
@@ -79,3 +83,45 @@ def no_leakage(table, report) -> None:
     table["train_label_differs"] = pd.array([None] * n, dtype="boolean")
     report["leakage"] = None
     report["shift"] = None
+
+
+def load_train(run: rundir.Run, params: CheckParams):
+    """The training file as an `EvalSet`, read with the eval set's column names (from the run's manifest) unless
+    `params.train_*_column` say otherwise."""
+    from erroranalysis.sources.train_table import read_train_set
+
+    opts = train_options(run, params)
+    return read_train_set(params.train, text_column=opts.text_column, label_column=opts.label_column,
+                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split)
+
+
+def train_options(run: rundir.Run, params: CheckParams):
+    """How the training file is read (`DataOptions`): the eval set's column names (from the run's manifest) unless
+    `params.train_*_column` say otherwise."""
+    from erroranalysis.sources.table import DataOptions
+
+    columns = run.manifest.get("data", {}).get("columns", {}) or {}
+    return DataOptions(text_column=params.train_text_column or columns.get("text") or "text",
+                       label_column=params.train_label_column or columns.get("label") or "label",
+                       id_column=params.train_id_column, encoding=params.encoding, split=params.split)
+
+
+def checkpoint_embed(run) -> Callable:
+    """Train texts through the run's own checkpoint (mean-pooled last hidden state, as inference wrote for the
+    eval set), loaded only when a train file needs it."""
+    model = run.manifest.get("model") or {}
+
+    def embed(texts: list[str]) -> np.ndarray:
+        from erroranalysis.core.errors import ModelError
+        from erroranalysis.infer.classifier import infer, load_classifier
+
+        path = model.get("path")
+        if not path or not Path(path).is_dir():
+            raise ModelError(f"{run.path}: the run's checkpoint {path!r} is gone, and the train texts need it for "
+                             "leakage and shift with its hidden states; pass --embedder minilm.")
+        clf = load_classifier(path)
+        chunks = infer(clf, list(texts), None, batch_size=model.get("batch_size"), max_tokens=model.get("max_tokens"),
+                       max_length=int(model.get("max_length") or 256), precision=model.get("precision") or "fp32")
+        return np.concatenate([c["hidden"] for c in chunks]) if texts else np.zeros((0, 0), np.float32)
+
+    return embed

@@ -10,13 +10,14 @@ counts, a bounded sample's results and the run's record. `data_checks_ray.checks
    report needs (`shift.side_counts`) and the two votes of the label rule (`train_blocks.label_votes`), and embeds
    its rows of the two samples: the near-leakage sample (every training row up to `--near-sample`, else a seeded
    sample of that many) and the domain classifier's (`shift.domain_rows`, in-process's own rows);
-2. `leakage`: one task per key partition joins each eval row to the first training row of its text (exact, every
-   row); one task searches the eval rows of the near-duplicate sample against the training sample (`top_k_neighbors`
-   as in-process) and sends back, per eval text key, its closest training row above the threshold;
-3. `leak_columns` (in the write pass): each eval block's leakage columns of checks.parquet, and its share of the
-   summary (`train_blocks.leak_part`);
-4. `shift`: the eval blocks' counts, then one task merges both sides' word counts (the driver holds no vocabulary)
-   and one fits the domain classifier on its seeded rows: the same report as in-process.
+2. `leakage` (`check_ray_leakage.py`): one task per key partition joins each eval row to the first training row of
+   its text (exact, every row); one task searches the eval rows of the near-duplicate sample against the training
+   sample (`top_k_neighbors` as in-process) and sends back, per eval text key, its closest training row above the
+   threshold;
+3. `leak_columns` (`check_ray_leakage.py`, in the write pass): each eval block's leakage columns of checks.parquet,
+   and its share of the summary (`train_blocks.leak_part`);
+4. `shift` (`check_ray_shift.py`): the eval blocks' counts, then one task merges both sides' word counts (the driver
+   holds no vocabulary) and one fits the domain classifier on its seeded rows: the same report as in-process.
 
 What differs from in-process, stated in checks.json (`leakage.searched`), the stage record (`leakage_sample`) and
 one line on stderr: near copies are searched for the sampled eval rows (and their texts) against the sampled
@@ -25,8 +26,6 @@ training rows, where in-process searches every row.
 
 from __future__ import annotations
 
-import functools
-import pickle
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +35,10 @@ import numpy as np
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.datachecks import train_blocks as tb
 from erroranalysis.engines import blocks as eb
-from erroranalysis.stages.check_ray_duplicates import binary16, load_shards, save_shard, within
-
-TRAIN_COLUMNS = ["example_id", "text", "label"]
+from erroranalysis.stages.check_parts import checkpoint_embed, train_options
+from erroranalysis.stages.check_ray_duplicates import binary16, save_shard, within
+from erroranalysis.stages.check_ray_leakage import leakage
+from erroranalysis.stages.check_ray_shift import dump_words, shift
 
 
 def workers_read(params, train_set) -> bool:
@@ -88,7 +88,6 @@ def source(run, params, train_set, scratch: Path, engine) -> Source:
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source
     from erroranalysis.sources.train_table import read_train_set, train_columns_error
-    from erroranalysis.stages.data_checks import train_options
 
     if train_set is not None:
         import pandas as pd
@@ -121,8 +120,6 @@ def train_embedding(run, embedding):
     """What the workers embed training texts with: the eval side's text embedder, or for hidden states the run's
     checkpoint (as in-process embeds them)."""
     import copy
-
-    from erroranalysis.stages.data_checks import checkpoint_embed
 
     if embedding is None:
         return None
@@ -196,7 +193,7 @@ def _scan(table, block, *, source, opts, copy, labels, scratch, n_buckets, near,
         folder.mkdir(parents=True, exist_ok=True)
         files.atomic_write(folder / eb.SHARD.format(start=block.start), lambda f, t=part: pq.write_table(t, f))
     counts = side_counts(texts, raw)
-    _dump(Path(scratch) / "train-words", block, counts.pop("words"))
+    dump_words(Path(scratch) / "train-words", block, counts.pop("words"))
     if embedding is not None:
         in_near, in_domain = within(near, block), within(domain, block)
         wanted = np.union1d(in_near, in_domain)
@@ -211,224 +208,6 @@ def _first_duplicates(folder: str) -> list:
     from erroranalysis.sources import blocks
 
     return [blocks.first_duplicate(Path(folder) / f"ids-{k:02d}") for k in range(blocks.ID_PARTS)]
-
-
-# -- step 2: leakage ----------------------------------------------------------------------------------------------
-
-
-def leakage(scratch: Path, eval_starts: list[int], n_buckets: int, near: bool, params, engine) -> dict:
-    """The exact join per key partition (written per eval block) and the near matches of the sample: what the write
-    pass needs."""
-    _tasks(_join, engine, [{"scratch": str(scratch), "p": p, "starts": np.asarray(eval_starts, np.int64)}
-                           for p in range(n_buckets)])
-    found = {}
-    if near:
-        found = eb.call_on_worker(_near, engine, scratch=str(scratch), threshold=params.near_threshold,
-                                  block_size=params.block_size)
-    return {"near": found, "scratch": str(scratch)}
-
-
-def _tasks(fn, engine, calls: list[dict]) -> list:
-    if engine is not None and engine.distributed:
-        from erroranalysis.engines.ray_data import run_tasks
-
-        return run_tasks(fn, engine, calls)
-    return [fn(**c) for c in calls]
-
-
-def _read_part(folder: Path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    shards = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    if not shards:
-        return None
-    data = pa.concat_tables([pq.read_table(s) for s in shards])
-    return {"key": np.asarray(data.column("key").to_pylist(), dtype="S16"), "row": data.column("row").to_numpy(),
-            "label": np.asarray(data.column("label").to_pylist(), dtype=object),
-            "example_id": np.asarray(data.column("example_id").to_pylist(), dtype=object)}
-
-
-def _join(scratch: str, p: int, starts: np.ndarray) -> None:
-    """Partition `p`: each eval row's first training row of the same text, written per eval block."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from erroranalysis.core import files
-
-    evals = _read_part(Path(scratch) / "hashes" / str(p))
-    train = _read_part(Path(scratch) / "train-hashes" / str(p))
-    if evals is None or train is None:
-        return None
-    first = tb.first_rows(train["key"], train["row"])
-    at = tb.join(evals["key"], train["key"][first])
-    hit = at >= 0
-    rows, match = evals["row"][hit], first[at[hit]]
-    where = np.searchsorted(starts, rows, side="right") - 1
-    for b in np.unique(where):
-        mine = where == b
-        table = pa.table({"row": rows[mine], "train_row": train["row"][match[mine]],
-                          "train_id": train["example_id"][match[mine]].tolist(),
-                          "train_label": train["label"][match[mine]].tolist()})
-        out = Path(scratch) / "leak" / str(starts[b])
-        out.mkdir(parents=True, exist_ok=True)
-        files.atomic_write(out / f"{p}.parquet", lambda f, t=table: pq.write_table(t, f))
-    return None
-
-
-def _near(scratch: str, threshold: float, block_size: int) -> dict:
-    """The sampled eval texts' closest sampled training text at or above `threshold` (one per distinct text on each
-    side, first row first, as `find_leakage`): {eval key: (train row, similarity, train id, train label)}."""
-    from erroranalysis.datachecks.duplicates import exact_representatives, top_k_neighbors
-
-    q_all, evals = load_shards(scratch, "sample")
-    x_all, train = load_shards(scratch, "train-near")
-    if not len(evals.get("keys", ())) or not len(train.get("keys", ())):
-        return {}
-    q_reps, _ = exact_representatives(evals["keys"])
-    x_reps, _ = exact_representatives(train["keys"])
-    idx, sims = top_k_neighbors(q_all[q_reps], x_all[x_reps], k=1, min_similarity=threshold, block_size=block_size)
-    out = {}
-    for qi, (j, s) in enumerate(zip(idx[:, 0], sims[:, 0])):
-        if j >= 0:
-            t = x_reps[j]
-            out[bytes(evals["keys"][q_reps[qi]])] = (int(train["rows"][t]), float(s), str(train["ids"][t]),
-                                                    str(train["labels"][t]))
-    return out
-
-
-# -- step 3: the write pass -------------------------------------------------------------------------------------
-
-
-def leak_columns(frame, table, block, leak: dict, labels: list[str], ids_are_labels: bool) -> dict:
-    """This eval block's leakage columns of checks.parquet (into `frame`), and its share of the summary."""
-    import pandas as pd
-    import pyarrow.parquet as pq
-
-    from erroranalysis.datachecks.duplicates import text_keys
-
-    n = block.rows
-    train_row = np.full(n, -1, np.int64)
-    train_id = np.full(n, None, dtype=object)
-    train_label = np.full(n, "", dtype=object)
-    similarity = np.full(n, np.nan, np.float32)
-    kind = np.full(n, "", dtype=object)
-    folder = Path(leak["scratch"]) / "leak" / str(block.start)
-    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-        part = pq.read_table(f)
-        at = part.column("row").to_numpy() - block.start
-        train_row[at] = part.column("train_row").to_numpy()
-        train_id[at] = part.column("train_id").to_pylist()
-        train_label[at] = part.column("train_label").to_pylist()
-        similarity[at], kind[at] = 1.0, "exact"
-    if leak["near"]:
-        for i, key in enumerate(text_keys(table.column("text").to_pylist()).tolist()):
-            hit = leak["near"].get(key)
-            if hit is not None and train_row[i] < 0:
-                train_row[i], similarity[i], train_id[i], train_label[i] = hit
-                kind[i] = "near"
-    hit = train_row >= 0
-    train_label[hit] = tb.class_names(train_label[hit], labels, ids_are_labels)
-    gold = np.asarray(table.column("label").to_pylist(), dtype=object)
-    frame["in_train"] = pd.array(hit, dtype="boolean")
-    frame["train_id"] = pd.array(np.where(hit, train_id, None), dtype="string")
-    frame["train_similarity"] = similarity
-    differs = hit & (gold.astype(str) != train_label.astype(str))
-    frame["train_label_differs"] = pd.array(differs, dtype="boolean")
-    example_ids = np.asarray(table.column("example_id").to_pylist(), dtype=object)
-    return tb.leak_part(np.arange(block.start, block.stop), example_ids, gold, train_row, train_id, train_label, kind,
-                        similarity)
-
-
-# -- step 4: shift ------------------------------------------------------------------------------------------------
-
-
-def shift(path, scratch: Path, train_side: dict, chosen: dict, domain: bool, embedding, params, engine) -> dict:
-    """The shift report (`shift.shift_report`'s) from the eval blocks' counts, both sides' words merged on a worker,
-    and the domain classifier fitted on a worker on its seeded rows."""
-    from erroranalysis.datachecks.shift import findings
-
-    eb.call_on_worker(_merge_words, engine, folder=str(scratch / "train-words"), out=str(scratch / "train-words.pkl"))
-    evals = {"n": 0, "labels": Counter(), "lengths": Counter(), "words": Counter()}
-    oov = 0
-    for _, part in eb.map_blocks(_eval_shift, path, engine, columns=TRAIN_COLUMNS, kwargs={
-            "scratch": str(scratch), "domain": chosen["domain_eval"], "embedding": embedding if domain else None}):
-        evals["n"] += part["n"]
-        evals["labels"].update(part["labels"])
-        evals["lengths"].update(part["lengths"])
-        oov += part["oov"]
-    report = eb.call_on_worker(_counted, engine, scratch=str(scratch), train=train_side, evals=evals, oov=oov)
-    if domain:
-        report["domain"] = eb.call_on_worker(_domain, engine, scratch=str(scratch), seed=params.seed)
-    report["findings"] = [f.to_dict() for f in findings(report)]
-    return report
-
-
-def _merge_words(folder: str, out: str) -> None:
-    from erroranalysis.core import files
-
-    merged = _merged(folder)
-    files.atomic_write(Path(out), lambda f: Path(f).write_bytes(pickle.dumps(merged)))
-
-
-def _merged(folder: str) -> Counter:
-    merged: Counter = Counter()
-    for f in sorted(Path(folder).glob("part-*.pkl")):
-        merged.update(pickle.loads(f.read_bytes()))
-    return merged
-
-
-@functools.lru_cache(maxsize=1)
-def _vocabulary(path: str) -> Counter:
-    return pickle.loads(Path(path).read_bytes())  # once per worker process
-
-
-def _eval_shift(table, block, *, scratch, domain, embedding):
-    from erroranalysis.datachecks.shift import mostly_oov, side_counts, words
-
-    texts = table.column("text").to_pylist()
-    counts = side_counts(texts, table.column("label").to_pylist())
-    _dump(Path(scratch) / "eval-words", block, counts.pop("words"))
-    oov = mostly_oov([words(t) for t in texts], _vocabulary(str(Path(scratch) / "train-words.pkl")))
-    if embedding is not None:
-        wanted = within(domain, block)
-        if len(wanted):
-            example_ids = np.asarray(table.column("example_id").to_pylist(), dtype=object).astype(str)
-            save_shard(scratch, "eval-domain", block, embedding(texts, block, wanted), rows=wanted + block.start,
-                  ids=example_ids[wanted])
-    return {**counts, "oov": oov}
-
-
-def _counted(scratch: str, train: dict, evals: dict, oov: int) -> dict:
-    from erroranalysis.datachecks.shift import counted_report
-
-    train = {**train, "words": _vocabulary(str(Path(scratch) / "train-words.pkl"))}
-    evals = {**evals, "words": _merged(str(Path(scratch) / "eval-words"))}
-    return counted_report(train, evals, oov, labels=True)
-
-
-def _domain(scratch: str, seed: int) -> dict:
-    from erroranalysis.datachecks.shift import domain_fit
-
-    t_vec, _ = load_shards(scratch, "train-domain")
-    e_vec, evals = load_shards(scratch, "eval-domain")
-    rows = evals.get("rows", np.zeros(0, np.int64))
-    out = domain_fit(t_vec, e_vec, rows, seed=seed)
-    by_row = dict(zip(rows.tolist(), evals.get("ids", np.zeros(0, str)).tolist()))
-    for row in out.get("least_like_train") or []:
-        row["example_id"] = str(by_row[row["eval_index"]])
-    return out
-
-
-# -- scratch helpers ----------------------------------------------------------------------------------------------
-
-
-def _dump(folder: Path, block, value) -> None:
-    from erroranalysis.core import files
-
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = eb.SHARD.format(start=block.start)[:-len(".parquet")]
-    files.atomic_write(folder / f"{stem}.pkl", lambda f: Path(f).write_bytes(pickle.dumps(value)))
 
 
 # -- what `data_checks_ray.checks_ray` calls ---------------------------------------------------------------------

@@ -66,8 +66,8 @@ def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Call
     from erroranalysis.datachecks.lengths import length_report
 
     preds = readers.read_predictions(run, columns=["prompt", "reference", "reference_loss", "score"])
-    prompts = _strings(preds, "prompt", fallback="text")
-    references = _strings(preds, "reference")
+    prompts = column_strings(preds, "prompt", fallback="text")
+    references = column_strings(preds, "reference")
     train_texts = train.frame["text"].tolist()
     fields = {}
     for field, texts in (("prompt", prompts), ("reference", references)):
@@ -92,7 +92,9 @@ def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Call
     return columns, section
 
 
-def _strings(preds: pd.DataFrame, column: str, fallback: str | None = None) -> list[str]:
+def column_strings(preds: pd.DataFrame, column: str, fallback: str | None = None) -> list[str]:
+    """A column's cells as strings, "" where missing (`fallback`'s when there is no `column`; all "" without
+    either): the prompts and references of both engines."""
     if column not in preds and fallback:
         column = fallback
     if column not in preds:

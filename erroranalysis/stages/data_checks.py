@@ -31,7 +31,7 @@ from erroranalysis import rundir
 from erroranalysis.core import schemas
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
-from erroranalysis.stages.check_parts import CheckParams, no_leakage
+from erroranalysis.stages.check_parts import CheckParams, checkpoint_embed, load_train, no_leakage
 
 
 def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embed: Callable | None = None,
@@ -238,27 +238,6 @@ def _shift(train_set, train_labels, texts, gold, ids, train_vectors, eval_vector
     return shifted
 
 
-def load_train(run: "rundir.Run", params: CheckParams):
-    """The training file as an `EvalSet`, read with the eval set's column names (from the run's manifest) unless
-    `params.train_*_column` say otherwise."""
-    from erroranalysis.sources.train_table import read_train_set
-
-    opts = train_options(run, params)
-    return read_train_set(params.train, text_column=opts.text_column, label_column=opts.label_column,
-                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split)
-
-
-def train_options(run: "rundir.Run", params: CheckParams):
-    """How the training file is read (`DataOptions`): the eval set's column names (from the run's manifest) unless
-    `params.train_*_column` say otherwise."""
-    from erroranalysis.sources.table import DataOptions
-
-    columns = run.manifest.get("data", {}).get("columns", {}) or {}
-    return DataOptions(text_column=params.train_text_column or columns.get("text") or "text",
-                       label_column=params.train_label_column or columns.get("label") or "label",
-                       id_column=params.train_id_column, encoding=params.encoding, split=params.split)
-
-
 def _train_labels(values: np.ndarray, labels: list[str]) -> np.ndarray:
     """Train labels as class names: integer ids into the run's labels are mapped when no value is a name."""
     from erroranalysis.datachecks.train_blocks import class_names, ids_are_labels, label_votes
@@ -333,27 +312,6 @@ def _cumulative(advance: Callable[[int], None]) -> Callable[[int, int], None]:
             seen["done"] = done
 
     return progress
-
-
-def checkpoint_embed(run) -> Callable:
-    """Train texts through the run's own checkpoint (mean-pooled last hidden state, as inference wrote for the
-    eval set), loaded only when a train file needs it."""
-    model = run.manifest.get("model") or {}
-
-    def embed(texts: list[str]) -> np.ndarray:
-        from erroranalysis.core.errors import ModelError
-        from erroranalysis.infer.classifier import infer, load_classifier
-
-        path = model.get("path")
-        if not path or not Path(path).is_dir():
-            raise ModelError(f"{run.path}: the run's checkpoint {path!r} is gone, and the train texts need it for "
-                             "leakage and shift with its hidden states; pass --embedder minilm.")
-        clf = load_classifier(path)
-        chunks = infer(clf, list(texts), None, batch_size=model.get("batch_size"), max_tokens=model.get("max_tokens"),
-                       max_length=int(model.get("max_length") or 256), precision=model.get("precision") or "fp32")
-        return np.concatenate([c["hidden"] for c in chunks]) if texts else np.zeros((0, 0), np.float32)
-
-    return embed
 
 
 def check_vectors(run_dir: str | Path, embedder: str = "auto", *, engine=None) -> tuple[np.ndarray | None, str]:

@@ -49,6 +49,7 @@ from erroranalysis.stages.check_ray_duplicates import binary16 as _binary16
 from erroranalysis.stages.check_ray_duplicates import duplicate_columns, duplicates, load_shards
 from erroranalysis.stages.check_ray_duplicates import save_shard as _save
 from erroranalysis.stages.check_ray_duplicates import within as _within
+from erroranalysis.stages.check_ray_leakage import leak_columns
 
 COLUMNS = ["example_id", "text", "label", "correct"]
 GOLD = {"classification": ["label"], "multilabel": ["gold_labels"], None: []}  # what the label-issue passes read
@@ -362,7 +363,7 @@ def _write(table, block, *, out, method, filter_by, state, dups, leak, scratch, 
                           "label_issue": flagged, "suggested_label": suggested,
                           "duplicate_group": group, "duplicate_kind": kind, "duplicate_conflict": conflict})
     no_leakage(frame, {})
-    leaked = leak and check_ray_train.leak_columns(frame, table, block, leak, leak["labels"], leak["ids"])
+    leaked = leak and leak_columns(frame, table, block, leak, leak["labels"], leak["ids"])
     if contamination is not None:
         from erroranalysis.stages.contamination import set_columns
         from erroranalysis.stages.contamination_ray import block_columns
