@@ -103,9 +103,18 @@ def folder_build(target: Path, done: str):
 
 @contextmanager
 def scratch_folder(parent: str | Path, prefix: str):
-    """A fresh hidden folder `<prefix><host>-<pid>-*` in `parent` for a command's scratch files, removed when the
-    block ends. A process killed with SIGKILL cannot remove its own, so the folders of this host's processes that
-    are gone are swept here first (a live process's, or another host's on a shared disk, are left alone)."""
+    """`new_scratch(parent, prefix)`, removed when the block ends."""
+    folder = new_scratch(parent, prefix)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def new_scratch(parent: str | Path, prefix: str) -> Path:
+    """A fresh hidden folder `<prefix><host>-<pid>-*` in `parent` for a command's scratch files (the caller removes
+    it). A process killed with SIGKILL cannot remove its own, so the folders of this host's processes that are gone
+    are swept here first (a live process's, or another host's on a shared disk, are left alone)."""
     import socket
 
     parent = Path(parent)
@@ -115,11 +124,7 @@ def scratch_folder(parent: str | Path, prefix: str):
         pid = old.name[len(prefix) + len(host) + 1:].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{host}-{os.getpid()}-", dir=parent))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{host}-{os.getpid()}-", dir=parent))
 
 
 def _alive(pid: int) -> bool:

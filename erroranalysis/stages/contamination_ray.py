@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from erroranalysis import rundir
+from erroranalysis.core import files
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.engines import blocks as eb
 from erroranalysis.stages import contamination_lengths, contamination_near
@@ -74,7 +74,7 @@ def prepare(run, params, engine, reporter) -> Prepared:
     train, path = Path(params.train), run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
-    scratch = Path(tempfile.mkdtemp(prefix=".contamination-scratch-", dir=run.path))
+    scratch = files.new_scratch(run.path, ".contamination-scratch-")
     try:
         with _rows(train, params, engine, run.path) as rows_path:
             train_blocks = eb.plan(rows_path, rpb)

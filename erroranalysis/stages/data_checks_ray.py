@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import functools
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core import schemas
+from erroranalysis.core import files, schemas
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.engines import blocks as eb
 from erroranalysis.stages import check_ray_train
@@ -131,7 +130,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
     if near and len(sample) < n:
         reporter.note(f"checks: --engine ray: near duplicates searched among a seeded sample of {len(sample)} of "
                       f"{n} rows (--near-sample)")
-    scratch = Path(tempfile.mkdtemp(prefix=".checks-scratch-", dir=run.path))  # not in .staging: the stage sweeps it
+    scratch = files.new_scratch(run.path, ".checks-scratch-")  # not in .staging: the stage sweeps that
     try:
         probs = str(run.file(rundir.PROBS)) if rule else None
         ctx = {"probs": probs, "labels": list(run.labels), "scratch": str(scratch), "source": probs, "rule": rule,
