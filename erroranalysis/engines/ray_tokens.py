@@ -1,8 +1,15 @@
-"""Token classification on Ray Data: the sentences, already read, checked and tokenized by the driver (the same
-rules and one-line errors as in-process), go to actors that load the token classifier once each and run the
-in-process batch function (`erroranalysis.infer.tokens.predict`) on their block of sentences; each sentence's
-outputs (predicted tags, confidences, losses, word vectors) come back to the driver, which builds the tables as the
-in-process stage does. The driver checks that every sentence came back exactly once.
+"""Token classification on Ray Data: actors that load the token classifier once each.
+
+`run_blocks` (an eval set the workers read): the driver sends each actor row ranges (start, rows) and a block
+function (`erroranalysis.stages.tokens_ray.token_block`) that reads, checks, tokenizes and predicts its rows with
+the in-process functions and writes their shards; only counts come back, or the block's one-line error, which the
+driver raises (the first block's in file order).
+
+`predict_tokens` (sentences the driver read: an in-memory table, a datasets folder): the sentences, already read,
+checked and tokenized by the driver, go to the actors, which run the in-process batch function
+(`erroranalysis.infer.tokens.predict`) on their block of sentences; each sentence's outputs come back to the
+driver, which builds the tables as the in-process stage does. The driver checks that every sentence came back
+exactly once.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from erroranalysis.engines import Engine, EngineError
-from erroranalysis.engines.ray_data import ROW, bounded_map, connect, failure_reason
+from erroranalysis.engines.ray_data import ROW, block_error, bounded_map, connect, failure_reason
 
 SENTENCES_PER_BLOCK = 1024
 
@@ -81,3 +88,68 @@ def predict_tokens(model, encoded: list, gold: list, *, load_kwargs: dict, aggre
         raise EngineError(f"--engine ray: {len(missing)} sentences did not come back (first: row {missing[0]}); "
                           "nothing was committed, run the command again.")
     return outs
+
+
+class TokenBlockRunner:
+    """The callable class `map_batches` runs for `run_blocks`: the token classifier loaded once per actor;
+    `fn(clf, start, rows, **ctx)` on each row range, its counts (pickled) or its UserError back as data."""
+
+    def __init__(self, model: str, load_kwargs: dict, fn: Callable, ctx: dict):
+        from erroranalysis.infer.tokens import load_token_classifier
+
+        self.clf = load_token_classifier(model, **load_kwargs)
+        self.fn, self.ctx = fn, ctx
+
+    def __call__(self, batch):
+        from erroranalysis.core.errors import UserError
+
+        starts, rows = np.asarray(batch["start"], np.int64), np.asarray(batch["rows"], np.int64)
+        results, errors = [], []
+        for start, n in zip(starts.tolist(), rows.tolist()):
+            try:
+                results.append(pickle.dumps(self.fn(self.clf, start, n, **self.ctx)))
+                errors.append("")
+            except UserError as exc:  # Ray would keep only its text inside a traceback
+                results.append(b"")
+                errors.append(f"{type(exc).__name__}\t{exc}")
+        return {"start": starts, "rows": rows, "result": np.array(results, dtype=object),
+                "error": np.array(errors, dtype=object)}
+
+
+def run_blocks(fn: Callable, ctx: dict, n_rows: int, *, model: str, load_kwargs: dict, engine: Engine,
+               progress: Callable[[int], None] | None = None) -> list[tuple[int, dict]]:
+    """`fn(clf, start, rows, **ctx)` over row ranges of `n_rows` rows on actors that each load the token classifier
+    once: (start, result) per block in row order; the first bad block's error (in file order) raised here."""
+    ray = connect(engine)
+    resources = ray.cluster_resources()
+    device = load_kwargs.get("device", "auto")
+    gpus = int(resources.get("GPU", 0)) if device in ("auto", "cuda") or device.startswith("cuda") else 0
+    if device.startswith("cuda") and not gpus:
+        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
+                          "workers.")
+    actors = engine.concurrency or gpus or max(1, int(resources.get("CPU", 1)))
+    size = engine.block_rows(n_rows, actors, SENTENCES_PER_BLOCK)
+    ranges = [{"start": s, "rows": min(size, n_rows - s)} for s in range(0, n_rows, size)]
+    actors = max(1, min(actors, len(ranges)))
+    ds = ray.data.from_items(ranges, override_num_blocks=len(ranges))
+    done = bounded_map(ds, TokenBlockRunner, fn_constructor_kwargs={
+        "model": model, "load_kwargs": {**load_kwargs, "device": "cuda" if gpus else "cpu"}, "fn": fn, "ctx": ctx},
+        batch_size=1, batch_format="numpy", num_cpus=1, num_gpus=1.0 if gpus else None,
+        compute=ray.data.ActorPoolStrategy(size=actors))
+    found: dict[int, dict] = {}
+    errors: dict[int, str] = {}
+    try:
+        for row in done.iter_rows():
+            start = int(row["start"])
+            if row["error"]:
+                errors[start] = row["error"]
+            elif start not in found:  # a retried block may report twice; its shards are the same
+                found[start] = pickle.loads(row["result"])
+                if progress:
+                    progress(int(row["rows"]))
+    except ray.exceptions.RayError as exc:
+        raise EngineError(f"--engine ray: the token-classification job failed ({failure_reason(exc)}); nothing was "
+                          "committed, run the command again.") from None
+    if errors:
+        raise block_error(errors[min(errors)])
+    return sorted(found.items())

@@ -49,18 +49,43 @@ def read_sentences(data: str | Path | InMemory, data_opts: DataOptions, tokens_c
 
     path = as_source(data)
     table = read_table(path, encoding=data_opts.encoding, split=data_opts.split)
+    return sentences_of(path, table, data_opts, tokens_column, tags_column, spans_column, labels, types)
+
+
+def block_sentences(source, start: int, rows: int, data_opts: DataOptions, tokens_column: str, tags_column: str,
+                    spans_column: str, labels: Sequence[str], types: Sequence[str], *, sha256: str = "",
+                    file=None) -> Sentences:
+    """Rows start..start+rows of a Parquet eval set (`file`: it, or a JSONL/CSV file's `blocks.to_parquet` copy,
+    open) read and checked as `read_sentences` reads the whole file: the same rules and one-line errors naming the
+    user's file and line; ids default to the row number in the whole file, as in-process."""
+    from erroranalysis.sources import blocks
+    from erroranalysis.sources.table import FORMATS, as_source
+
+    source = as_source(source)
+    raw = blocks.read_rows(source, start, rows, file)
+    sentences = sentences_of(source, (raw, FORMATS.get(source.suffix.lower(), "parquet")), data_opts, tokens_column,
+                             tags_column, spans_column, labels, types, sha256=sha256)
+    if not data_opts.id_column:
+        sentences.eval_set.frame["example_id"] = np.arange(start, start + len(raw)).astype(str).astype(object)
+    return sentences
+
+
+def sentences_of(path, table, data_opts: DataOptions, tokens_column: str, tags_column: str, spans_column: str,
+                 labels: Sequence[str], types: Sequence[str], sha256: str | None = None) -> Sentences:
+    """The sentences of `table` (a frame with `_line` and its format: a whole file, or a block of one), checked."""
     columns = [c for c in table[0].columns if c != "_line"]
     if tokens_column in columns:
         if tags_column not in columns:
             raise DataError(f"{path}: no tags column {tags_column!r} beside {tokens_column!r}; columns found: "
                             f"{preview(columns)}; name it with --tags-column.")
         eval_set = load_eval_set(path, text_column=tokens_column, label_column=None, id_column=data_opts.id_column,
-                                 required=(tags_column,), strings_only=False, table=table)
+                                 required=(tags_column,), strings_only=False, table=table, sha256=sha256)
         return _word_sentences(eval_set, tokens_column, tags_column, labels)
     text_column = data_opts.text_column
     if text_column in columns and spans_column in columns:
         eval_set = load_eval_set(path, text_column=text_column, label_column=None, id_column=data_opts.id_column,
-                                 required=(spans_column,), max_chars=data_opts.max_chars, table=table)
+                                 required=(spans_column,), max_chars=data_opts.max_chars, table=table,
+                                 sha256=sha256)
         return _text_sentences(eval_set, spans_column, types)
     raise DataError(f"{path}: neither a {tokens_column!r} + {tags_column!r} pair of columns nor a {text_column!r} + "
                     f"{spans_column!r} pair; columns found: {preview(columns)}; name them with --tokens-column and "

@@ -55,6 +55,7 @@ class TokenJob:
     snapped: int = 0
     train_surfaces: set[str] | None = None
     training_state: dict | None = None  # a model in training: the Trainer's state, written as trainer_state.json
+    data_opts: DataOptions | None = None  # kept where the workers read the rows (`tokens_ray.scan_head`)
 
     def manifest(self, **extra) -> dict:
         entry = self.sentences.eval_set.describe()
@@ -79,18 +80,32 @@ def run_token_classification(model: str | Path, data, out: str | Path, *, data_o
     """Run a token classifier over `data`, write the run at `out`, then metrics, slices and clusters over its
     error spans. `train` (default: the data checks' --train) marks spans whose surface is a gold entity there.
     The data checks (label issues, duplicates) are sentence-classification checks and do not run here. With
-    `engine` ray the sentences are predicted on Ray actors (`engines.ray_tokens`), the same batch function."""
+    `engine` ray a Parquet, JSONL or CSV eval set is read, checked and predicted by the workers in blocks, each
+    writing its shards (`stages.tokens_ray`); other inputs are read here and predicted on Ray actors."""
     if train is None and after.checks is not None:
         train = after.checks.train
-    job = prepare_tokens(model, data, data_opts, token_opts, train)
-    if after.checks is not None and log:
-        log("data checks (label issues, duplicates) do not apply to token classification; skipped")
-    after = token_after(after)
-    reporter = as_reporter(progress)
-    with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
-        token_stage(run, job, reporter, engine)
-        after_predictions(run, after, embedder=None, progress=reporter)
+    with _worker_rows(data, data_opts, engine, out) as copy:
+        job = prepare_tokens(model, data, data_opts, token_opts, train, engine=engine, rows_path=copy)
+        if after.checks is not None and log:
+            log("data checks (label issues, duplicates) do not apply to token classification; skipped")
+        after = token_after(after)
+        reporter = as_reporter(progress)
+        with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
+            token_stage(run, job, reporter, engine)
+            after_predictions(run, after, embedder=None, progress=reporter)
     return run
+
+
+def _worker_rows(data, data_opts: DataOptions, engine: Engine, out):
+    """On Ray, a JSONL or CSV eval set as a Parquet copy the workers read in blocks (`stages.inputs`)."""
+    import contextlib
+
+    from erroranalysis.sources import blocks
+    from erroranalysis.stages import inputs
+
+    if not engine.distributed or not inputs.workers_read(data) or blocks.readable(data):
+        return contextlib.nullcontext()
+    return inputs.worker_rows(data, data_opts, engine, out)
 
 
 def token_after(after: AfterParams) -> AfterParams:
@@ -103,21 +118,40 @@ def token_after(after: AfterParams) -> AfterParams:
 
 
 def prepare_tokens(model: str | Path, data, data_opts: DataOptions, params: TokenParams,
-                   train: str | Path | None = None) -> TokenJob:
-    """Load the checkpoint, read its tag scheme, read and check the sentences and tokenize them (nothing written)."""
+                   train: str | Path | None = None, *, engine: Engine = LOCAL, rows_path=None) -> TokenJob:
+    """Load the checkpoint, read its tag scheme, read and check the sentences and tokenize them (nothing written).
+    On Ray with a file the workers read (`rows_path`: a JSONL or CSV file's Parquet copy), only its first rows
+    (`tokens_ray.scanned_job`)."""
     from erroranalysis.infer.tokens import load_token_classifier
 
     params.validate()
     clf = load_token_classifier(model, device=params.device, precision=params.precision,
                                 trust_remote_code=params.trust_remote_code)
+    from erroranalysis.stages import inputs
+
+    if engine.distributed and inputs.workers_read(data):
+        from erroranalysis.stages.tokens_ray import scan_head
+
+        scheme, types = model_scheme(clf, params)
+        head = scan_head(data, data_opts, params, clf.labels, types, rows_path)
+        surfaces = train_surfaces(train, data_opts, params, clf.labels, types, scheme) if train else None
+        return TokenJob(Path(clf.path), clf, head, [], [], [], scheme, types, params, 0, surfaces, data_opts=data_opts)
     return token_job(clf, data, data_opts, params, train)
 
 
 def token_job(clf, data, data_opts: DataOptions, params: TokenParams, train: str | Path | None = None) -> TokenJob:
     """A TokenJob over a token classifier already loaded (a checkpoint, or a model still in training, as the Trainer
     callback hands it): its tag scheme read, the sentences read, checked and tokenized."""
-    from erroranalysis.infer.tokens import encode
+    scheme, types = model_scheme(clf, params)
+    sentences = read_sentences(data, data_opts, params.tokens_column, params.tags_column, params.spans_column,
+                               clf.labels, types)
+    job = sentences_job(clf, sentences, params, scheme, types, None)
+    job.train_surfaces = train_surfaces(train, data_opts, params, clf.labels, types, scheme) if train else None
+    return job
 
+
+def model_scheme(clf, params: TokenParams) -> tuple[str, list[str]]:
+    """(tag scheme, entity types) of a token classifier's tags, or the one-line ModelError."""
     model = clf.path
     try:
         scheme = tm.detect_scheme(clf.labels, params.tag_scheme)
@@ -128,8 +162,15 @@ def token_job(clf, data, data_opts: DataOptions, params: TokenParams, train: str
     if not types:
         raise ModelError(f"{model}: the model's tags {clf.labels} name no entity type besides O; nothing to "
                          "analyze.")
-    sentences = read_sentences(data, data_opts, params.tokens_column, params.tags_column, params.spans_column,
-                               clf.labels, types)
+    return scheme, types
+
+
+def sentences_job(clf, sentences: Sentences, params: TokenParams, scheme: str, types: list[str],
+                  surfaces: set[str] | None) -> TokenJob:
+    """A TokenJob over sentences already read and checked (the whole eval set, or a block of it on a Ray worker):
+    tokenized, raw texts' spans made word tags."""
+    from erroranalysis.infer.tokens import encode
+
     encoded = encode(clf.tokenizer, sentences.texts if sentences.raw else sentences.words, params.max_length)
     words, gold, snapped = sentences.words, sentences.gold, 0
     if sentences.raw:
@@ -140,8 +181,7 @@ def token_job(clf, data, data_opts: DataOptions, params: TokenParams, train: str
             words.append([text[s:e] for s, e in enc.offsets])
             gold.append(tags)
             snapped += cut
-    surfaces = train_surfaces(train, data_opts, params, clf.labels, types, scheme) if train else None
-    return TokenJob(Path(model), clf, sentences, encoded, words, gold, scheme, types, params, snapped, surfaces)
+    return TokenJob(Path(clf.path), clf, sentences, encoded, words, gold, scheme, types, params, snapped, surfaces)
 
 
 def train_surfaces(train, data_opts: DataOptions, params: TokenParams, labels, types, scheme) -> set[str]:
@@ -157,36 +197,88 @@ def train_surfaces(train, data_opts: DataOptions, params: TokenParams, labels, t
 def token_stage(run: Run, job: TokenJob, progress=None, engine: Engine = LOCAL) -> None:
     """The infer stage: predict every word (in this process, or on Ray actors), classify the spans, commit
     predictions, spans and span vectors."""
-    from erroranalysis.infer.tokens import predict
-
-    index = {name: i for i, name in enumerate(job.clf.labels)}
-    gold_ids = [[index[t] for t in tags] for tags in job.gold]
     p = job.params
     record = {**p.record(), "device": job.clf.device, "scheme": job.scheme, **engine.record()}
-    n = len(job.words)
+    n = len(job.sentences)
     with run.stage("infer", record) as staging, as_reporter(progress).stage("infer", n) as advance:
         start = time.perf_counter()
-        if engine.distributed:
-            from erroranalysis.engines.ray_tokens import predict_tokens
+        if job.data_opts is not None:  # on Ray, the workers read the rows (`tokens_ray`)
+            from erroranalysis.stages.tokens_ray import workers_stage
 
-            outs = predict_tokens(job.model, job.encoded, gold_ids, aggregation=p.aggregation,
-                                  batch_size=p.rows_per_batch, engine=engine, progress=advance,
-                                  load_kwargs={"device": p.device, "precision": p.precision,
-                                               "trust_remote_code": p.trust_remote_code})
-        else:
-            outs = predict(job.clf, job.encoded, gold_ids, aggregation=p.aggregation, batch_size=p.rows_per_batch,
-                           progress=advance)
-        staging.facts["examples_per_second"] = round(n / max(time.perf_counter() - start, 1e-9), 1)
-        preds, spans, vectors = tables(job, outs)
-        staging.facts["n_error_spans"] = int((~spans["correct"]).sum())
-        staging.facts["truncated_sentences"] = int(preds["truncated"].sum())
-        staging.write_parquet(rundir.PREDICTIONS, preds)
-        staging.write_parquet(rundir.SPANS, spans)
-        staging.write_npy(rundir.HIDDEN, vectors)
-        if job.training_state is not None:
-            staging.write_json(rundir.TRAINER_STATE, job.training_state)
-        else:
+            workers_stage(staging, job, engine, advance, token_block)
+            staging.facts["examples_per_second"] = round(n / max(time.perf_counter() - start, 1e-9), 1)
             copy_training_log(job.model, staging)
+        else:
+            _driver_stage(staging, job, engine, advance, start)
+    state = run.state("infer") or {}
+    if "snapped_spans" in state:  # counted by the workers: what the manifest could not say before
+        manifest = run.manifest
+        run.update_manifest(data={**manifest["data"], "n_cut": state["n_cut"]},
+                            tokens={**manifest["tokens"], "snapped_spans": state["snapped_spans"]})
+
+
+def gold_ids(job: TokenJob) -> list[list[int]]:
+    """The gold tags as the model's tag ids."""
+    index = {name: i for i, name in enumerate(job.clf.labels)}
+    return [[index[t] for t in tags] for tags in job.gold]
+
+
+def token_block(clf, start: int, rows: int, *, source, rows_path, data_opts: DataOptions, params: TokenParams,
+                scheme: str, types: list[str], surfaces, sha256: str, sources: dict, paths: dict, ids: str) -> dict:
+    """On a Ray worker: rows start..start+rows read, checked, tokenized and predicted as in-process, their rows of
+    the three artifacts written as shards `part-<start>` (`tokens_ray.write_table`); their counts back."""
+    from erroranalysis.core import files
+    from erroranalysis.infer.tokens import predict
+    from erroranalysis.sources import blocks
+    from erroranalysis.sources.table import as_source
+    from erroranalysis.sources.tokens import block_sentences
+    from erroranalysis.stages.tokens_ray import SHARD, write_table
+
+    file = blocks.parquet_file(as_source(rows_path) if rows_path is not None else as_source(source))
+    sentences = block_sentences(source, start, rows, data_opts, params.tokens_column, params.tags_column,
+                                params.spans_column, clf.labels, types, sha256=sha256, file=file)
+    job = sentences_job(clf, sentences, params, scheme, types, surfaces)
+    outs = predict(clf, job.encoded, gold_ids(job), aggregation=params.aggregation, batch_size=params.rows_per_batch)
+    preds, spans, vectors = tables(job, outs)
+    write_table(Path(paths[rundir.PREDICTIONS]), start, preds, file.schema_arrow, sources)
+    write_table(Path(paths[rundir.SPANS]), start, spans, file.schema_arrow, sources)
+    Path(paths[rundir.HIDDEN]).mkdir(parents=True, exist_ok=True)
+    files.write_npy(Path(paths[rundir.HIDDEN]) / SHARD.format(start=start, suffix=".npy"), vectors)
+    frame = sentences.eval_set.frame
+    if data_opts.id_column:
+        blocks.write_id_parts(ids, start, frame["example_id"], frame["_line"])
+    return {"rows": rows, "n_error_spans": int((~spans["correct"]).sum()),
+            "truncated_sentences": int(preds["truncated"].sum()), "n_cut": int(frame["_cut"].sum()),
+            "snapped_spans": job.snapped}
+
+
+def _driver_stage(staging, job: TokenJob, engine: Engine, advance, start: float) -> None:
+    """The infer stage's body with the sentences read here: predicted here or on Ray actors, the tables built
+    here."""
+    from erroranalysis.infer.tokens import predict
+
+    p, n, gold = job.params, len(job.sentences), gold_ids(job)
+    if engine.distributed:
+        from erroranalysis.engines.ray_tokens import predict_tokens
+
+        outs = predict_tokens(job.model, job.encoded, gold, aggregation=p.aggregation,
+                              batch_size=p.rows_per_batch, engine=engine, progress=advance,
+                              load_kwargs={"device": p.device, "precision": p.precision,
+                                           "trust_remote_code": p.trust_remote_code})
+    else:
+        outs = predict(job.clf, job.encoded, gold, aggregation=p.aggregation, batch_size=p.rows_per_batch,
+                       progress=advance)
+    staging.facts["examples_per_second"] = round(n / max(time.perf_counter() - start, 1e-9), 1)
+    preds, spans, vectors = tables(job, outs)
+    staging.facts["n_error_spans"] = int((~spans["correct"]).sum())
+    staging.facts["truncated_sentences"] = int(preds["truncated"].sum())
+    staging.write_parquet(rundir.PREDICTIONS, preds)
+    staging.write_parquet(rundir.SPANS, spans)
+    staging.write_npy(rundir.HIDDEN, vectors)
+    if job.training_state is not None:
+        staging.write_json(rundir.TRAINER_STATE, job.training_state)
+    else:
+        copy_training_log(job.model, staging)
 
 
 def tables(job: TokenJob, outs: list[dict]):

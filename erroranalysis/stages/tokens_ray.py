@@ -1,0 +1,102 @@
+"""`run --task token-classification --engine ray` with the eval set read by the workers: the driver holds no sentence.
+
+The driver reads the Parquet footer (of the file, or of the Parquet copy one worker makes of a JSONL or CSV file,
+`stages.inputs.worker_rows`), a streamed sha256 and the first rows, checked as in-process (`scan_head`: a wrong
+column fails before the run exists). Each actor of `engines.ray_tokens.run_blocks` loads the token classifier once
+and runs `stages.tokens.token_block` on its blocks of rows: the in-process rules read and check the block
+(`sources.tokens.block_sentences`: the same one-line errors naming the file and line), `tokens.sentences_job`
+tokenizes it, `infer.tokens.predict` predicts it and `tokens.tables` builds its rows of predictions.parquet,
+spans.parquet and hidden_states.npy, written as the shards `part-<first row>` into the stage's staging area. The
+driver keeps counts, checks that the shards cover every row once and that the ids are unique across blocks (hash
+partitions, `sources.blocks.write_id_parts` / `first_duplicate`), and raises the first bad block's error.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from erroranalysis import rundir
+from erroranalysis.core import files
+from erroranalysis.core.errors import DataError
+from erroranalysis.engines import Engine, EngineError
+from erroranalysis.sources import blocks
+from erroranalysis.sources.table import DataOptions, as_source
+from erroranalysis.sources.tokens import Sentences, block_sentences
+
+SHARD = "part-{start:012d}{suffix}"
+
+
+def scan_head(data, data_opts: DataOptions, params, labels, types, rows_path) -> Sentences:
+    """The first rows (`blocks.HEAD_ROWS`) as sentences checked as in-process, over a `blocks.Scanned` eval set:
+    the row count from the footer, the sha256 streamed; the workers read the rest."""
+    from erroranalysis.core import storage
+
+    source = as_source(data)
+    file = blocks.parquet_file(as_source(rows_path) if rows_path is not None else source)
+    n_rows = file.metadata.num_rows
+    if n_rows == 0:
+        raise DataError(f"{source}: no examples (an empty Parquet file); add at least one row.")
+    sha256 = storage.digest(source)["sha256"]
+    head = block_sentences(source, 0, min(n_rows, blocks.HEAD_ROWS), data_opts, params.tokens_column,
+                           params.tags_column, params.spans_column, labels, types, sha256=sha256, file=file)
+    first = head.eval_set
+    names = set(file.schema_arrow.names)
+    head.eval_set = blocks.Scanned(
+        frame=first.frame, path=source, format=first.format, sha256=sha256, columns=first.columns,
+        metadata_columns=first.metadata_columns, max_chars=first.max_chars, notes=first.notes, n_rows=n_rows,
+        sources={m: m if m in names else m.removeprefix("meta_") for m in first.metadata_columns},
+        rows_path=rows_path)
+    return head
+
+
+def workers_stage(staging, job, engine: Engine, advance, block_fn: Callable) -> None:
+    """The infer stage's body on Ray with the workers reading the rows (`job`: a `stages.tokens.TokenJob` over
+    `scan_head`'s sentences): `block_fn` (`stages.tokens.token_block`) on each block, shards into `staging`, counts
+    as facts."""
+    from erroranalysis.engines import blocks as engine_blocks
+    from erroranalysis.engines.ray_data import check_coverage
+    from erroranalysis.engines.ray_tokens import run_blocks
+    from erroranalysis.engines.sinks import shard_starts
+
+    scanned, p = job.sentences.eval_set, job.params
+    paths = {name: str(staging.file(name)) for name in (rundir.PREDICTIONS, rundir.SPANS, rundir.HIDDEN)}
+    ids = staging.file(rundir.PREDICTIONS).parent / ".ids"
+    ctx = {"source": str(scanned.path) if isinstance(scanned.path, Path) else scanned.path,
+           "rows_path": scanned.rows_path, "data_opts": job.data_opts, "params": p, "scheme": job.scheme,
+           "types": job.types, "surfaces": job.train_surfaces, "sha256": scanned.sha256, "sources": scanned.sources,
+           "paths": paths, "ids": str(ids)}
+    load_kwargs = {"device": p.device, "precision": p.precision, "trust_remote_code": p.trust_remote_code}
+    found = run_blocks(block_fn, ctx, scanned.n_rows, model=str(job.model.resolve()), load_kwargs=load_kwargs,
+                       engine=engine, progress=advance)
+    covered = {start: result["rows"] for start, result in found}
+    check_coverage(covered, scanned.n_rows, (paths[rundir.PREDICTIONS], None, paths[rundir.HIDDEN]))
+    if shard_starts(paths[rundir.SPANS], ".parquet") != sorted(covered):
+        raise EngineError(f"--engine ray: {rundir.SPANS} lacks shards of some blocks (the workers' filesystem is "
+                          "not the driver's?); put the run directory on a filesystem every node shares.")
+    options = job.data_opts
+    if options.id_column:
+        parts = [{"folder": ids / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
+        blocks.duplicate_error(engine_blocks.call_each(blocks.first_duplicate, engine, parts), scanned.path, options)
+    shutil.rmtree(ids, ignore_errors=True)  # not an artifact: gone before the stage commits
+    for key in ("n_error_spans", "truncated_sentences", "n_cut", "snapped_spans"):
+        staging.facts[key] = int(sum(result[key] for _, result in found))
+    staging.facts["read_by"] = "workers"
+
+
+def write_table(folder: Path, start: int, frame, schema, sources: dict) -> None:
+    """A block's rows of a table as its shard: metadata columns in the file's types, a column without a value in
+    this block (all None, or only empty lists) typed as text, so that every shard of the folder has one schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = blocks.conform(pa.Table.from_pandas(frame, preserve_index=False), schema, sources)
+    for i, field in enumerate(table.schema):
+        if pa.types.is_null(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.string()))
+        elif pa.types.is_list(field.type) and pa.types.is_null(field.type.value_type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.list_(pa.string())))
+    folder.mkdir(parents=True, exist_ok=True)
+    files.atomic_write(folder / SHARD.format(start=start, suffix=".parquet"),
+                       lambda p: pq.write_table(table, p, row_group_size=files.ROW_GROUP))
