@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from erroranalysis.core import files
+from erroranalysis.engines import sinks
 
 ROWS_PER_BLOCK = files.ROW_GROUP  # a block is a row group of the run's own Parquet files
-SHARD = "part-{start:012d}.parquet"
+SHARD = sinks.SHARD.replace("{suffix}", ".parquet")  # a Parquet shard: `part-<first row>.parquet`
 
 
 @dataclass(frozen=True)

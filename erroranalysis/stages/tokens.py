@@ -228,11 +228,12 @@ def token_block(clf, start: int, rows: int, *, source, rows_path, data_opts: Dat
     """On a Ray worker: rows start..start+rows read, checked, tokenized and predicted as in-process, their rows of
     the three artifacts written as shards `part-<start>` (`tokens_ray.write_table`); their counts back."""
     from erroranalysis.core import files
+    from erroranalysis.engines.sinks import SHARD
     from erroranalysis.infer.tokens import predict
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source
     from erroranalysis.sources.tokens import block_sentences
-    from erroranalysis.stages.tokens_ray import SHARD, write_table
+    from erroranalysis.stages.tokens_ray import write_table
 
     file = blocks.parquet_file(as_source(rows_path) if rows_path is not None else as_source(source))
     sentences = block_sentences(source, start, rows, data_opts, params.tokens_column, params.tags_column,

@@ -21,11 +21,10 @@ from erroranalysis import rundir
 from erroranalysis.core import files
 from erroranalysis.core.errors import DataError
 from erroranalysis.engines import Engine, EngineError
+from erroranalysis.engines.sinks import SHARD
 from erroranalysis.sources import blocks
 from erroranalysis.sources.table import DataOptions, as_source
 from erroranalysis.sources.tokens import Sentences, block_sentences
-
-SHARD = "part-{start:012d}{suffix}"
 
 
 def scan_head(data, data_opts: DataOptions, params, labels, types, rows_path) -> Sentences:
