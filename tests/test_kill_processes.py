@@ -40,7 +40,7 @@ main()
 SLOW_EMBEDDING = """
 import sys, time
 import numpy as np
-import erroranalysis.embed.models as e
+import erroranalysis.embed.vector_files as e
 def slow(self, frame, progress=None):
     time.sleep(60)
 e.PrecomputedEmbedder.embed = slow
