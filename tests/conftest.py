@@ -147,11 +147,16 @@ def build_tiny_checkpoint(folder: Path, labels: list[str] = LABELS, seed: int = 
 def local_ray():
     """A real local Ray on two CPUs, started once and kept from module to module (the Ray tests run in one xdist
     group, one after another: a Ray per module cost ~4 s each); Ray stops it when the process ends. A module that
-    needs a Ray of its own (a two-node cluster, workers that import the tests) calls `own_ray()` first."""
+    needs a Ray of its own (a two-node cluster) calls `own_ray()` first."""
+    yield shared_ray()
+
+
+def shared_ray():
+    """The shared local Ray of `local_ray`, started if it is not running."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
+    return ray
 
 
 def own_ray():

@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import own_ray
+from conftest import shared_ray
 
 from erroranalysis.engines import Engine, blocks
 from erroranalysis.rundir import Run, readers
@@ -73,20 +74,12 @@ def planted_predictions(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A local Ray whose workers can import this module (the embedder's class)."""
-    ray = own_ray()
-    here = str(Path(__file__).resolve().parent)
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([here, *([old] if old else [])])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
+    """The shared local Ray, with this module's classes (the embedders) sent to its workers by value: they cannot
+    import a test module."""
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return shared_ray()
 
 
 @pytest.fixture(scope="module")

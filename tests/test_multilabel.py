@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import own_ray
 from task_fixtures import ML_LABELS, build_head, multilabel_rows, write_jsonl
 from test_cli_run import assert_user_error, invoke
 
@@ -218,9 +217,8 @@ def test_planted_group_always_missing_one_label_is_found(ml_checkpoint, tmp_path
 
 
 @pytest.mark.slow
-def test_ray_gives_the_in_process_answers(ml_checkpoint, tmp_path):
+def test_ray_gives_the_in_process_answers(ml_checkpoint, local_ray, tmp_path):
     """--engine ray on a multi-label head: the workers read the sigmoids as the local engine does."""
-    ray = pytest.importorskip("ray")
     from erroranalysis.engines import Engine
     from erroranalysis.sources.table import DataOptions
     from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
@@ -228,15 +226,10 @@ def test_ray_gives_the_in_process_answers(ml_checkpoint, tmp_path):
     data = write_jsonl(tmp_path / "eval.jsonl", multilabel_rows(40))
     after = AfterParams(checks=None, slices=None, cluster=None)
     runs = {}
-    own_ray()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        for name in ("local", "ray"):
-            runs[name] = run_checkpoint(ml_checkpoint, data, tmp_path / name, data_opts=DataOptions(id_column="id"),
-                                        infer_opts=InferParams(batch_size=8, max_length=64), after=after,
-                                        engine=Engine(name))
-    finally:
-        ray.shutdown()
+    for name in ("local", "ray"):
+        runs[name] = run_checkpoint(ml_checkpoint, data, tmp_path / name, data_opts=DataOptions(id_column="id"),
+                                    infer_opts=InferParams(batch_size=8, max_length=64), after=after,
+                                    engine=Engine(name))
     a, b = runs["local"].predictions(), runs["ray"].predictions()
     for column in ("label", "pred", "correct", "missed", "spurious"):
         assert [str(x) for x in a[column]] == [str(x) for x in b[column]], column
