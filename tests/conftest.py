@@ -22,7 +22,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 # `make test` runs the suite on pytest-xdist workers (`-n logical`). A unit of work is a test file (its module fixtures
 # built once, its tests in order, as in a serial run) or a group named below: the Ray tests share one (one local
-# Ray at a time; test_engines kills Ray actors by name), the memorization test is a unit alone. Units are handed
+# Ray at a time; test_ray_cluster kills Ray actors by name), the memorization test is a unit alone. Units are handed
 # out longest first (measured, below), so the longest overlap the rest of the suite instead of
 # ending it; then the other files with slow tests (most slow tests first), then the rest (most tests first, so that
 # small files even out the end). Groups are given here by node id: xdist's own `xdist_group` marks do not reach its

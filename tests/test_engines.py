@@ -1,26 +1,23 @@
 """The Ray engine gives the in-process answers: a real local Ray (`ray.init(num_cpus=2)`), the real stages.
 
 Predicted labels, metrics and clustering must be identical to the in-process run's, probabilities equal within
-1e-5; a worker killed mid-run is retried by Ray or the run ends failed, never looking complete.
+1e-5. A worker killed mid-run (retried by Ray, or the run ends failed, never looking complete) is tested on a
+two-node cluster in tests/test_ray_cluster.py, workers that keep dying in tests/test_ray_failures.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import sys
-import threading
-import time
 
 import numpy as np
 import pytest
 from conftest import eval_rows, write_jsonl
 
-from erroranalysis.core.errors import ParameterError, RunError
+from erroranalysis.core.errors import ParameterError
 from erroranalysis.engines import Engine, EngineError
 from erroranalysis.engines.ray_data import check_coverage
-from erroranalysis.rundir import Run, formats, readers
+from erroranalysis.rundir import formats, readers
 from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
 
@@ -115,55 +112,6 @@ def test_ray_gives_the_in_process_answers(local_ray, tiny_checkpoint, tmp_path):
     ka, kb = readers.read_checks(local), readers.read_checks(distributed)
     assert ka["duplicate_group"].tolist() == kb["duplicate_group"].tolist()
     assert ka["label_issue"].tolist() == kb["label_issue"].tolist()
-
-
-def _actor_pids() -> list[int]:
-    import psutil
-
-    pids = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if "ShardPredictor" in line or "SourcePredictor" in line:  # a JSONL eval set: the workers read it
-            pids.append(proc.info["pid"])
-    return pids
-
-
-@pytest.mark.slow
-def test_a_killed_worker_is_retried_or_the_run_fails(local_ray, tiny_checkpoint, tmp_path):
-    rows = eval_rows(1600)
-    data = write_jsonl(tmp_path / "eval.jsonl", rows)
-    out = tmp_path / "ray"
-    killed: list[int] = []
-
-    def kill_one_after_the_first_shard():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not killed:
-            shards = list(out.glob(".staging/infer-*/predictions.parquet/part-*.parquet"))
-            pids = _actor_pids()
-            if shards and pids:
-                os.kill(pids[0], signal.SIGKILL)
-                killed.append(len(shards))
-            time.sleep(0.005)
-
-    killer = threading.Thread(target=kill_one_after_the_first_shard, daemon=True)
-    killer.start()
-    after = AfterParams(checks=None, slices=None, cluster=None)
-    try:
-        run = _run(tiny_checkpoint, data, out, Engine("ray"), after)
-    except EngineError:
-        run = Run.open(out)
-        assert run.stage_status("infer") == "failed"
-        with pytest.raises(RunError):
-            readers.read_predictions(run)
-        outcome = "failed"
-    else:
-        local = _run(tiny_checkpoint, data, tmp_path / "local", Engine("local"), after)
-        assert run.predictions()["pred"].tolist() == local.predictions()["pred"].tolist()
-        np.testing.assert_allclose(np.asarray(run.probs()), np.asarray(local.probs()), atol=1e-5)
-        outcome = "retried"
-    killer.join()
-    assert killed and killed[0] < 1600 // CHUNK, "the worker was killed before the last shard was written"
-    print(f"killed a worker after {killed[0]} of {1600 // CHUNK} shards: {outcome}", file=sys.stderr)
 
 
 def test_shards_must_cover_every_row(tmp_path):

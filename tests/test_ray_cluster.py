@@ -93,7 +93,6 @@ def test_two_nodes_reading_s3_give_the_in_process_answers(cluster, tiny_checkpoi
 
 @pytest.mark.parametrize("bad, says", [
     ({"label": "nonsense"}, r"eval.parquet, line 201, column 'label': label 'nonsense' is not one the model knows"),
-    ({"id": "ex003"}, r"eval.parquet, line 201, column 'id': duplicate id 'ex003' \(first on line 4\)"),
 ])
 def test_a_bad_value_in_a_later_block_is_the_in_process_error(cluster, tiny_checkpoint, tmp_path, monkeypatch,
                                                               bad, says):

@@ -46,9 +46,19 @@ def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, form):
         data = _as_text_with_spans(data, tmp_path / "eval.parquet")
     opts, tokens = DataOptions(id_column="id"), TokenParams(device="cpu", batch_size=8)
     here = run_token_classification(model, data, tmp_path / "local", data_opts=opts, token_opts=tokens, after=AFTER)
-    # 2 actors, 2 blocks each: 10 sentences a block, batched by length within each block
-    there = run_token_classification(model, data, tmp_path / "ray", data_opts=opts, token_opts=tokens, after=AFTER,
-                                     engine=Engine(engine="ray", concurrency=2, blocks_per_actor=2))
+    # 2 actors, 2 blocks each: 10 sentences a block, batched by length within each block; the JSONL file's run
+    # through the CLI (`run --engine ray` takes a token classifier), the Parquet file's through the API
+    if form == "tokens.jsonl":
+        out = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(data), "--id-column", "id",
+                                       "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-actors", "2",
+                                       "--ray-blocks-per-actor", "2", "--device", "cpu", "--batch-size", "8",
+                                       "--no-data-checks", "--no-slices", "--no-cluster", "--json"])
+        assert out.exit_code == 0, out.output
+        there = Run.open(tmp_path / "ray")
+        assert there.task == "token-classification"
+    else:
+        there = run_token_classification(model, data, tmp_path / "ray", data_opts=opts, token_opts=tokens,
+                                         after=AFTER, engine=Engine(engine="ray", concurrency=2, blocks_per_actor=2))
     assert there.state("infer")["params"]["engine"] == "ray" and there.state("infer")["read_by"] == "workers"
     assert there.manifest["data"] == here.manifest["data"] and there.manifest["tokens"] == here.manifest["tokens"]
     a, b = readers.read_predictions(here), readers.read_predictions(there)
@@ -62,18 +72,6 @@ def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, form):
     assert (there.path / HIDDEN).is_dir()  # the workers' shards
     np.testing.assert_allclose(here.hidden_states(), there.hidden_states(), rtol=1e-4, atol=1e-5)
     assert Run.open(here.path).metrics()["overall"] == Run.open(there.path).metrics()["overall"]
-
-
-@pytest.mark.slow
-def test_cli_run_takes_engine_ray_for_a_token_classifier(local_ray, tmp_path):
-    model = build_tiny_token_classifier(tmp_path / "model")
-    data = write_sentences(tmp_path / "eval.jsonl", n=12)
-    out = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(data), "--id-column", "id",
-                                   "--out", str(tmp_path / "run"), "--engine", "ray", "--device", "cpu",
-                                   "--no-slices", "--no-cluster", "--json"])
-    assert out.exit_code == 0, out.output
-    run = Run.open(tmp_path / "run")
-    assert run.task == "token-classification" and run.state("infer")["params"]["engine"] == "ray"
 
 
 @pytest.mark.slow
