@@ -53,15 +53,7 @@ def predict_tokens(model, encoded: list, gold: list, *, load_kwargs: dict, aggre
     import ray.data
 
     n = len(encoded)
-    device = load_kwargs.get("device", "auto")
-    resources = ray.cluster_resources()
-    gpus = int(resources.get("GPU", 0)) if device in ("auto", "cuda") or device.startswith("cuda") else 0
-    if device.startswith("cuda") and not gpus:
-        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
-                          "workers.")
-    actors = engine.concurrency or gpus or max(1, int(resources.get("CPU", 1)))
-    size = engine.block_rows(n, actors, SENTENCES_PER_BLOCK)
-    actors = max(1, min(actors, -(-n // size)))
+    gpus, actors, size = _actors(ray, engine, load_kwargs.get("device", "auto"), n)
     items = [{ROW: i, "encoded": pickle.dumps(e), "gold": pickle.dumps([int(t) for t in g])}
              for i, (e, g) in enumerate(zip(encoded, gold))]
     ds = ray.data.from_items(items, override_num_blocks=max(1, -(-n // size)))
@@ -121,16 +113,8 @@ def run_blocks(fn: Callable, ctx: dict, n_rows: int, *, model: str, load_kwargs:
     """`fn(clf, start, rows, **ctx)` over row ranges of `n_rows` rows on actors that each load the token classifier
     once: (start, result) per block in row order; the first bad block's error (in file order) raised here."""
     ray = connect(engine)
-    resources = ray.cluster_resources()
-    device = load_kwargs.get("device", "auto")
-    gpus = int(resources.get("GPU", 0)) if device in ("auto", "cuda") or device.startswith("cuda") else 0
-    if device.startswith("cuda") and not gpus:
-        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
-                          "workers.")
-    actors = engine.concurrency or gpus or max(1, int(resources.get("CPU", 1)))
-    size = engine.block_rows(n_rows, actors, SENTENCES_PER_BLOCK)
+    gpus, actors, size = _actors(ray, engine, load_kwargs.get("device", "auto"), n_rows)
     ranges = [{"start": s, "rows": min(size, n_rows - s)} for s in range(0, n_rows, size)]
-    actors = max(1, min(actors, len(ranges)))
     ds = ray.data.from_items(ranges, override_num_blocks=len(ranges))
     done = bounded_map(ds, TokenBlockRunner, fn_constructor_kwargs={
         "model": model, "load_kwargs": {**load_kwargs, "device": "cuda" if gpus else "cpu"}, "fn": fn, "ctx": ctx},
@@ -153,3 +137,16 @@ def run_blocks(fn: Callable, ctx: dict, n_rows: int, *, model: str, load_kwargs:
     if errors:
         raise block_error(errors[min(errors)])
     return sorted(found.items())
+
+
+def _actors(ray, engine: Engine, device: str, n_rows: int) -> tuple[int, int, int]:
+    """(GPUs to use, actors, sentences per block) for `n_rows` sentences: one actor per GPU where the cluster has
+    GPUs and `device` allows, else one per CPU (or `--ray-actors`), never more actors than blocks."""
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0)) if device in ("auto", "cuda") or device.startswith("cuda") else 0
+    if device.startswith("cuda") and not gpus:
+        raise EngineError(f"--device {device}: the Ray cluster has no GPUs; use --device auto or cpu, or add GPU "
+                          "workers.")
+    actors = engine.concurrency or gpus or max(1, int(resources.get("CPU", 1)))
+    size = engine.block_rows(n_rows, actors, SENTENCES_PER_BLOCK)
+    return gpus, max(1, min(actors, -(-n_rows // size))), size
