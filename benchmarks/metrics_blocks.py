@@ -42,9 +42,6 @@ def write_run(out: Path, n: int, row_group: int | None = None, seed: int = 0) ->
     import numpy as np
     import pandas as pd
 
-    from erroranalysis import rundir
-    from erroranalysis.rundir import create_run
-
     rng = np.random.default_rng(seed)
     label = rng.integers(0, 3, n)
     pred = np.where(rng.random(n) < 0.7, label, rng.integers(0, 3, n))
@@ -66,17 +63,7 @@ def write_run(out: Path, n: int, row_group: int | None = None, seed: int = 0) ->
                           "tags": [tag_sets[i] for i in rng.integers(0, len(tag_sets), n)]})
     manifest = {"task": "classification", "labels": LABELS, "seed": 0,
                 "data": {"rows": n, "metadata_columns": ["source", "price", "stars", "tags"]}}
-    with create_run(out, overwrite=True, **manifest) as run:
-        with run.stage("load_predictions", {}) as staging:
-            if row_group is None:
-                staging.write_parquet(rundir.PREDICTIONS, frame)
-            else:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
-
-                pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), staging.file(rundir.PREDICTIONS),
-                               row_group_size=row_group)
-            staging.write_npy(rundir.PROBS, probs.astype(np.float32))
+    commit_predictions(out, manifest, frame, probs.astype(np.float32), row_group)
 
 
 ML_LABELS = ["billing", "bug", "feature", "praise"]
@@ -86,9 +73,8 @@ def write_task_run(out: Path, n: int, task: str, row_group: int | None = None, s
     """A regression or multi-label run of n predictions, with the classification run's metadata."""
     import numpy as np
 
-    from erroranalysis import rundir
     from erroranalysis.infer.predictions import bin_names, quantile_edges
-    from erroranalysis.rundir import Run, create_run, readers
+    from erroranalysis.rundir import Run, readers
 
     write_run(out, n, row_group, seed)  # the texts and metadata
     frame = readers.read_predictions(Run(out))
@@ -115,6 +101,15 @@ def write_task_run(out: Path, n: int, task: str, row_group: int | None = None, s
                              correct=(gold == pred).all(1))
         manifest = {"task": "multilabel", "labels": ML_LABELS, "task_params": {"thresholds": [0.5] * k}}
     manifest.update(seed=0, data={"rows": n, "metadata_columns": ["source", "price", "stars", "tags"]})
+    commit_predictions(out, manifest, frame, probs, row_group)
+
+
+def commit_predictions(out, manifest: dict, frame, probs, row_group: int | None) -> None:
+    """A run holding `frame` as predictions.parquet (in row groups of `row_group` rows, else pandas' default) and
+    `probs` (None: none), as the load stage commits them."""
+    from erroranalysis import rundir
+    from erroranalysis.rundir import create_run
+
     with create_run(out, overwrite=True, **manifest) as run:
         with run.stage("load_predictions", {}) as staging:
             if row_group is None:
