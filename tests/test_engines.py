@@ -87,6 +87,10 @@ def test_ray_gives_the_in_process_answers(local_ray, tiny_checkpoint, tmp_path):
     assert not [w for w in warned if "only received" in w], warned  # every actor got blocks
 
     assert (distributed.path / "predictions.parquet").is_dir()  # shards, one per chunk
+    # the JSONL eval set was read by the workers (through a Parquet copy, gone now), with the in-process record
+    assert distributed.manifest["stages"]["infer"]["read_by"] == "workers"
+    assert distributed.manifest["data"] == local.manifest["data"]
+    assert not list(tmp_path.glob(".ray.rows-*"))
     block = Engine("ray").block_rows(240, 2, CHUNK)  # 2 actors, 4 blocks each at least: 30 rows, not 40
     assert len(list((distributed.path / "probs.npy").glob("part-*.npy"))) == 240 // block == 8
     a, b = local.predictions(), distributed.predictions()
@@ -177,7 +181,7 @@ def test_minilm_on_ray_gives_the_in_process_vectors(local_ray, monkeypatch):
 
     texts = [r["text"] for r in eval_rows(90)]
     embedder = MiniLMEmbedder(cache=False)
-    on_ray = ray_data.embed_texts(texts, embedder, Engine("ray"), chunk_size=CHUNK)
+    on_ray = ray_data.embed_texts(texts, embedder, Engine("ray", concurrency=1), chunk_size=CHUNK)  # 3 blocks
     np.testing.assert_allclose(on_ray, embedder.embed_texts(texts), atol=1e-5)
 
 

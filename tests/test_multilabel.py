@@ -229,7 +229,7 @@ def test_ray_gives_the_in_process_answers(ml_checkpoint, local_ray, tmp_path):
     for name in ("local", "ray"):
         runs[name] = run_checkpoint(ml_checkpoint, data, tmp_path / name, data_opts=DataOptions(id_column="id"),
                                     infer_opts=InferParams(batch_size=8, max_length=64), after=after,
-                                    engine=Engine(name))
+                                    engine=Engine(name, concurrency=1 if name == "ray" else None))
     a, b = runs["local"].predictions(), runs["ray"].predictions()
     for column in ("label", "pred", "correct", "missed", "spurious"):
         assert [str(x) for x in a[column]] == [str(x) for x in b[column]], column

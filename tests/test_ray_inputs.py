@@ -1,7 +1,9 @@
-"""Under `--engine ray` the workers read the inputs: `analyze` of Parquet, JSONL and CSV predictions files, and `run`
-over a JSONL eval set, give the in-process artifacts, with the in-process one-line errors for a bad cell.
+"""Under `--engine ray` the workers read the inputs: `analyze` of Parquet, JSONL and CSV predictions files gives the
+in-process artifacts, with the in-process one-line errors for a bad cell; `run` over a CSV eval set finds an id used
+twice across blocks as in-process.
 
-A real local Ray (`ray.init(num_cpus=2)`), the real stages; blocks of 25 rows, so every file is several blocks.
+A real local Ray (`ray.init(num_cpus=2)`), the real stages; blocks of 25 rows, so every file is several blocks. `run`
+over a JSONL eval set on Ray is tests/test_engines.py's parity case.
 """
 
 from __future__ import annotations
@@ -124,24 +126,6 @@ def test_a_bad_cell_gives_the_in_process_error(local_ray, tmp_path, suffix, bad)
     assert not list(tmp_path.glob(".ray.rows-*"))
 
 
-def test_run_reads_a_jsonl_eval_set_on_the_workers(local_ray, tiny_checkpoint, tmp_path):
-    data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(100))
-    opts = DataOptions(id_column="id")
-    infer = stages.InferParams(batch_size=8)
-    local = stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "local", data_opts=opts, infer_opts=infer,
-                                  after=AFTER)
-    distributed = stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "ray", data_opts=opts, infer_opts=infer,
-                                        after=AFTER, engine=Engine("ray"))
-    assert distributed.manifest["stages"]["infer"]["read_by"] == "workers"
-    a, b = local.predictions(), distributed.predictions()
-    assert a.columns.tolist() == b.columns.tolist()
-    for column in ("example_id", "text", "label", "pred", "correct", "truncated", "source", "stars"):
-        assert a[column].tolist() == b[column].tolist(), column
-    np.testing.assert_allclose(np.asarray(distributed.probs()), np.asarray(local.probs()), atol=1e-5)
-    assert data_entry(local) == data_entry(distributed)
-    assert not list(tmp_path.glob(".ray.rows-*"))
-
-
 def test_a_parquet_copy_reads_as_the_file(tmp_path):
     """`to_parquet` keeps what the in-process reader made of each line: nested and list metadata, the line numbers
     of a CSV whose quoted cell spans lines."""
@@ -216,7 +200,7 @@ def test_run_finds_an_id_used_twice_across_blocks_as_in_process(local_ray, tiny_
         stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "local", data_opts=opts, infer_opts=infer, after=AFTER)
     with pytest.raises(DataError) as distributed:
         stages.run_checkpoint(tiny_checkpoint, data, tmp_path / "ray", data_opts=opts, infer_opts=infer, after=AFTER,
-                              engine=Engine("ray"))
+                              engine=Engine("ray", concurrency=1))  # one actor: two are test_engines.py's case
     assert str(distributed.value) == str(local.value)
     assert "line 82, column 'id': duplicate id 'ex007' (first on line 9)" in str(local.value)
     assert Run(tmp_path / "ray").manifest["stages"]["infer"]["status"] == "failed"
