@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, own_ray, ray_env, table  # noqa: E402
+from common import in_driver, load_average, measured, own_ray, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
 
@@ -106,13 +104,10 @@ def driver(run: str, engine: str, train: str = "") -> None:
 
     engine_ = Engine(engine)
     ray_start = own_ray(engine_)
-    before = hwm_mb()
-    start = time.perf_counter()
-    summary = checks_run(run, CheckParams(seed=0, train=train or None), engine=engine_)
-    seconds = time.perf_counter() - start
+    figures, summary = measured(lambda: checks_run(run, CheckParams(seed=0, train=train or None), engine=engine_))
     report = json.loads((Path(run) / "checks.json").read_text())
-    print(json.dumps({"seconds": seconds, "ray_start": ray_start, "before": before, "peak": hwm_mb(),
-                      "flagged": summary["n_label_issues"], "groups": summary["n_duplicate_groups"],
+    print(json.dumps({**figures, "ray_start": ray_start, "flagged": summary["n_label_issues"],
+                      "groups": summary["n_duplicate_groups"],
                       "searched": (report["duplicates"].get("searched") or {}).get("rows"),
                       "in_train": summary["n_in_train"], "auc": summary["domain_auc"]}))
 
@@ -133,7 +128,6 @@ def main() -> None:
     from erroranalysis.stages.after import AfterParams
 
     rows = []
-    env = ray_env()
     with tempfile.TemporaryDirectory(prefix="ea_checks_ray_") as tmp:
         tmp = Path(tmp)
         data = write_predictions(tmp / "preds.parquet", args.rows, task=args.task)
@@ -142,11 +136,7 @@ def main() -> None:
                              after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False)).path
         for engine in args.engines:
             print(f"{args.rows:,} {args.task} rows, {engine} ({load_average()})", file=sys.stderr, flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine, train],
-                                  capture_output=True, text=True, env=env)
-            if proc.returncode:
-                raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            r, _ = in_driver(__file__, run, engine, train)
             rows.append([f"{args.rows:,}", args.task, engine, f"{r['seconds']:.0f}", f"{r['ray_start']:.0f}",
                          f"{r['before']:.0f}", f"{r['peak']:.0f}", str(r["flagged"]), str(r["groups"]),
                          str(r["searched"] or "all")] + ([f"{args.train_rows:,}", str(r["in_train"]),

@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, ray_env, table  # noqa: E402
+from common import in_driver, load_average, measured, table  # noqa: E402
 
 LABELS = ["billing", "account", "shipping"]
 GROUPS = [  # (gold, pred, words) of the planted failure groups
@@ -125,12 +124,10 @@ def driver(run: str, engine: str, embedder: str = "auto") -> None:
     from erroranalysis.rundir import Run
     from erroranalysis.stages.cluster import ClusterParams, cluster_run
 
-    before = hwm_mb()
-    start = time.perf_counter()
-    summary = cluster_run(run, ClusterParams(embedder=embedder), engine=None if engine == "local" else Engine("ray"))
-    seconds = time.perf_counter() - start
+    figures, summary = measured(lambda: cluster_run(run, ClusterParams(embedder=embedder),
+                                                    engine=None if engine == "local" else Engine("ray")))
     facts = Run.open(run).manifest["stages"]["cluster"]
-    print(json.dumps({"seconds": seconds, "peak": hwm_mb(), "before": before, "n_failures": summary["n_failures"],
+    print(json.dumps({**figures, "n_failures": summary["n_failures"],
                       "n_clusters": summary["n_clusters"], "noise": summary["noise_share"],
                       "timings": facts.get("timings"), "engine": facts.get("engine")}))
 
@@ -152,7 +149,6 @@ def main() -> None:
     from erroranalysis.stages.analyze import Reading, analyze
 
     rows = []
-    env = ray_env()
     with tempfile.TemporaryDirectory(prefix="ea_cluster_driver_") as tmp:
         tmp = Path(tmp)
         embedder = str(tmp / "vectors.npy") if args.vectors else "auto"
@@ -171,11 +167,7 @@ def main() -> None:
             run = tmp / f"run_{engine}"
             shutil.copytree(base, run)
             print(f"cluster, {engine} ({load_average()})", file=sys.stderr, flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--driver", str(run), engine, embedder],
-                                  capture_output=True, text=True, env=env)
-            if proc.returncode:
-                raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            r, _ = in_driver(__file__, run, engine, embedder)
             print(f"  {json.dumps(r)}", file=sys.stderr, flush=True)
             rows.append([f"{args.rows:,}", f"{r['n_failures']:,}", "generation" if args.generation else
                          "vectors file" if args.vectors else "auto", engine, f"{r['seconds']:.0f}",

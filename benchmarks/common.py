@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +79,25 @@ def own_ray(engine) -> float:
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     connect(engine)
     return time.perf_counter() - start
+
+
+def in_driver(script: str, *args, env: dict | None = None) -> tuple[dict, str]:
+    """`python SCRIPT --driver ARGS...` in a process of its own, so that its VmHWM is the driver's alone (Ray's
+    processes are not its children's peak); returns the JSON of its last stdout line and its stderr. A failure ends
+    the benchmark with the driver's stderr."""
+    command = [sys.executable, script, "--driver", *map(str, args)]
+    proc = subprocess.run(command, capture_output=True, text=True, env={**ray_env(), **(env or {})})
+    if proc.returncode:
+        raise SystemExit(f"driver failed: {' '.join(command)}\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def measured(work) -> tuple[dict, object]:
+    """(seconds, the driver's VmHWM before and after `work()`; work's result): the figures each driver prints."""
+    before = hwm_mb()
+    start = time.perf_counter()
+    result = work()
+    return {"seconds": time.perf_counter() - start, "before": before, "peak": hwm_mb()}, result
 
 
 def load_average() -> str:

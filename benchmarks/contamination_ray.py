@@ -19,11 +19,10 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, own_ray, ray_env, table  # noqa: E402
+from common import in_driver, load_average, measured, own_ray, ray_env, table  # noqa: E402
 
 
 def vocabulary():
@@ -75,13 +74,11 @@ def driver(run: str, train: str, engine: str) -> None:
 
     engine_ = Engine(engine)
     ray_start = own_ray(engine_)
-    before = hwm_mb()
-    start = time.perf_counter()
-    summary = checks_run(run, CheckParams(train=train, embedder="none", seed=0), engine=engine_)
-    seconds = time.perf_counter() - start
+    figures, summary = measured(lambda: checks_run(run, CheckParams(train=train, embedder="none", seed=0),
+                                                   engine=engine_))
     section = json.loads((Path(run) / "checks.json").read_text())["contamination"]
-    print(json.dumps({"seconds": seconds, "ray_start": ray_start, "before": before, "peak": hwm_mb(),
-                      "contaminated": summary["n_contaminated"], "near": section["near_duplicates"]["n_groups"]}))
+    print(json.dumps({**figures, "ray_start": ray_start, "contaminated": summary["n_contaminated"],
+                      "near": section["near_duplicates"]["n_groups"]}))
 
 
 def main() -> None:
@@ -107,11 +104,7 @@ def main() -> None:
             raise SystemExit(f"analyze failed:\n{made.stderr[-3000:]}")
         for engine in args.engines:
             print(f"{args.rows:,} x {args.train_rows:,} rows, {engine} ({load_average()})", file=sys.stderr, flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--driver", str(tmp / "run"), str(train), engine],
-                                  capture_output=True, text=True, env=env)
-            if proc.returncode:
-                raise SystemExit(f"driver failed ({engine}):\n{proc.stderr[-3000:]}")
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            r, _ = in_driver(__file__, tmp / "run", train, engine)
             rows.append([f"{args.rows:,}", f"{args.train_rows:,}", engine, f"{r['seconds']:.0f}",
                          f"{r['ray_start']:.0f}", f"{r['before']:.0f}", f"{r['peak']:.0f}", str(r["contaminated"]),
                          str(r["near"])])

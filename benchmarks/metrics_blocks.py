@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, ray_env, table  # noqa: E402
+from common import in_driver, load_average, measured, own_ray, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
 WORDS = ["awful", "broken", "refund", "delivered", "package", "order", "great", "love", "perfect", "item", "the"]
@@ -160,26 +159,22 @@ def driver(out: str, way: str) -> None:
     from erroranalysis.stages.common import metadata_of
 
     run = Run(out)
-    engine = None
-    if way == WAYS[2]:
-        import ray
+    engine = Engine("ray") if way == WAYS[2] else None
+    own_ray(engine)
 
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        engine = Engine("ray")
-    before = hwm_mb()
-    start = time.perf_counter()
-    if way == WAYS[0]:  # the stage before the block path, less the commit
+    def whole() -> dict:  # the stage before the block path, less the commit
         preds, probs = readers.read_predictions(run), readers.read_probs(run)
         metadata = metadata_of(run, preds.columns)
-        result = whole_table(run, preds, probs, metadata) if run.task != "classification" else compute_metrics(preds["label"].to_numpy(), preds["pred"].to_numpy(), run.labels,
-                                 probs=np.asarray(probs), metadata=preds[metadata], texts=preds["text"].to_numpy(),
-                                 n_resamples=0)
-    else:
-        result = compute_run_metrics(run, MetricsParams(n_resamples=0), engine=engine)
-    seconds = time.perf_counter() - start
+        if run.task != "classification":
+            return whole_table(run, preds, probs, metadata)
+        return compute_metrics(preds["label"].to_numpy(), preds["pred"].to_numpy(), run.labels,
+                               probs=np.asarray(probs), metadata=preds[metadata], texts=preds["text"].to_numpy(),
+                               n_resamples=0)
+
+    figures, result = measured(whole if way == WAYS[0] else
+                               lambda: compute_run_metrics(run, MetricsParams(n_resamples=0), engine=engine))
     digest = hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()[:12]
-    print(json.dumps({"seconds": seconds, "before": before, "after": hwm_mb(), "digest": digest,
-                      "by_metadata": sorted(result["by_metadata"])}))
+    print(json.dumps({**figures, "digest": digest, "by_metadata": sorted(result["by_metadata"])}))
 
 
 def main() -> None:
@@ -194,7 +189,6 @@ def main() -> None:
         driver(*args.driver)
         return
     rows = []
-    env = ray_env()
     with tempfile.TemporaryDirectory(prefix="ea_metrics_blocks_") as tmp:
         out = Path(tmp) / "run"
         start = time.perf_counter()
@@ -205,12 +199,8 @@ def main() -> None:
         print(f"wrote {args.rows:,} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
         for way in WAYS:
             print(f"{way} ({load_average()})", file=sys.stderr, flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--driver", str(out), way], capture_output=True,
-                                  text=True, env=env)
-            if proc.returncode:
-                raise SystemExit(f"{way} failed:\n{proc.stderr[-3000:]}")
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-            rows.append([way, f"{r['seconds']:.1f}", f"{r['before']:.0f}", f"{r['after']:.0f}",
+            r, _ = in_driver(__file__, out, way)
+            rows.append([way, f"{r['seconds']:.1f}", f"{r['before']:.0f}", f"{r['peak']:.0f}",
                          r["digest"], len(r["by_metadata"])])
     groups = f"row groups of {args.row_group:,}" if args.row_group else "row groups as the stages write them"
     print(f"metrics stage, {args.task} run, {args.rows:,} rows, {groups} ({load_average()})")

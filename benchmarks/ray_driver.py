@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, table  # noqa: E402
+from common import hwm_mb, in_driver, load_average, table  # noqa: E402
 
 LABELS = ["negative", "neutral", "positive"]
 WORDS = ["awful", "terrible", "broken", "refund", "worst", "delivered", "package", "tuesday", "order", "received",
@@ -97,18 +96,11 @@ def driver(checkpoint: str, data: str, out: str, engine: str, actors: int | None
 
 
 def measure(checkpoint: Path, data: Path, out: Path, engine: str, actors: int | None, metrics: bool) -> dict:
-    command = [sys.executable, __file__, "--driver", str(checkpoint), str(data), str(out), engine,
-               str(actors or 0), str(int(metrics))]
     # one torch thread per process, as Ray gives each 1-CPU actor: on a shared machine two spinning OpenMP threads
     # per process ran this tiny model ~8x slower than one (the in-process peer gets the same)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise SystemExit(f"driver failed: {' '.join(command)}\n{proc.stderr[-3000:]}")
-    warned = "only received" in proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {**result, "warned": warned}
+    result, stderr = in_driver(__file__, checkpoint, data, out, engine, actors or 0, int(metrics),
+                               env={"OMP_NUM_THREADS": "1"})
+    return {**result, "warned": "only received" in stderr}
 
 
 def main() -> None:

@@ -19,12 +19,11 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, ray_env, table  # noqa: E402
-from ray_driver import LABELS, WORDS, hwm_mb  # noqa: E402
+from common import in_driver, load_average, measured, table  # noqa: E402
+from ray_driver import LABELS, WORDS  # noqa: E402
 
 
 def write_predictions(path: Path, n: int, seed: int = 0) -> Path:
@@ -70,24 +69,13 @@ def driver(data: str, out: str, engine: str) -> None:
         from erroranalysis.engines import ray_data
 
         ray_data.connect(engine_)
-    before = hwm_mb()
     load.after_predictions = lambda *args, **kwargs: None  # the stage alone: metrics and the rest are others' work
     after = stages.AfterParams.with_seed(0, checks=False, slices=False, cluster=False)
-    start = time.perf_counter()
-    run = stages.analyze("classification", data, out, stages.Reading(data=DataOptions(id_column="id")),
-                         after=after, engine=engine_)
-    seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "before": before, "peak": hwm_mb(), "rows": run.manifest["data"]["rows"],
+    figures, run = measured(lambda: stages.analyze("classification", data, out,
+                                                   stages.Reading(data=DataOptions(id_column="id")), after=after,
+                                                   engine=engine_))
+    print(json.dumps({**figures, "rows": run.manifest["data"]["rows"],
                       "read_by": run.manifest["stages"]["load_predictions"].get("read_by", "driver")}))
-
-
-def measure(data: Path, out: Path, engine: str) -> dict:
-    command = [sys.executable, __file__, "--driver", str(data), str(out), engine]
-    env = ray_env()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise SystemExit(f"driver failed: {' '.join(command)}\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -107,7 +95,7 @@ def main() -> None:
         for engine in ("local", "ray"):
             print(f"{args.rows:,} rows of {args.format} ({size:.0f} MB), {engine} ({load_average()})",
                   file=sys.stderr, flush=True)
-            r = measure(data, tmp / f"run_{engine}", engine)
+            r, _ = in_driver(__file__, data, tmp / f"run_{engine}", engine)
             rows.append([f"{r['rows']:,}", args.format, engine, f"{r['seconds']:.1f}", f"{r['before']:.0f}",
                          f"{r['peak']:.0f}", r["read_by"]])
             print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
