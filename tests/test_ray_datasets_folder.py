@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from conftest import eval_rows
 from test_checks_ray_train import both_engines, leaky  # noqa: F401  (leaky: the fixture, a run with a train set)
+from test_contamination_ray import both, generation  # noqa: F401  (generation: a generation run and its SFT file)
 from test_ray_inputs import AFTER, analyze, data_entry, predictions
 
 from erroranalysis import stages
@@ -143,3 +144,16 @@ def test_train_folder_checks_on_ray_equal_in_process(local_ray, leaky, monkeypat
     ray_report["duplicates"].pop("searched")
     assert ray_report == report
     assert ray_report["leakage"]["n_exact"] == 10 and ray_report["shift"]["n_train"] == 300
+
+
+def test_contamination_of_a_train_folder_on_ray_equals_in_process(local_ray, generation, monkeypatch):  # noqa: F811
+    """A generation run's `--train FOLDER --train-split test` (chat messages: lists of structs in Arrow)."""
+    root, train = generation
+    rows = pd.read_json(train, lines=True).to_dict("records")
+    save(root / "sft_ds", rows, "dict", shards=3)
+    (frame, found), (ray_frame, ray_found) = both(root / "run", monkeypatch, train=str(root / "sft_ds"),
+                                                  split="test")
+    pd.testing.assert_frame_equal(frame, ray_frame)
+    assert ray_found["params"].pop("engine") == "ray"
+    assert found["contamination"] == ray_found["contamination"]
+    assert frame["in_train"].to_numpy(dtype=bool).sum() == 25  # the planted rows: equal over something found
