@@ -114,45 +114,55 @@ def to_parquet(source, target, encoding: str = "utf-8", split: str | None = None
 
 
 def _stream_folder(source: Path, target: Path, split: str | None) -> int:
-    """A `save_to_disk` folder's split as Parquet file `target` with `_line` (1-based rows, as `read_table` numbers
-    them): its record batches (`table.dataset_batches`, the in-process split choice and errors) gathered into row
-    groups of `COPY_ROW_GROUP` rows and written as they come; its rows."""
-    import pyarrow as pa
+    """A `save_to_disk` folder's split as Parquet file `target` with `_line`: its record batches
+    (`table.dataset_batches`, the in-process split choice and errors) written as they come, in row groups of about
+    `COPY_ROW_GROUP` rows (`_row_groups`); its rows."""
     import pyarrow.parquet as pq
 
     from erroranalysis.core import files
     from erroranalysis.sources.table import dataset_batches, empty_dataset
 
     folder, batches = dataset_batches(source, split)
-    written = []
+    rows = []
 
     def write(path: Path) -> None:
-        writer, pending, n = None, [], 0
+        writer = None
         try:
-            for batch in batches:
-                lines = pa.array(np.arange(n + 1, n + 1 + batch.num_rows, dtype=np.int64))
-                names = batch.schema.names  # `_line` replaced where the dataset has one, as pandas would
-                batch = (batch.set_column(names.index("_line"), "_line", lines) if "_line" in names
-                         else batch.append_column("_line", lines))
+            for group in _row_groups(batches, COPY_ROW_GROUP):
                 if writer is None:
-                    schema = batch.schema.with_metadata({**(batch.schema.metadata or {}), COPY: b"1"})
-                    writer = pq.ParquetWriter(path, schema)
-                pending.append(batch)
-                n += batch.num_rows
-                if sum(b.num_rows for b in pending) >= COPY_ROW_GROUP:
-                    writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=COPY_ROW_GROUP)
-                    pending = []
-            if n == 0:
-                raise empty_dataset(folder)
-            if pending:
-                writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=COPY_ROW_GROUP)
+                    writer = pq.ParquetWriter(path, group.schema.with_metadata({**(group.schema.metadata or {}),
+                                                                                COPY: b"1"}))
+                writer.write_table(group, row_group_size=group.num_rows)
+                rows.append(group.num_rows)
         finally:
             if writer is not None:
                 writer.close()
-        written.append(n)
+        if not rows:
+            raise empty_dataset(folder)
 
     files.atomic_write(target, write)
-    return written[0]
+    return sum(rows)
+
+
+def _row_groups(batches, size: int):
+    """Record batches with `_line` (the 1-based row, as `read_table` numbers them; a `_line` of the dataset's own
+    replaced in place, as pandas does), gathered into tables of at least `size` rows (the last: what is left)."""
+    import pyarrow as pa
+
+    pending, n = [], 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        lines = pa.array(np.arange(n + 1, n + 1 + batch.num_rows, dtype=np.int64))
+        names = batch.schema.names
+        pending.append(batch.set_column(names.index("_line"), "_line", lines) if "_line" in names
+                       else batch.append_column("_line", lines))
+        n += batch.num_rows
+        if sum(b.num_rows for b in pending) >= size:
+            yield pa.Table.from_batches(pending)
+            pending = []
+    if pending:
+        yield pa.Table.from_batches(pending)
 
 
 def is_copy(schema) -> bool:
