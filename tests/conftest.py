@@ -36,6 +36,7 @@ GROUPS = {
     "tests/test_ray_failures.py": "ray",
     "tests/test_token_ray.py": "ray",
     "tests/test_ray_inputs.py": "ray",
+    "tests/test_ray_datasets_folder.py": "ray",
     "tests/test_checks_ray.py": "ray",
     "tests/test_checks_ray_train.py": "ray",
     "tests/test_contamination_ray.py": "ray",

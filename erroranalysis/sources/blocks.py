@@ -12,7 +12,9 @@ task per part finds the id used twice whose first row comes first (`first_duplic
 A JSONL or CSV file cannot be cut into row ranges without reading it (a CSV's quoted cells may hold newlines):
 `to_parquet` reads it whole with the in-process reader (the same rules, types and one-line errors) and writes a
 Parquet copy that keeps each row's `_line` (`erroranalysis.sources.table`'s numbering); one worker makes it, and the
-blocks are then read from the copy as from a Parquet file, their errors naming the user's file.
+blocks are then read from the copy as from a Parquet file, their errors naming the user's file. A `save_to_disk`
+folder goes the same way, streamed: its split chosen and its Arrow record batches read by the in-process reader's
+`table.dataset_batches`, written on in row groups, so the worker never holds the table.
 """
 
 from __future__ import annotations
@@ -62,16 +64,27 @@ def readable(path) -> bool:
 
 
 def convertible(path) -> bool:
-    """Whether `to_parquet` can make a copy workers read in blocks: a JSONL or CSV file."""
+    """Whether `to_parquet` can make a copy workers read in blocks: a JSONL or CSV file, a folder on a local disk
+    (a `save_to_disk` folder; any other is refused by the copy with the in-process error)."""
     source = as_source(path)
+    if isinstance(source, Path) and source.is_dir():
+        return True
     return (isinstance(source, (Path, storage.ObjectPath)) and FORMATS.get(source.suffix.lower()) in ("jsonl", "csv")
             and source.is_file())
 
 
-def to_parquet(source, target, encoding: str = "utf-8") -> int:
+def format_of(source) -> str:
+    """The format name the in-process reader gives `source`: a `save_to_disk` folder's, else its suffix's."""
+    if isinstance(source, Path) and source.is_dir():
+        return "hf_dataset"
+    return FORMATS.get(source.suffix.lower(), "parquet")
+
+
+def to_parquet(source, target, encoding: str = "utf-8", split: str | None = None) -> int:
     """Write JSONL or CSV file `source` as Parquet file `target` with its `_line` column (read whole, in the process
     that calls this: a worker); its rows. A column Arrow cannot store as one type is a one-line DataError: the
-    in-process one for cells of two kinds (`cells.column_kind`), else one saying so (numbers and text)."""
+    in-process one for cells of two kinds (`cells.column_kind`), else one saying so (numbers and text). A
+    `save_to_disk` folder (its split `split`) is streamed instead (`_stream_folder`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -80,6 +93,8 @@ def to_parquet(source, target, encoding: str = "utf-8") -> int:
     from erroranalysis.sources.table import read_table
 
     source = as_source(source)
+    if isinstance(source, Path) and source.is_dir():
+        return _stream_folder(source, Path(target), split)
     frame, _ = read_table(source, encoding=encoding)
     try:
         table = pa.Table.from_pandas(frame, preserve_index=False)
@@ -96,6 +111,58 @@ def to_parquet(source, target, encoding: str = "utf-8") -> int:
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), COPY: b"1"})
     files.atomic_write(Path(target), lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))
     return len(frame)
+
+
+def _stream_folder(source: Path, target: Path, split: str | None) -> int:
+    """A `save_to_disk` folder's split as Parquet file `target` with `_line`: its record batches
+    (`table.dataset_batches`, the in-process split choice and errors) written as they come, in row groups of about
+    `COPY_ROW_GROUP` rows (`_row_groups`); its rows."""
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import files
+    from erroranalysis.sources.table import dataset_batches, empty_dataset
+
+    folder, batches = dataset_batches(source, split)
+    rows = []
+
+    def write(path: Path) -> None:
+        writer = None
+        try:
+            for group in _row_groups(batches, COPY_ROW_GROUP):
+                if writer is None:
+                    writer = pq.ParquetWriter(path, group.schema.with_metadata({**(group.schema.metadata or {}),
+                                                                                COPY: b"1"}))
+                writer.write_table(group, row_group_size=group.num_rows)
+                rows.append(group.num_rows)
+        finally:
+            if writer is not None:
+                writer.close()
+        if not rows:
+            raise empty_dataset(folder)
+
+    files.atomic_write(target, write)
+    return sum(rows)
+
+
+def _row_groups(batches, size: int):
+    """Record batches with `_line` (the 1-based row, as `read_table` numbers them; a `_line` of the dataset's own
+    replaced in place, as pandas does), gathered into tables of at least `size` rows (the last: what is left)."""
+    import pyarrow as pa
+
+    pending, n = [], 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        lines = pa.array(np.arange(n + 1, n + 1 + batch.num_rows, dtype=np.int64))
+        names = batch.schema.names
+        pending.append(batch.set_column(names.index("_line"), "_line", lines) if "_line" in names
+                       else batch.append_column("_line", lines))
+        n += batch.num_rows
+        if sum(b.num_rows for b in pending) >= size:
+            yield pa.Table.from_batches(pending)
+            pending = []
+    if pending:
+        yield pa.Table.from_batches(pending)
 
 
 def is_copy(schema) -> bool:
@@ -163,7 +230,7 @@ def scan(path, opts: DataOptions, labels: list[str] | None, *, required: tuple[s
     head = block(source, 0, min(n_rows, HEAD_ROWS), opts, labels, sha256=sha256, file=file, required=required)[0]
     names = set(file.schema_arrow.names)
     sources = {m: m if m in names else m.removeprefix("meta_") for m in head.metadata_columns}  # meta_x: a clash
-    return Scanned(frame=head.frame, path=source, format=FORMATS[source.suffix.lower()], sha256=sha256,
+    return Scanned(frame=head.frame, path=source, format=format_of(source), sha256=sha256,
                    columns=head.columns, metadata_columns=head.metadata_columns, max_chars=head.max_chars,
                    notes=head.notes, n_rows=n_rows, sources=sources, rows_path=rows_path)
 
@@ -188,7 +255,7 @@ def rows_of(raw: pd.DataFrame, start: int, opts: DataOptions, *, source, require
     in-process (`load_eval_set`): ids default to the row number in the whole file."""
     eval_set = load_eval_set(source, text_column=opts.text_column, label_column=opts.label_column,
                              id_column=opts.id_column, max_chars=opts.max_chars, required=required,
-                             table=(raw, FORMATS.get(source.suffix.lower(), "parquet")), sha256=sha256)
+                             table=(raw, format_of(source)), sha256=sha256)
     if not opts.id_column:  # the row number in the whole file, as in-process
         eval_set.frame["example_id"] = np.arange(start, start + len(raw)).astype(str).astype(object)
     return eval_set

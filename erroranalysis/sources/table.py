@@ -285,6 +285,22 @@ def _read_parquet(path: Path | storage.ObjectPath, encoding: str) -> pd.DataFram
 
 def _read_dataset_dir(path: Path, split: str | None) -> pd.DataFrame:
     """A datasets `save_to_disk` folder, read with pyarrow alone (no `datasets` import needed)."""
+    import pyarrow as pa
+
+    folder, batches = dataset_batches(path, split)
+    batches = list(batches)
+    if not sum(b.num_rows for b in batches):
+        raise empty_dataset(folder)
+    frame = pa.Table.from_batches(batches).to_pandas()
+    frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
+    return frame
+
+
+def dataset_batches(path: Path, split: str | None):
+    """(the folder read, its Arrow record batches) of a `save_to_disk` folder: a DatasetDict's split `split` (or its
+    only one), its `data-*.arrow` files (Arrow IPC streams) in order, memory-mapped and read batch by batch, so a
+    caller that writes each batch on (`blocks.to_parquet`) never holds the table. The split's and the folder's
+    problems are one-line errors here, an unreadable file's when its batches are read."""
     if (path / "dataset_dict.json").is_file():
         splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
         if split is None:
@@ -298,20 +314,24 @@ def _read_dataset_dir(path: Path, split: str | None) -> pd.DataFrame:
     if not state.is_file():
         raise DataError(f"{path}: is a directory, not an eval-set file; pass a .jsonl, .csv or .parquet file "
                         "or a folder saved with datasets' save_to_disk.")
-    import pyarrow as pa
-
     parts = [path / f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
     if not parts:
         raise DataError(f"{state}: lists no data files; re-save the dataset with save_to_disk.")
+    return path, _stream(path, parts)
+
+
+def _stream(folder: Path, parts: list[Path]):
+    import pyarrow as pa
+
     try:
-        tables = [pa.ipc.open_stream(pa.memory_map(str(f))).read_all() for f in parts]
+        for part in parts:
+            yield from pa.ipc.open_stream(pa.memory_map(str(part)))
     except (OSError, pa.ArrowInvalid) as exc:
-        raise DataError(f"{path}: unreadable Arrow data ({str(exc).splitlines()[0]}); re-save the dataset.") from None
-    frame = pa.concat_tables(tables).to_pandas()
-    if len(frame) == 0:
-        raise DataError(f"{path}: the dataset has no rows; add at least one example.")
-    frame["_line"] = np.arange(1, len(frame) + 1, dtype=np.int64)
-    return frame
+        raise DataError(f"{folder}: unreadable Arrow data ({str(exc).splitlines()[0]}); re-save the dataset.") from None
+
+
+def empty_dataset(folder: Path) -> DataError:
+    return DataError(f"{folder}: the dataset has no rows; add at least one example.")
 
 
 def _ids(raw: pd.DataFrame, id_column: str | None, path: Path) -> np.ndarray:

@@ -59,11 +59,11 @@ def block_sentences(source, start: int, rows: int, data_opts: DataOptions, token
     open) read and checked as `read_sentences` reads the whole file: the same rules and one-line errors naming the
     user's file and line; ids default to the row number in the whole file, as in-process."""
     from erroranalysis.sources import blocks
-    from erroranalysis.sources.table import FORMATS, as_source
+    from erroranalysis.sources.table import as_source
 
     source = as_source(source)
     raw = blocks.read_rows(source, start, rows, file)
-    sentences = sentences_of(source, (raw, FORMATS.get(source.suffix.lower(), "parquet")), data_opts, tokens_column,
+    sentences = sentences_of(source, (raw, blocks.format_of(source)), data_opts, tokens_column,
                              tags_column, spans_column, labels, types, sha256=sha256)
     if not data_opts.id_column:
         sentences.eval_set.frame["example_id"] = np.arange(start, start + len(raw)).astype(str).astype(object)

@@ -3,7 +3,8 @@
 counts, a bounded sample's results and the run's record. `data_checks_ray.checks_ray` calls it:
 
 1. `scan` (before the stage starts, so a bad training file fails it as in-process): a Parquet file is read by the
-   workers as it is; a JSONL or CSV file through a Parquet copy one worker makes (`sources.blocks.to_parquet`); an
+   workers as it is; a JSONL or CSV file or a save_to_disk folder (its `--train-split`) through a Parquet copy one
+   worker makes (`sources.blocks.to_parquet`, a folder's record batches streamed); an
    in-memory training set (the Python API's `train_set`) is written to one. Each block is validated as
    `read_train_set` validates the whole file (the same one-line errors; ids unique across blocks by hash parts),
    writes its rows' text keys into the partitions the eval keys use (`blockwise.bucket_of`), counts what the shift
@@ -42,14 +43,16 @@ from erroranalysis.stages.check_ray_shift import dump_words, shift
 
 
 def workers_read(params, train_set) -> bool:
-    """Whether workers can read the training file (Parquet, JSONL or CSV; an in-memory set is written for them)."""
+    """Whether workers can read the training file (Parquet, JSONL, CSV or a save_to_disk folder; an in-memory set
+    is written for them)."""
     from erroranalysis.stages.inputs import workers_read as readable
 
     return train_set is not None or readable(params.train)
 
 
 def count_rows(params, train_set, engine) -> int:
-    """The training rows (a Parquet file's footer; a JSONL or CSV file read by a worker), for the embedder's choice
+    """The training rows (a Parquet file's footer; a JSONL or CSV file read, a folder's batches counted, by a worker),
+    for the embedder's choice
     (`embedder_choice.plan` counts the texts in-process embeds: eval and training rows)."""
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source
@@ -61,12 +64,14 @@ def count_rows(params, train_set, engine) -> int:
         return blocks.parquet_file(path).metadata.num_rows
     from erroranalysis.engines import ray_data
 
-    return ray_data.run_task(_count, engine, path=path, encoding=params.encoding)
+    return ray_data.run_task(_count, engine, path=path, encoding=params.encoding, split=params.split)
 
 
-def _count(path, encoding: str) -> int:
-    from erroranalysis.sources.table import read_table
+def _count(path, encoding: str, split: str | None) -> int:
+    from erroranalysis.sources.table import dataset_batches, read_table
 
+    if isinstance(path, Path) and path.is_dir():  # streamed: the worker never holds the table
+        return sum(batch.num_rows for batch in dataset_batches(path, split)[1])
     return len(read_table(path, encoding=encoding)[0])
 
 
@@ -105,7 +110,8 @@ def source(run, params, train_set, scratch: Path, engine) -> Source:
         from erroranalysis.engines import ray_data
 
         rows = scratch / "train-rows.parquet"
-        ray_data.run_task(blocks.to_parquet, engine, source=path, target=rows, encoding=opts.encoding)
+        ray_data.run_task(blocks.to_parquet, engine, source=path, target=rows, encoding=opts.encoding,
+                          split=opts.split)
     file = blocks.parquet_file(rows)
     names = file.schema_arrow.names
     if any(c and c not in names for c in (opts.text_column, opts.label_column, opts.id_column)):

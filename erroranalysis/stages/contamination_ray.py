@@ -5,10 +5,11 @@ predictions.parquet or of the training file; the driver holds counts, the 20 sho
 `prepare` runs before the checks stage starts (so a bad training file fails it and nothing is half-written), in
 scratch folders inside the run that every worker sees:
 
-1. the training file is read by the workers in row ranges (a Parquet file as it is, a JSONL or CSV file through the
-   Parquet copy one worker makes, `_copy`), each block validated as in-process (`sft_texts`: the same one-line
-   error); each block writes its distinct (n-gram hash, row) pairs into the hash's partition, its prompts' MinHash
-   LSH band keys into the key's partition, its prompts and ids, and its rows of the training length sample;
+1. the training file is read by the workers in row ranges (a Parquet file as it is, a JSONL or CSV file or a
+   save_to_disk folder's `--train-split` through the Parquet copy one worker makes, `_copy`), each block validated
+   as in-process (`sft_texts`: the same one-line error); each block writes its distinct (n-gram hash, row) pairs
+   into the hash's partition, its prompts' MinHash LSH band keys into the key's partition, its prompts and ids, and
+   its rows of the training length sample;
 2. each predictions block writes its prompts' and references' distinct n-gram hashes into the same partitions as
    the training hashes, and sends back its prompts' length histograms (words, and tokens with the run's tokenizer);
 3. one task per partition joins the n-gram hashes (`contamination_blocks.match`) and writes each eval block the
@@ -49,10 +50,11 @@ MAX_PARTS = 64
 
 
 def workers_read(params) -> bool:
-    """Whether the workers can read the training file in blocks (a Parquet, JSONL or CSV file)."""
+    """Whether the workers can read the training file in blocks (a Parquet, JSONL or CSV file, a save_to_disk
+    folder)."""
     from erroranalysis.stages.inputs import workers_read as readable
 
-    return readable(Path(params.train)) and params.split is None
+    return readable(Path(params.train))
 
 
 class Prepared:
@@ -149,7 +151,7 @@ def _scan_eval(path, engine, ctx: dict, n_parts: int, model) -> tuple[dict, dict
 @contextlib.contextmanager
 def _rows(train: Path, params, engine, beside):
     """The Parquet file the blocks of the training file are read from: the file itself, or a JSONL or CSV file's
-    copy (`_copy`, made by one worker under Ray)."""
+    (a save_to_disk folder split's) copy (`_copy`, made by one worker under Ray)."""
     from erroranalysis.sources import blocks
     from erroranalysis.stages.inputs import scratch
 
@@ -158,25 +160,29 @@ def _rows(train: Path, params, engine, beside):
         return
     with scratch(beside) as folder:
         eb.call_each(_copy, engine, [{"source": str(train), "target": str(folder / "rows.parquet"),
-                                "encoding": params.encoding}])
+                                "encoding": params.encoding, "split": params.split}])
         yield folder / "rows.parquet"
 
 
 PICKLED = b"erroranalysis.pickled"  # schema metadata of a `_copy`: its columns whose cells are pickled
 
 
-def _copy(source: str, target: str, encoding: str) -> int:
+def _copy(source: str, target: str, encoding: str, split: str | None = None) -> int:
     """A JSONL or CSV training file as Parquet with its `_line` (`sources.blocks.to_parquet`'s copy), where a column
     Arrow cannot store as one type (messages whose cells differ in shape, a bad cell among them) keeps its cells as
-    they were read, pickled: the blocks validate them as in-process, with the same one-line error."""
+    they were read, pickled: the blocks validate them as in-process, with the same one-line error. A save_to_disk
+    folder's cells are Arrow-typed already: `to_parquet` streams its split."""
     import pickle
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from erroranalysis.core import files
-    from erroranalysis.sources.blocks import COPY, COPY_ROW_GROUP
+    from erroranalysis.sources.blocks import COPY, COPY_ROW_GROUP, to_parquet
     from erroranalysis.sources.table import read_table
+
+    if Path(source).is_dir():
+        return to_parquet(source, target, split=split)
 
     frame, _ = read_table(Path(source), encoding=encoding)
     pickled = []

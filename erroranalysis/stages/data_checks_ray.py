@@ -52,6 +52,8 @@ from erroranalysis.stages.check_ray_leakage import leak_columns
 
 COLUMNS = ["example_id", "text", "label", "correct"]
 GOLD = {"classification": ["label"], "multilabel": ["gold_labels"], None: []}  # what the label-issue passes read
+UNREAD = ("--train: the workers read a Parquet, JSONL or CSV training file or a save_to_disk folder only; the checks "
+          "run on the driver")
 
 
 def supported(run, params, train_set, embed) -> str | None:
@@ -60,12 +62,12 @@ def supported(run, params, train_set, embed) -> str | None:
         from erroranalysis.stages.contamination_ray import workers_read
 
         if not workers_read(params):
-            return "--train: the workers read a Parquet, JSONL or CSV training file only; the checks run on the driver"
+            return UNREAD
     elif train_set is not None or params.train is not None:
         if run.task != "classification":
             return f"--train: a {run.task} run's checks with a training file run on the driver"
         if not check_ray_train.workers_read(params, train_set):
-            return "--train: a datasets folder is read on the driver (workers read Parquet, JSONL and CSV files)"
+            return UNREAD
     return None
 
 

@@ -3,7 +3,8 @@
 A Parquet file is read by the workers in row ranges as it is. A JSONL or CSV file cannot be cut into row ranges
 without reading it (a CSV's quoted cells may span lines), so one worker reads it with the in-process reader and
 writes a Parquet copy that keeps each row's line number (`erroranalysis.sources.blocks.to_parquet`); the blocks are
-read from the copy, their errors naming the user's file and line. The copy lives in a hidden folder beside the run
+read from the copy, their errors naming the user's file and line. A `save_to_disk` folder is copied the same way,
+its split's record batches streamed (`--split` chosen as in-process). The copy lives in a hidden folder beside the run
 (on the filesystem the workers share with the driver, as the run's own shards are) and goes when the command ends;
 one left by a command killed with SIGKILL is removed by the next (`core.files.scratch_folder`).
 """
@@ -21,8 +22,8 @@ from erroranalysis.sources.table import DataOptions, InMemory
 
 
 def workers_read(data) -> bool:
-    """Whether Ray workers can read `data` in blocks: a Parquet, JSONL or CSV file (not an in-memory table, not a
-    datasets folder)."""
+    """Whether Ray workers can read `data` in blocks: a Parquet, JSONL or CSV file or a `save_to_disk` folder (not
+    an in-memory table)."""
     return not isinstance(data, InMemory) and (blocks.readable(data) or blocks.convertible(data))
 
 
@@ -38,7 +39,8 @@ def scratch(beside) -> Iterator[Path]:
 @contextlib.contextmanager
 def worker_rows(data, opts: DataOptions, engine, beside) -> Iterator[Path | None]:
     """While the block runs: None for a Parquet file (the workers read it), else the path of a JSONL or CSV file's
-    Parquet copy, made by one worker in a `scratch` folder beside `beside` (the run's path)."""
+    (or a `save_to_disk` folder's split's) Parquet copy, made by one worker in a `scratch` folder beside `beside`
+    (the run's path)."""
     if blocks.readable(data):
         yield None
         return
@@ -46,5 +48,6 @@ def worker_rows(data, opts: DataOptions, engine, beside) -> Iterator[Path | None
 
     with scratch(beside) as folder:
         copy = folder / "rows.parquet"
-        ray_data.run_task(blocks.to_parquet, engine, source=data, target=copy, encoding=opts.encoding)
+        ray_data.run_task(blocks.to_parquet, engine, source=data, target=copy, encoding=opts.encoding,
+                          split=opts.split)
         yield copy

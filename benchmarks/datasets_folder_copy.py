@@ -1,0 +1,89 @@
+"""The memory of reading a `save_to_disk` folder under `--engine ray`: the Parquet copy one worker streams from the
+folder's Arrow files (`sources.blocks.to_parquet`) against the whole read the driver made before (the in-process
+reader and its validation, `sources.table.read_eval_set`, what `run --engine ray` did with a folder until this
+change).
+
+A folder of n rows (short texts, a label, an id, two metadata columns) saved by `datasets` in 8 Arrow files. Each way
+runs in its own process and prints its peak resident memory (VmHWM, /proc/self/status) after the imports and after
+the read, and its wall seconds. The copy's rows are checked equal to the whole read's (order, `_line`).
+
+    .venv/bin/python benchmarks/datasets_folder_copy.py                  # 1,000,000 rows
+    .venv/bin/python benchmarks/datasets_folder_copy.py --rows 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import hwm_mb, load_average, table  # noqa: E402
+
+WORDS = "the a market team phone price match goal profit chip game shares player network film vote".split()
+
+
+def build(folder: Path, n: int, seed: int = 0) -> None:
+    import datasets
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    words = np.asarray(WORDS, dtype=object)
+    data = pa.table({"id": [f"r{i}" for i in range(n)],
+                     "text": [" ".join(row) for row in words[rng.integers(0, len(words), size=(n, 12))]],
+                     "label": rng.choice(["business", "sport", "tech"], n).tolist(),
+                     "source": rng.choice(["web", "app", "email"], n).tolist(), "stars": rng.integers(1, 6, n)})
+    datasets.Dataset(data).save_to_disk(str(folder), num_shards=8)
+
+
+def measure(way: str, folder: str, target: str) -> None:
+    """One way, in this process: prints {way, seconds, before, after, rows} as JSON."""
+    from erroranalysis.sources import blocks
+    from erroranalysis.sources.table import DataOptions, read_eval_set
+
+    before = hwm_mb()
+    start = time.perf_counter()
+    if way == "copy (workers)":
+        rows = blocks.to_parquet(Path(folder), Path(target))
+    else:
+        rows = len(read_eval_set(Path(folder), DataOptions(id_column="id")))
+    print(json.dumps({"way": way, "seconds": round(time.perf_counter() - start, 1), "before": round(before),
+                      "after": round(hwm_mb()), "rows": rows}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        return measure(*args.measure)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, target = Path(tmp) / "ds", Path(tmp) / "copy.parquet"
+        build(folder, args.rows)
+        size = sum(f.stat().st_size for f in folder.glob("data-*.arrow")) / 2**20
+        found = []
+        for way in ("whole read + validation (driver, before)", "copy (workers)"):
+            out = subprocess.run([sys.executable, __file__, "--measure", way, str(folder), str(target)], check=True,
+                                 capture_output=True, text=True).stdout
+            found.append(json.loads(out.strip().splitlines()[-1]))
+        import pandas as pd
+        import pyarrow.parquet as pq
+
+        from erroranalysis.sources.table import read_table
+
+        same = bool(pd.read_parquet(target).equals(read_table(folder)[0]))
+        print(f"{args.rows:,} rows, {size:.0f} MiB of Arrow files in 8 files; copy row groups: "
+              f"{pq.ParquetFile(target).metadata.num_row_groups}; copy equals the whole read: {same}; "
+              f"{load_average()}")
+        print(table([[f["way"], f["seconds"], f["before"], f["after"], f["after"] - f["before"]] for f in found],
+                    ["way", "seconds", "VmHWM after imports MB", "VmHWM after MB", "growth MB"]))
+
+
+if __name__ == "__main__":
+    main()
