@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hwm_mb, load_average, table  # noqa: E402
+from common import in_driver, load_average, measured, table  # noqa: E402
 
 WORDS = "the a market team phone price match goal profit chip game shares player network film vote".split()
 
@@ -41,37 +39,30 @@ def build(folder: Path, n: int, seed: int = 0) -> None:
     datasets.Dataset(data).save_to_disk(str(folder), num_shards=8)
 
 
-def measure(way: str, folder: str, target: str) -> None:
-    """One way, in this process: prints {way, seconds, before, after, rows} as JSON."""
+def driver(way: str, folder: str, target: str) -> None:
+    """One way, in this process: prints {way, seconds, before, peak, rows} as JSON."""
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import DataOptions, read_eval_set
 
-    before = hwm_mb()
-    start = time.perf_counter()
-    if way == "copy (workers)":
-        rows = blocks.to_parquet(Path(folder), Path(target))
-    else:
-        rows = len(read_eval_set(Path(folder), DataOptions(id_column="id")))
-    print(json.dumps({"way": way, "seconds": round(time.perf_counter() - start, 1), "before": round(before),
-                      "after": round(hwm_mb()), "rows": rows}))
+    figures, rows = measured(lambda: blocks.to_parquet(Path(folder), Path(target)) if way == "copy (workers)" else
+                             len(read_eval_set(Path(folder), DataOptions(id_column="id"))))
+    print(json.dumps({**figures, "way": way, "rows": rows}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--driver", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.measure:
-        return measure(*args.measure)
+    if args.driver:
+        return driver(*args.driver)
     with tempfile.TemporaryDirectory() as tmp:
         folder, target = Path(tmp) / "ds", Path(tmp) / "copy.parquet"
         build(folder, args.rows)
         size = sum(f.stat().st_size for f in folder.glob("data-*.arrow")) / 2**20
         found = []
         for way in ("whole read + validation (driver, before)", "copy (workers)"):
-            out = subprocess.run([sys.executable, __file__, "--measure", way, str(folder), str(target)], check=True,
-                                 capture_output=True, text=True).stdout
-            found.append(json.loads(out.strip().splitlines()[-1]))
+            found.append(in_driver(__file__, way, folder, target)[0])
         import pandas as pd
         import pyarrow.parquet as pq
 
@@ -81,7 +72,8 @@ def main() -> None:
         print(f"{args.rows:,} rows, {size:.0f} MiB of Arrow files in 8 files; copy row groups: "
               f"{pq.ParquetFile(target).metadata.num_row_groups}; copy equals the whole read: {same}; "
               f"{load_average()}")
-        print(table([[f["way"], f["seconds"], f["before"], f["after"], f["after"] - f["before"]] for f in found],
+        print(table([[f["way"], f"{f['seconds']:.1f}", f"{f['before']:.0f}", f"{f['peak']:.0f}",
+                      f"{f['peak'] - f['before']:.0f}"] for f in found],
                     ["way", "seconds", "VmHWM after imports MB", "VmHWM after MB", "growth MB"]))
 
 
