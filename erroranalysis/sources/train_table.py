@@ -10,11 +10,14 @@ from erroranalysis.sources.table import load_eval_set, read_table
 
 
 def read_train_set(path: str | Path, *, text_column: str = "text", label_column: str = "label",
-                    id_column: str | None = None, encoding: str = "utf-8", split: str | None = None):
+                    id_column: str | None = None, encoding: str = "utf-8", split: str | None = None, read=None):
     """A training file in any eval-set format. A file without the expected columns is a one-line DataError
-    naming the file and every missing column."""
+    naming the file and every missing column. `read(path, (frame, format))`: the rows read as another task reads
+    its gold (the checks' `train_gold.TrainGold.read`), instead of one class label per row."""
     path = Path(path)
     try:
+        if read is not None:
+            return read(path, read_table(path, encoding=encoding, split=split))
         return load_eval_set(path, text_column=text_column, label_column=label_column, id_column=id_column,
                              encoding=encoding, split=split)
     except DataError as exc:

@@ -32,6 +32,7 @@ from erroranalysis.core import schemas
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 from erroranalysis.stages.check_parts import CheckParams, checkpoint_embed, load_train, no_leakage
+from erroranalysis.stages.train_gold import TrainGold
 
 
 def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embed: Callable | None = None,
@@ -187,7 +188,8 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
     no_leakage(table, report)
     if train_set is not None:
         say("leakage")
-        train_labels = _train_labels(train_set.frame["label"].astype(str).to_numpy(dtype=object), run.labels)
+        train_labels = _train_labels(train_set.frame["label"].astype(str).to_numpy(dtype=object),
+                                     TrainGold.of(run).id_labels)
         _leakage(table, report, texts, gold, ids, train_set, train_labels, eval_vectors, train_vectors,
                  near, params)
         if params.shift:

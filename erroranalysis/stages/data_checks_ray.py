@@ -62,8 +62,6 @@ def supported(run, params, train_set, embed) -> str | None:
         if not workers_read(params):
             return "--train: the workers read a Parquet, JSONL or CSV training file only; the checks run on the driver"
     elif train_set is not None or params.train is not None:
-        if run.task != "classification":
-            return f"--train: a {run.task} run's checks with a training file run on the driver"
         if not check_ray_train.workers_read(params, train_set):
             return "--train: a datasets folder is read on the driver (workers read Parquet, JSONL and CSV files)"
     return None
@@ -159,7 +157,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                 mixed = str(scratch / "mixed")
             dups = duplicates(scratch, blocks, n_buckets, near, params, engine)
             leak = trained and check_ray_train.write_state(trained, scratch, [b.start for b in blocks], n_buckets,
-                                                           run.labels, params, engine)
+                                                           params, engine)
             label_state = _label_issues(path, engine, {**ctx, "rows_per_block": rpb, "mixed": mixed}, sums,
                                         params.filter_by) if rule else None
             parts = dict(eb.map_blocks(_write, path, engine, columns=columns, progress=advance, rows_per_block=rpb, kwargs={
