@@ -30,7 +30,7 @@ def regression_train(folder):
     rows += [{"text": source["text"][i] + " extra", "label": source["label"][i]} for i in NEAR]
     path = folder / "train.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    return path, (lambda frame: frame.assign(label=frame["label"].astype(object).where(frame.index != 120, "n/a")))
+    return path, (lambda frame: frame.assign(label=frame["label"].astype(object).where(frame.index != 120, "about 3")))
 
 
 def multilabel_train(folder):
@@ -98,26 +98,27 @@ def test_ray_leakage_and_shift_of_every_task_equal_the_in_process_ones(local_ray
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
-def test_a_bad_training_cell_is_the_same_error_under_both_engines(local_ray, tmp_path, monkeypatch, task):
+def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, tmp_path, monkeypatch, task):
     make_run, make_train = TASKS[task]
     run_path = make_run(tmp_path)
     train, spoil = make_train(tmp_path)
-    bad = tmp_path / f"bad{train.suffix}"
     frame = pd.read_json(train, lines=True) if train.suffix == ".jsonl" else \
         pd.read_csv(train) if train.suffix == ".csv" else pd.read_parquet(train)
-    frame = spoil(frame)
-    if train.suffix == ".jsonl":
-        frame.to_json(bad, orient="records", lines=True)
-    elif train.suffix == ".csv":
-        frame.to_csv(bad, index=False)
-    else:
-        frame.to_parquet(bad, index=False, row_group_size=50)
+    gold = "tags" if task == "token-classification" else "label"
     monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 64)
-    errors = []
-    for engine in (None, Engine(engine="ray")):
-        with pytest.raises(DataError) as caught:
-            checks_run(run_path, CheckParams(train=str(bad), embedder="none"), engine=engine)
-        errors.append(str(caught.value))
-    assert errors[0] == errors[1] and "\n" not in errors[0]
-    assert str(bad) in errors[0] and "line " in errors[0], errors[0]
+    for kind, bad_frame in (("cell", spoil(frame.copy())), ("column", frame.drop(columns=gold))):
+        bad = tmp_path / f"bad-{kind}{train.suffix}"
+        if train.suffix == ".jsonl":
+            bad_frame.to_json(bad, orient="records", lines=True)
+        elif train.suffix == ".csv":
+            bad_frame.to_csv(bad, index=False)
+        else:
+            bad_frame.to_parquet(bad, index=False, row_group_size=50)
+        errors = []
+        for engine in (None, Engine(engine="ray")):
+            with pytest.raises(DataError) as caught:
+                checks_run(run_path, CheckParams(train=str(bad), embedder="none"), engine=engine)
+            errors.append(str(caught.value))
+        assert errors[0] == errors[1] and "\n" not in errors[0] and str(bad) in errors[0]
+        assert ("line 12" in errors[0]) == (kind == "cell") and repr(gold) in errors[0], errors[0]
     assert not (run_path / "checks.parquet").exists()

@@ -39,7 +39,7 @@ class TrainGold:
     # the model's tags (none when the predictions were made elsewhere: then every tag of the scheme)
 
     @classmethod
-    def of(cls, run) -> "TrainGold":
+    def of(cls, run) -> TrainGold:
         task_params = run.manifest.get("task_params") or {}
         edges = task_params.get("edges")
         tokens = None
