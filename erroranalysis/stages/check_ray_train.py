@@ -1,12 +1,13 @@
-"""The checks stage's training-file part under `--engine ray` (leakage and shift of a classification run with
-`--train`): the workers read the training file in blocks of rows as they read the eval set, and the driver holds
-counts, a bounded sample's results and the run's record. `data_checks_ray.checks_ray` calls it:
+"""The checks stage's training-file part under `--engine ray` (leakage and shift of a classification, multi-label,
+regression or token-classification run with `--train`): the workers read the training file in blocks of rows as
+they read the eval set, and the driver holds counts, a bounded sample's results and the run's record.
+`data_checks_ray.checks_ray` calls it:
 
 1. `scan` (before the stage starts, so a bad training file fails it as in-process): a Parquet file is read by the
    workers as it is; a JSONL or CSV file through a Parquet copy one worker makes (`sources.blocks.to_parquet`); an
    in-memory training set (the Python API's `train_set`) is written to one. Each block is validated as
-   `read_train_set` validates the whole file (the same one-line errors; ids unique across blocks by hash parts),
-   writes its rows' text keys into the partitions the eval keys use (`blockwise.bucket_of`), counts what the shift
+   `read_train_set` validates the whole file, its gold read by the run's task (`train_gold.TrainGold`, as
+   in-process; the same one-line errors; ids unique across blocks by hash parts), writes its rows' text keys into the partitions the eval keys use (`blockwise.bucket_of`), counts what the shift
    report needs (`shift.side_counts`) and the two votes of the label rule (`train_blocks.label_votes`), and embeds
    its rows of the two samples: the near-leakage sample (every training row up to `--near-sample`, else a seeded
    sample of that many) and the domain classifier's (`shift.domain_rows`, in-process's own rows);

@@ -12,10 +12,11 @@ docs/run-directory.md.
 
 Under `--engine ray` the checks run on the workers, block by block (`erroranalysis.stages.data_checks_ray`):
 label-issue scores and flags (classification, multi-label) and exact duplicate groups as in-process, near
-duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, a classification
-run's exact leakage and shift report as in-process and near leakage on seeded samples (`check_ray_train`), a
-generation run's contamination checks as in-process (`contamination_ray`). The other checks with a train file (other
-tasks, a datasets-folder train file) still read every row on the driver, and the run says so on stderr.
+duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, the exact leakage
+and shift report of a classification, multi-label, regression or token-classification run as in-process and near
+leakage on seeded samples (`check_ray_train`), a generation run's contamination checks as in-process
+(`contamination_ray`). A datasets-folder train file is still read on the driver, and the run says so on stderr.
+Both engines read a train file's gold by the run's task (`train_gold.TrainGold`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The checks stage under `--engine ray`: every pass over the rows runs on the workers, each reading its own block of
 predictions.parquet and probs.npy; the driver holds counts, a bounded number of candidates and the run's record.
 
-For any run (the default checks; with `--train`, a classification run's leakage and shift in `check_ray_train.py`),
+For any run (the default checks; with `--train`, the leakage and shift in `check_ray_train.py`, of every task but
+generation, whose training file is checked for contamination in `contamination_ray.py`),
 one flow whose label-issue part follows the run's `label_rule` (classification: confident learning over probs.npy;
 multilabel: cleanlab's multi-label rule, one binary problem per class; none for generation, regression, token
 classification and runs without probabilities, where checks.json says why as in-process):
