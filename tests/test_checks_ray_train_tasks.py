@@ -99,6 +99,7 @@ def test_ray_leakage_and_shift_of_every_task_equal_the_in_process_ones(local_ray
 
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, tmp_path, monkeypatch, task):
+    """A bad cell in the third block, the gold column missing, no rows."""
     make_run, make_train = TASKS[task]
     run_path = make_run(tmp_path)
     train, spoil = make_train(tmp_path)
@@ -106,7 +107,8 @@ def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, tmp
         pd.read_csv(train) if train.suffix == ".csv" else pd.read_parquet(train)
     gold = "tags" if task == "token-classification" else "label"
     monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 64)
-    for kind, bad_frame in (("cell", spoil(frame.copy())), ("column", frame.drop(columns=gold))):
+    for kind, bad_frame in (("cell", spoil(frame.copy())), ("column", frame.drop(columns=gold)),
+                            ("empty", frame.iloc[:0])):
         bad = tmp_path / f"bad-{kind}{train.suffix}"
         if train.suffix == ".jsonl":
             bad_frame.to_json(bad, orient="records", lines=True)
@@ -120,5 +122,5 @@ def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, tmp
                 checks_run(run_path, CheckParams(train=str(bad), embedder="none"), engine=engine)
             errors.append(str(caught.value))
         assert errors[0] == errors[1] and "\n" not in errors[0] and str(bad) in errors[0]
-        assert ("line 12" in errors[0]) == (kind == "cell") and repr(gold) in errors[0], errors[0]
+        assert ("line 12" in errors[0]) == (kind == "cell") and (repr(gold) in errors[0]) == (kind != "empty")
     assert not (run_path / "checks.parquet").exists()

@@ -90,7 +90,7 @@ def source(run, params, train_set, scratch: Path, engine) -> Source:
     """The training rows the workers read; a missing column or an empty file is the in-process one-line error."""
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source
-    from erroranalysis.sources.train_table import read_train_set, train_columns_error
+    from erroranalysis.sources.train_table import read_train_rows, read_train_set, train_columns_error
 
     gold = TrainGold.of(run)
     if train_set is not None:
@@ -112,14 +112,15 @@ def source(run, params, train_set, scratch: Path, engine) -> Source:
         ray_data.run_task(blocks.to_parquet, engine, source=path, target=rows, encoding=opts.encoding)
     file = blocks.parquet_file(rows)
     names = file.schema_arrow.names
-    if run.task == "classification":
-        if any(c and c not in names for c in (opts.text_column, opts.label_column, opts.id_column)):
+    columns = {"text_column": opts.text_column, "label_column": opts.label_column, "id_column": opts.id_column}
+    reader = None if gold.task == NEEDS_IDS else (lambda p, table: gold.read(p, table, opts))
+    if reader is None:
+        if any(c and c not in names for c in columns.values()):
             raise train_columns_error(path, names, opts.text_column, opts.label_column, opts.id_column)
     else:  # the columns the task's reader needs, checked on no rows: in-process's one-line error
-        read_train_set(path, text_column=opts.text_column, label_column=opts.label_column,
-                       id_column=opts.id_column, read=lambda p, _: gold.read(p, (_no_rows(names), "parquet"), opts))
+        read_train_rows(path, (_no_rows(names), "parquet"), reader, **columns)
     if file.metadata.num_rows == 0:
-        read_train_set(path, text_column=opts.text_column, label_column=opts.label_column)  # its one-line error
+        read_train_set(path, **columns, read=reader)  # in-process's one-line error (no rows to read)
     return Source(str(rows), str(path), str(Path(path).resolve()), opts, blocks.is_copy(file.schema_arrow),
                   file.metadata.num_rows, gold)
 
