@@ -15,6 +15,7 @@ the eval set's, 1% of them copies of eval rows (the leaks the checks must find),
     .venv/bin/python benchmarks/checks_ray.py --rows 1000000
     .venv/bin/python benchmarks/checks_ray.py --rows 100000 --train-rows 100000
     .venv/bin/python benchmarks/checks_ray.py --rows 100000 --task regression
+    .venv/bin/python benchmarks/checks_ray.py --rows 100000 --train-rows 100000 --task multilabel
 """
 
 from __future__ import annotations
@@ -67,13 +68,14 @@ def write_predictions(path: Path, n: int, seed: int = 0, task: str = "classifica
     return path
 
 
-def write_train(path: Path, preds: Path, n: int, seed: int = 1) -> Path:
-    """`n` training rows: fresh rows as `write_predictions` draws them, 1% replaced by copies of eval rows."""
+def write_train(path: Path, preds: Path, n: int, seed: int = 1, task: str = "classification") -> Path:
+    """`n` training rows: fresh rows as `write_predictions` draws them for `task` (its gold: class names, float
+    targets or lists of labels), 1% replaced by copies of eval rows."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    fresh = pq.read_table(write_predictions(path.with_suffix(".fresh.parquet"), n, seed), columns=["text", "label"])
+    fresh = pq.read_table(write_predictions(path.with_suffix(".fresh.parquet"), n, seed, task), columns=["text", "label"])
     evals = pq.ParquetFile(preds)
     rng = np.random.default_rng(seed)
     texts, labels = fresh.column("text").to_pylist(), fresh.column("label").to_pylist()
@@ -131,7 +133,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ea_checks_ray_") as tmp:
         tmp = Path(tmp)
         data = write_predictions(tmp / "preds.parquet", args.rows, task=args.task)
-        train = str(write_train(tmp / "train.parquet", data, args.train_rows)) if args.train_rows else ""
+        train = str(write_train(tmp / "train.parquet", data, args.train_rows, task=args.task)) if args.train_rows else ""
         run = stages.analyze(args.task, data, tmp / "run", stages.Reading(data=DataOptions(id_column="id")),
                              after=AfterParams.with_seed(0, checks=False, slices=False, cluster=False)).path
         for engine in args.engines:

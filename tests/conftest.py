@@ -41,6 +41,7 @@ GROUPS = {
     "tests/test_checks_ray_train.py": "ray",
     "tests/test_contamination_ray.py": "ray",
     "tests/test_checks_ray_tasks.py": "ray",
+    "tests/test_checks_ray_train_tasks.py": "ray",
     "tests/test_multilabel.py::test_ray_gives_the_in_process_answers": "ray",
     "tests/test_metrics_blocks.py::test_ray_gives_the_same_metrics_json": "ray",
     "tests/test_metrics_task_partials.py::test_ray_gives_the_same_metrics_json": "ray",

@@ -10,10 +10,14 @@ from erroranalysis.sources.table import load_eval_set, read_table
 
 
 def read_train_set(path: str | Path, *, text_column: str = "text", label_column: str = "label",
-                    id_column: str | None = None, encoding: str = "utf-8", split: str | None = None):
+                    id_column: str | None = None, encoding: str = "utf-8", split: str | None = None, read=None):
     """A training file in any eval-set format. A file without the expected columns is a one-line DataError
-    naming the file and every missing column."""
+    naming the file and every missing column. `read(path, (frame, format))`: the rows read as another task reads
+    its gold (the checks' `train_gold.TrainGold.read`), instead of one class label per row (`read_train_rows`)."""
     path = Path(path)
+    if read is not None:
+        return read_train_rows(path, read_table(path, encoding=encoding, split=split), read, text_column=text_column,
+                               label_column=label_column, id_column=id_column)
     try:
         return load_eval_set(path, text_column=text_column, label_column=label_column, id_column=id_column,
                              encoding=encoding, split=split)
@@ -22,6 +26,17 @@ def read_train_set(path: str | Path, *, text_column: str = "text", label_column:
             raise
     raw, _ = read_table(path, encoding=encoding, split=split)
     raise train_columns_error(path, list(raw.columns), text_column, label_column, id_column)
+
+
+def read_train_rows(path: Path, table: tuple, read, *, text_column: str, label_column: str, id_column: str | None):
+    """`read(path, table)` of a training file's rows already read (`table`: frame with `_line` and format; no rows:
+    only its columns checked), a missing column the one-line error of `read_train_set`."""
+    try:
+        return read(path, table)
+    except DataError as exc:
+        if "no column" not in str(exc) and "no id column" not in str(exc):
+            raise
+    raise train_columns_error(path, list(table[0].columns), text_column, label_column, id_column)
 
 
 def train_columns_error(path, columns, text_column: str, label_column: str, id_column: str | None) -> DataError:

@@ -87,12 +87,16 @@ def no_leakage(table, report) -> None:
 
 def load_train(run: rundir.Run, params: CheckParams):
     """The training file as an `EvalSet`, read with the eval set's column names (from the run's manifest) unless
-    `params.train_*_column` say otherwise."""
+    `params.train_*_column` say otherwise, its gold read by the run's task (`train_gold.TrainGold`)."""
     from erroranalysis.sources.train_table import read_train_set
+    from erroranalysis.stages.train_gold import TrainGold
 
     opts = train_options(run, params)
+    gold = TrainGold.of(run)
     return read_train_set(params.train, text_column=opts.text_column, label_column=opts.label_column,
-                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split)
+                          id_column=opts.id_column, encoding=opts.encoding, split=opts.split,
+                          read=None if run.task == "classification" else lambda path, table: gold.read(path, table,
+                                                                                                       opts))
 
 
 def train_options(run: rundir.Run, params: CheckParams):

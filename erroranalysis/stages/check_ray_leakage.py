@@ -1,4 +1,4 @@
-"""The leakage of a classification run's training file under `--engine ray` (steps 2 and 3 of `check_ray_train`):
+"""The leakage of a run's training file under `--engine ray` (steps 2 and 3 of `check_ray_train`):
 one task per key partition joins each eval row to the first training row of its text (exact, every row), one task
 searches the sampled eval rows against the sampled training rows for near copies, and each eval block's write pass
 fills its leakage columns of checks.parquet from what they wrote. The passes are module-level: Ray pickles them."""

@@ -1,4 +1,4 @@
-"""The shift report of a classification run's training file under `--engine ray` (step 4 of `check_ray_train`): the
+"""The shift report of a run's training file under `--engine ray` (step 4 of `check_ray_train`): the
 eval blocks' counts, then one task merges both sides' word counts (the driver holds no vocabulary) and one fits the
 domain classifier on its seeded rows: the same report as in-process. The passes are module-level: Ray pickles them."""
 

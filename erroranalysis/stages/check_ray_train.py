@@ -1,13 +1,15 @@
-"""The checks stage's training-file part under `--engine ray` (leakage and shift of a classification run with
-`--train`): the workers read the training file in blocks of rows as they read the eval set, and the driver holds
-counts, a bounded sample's results and the run's record. `data_checks_ray.checks_ray` calls it:
+"""The checks stage's training-file part under `--engine ray` (leakage and shift of a classification, multi-label,
+regression or token-classification run with `--train`): the workers read the training file in blocks of rows as
+they read the eval set, and the driver holds counts, a bounded sample's results and the run's record.
+`data_checks_ray.checks_ray` calls it:
 
 1. `scan` (before the stage starts, so a bad training file fails it as in-process): a Parquet file is read by the
    workers as it is; a JSONL or CSV file or a save_to_disk folder (its `--train-split`) through a Parquet copy one
    worker makes (`sources.blocks.to_parquet`, a folder's record batches streamed); an
    in-memory training set (the Python API's `train_set`) is written to one. Each block is validated as
-   `read_train_set` validates the whole file (the same one-line errors; ids unique across blocks by hash parts),
-   writes its rows' text keys into the partitions the eval keys use (`blockwise.bucket_of`), counts what the shift
+   `read_train_set` validates the whole file, its gold read by the run's task (`train_gold.TrainGold`, as
+   in-process; the same one-line errors; ids unique across blocks by hash parts), writes its rows' text keys into
+   the partitions the eval keys use (`blockwise.bucket_of`), counts what the shift
    report needs (`shift.side_counts`) and the two votes of the label rule (`train_blocks.label_votes`), and embeds
    its rows of the two samples: the near-leakage sample (every training row up to `--near-sample`, else a seeded
    sample of that many) and the domain classifier's (`shift.domain_rows`, in-process's own rows);
@@ -40,6 +42,7 @@ from erroranalysis.stages.check_parts import checkpoint_embed, train_options
 from erroranalysis.stages.check_ray_duplicates import binary16, save_shard, within
 from erroranalysis.stages.check_ray_leakage import leakage
 from erroranalysis.stages.check_ray_shift import dump_words, shift
+from erroranalysis.stages.train_gold import NEEDS_IDS, TrainGold
 
 
 def workers_read(params, train_set) -> bool:
@@ -86,14 +89,16 @@ class Source:
     opts: object
     copy: bool
     n: int
+    gold: TrainGold
 
 
 def source(run, params, train_set, scratch: Path, engine) -> Source:
     """The training rows the workers read; a missing column or an empty file is the in-process one-line error."""
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source
-    from erroranalysis.sources.train_table import read_train_set, train_columns_error
+    from erroranalysis.sources.train_table import read_train_rows, read_train_set, train_columns_error
 
+    gold = TrainGold.of(run)
     if train_set is not None:
         import pandas as pd
 
@@ -102,7 +107,7 @@ def source(run, params, train_set, scratch: Path, engine) -> Source:
         pd.DataFrame({"example_id": frame["example_id"].astype(str), "text": frame["text"].astype(str),
                       "label": frame["label"].astype(str)}).to_parquet(rows, index=False)
         return Source(str(rows), str(train_set.path), str(Path(train_set.path).resolve()), None, False,
-                      len(train_set))
+                      len(train_set), gold)
     opts = train_options(run, params)
     path = as_source(params.train)
     rows = path
@@ -114,12 +119,24 @@ def source(run, params, train_set, scratch: Path, engine) -> Source:
                           split=opts.split)
     file = blocks.parquet_file(rows)
     names = file.schema_arrow.names
-    if any(c and c not in names for c in (opts.text_column, opts.label_column, opts.id_column)):
-        raise train_columns_error(path, names, opts.text_column, opts.label_column, opts.id_column)
+    columns = {"text_column": opts.text_column, "label_column": opts.label_column, "id_column": opts.id_column}
+    reader = None if gold.task == NEEDS_IDS else (lambda p, table: gold.read(p, table, opts))
+    if reader is None:
+        if any(c and c not in names for c in columns.values()):
+            raise train_columns_error(path, names, opts.text_column, opts.label_column, opts.id_column)
+    else:  # the columns the task's reader needs, checked on no rows: in-process's one-line error
+        read_train_rows(path, (_no_rows(names), blocks.format_of(path)), reader, **columns)
     if file.metadata.num_rows == 0:
-        read_train_set(path, text_column=opts.text_column, label_column=opts.label_column)  # its one-line error
+        read_train_set(path, **columns, read=reader)  # in-process's one-line error (no rows to read)
     return Source(str(rows), str(path), str(Path(path).resolve()), opts, blocks.is_copy(file.schema_arrow),
-                  file.metadata.num_rows)
+                  file.metadata.num_rows, gold)
+
+
+def _no_rows(names):
+    import pandas as pd
+
+    return pd.DataFrame({**{name: pd.Series([], dtype=object) for name in names if name != "_line"},
+                         "_line": pd.Series([], dtype="int64")})
 
 
 def train_embedding(run, embedding):
@@ -146,13 +163,13 @@ def samples(src: Source, n_eval: int, params, near: bool, domain: bool) -> dict:
             "domain_train": t_rows, "domain_eval": e_rows}
 
 
-def scan(src: Source, labels: list[str], scratch: Path, n_buckets: int, chosen: dict, embedding, engine) -> dict:
+def scan(src: Source, scratch: Path, n_buckets: int, chosen: dict, embedding, engine) -> dict:
     """Step 1 over the training blocks: the merged counts and the label rule; ids unique across blocks."""
     from erroranalysis.sources import blocks
 
-    opts = src.opts
+    opts, labels = src.opts, src.gold.id_labels
     results = eb.map_blocks(_scan, src.rows, engine, kwargs={
-        "source": src.path, "opts": opts, "copy": src.copy, "labels": labels, "scratch": str(scratch),
+        "source": src.path, "opts": opts, "copy": src.copy, "gold": src.gold, "scratch": str(scratch),
         "n_buckets": n_buckets, "near": chosen["near"], "domain": chosen["domain_train"], "embedding": embedding})
     votes, label_counts, lengths = [], Counter(), Counter()
     for _, part in results:
@@ -169,7 +186,7 @@ def scan(src: Source, labels: list[str], scratch: Path, n_buckets: int, chosen: 
     return {"ids": ids, "side": {"n": src.n, "labels": names, "lengths": lengths, "words": Counter()}}
 
 
-def _scan(table, block, *, source, opts, copy, labels, scratch, n_buckets, near, domain, embedding):
+def _scan(table, block, *, source, opts, copy, gold, scratch, n_buckets, near, domain, embedding):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -181,8 +198,9 @@ def _scan(table, block, *, source, opts, copy, labels, scratch, n_buckets, near,
 
     frame = table.to_pandas()
     if opts is not None:
-        frame = blocks.rows_of(blocks.with_lines(frame, block.start, copy), block.start, opts,
-                               source=as_source(source)).frame
+        frame = blocks.with_lines(frame, block.start, copy)
+        frame = (blocks.rows_of(frame, block.start, opts, source=as_source(source)) if gold.task == NEEDS_IDS else
+                 _task_rows(gold, frame, block.start, opts, as_source(source))).frame
         if opts.id_column:
             blocks.write_id_parts(Path(scratch) / "train-ids", block.start, frame["example_id"], frame["_line"])
     texts = frame["text"].tolist()
@@ -207,7 +225,18 @@ def _scan(table, block, *, source, opts, copy, labels, scratch, n_buckets, near,
         save_shard(scratch, "train-near", block, vectors[np.searchsorted(wanted, in_near)], keys=keys[in_near],
               rows=rows[in_near], ids=ids[in_near].astype(str), labels=raw[in_near].astype(str))
         save_shard(scratch, "train-domain", block, vectors[np.searchsorted(wanted, in_domain)])
-    return {"votes": tb.label_votes(raw, labels), "labels": counts["labels"], "lengths": counts["lengths"]}
+    return {"votes": tb.label_votes(raw, gold.id_labels), "labels": counts["labels"], "lengths": counts["lengths"]}
+
+
+def _task_rows(gold: TrainGold, raw, start: int, opts, source):
+    """A block of a multi-label, regression or token training file read by the run's task, as in-process; ids default
+    to the row number in the whole file (`blocks.rows_of`)."""
+    from erroranalysis.sources.blocks import format_of
+
+    train = gold.read(source, (raw, format_of(source)), opts)
+    if not opts.id_column:
+        train.frame["example_id"] = np.arange(start, start + len(raw)).astype(str).astype(object)
+    return train
 
 
 def _first_duplicates(folder: str) -> list:
@@ -245,15 +274,14 @@ def prepare(run, params, train: dict, scratch: Path, n_eval: int, n_buckets: int
         reporter.note(f"checks: --engine ray: near leakage searched for a seeded sample of {record['sample']['rows']} "
                       f"of {n_eval} eval rows against {len(chosen['near'])} of {src.n} training rows (--near-sample)")
     embed_train = train_embedding(run, embedding)
-    scanned = scan(src, list(run.labels), scratch, n_buckets, chosen, embed_train, engine)
+    scanned = scan(src, scratch, n_buckets, chosen, embed_train, engine)
     return Trained(src, chosen, scanned, near, domain, embedding)
 
 
-def write_state(trained: Trained, scratch: Path, eval_starts: list[int], n_buckets: int, labels, params,
-                engine) -> dict:
+def write_state(trained: Trained, scratch: Path, eval_starts: list[int], n_buckets: int, params, engine) -> dict:
     """Step 2, in the stage: what each eval block's write pass needs for its leakage columns (`leak_columns`)."""
     leak = leakage(scratch, eval_starts, n_buckets, trained.near, params, engine)
-    return {**leak, "labels": list(labels), "ids": trained.scanned["ids"]}
+    return {**leak, "labels": trained.src.gold.id_labels, "ids": trained.scanned["ids"]}
 
 
 def sections(trained: Trained, parts: list[dict], record: dict, path, scratch: Path, params, engine) -> tuple:

@@ -12,10 +12,11 @@ docs/run-directory.md.
 
 Under `--engine ray` the checks run on the workers, block by block (`erroranalysis.stages.data_checks_ray`):
 label-issue scores and flags (classification, multi-label) and exact duplicate groups as in-process, near
-duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, a classification
-run's exact leakage and shift report as in-process and near leakage on seeded samples (`check_ray_train`), a
-generation run's contamination checks as in-process (`contamination_ray`). The other checks with a train file (other
-tasks, a datasets-folder train file) still read every row on the driver, and the run says so on stderr.
+duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, the exact leakage
+and shift report of a classification, multi-label, regression or token-classification run as in-process and near
+leakage on seeded samples (`check_ray_train`), a generation run's contamination checks as in-process
+(`contamination_ray`). A datasets-folder train file is still read on the driver, and the run says so on stderr.
+Both engines read a train file's gold by the run's task (`train_gold.TrainGold`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from erroranalysis.core import schemas
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 from erroranalysis.stages.check_parts import CheckParams, checkpoint_embed, load_train, no_leakage
+from erroranalysis.stages.train_gold import TrainGold
 
 
 def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embed: Callable | None = None,
@@ -187,7 +189,8 @@ def _compute(run, preds, probs, train_set, vectors: "_Vectors", params: CheckPar
     no_leakage(table, report)
     if train_set is not None:
         say("leakage")
-        train_labels = _train_labels(train_set.frame["label"].astype(str).to_numpy(dtype=object), run.labels)
+        train_labels = _train_labels(train_set.frame["label"].astype(str).to_numpy(dtype=object),
+                                     TrainGold.of(run).id_labels)
         _leakage(table, report, texts, gold, ids, train_set, train_labels, eval_vectors, train_vectors,
                  near, params)
         if params.shift:

@@ -1,7 +1,8 @@
 """The checks stage under `--engine ray`: every pass over the rows runs on the workers, each reading its own block of
 predictions.parquet and probs.npy; the driver holds counts, a bounded number of candidates and the run's record.
 
-For any run (the default checks; with `--train`, a classification run's leakage and shift in `check_ray_train.py`),
+For any run (the default checks; with `--train`, the leakage and shift in `check_ray_train.py`, of every task but
+generation, whose training file is checked for contamination in `contamination_ray.py`),
 one flow whose label-issue part follows the run's `label_rule` (classification: confident learning over probs.npy;
 multilabel: cleanlab's multi-label rule, one binary problem per class; none for generation, regression, token
 classification and runs without probabilities, where checks.json says why as in-process):
@@ -64,8 +65,6 @@ def supported(run, params, train_set, embed) -> str | None:
         if not workers_read(params):
             return UNREAD
     elif train_set is not None or params.train is not None:
-        if run.task != "classification":
-            return f"--train: a {run.task} run's checks with a training file run on the driver"
         if not check_ray_train.workers_read(params, train_set):
             return UNREAD
     return None
@@ -161,7 +160,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                 mixed = str(scratch / "mixed")
             dups = duplicates(scratch, blocks, n_buckets, near, params, engine)
             leak = trained and check_ray_train.write_state(trained, scratch, [b.start for b in blocks], n_buckets,
-                                                           run.labels, params, engine)
+                                                           params, engine)
             label_state = _label_issues(path, engine, {**ctx, "rows_per_block": rpb, "mixed": mixed}, sums,
                                         params.filter_by) if rule else None
             parts = dict(eb.map_blocks(_write, path, engine, columns=columns, progress=advance, rows_per_block=rpb, kwargs={
