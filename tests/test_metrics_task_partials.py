@@ -349,3 +349,27 @@ def test_a_bad_sigmoid_names_its_row():
     probs[3, 1] = np.nan
     with pytest.raises(DataError, match=r"^probs row 103 has NaN or inf"):
         tp.multilabel_first(t, t, probs, 15, {}, offset=100)
+
+
+@pytest.mark.parametrize("task", ["classification", "multilabel", "regression", "token-classification"])
+@pytest.mark.parametrize("column", ["correct", "example_id"])
+def test_a_missing_correct_or_id_is_the_readers_one_line_error(tmp_path, small_blocks, task, column):
+    """The blocks would read a missing `correct` as False (a failure) and go on: the stage refuses it first, with
+    `readers.read_predictions`' error, from the footers' counts (whichever engine runs the blocks)."""
+    from test_metrics_blocks import analyzed
+
+    from erroranalysis import stages
+    from erroranalysis.core.errors import RunError
+
+    def missing(frame):
+        frame[column] = frame[column].astype(object)
+        frame.loc[[3, 90], column] = None  # in the first and the third block
+
+    source = analyzed(tmp_path, task) if task == "classification" else task_run(tmp_path, task)
+    run = rewritten(source, tmp_path / "edited", missing)
+    with pytest.raises(RunError) as caught:
+        stages.compute_run_metrics(run)
+    assert str(caught.value) == (f"{run.path / 'predictions.parquet'}, column '{column}': 2 "
+                                 + ("missing values; run the stage that writes predictions again." if column ==
+                                    "correct" else "missing ids; every example needs one."))
+    assert not (run.path / "metrics.json").exists()

@@ -55,6 +55,25 @@ def files_of(path) -> list[str]:
     return [str(path)]
 
 
+def null_counts(path, columns: list[str]) -> dict[str, int]:
+    """Each of `columns`' missing cells in a Parquet artifact (a file or a folder of shards), from the footers'
+    statistics, which the run's own files carry; a row group without them has that column read. A column the files
+    lack counts 0 (the readers name it missing)."""
+    import pyarrow.parquet as pq
+
+    counts = dict.fromkeys(columns, 0)
+    for name in files_of(path):
+        file = pq.ParquetFile(name)
+        leaves = {file.schema.column(i).path: i for i in range(file.metadata.num_columns)}
+        for g in range(file.metadata.num_row_groups):
+            group = file.metadata.row_group(g)
+            for column in (c for c in columns if c in leaves):
+                stats = group.column(leaves[column]).statistics
+                counts[column] += (stats.null_count if stats is not None and stats.has_null_count else
+                                   file.read_row_group(g, columns=[column]).column(0).null_count)
+    return counts
+
+
 def plan(path, rows_per_block: int | None = None) -> list[Block]:
     """The blocks of `path` from the footers only: whole row groups, as many as fit in `rows_per_block` rows (a
     larger row group is cut into blocks of that size), never across files. A row group is the smallest read

@@ -43,7 +43,7 @@ def block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     from erroranalysis.engines import blocks
     from erroranalysis.metrics import partials
 
-    path = readers.artifact_path(run, rundir.PREDICTIONS)
+    path = _predictions(run)
     schema = _schema(path)
     listed = metadata_of(run, schema.names)
     kinds = {c: kind for c in listed if (kind := metadata_kind(schema.field(c).type)) is not None}
@@ -159,7 +159,7 @@ def task_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     from erroranalysis.engines import blocks
     from erroranalysis.metrics import task_partials as tp
 
-    path = readers.artifact_path(run, rundir.PREDICTIONS)
+    path = _predictions(run)
     schema = _schema(path)
     listed = metadata_of(run, schema.names)
     kinds = {c: kind for c in listed if (kind := metadata_kind(schema.field(c).type)) is not None}
@@ -214,6 +214,16 @@ def _two_passes(path, engine, columns: list[str], kwargs: dict):
         for _, part in blocks.map_blocks(task_second, path, engine, columns=columns, kwargs={**kwargs, "rules": rules}):
             sums = tp.merge(sums, part)
     return first, rules, set_aside, sums
+
+
+def _predictions(run: Run):
+    """predictions.parquet's path, its missing ids and `correct` values refused first with `readers.read_predictions`'
+    one-line error, counted from the footers (the blocks would read a missing `correct` as False)."""
+    from erroranalysis.engines import blocks
+
+    path = readers.artifact_path(run, rundir.PREDICTIONS)
+    readers.check_missing(path, blocks.null_counts(path, ["example_id", "correct"]))
+    return path
 
 
 def _say_set_aside(staging, aside: list[str], too_many: list[str]) -> None:
@@ -313,9 +323,10 @@ def token_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
 
     setup = run.manifest.get("tokens") or {}
     scheme, types = setup.get("scheme", "IOB2"), setup.get("types") or []
+    path = _predictions(run)
     with run.stage("metrics", params.record()) as staging:
         counts, kinds = None, Counter()
-        for _, part in blocks.map_blocks(token_counts, readers.artifact_path(run, rundir.PREDICTIONS), engine,
+        for _, part in blocks.map_blocks(token_counts, path, engine,
                                          columns=["gold_tags", "pred_tags", "correct"],
                                          kwargs={"scheme": scheme, "types": types}):
             counts = part if counts is None else tokens.add_counts(counts, part)
