@@ -4,6 +4,7 @@ training file is read, and the run's checkpoint that embeds its texts."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,15 +118,24 @@ def checkpoint_embed(run) -> Callable:
 
     def embed(texts: list[str]) -> np.ndarray:
         from erroranalysis.core.errors import ModelError
-        from erroranalysis.infer.classifier import infer, load_classifier
+        from erroranalysis.infer.classifier import infer
 
         path = model.get("path")
         if not path or not Path(path).is_dir():
             raise ModelError(f"{run.path}: the run's checkpoint {path!r} is gone, and the train texts need it for "
                              "leakage and shift with its hidden states; pass --embedder minilm.")
-        clf = load_classifier(path)
+        clf = _classifier(path, tuple((f.name, f.stat().st_mtime_ns) for f in sorted(Path(path).iterdir())))
         chunks = infer(clf, list(texts), None, batch_size=model.get("batch_size"), max_tokens=model.get("max_tokens"),
                        max_length=int(model.get("max_length") or 256), precision=model.get("precision") or "fp32")
         return np.concatenate([c["hidden"] for c in chunks]) if texts else np.zeros((0, 0), np.float32)
 
     return embed
+
+
+@functools.lru_cache(maxsize=1)
+def _classifier(path: str, stamp: tuple):
+    """The checkpoint, loaded once per process while its files (`stamp`: names and times) stay as they were: under
+    Ray each training block embeds its rows in a worker, which keeps it for the next block."""
+    from erroranalysis.infer.classifier import load_classifier
+
+    return load_classifier(path)
