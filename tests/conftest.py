@@ -29,7 +29,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 # small files even out the end). Groups are given here by node id: xdist's own `xdist_group` marks do not reach its
 # scheduler under pytest 9.
 GROUPS = {
-    "tests/test_overfit_lm.py::test_smollm2_memorizes_8_sft_examples_on_cpu": "memorization",
+    "tests/test_overfit_lm.py::test_smollm2_memorizes_4_sft_examples_on_cpu": "memorization",
     "tests/test_engines.py": "ray",
     "tests/test_cluster_blocks.py": "ray",
     "tests/test_ray_cluster.py": "ray",

@@ -204,12 +204,12 @@ def test_cli_json_and_bad_input(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_smollm2_memorizes_8_sft_examples_on_cpu(tmp_path, monkeypatch):
-    """SmolLM2-135M-Instruct (the packaged GGUF, converted once and cached) memorizes 8 arbitrary short answers with
-    the loss on the answer only, and greedy decoding then writes each answer exactly. 8 of the 32 rows, with a short
-    system prompt (31 tokens a row instead of 45 under SmolLM2's default one), in one batch: memorized at step 21
-    (answer loss 4.19 -> 0.031) where 16 rows in batches of 8 took 96 steps (290 s on an idle 2-core
-    machine), so the suite stays within 10 minutes; `benchmarks/overfit_lm.py` memorizes all 32."""
+def test_smollm2_memorizes_4_sft_examples_on_cpu(tmp_path, monkeypatch):
+    """SmolLM2-135M-Instruct (the packaged GGUF, converted once and cached) memorizes 4 arbitrary short answers with
+    the loss on the answer only, and greedy decoding then writes each answer exactly. 4 of the 32 rows, with a short
+    system prompt (31 tokens a row instead of 45 under SmolLM2's default one), in one batch: memorized at step 18
+    (answer loss 4.2 -> 0.027) in 67 s on the 2-core machine, where 8 rows took 91 s (step 22) and 16 rows in batches
+    of 8 took 96 steps (290 s), so the suite stays within 10 minutes; `benchmarks/overfit_lm.py` memorizes all 32."""
     from test_generation import _smollm2
 
     gguf = _smollm2()
@@ -220,10 +220,10 @@ def test_smollm2_memorizes_8_sft_examples_on_cpu(tmp_path, monkeypatch):
                           {"role": "user", "content": f"Code word number {i}?"},
                           {"role": "assistant", "content": f"The code word is {w}."}]} for i, w in enumerate(words)]
     data = write_jsonl(tmp_path / "sft.jsonl", rows)
-    result = check(gguf, data, OverfitParams(n=8, batch_size=8, lr=3e-4, steps=80,
+    result = check(gguf, data, OverfitParams(n=4, batch_size=4, lr=3e-4, steps=80,
                                              control=False, device="cpu", max_length=128))
     assert result.memorized, ([f.message for f in result.findings], result.curve.eval_loss)
-    assert all(e["reproduced"] for e in result.examples) and len(result.examples) == 8
+    assert all(e["reproduced"] for e in result.examples) and len(result.examples) == 4
 
 
 def test_doctor_for_a_causal_lm_walks_the_checklist(tiny, tmp_path):
