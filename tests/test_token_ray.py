@@ -43,6 +43,7 @@ def _as_text_with_spans(path, out):
 @pytest.mark.parametrize("form", ["tokens.jsonl", "spans.parquet"])
 def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch, form):
     from erroranalysis.engines import blocks
+    from erroranalysis.stages import tokens as tokens_stage
 
     monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 16)  # the training file's 30 sentences in two blocks
     model = build_tiny_token_classifier(tmp_path / "model")
@@ -59,6 +60,13 @@ def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch, fo
         raise AssertionError("the driver read a file whole under --engine ray")
 
     monkeypatch.setattr("erroranalysis.stages.tokens.read_sentences", whole)  # the training file: the workers'
+    after_predictions, engines = tokens_stage.after_predictions, []
+
+    def after(*args, engine=None, **kwargs):  # the stages after inference on the blocks too, under Ray
+        engines.append(engine)
+        return after_predictions(*args, engine=engine, **kwargs)
+
+    monkeypatch.setattr(tokens_stage, "after_predictions", after)
     # 2 actors, 2 blocks each: 10 sentences a block, batched by length within each block; the JSONL file's run
     # through the CLI (`run --engine ray` takes a token classifier; `--train` is the data checks' option, which a
     # token run then skips), the Parquet file's through the API
@@ -75,6 +83,7 @@ def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch, fo
                                          after=AFTER, train=train,
                                          engine=Engine(engine="ray", concurrency=2, blocks_per_actor=2))
     assert there.state("infer")["params"]["engine"] == "ray" and there.state("infer")["read_by"] == "workers"
+    assert [e.engine for e in engines] == ["ray"]
     assert there.manifest["data"] == here.manifest["data"] and there.manifest["tokens"] == here.manifest["tokens"]
     a, b = readers.read_predictions(here), readers.read_predictions(there)
     assert len(a) == 40 and a["example_id"].tolist() == b["example_id"].tolist()

@@ -93,7 +93,7 @@ def run_token_classification(model: str | Path, data, out: str | Path, *, data_o
         reporter = as_reporter(progress)
         with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
             token_stage(run, job, reporter, engine)
-            after_predictions(run, after, embedder=None, progress=reporter)
+            after_predictions(run, after, embedder=None, progress=reporter, engine=engine)
     return run
 
 
