@@ -10,10 +10,13 @@ on a local Ray the command starts over this machine's CPUs. Each run is its own 
 engine: wall seconds, the driver's own peak resident memory (VmHWM sampled every 0.1 s; Ray's raylet, GCS and actors
 are other processes and not counted) and each stage's seconds from the manifest. One torch thread per process (as
 Ray gives each 1-CPU actor; the in-process peer gets the same). `--stages infer` runs the infer and metrics stages
-(`--no-slices --no-cluster`), `--stages all` every default stage.
+(`--no-slices --no-cluster`), `--stages all` every default stage in the one command, `--stages split` the infer and
+metrics stages, then `erroranalysis slices RUN` and `erroranalysis cluster RUN` each alone (with the same engine),
+so that each process's peak says which stage holds what.
 
     .venv/bin/python benchmarks/token_ray.py                                    # 10k and 100k, both engines
     .venv/bin/python benchmarks/token_ray.py --sizes 1000000 --local-up-to 0    # 1M, ray only
+    .venv/bin/python benchmarks/token_ray.py --sizes 100000 --stages split        # each stage's own peak
 """
 
 from __future__ import annotations
@@ -63,10 +66,20 @@ def write_sentences(path: Path, n: int, seed: int, prefix: str) -> Path:
 def run(model: Path, data: Path, train: Path, out: Path, engine: str, stages: str, actors: int) -> dict:
     command = [EA, "run", "--task", "token-classification", "--model", str(model), "--data", str(data),
                "--train", str(train), "--id-column", "id", "--out", str(out), "--device", "cpu", "--overwrite",
-               *(["--no-slices", "--no-cluster"] if stages == "infer" else []),
-               *(["--engine", "ray", "--ray-actors", str(actors)] if engine == "ray" else [])]
+               *([] if stages == "all" else ["--no-slices", "--no-cluster"])]
+    return timed(command, out, engine, actors, out.with_suffix(".log"))
+
+
+def stage_alone(name: str, out: Path, engine: str, actors: int) -> dict:
+    """`erroranalysis slices RUN` or `erroranalysis cluster RUN` alone on the run the `run` command made."""
+    return timed([EA, name, str(out)], out, engine, actors, out.with_name(f"{out.name}.{name}.log"))
+
+
+def timed(command: list[str], out: Path, engine: str, actors: int, log: Path) -> dict:
+    """Run `command` (with the engine's flags) as its own process: its wall seconds, its own peak VmHWM, the run's
+    stage seconds from the manifest."""
+    command = [*command, *(["--engine", "ray", "--ray-actors", str(actors)] if engine == "ray" else [])]
     env = {**ray_env(), "OMP_NUM_THREADS": "1"}
-    log = out.with_suffix(".log")
     start = time.perf_counter()
     with open(log, "w") as stderr:  # a file, not a pipe: progress lines would fill a pipe and stall the run
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
@@ -100,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--local-up-to", type=int, default=100_000, help="run the in-process engine up to here")
-    parser.add_argument("--stages", choices=("infer", "all"), default="infer")
+    parser.add_argument("--stages", choices=("infer", "all", "split"), default="infer")
     parser.add_argument("--actors", type=int, default=1, help="--ray-actors (default 1: the machine is shared)")
     args = parser.parse_args()
     rows = []
@@ -119,6 +132,11 @@ def main() -> None:
                 rows.append([f"{n:,}", label, f"{r['seconds']:.1f}", f"{r['peak']:,.0f}", r["read_by"],
                              *("-" if r["stages"][s] is None else f"{r['stages'][s]:.1f}" for s in STAGES)])
                 print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
+                for name in ("slices", "cluster") if args.stages == "split" else ():
+                    a = stage_alone(name, out, engine, args.actors)
+                    rows.append([f"{n:,}", f"{label}: {name} alone", f"{a['seconds']:.1f}", f"{a['peak']:,.0f}", "",
+                                 *("" if s != name else f"{a['stages'][s]:.1f}" for s in STAGES)])
+                    print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
             if len(done) == 2:
                 rows.append(["", "ray / in-process", f"{done['ray']['seconds'] / done['local']['seconds']:.2f}x",
                              f"{done['ray']['peak'] / done['local']['peak']:.2f}x", "", "", "", "", ""])
