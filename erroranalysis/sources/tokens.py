@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from erroranalysis.core.errors import DataError, preview, where
-from erroranalysis.metrics.tokens import encode_spans
+from erroranalysis.metrics.tokens import encode_spans, spans_of
 from erroranalysis.sources.table import DataOptions, EvalSet, InMemory, load_eval_set, read_table
 
 
@@ -68,6 +68,15 @@ def block_sentences(source, start: int, rows: int, data_opts: DataOptions, token
     if not data_opts.id_column:
         sentences.eval_set.frame["example_id"] = np.arange(start, start + len(raw)).astype(str).astype(object)
     return sentences
+
+
+def gold_surfaces(sentences: Sentences, scheme: str, span_mode: str) -> set[str]:
+    """The surfaces of the gold entities of `sentences` (a whole file, or a block of one): a span's words joined by
+    spaces, or a raw text's characters. The one rule both engines use to mark spans `seen_in_train`."""
+    if sentences.raw:
+        return {text[s:e] for text, spans in zip(sentences.texts, sentences.char_spans) for s, e, _ in spans}
+    return {" ".join(w[s:e]) for w, g in zip(sentences.words, sentences.gold)
+            for s, e, _ in spans_of(g, scheme, span_mode)}
 
 
 def sentences_of(path, table, data_opts: DataOptions, tokens_column: str, tags_column: str, spans_column: str,

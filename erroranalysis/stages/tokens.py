@@ -32,7 +32,7 @@ from erroranalysis.infer.tokens import TokenParams
 from erroranalysis.metrics import tokens as tm
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.sources.table import DataOptions
-from erroranalysis.sources.tokens import Sentences, gold_from_spans, read_sentences
+from erroranalysis.sources.tokens import Sentences, gold_from_spans, gold_surfaces, read_sentences
 from erroranalysis.stages.after import AfterParams, after_predictions
 from erroranalysis.stages.infer import copy_training_log
 
@@ -84,26 +84,28 @@ def run_token_classification(model: str | Path, data, out: str | Path, *, data_o
     writing its shards (`stages.tokens_ray`); other inputs are read here and predicted on Ray actors."""
     if train is None and after.checks is not None:
         train = after.checks.train
-    with _worker_rows(data, data_opts, engine, out) as copy:
-        job = prepare_tokens(model, data, data_opts, token_opts, train, engine=engine, rows_path=copy)
+    with _worker_rows(data, data_opts, engine, out) as copy, _worker_rows(train, data_opts, engine, out) as train_copy:
+        job = prepare_tokens(model, data, data_opts, token_opts, train, engine=engine, rows_path=copy,
+                             train_rows=train_copy)
         if after.checks is not None and log:
             log("data checks (label issues, duplicates) do not apply to token classification; skipped")
         after = token_after(after)
         reporter = as_reporter(progress)
         with create_run(out, overwrite=overwrite, **job.manifest(seed=after.seed)) as run:
             token_stage(run, job, reporter, engine)
-            after_predictions(run, after, embedder=None, progress=reporter)
+            after_predictions(run, after, embedder=None, progress=reporter, engine=engine)
     return run
 
 
 def _worker_rows(data, data_opts: DataOptions, engine: Engine, out):
-    """On Ray, a JSONL or CSV eval set as a Parquet copy the workers read in blocks (`stages.inputs`)."""
+    """On Ray, a JSONL or CSV eval set (or training file) as a Parquet copy the workers read in blocks
+    (`stages.inputs`)."""
     import contextlib
 
     from erroranalysis.sources import blocks
     from erroranalysis.stages import inputs
 
-    if not engine.distributed or not inputs.workers_read(data) or blocks.readable(data):
+    if data is None or not engine.distributed or not inputs.workers_read(data) or blocks.readable(data):
         return contextlib.nullcontext()
     return inputs.worker_rows(data, data_opts, engine, out)
 
@@ -118,10 +120,11 @@ def token_after(after: AfterParams) -> AfterParams:
 
 
 def prepare_tokens(model: str | Path, data, data_opts: DataOptions, params: TokenParams,
-                   train: str | Path | None = None, *, engine: Engine = LOCAL, rows_path=None) -> TokenJob:
+                   train: str | Path | None = None, *, engine: Engine = LOCAL, rows_path=None,
+                   train_rows=None) -> TokenJob:
     """Load the checkpoint, read its tag scheme, read and check the sentences and tokenize them (nothing written).
     On Ray with a file the workers read (`rows_path`: a JSONL or CSV file's Parquet copy), only its first rows
-    (`tokens_ray.scanned_job`)."""
+    (`tokens_ray.scan_head`); the training file's surfaces from the workers too (`train_rows`: its copy)."""
     from erroranalysis.infer.tokens import load_token_classifier
 
     params.validate()
@@ -134,20 +137,22 @@ def prepare_tokens(model: str | Path, data, data_opts: DataOptions, params: Toke
 
         scheme, types = model_scheme(clf, params)
         head = scan_head(data, data_opts, params, clf.labels, types, rows_path)
-        surfaces = train_surfaces(train, data_opts, params, clf.labels, types, scheme) if train else None
-        return TokenJob(Path(clf.path), clf, head, [], [], [], scheme, types, params, 0, surfaces, data_opts=data_opts)
-    return token_job(clf, data, data_opts, params, train)
+        job = TokenJob(Path(clf.path), clf, head, [], [], [], scheme, types, params, 0, data_opts=data_opts)
+    else:
+        job = token_job(clf, data, data_opts, params)
+    if train:
+        job.train_surfaces = train_surfaces(train, data_opts, params, clf.labels, job.types, job.scheme,
+                                            engine=engine, rows_path=train_rows)
+    return job
 
 
-def token_job(clf, data, data_opts: DataOptions, params: TokenParams, train: str | Path | None = None) -> TokenJob:
+def token_job(clf, data, data_opts: DataOptions, params: TokenParams) -> TokenJob:
     """A TokenJob over a token classifier already loaded (a checkpoint, or a model still in training, as the Trainer
     callback hands it): its tag scheme read, the sentences read, checked and tokenized."""
     scheme, types = model_scheme(clf, params)
     sentences = read_sentences(data, data_opts, params.tokens_column, params.tags_column, params.spans_column,
                                clf.labels, types)
-    job = sentences_job(clf, sentences, params, scheme, types, None)
-    job.train_surfaces = train_surfaces(train, data_opts, params, clf.labels, types, scheme) if train else None
-    return job
+    return sentences_job(clf, sentences, params, scheme, types, None)
 
 
 def model_scheme(clf, params: TokenParams) -> tuple[str, list[str]]:
@@ -184,14 +189,19 @@ def sentences_job(clf, sentences: Sentences, params: TokenParams, scheme: str, t
     return TokenJob(Path(clf.path), clf, sentences, encoded, words, gold, scheme, types, params, snapped, surfaces)
 
 
-def train_surfaces(train, data_opts: DataOptions, params: TokenParams, labels, types, scheme) -> set[str]:
-    """The surfaces of the training file's gold entities (words and tags in the eval set's columns)."""
-    sentences = read_sentences(train, data_opts.replace(id_column=None), params.tokens_column, params.tags_column,
-                               params.spans_column, labels, types)
-    if sentences.raw:
-        return {text[s:e] for text, spans in zip(sentences.texts, sentences.char_spans) for s, e, _ in spans}
-    return {" ".join(w[s:e]) for w, g in zip(sentences.words, sentences.gold)
-            for s, e, _ in tm.spans_of(g, scheme, params.span_mode)}
+def train_surfaces(train, data_opts: DataOptions, params: TokenParams, labels, types, scheme, *,
+                   engine: Engine = LOCAL, rows_path=None) -> set[str]:
+    """The surfaces of the training file's gold entities (words and tags in the eval set's columns): read here, or
+    on Ray by the workers in blocks (`tokens_ray.worker_surfaces`; `rows_path`: a JSONL or CSV file's copy)."""
+    opts = data_opts.replace(id_column=None)
+    if engine.distributed:
+        from erroranalysis.stages.tokens_ray import worker_surfaces, workers_read_train
+
+        if workers_read_train(train, rows_path):
+            return worker_surfaces(train, rows_path, opts, params, labels, types, scheme, engine)
+    sentences = read_sentences(train, opts, params.tokens_column, params.tags_column, params.spans_column, labels,
+                               types)
+    return gold_surfaces(sentences, scheme, params.span_mode)
 
 
 def token_stage(run: Run, job: TokenJob, progress=None, engine: Engine = LOCAL) -> None:

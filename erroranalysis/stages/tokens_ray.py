@@ -9,6 +9,13 @@ tokenizes it, `infer.tokens.predict` predicts it and `tokens.tables` builds its 
 spans.parquet and hidden_states.npy, written as the shards `part-<first row>` into the stage's staging area. The
 driver keeps counts, checks that the shards cover every row once and that the ids are unique across blocks (hash
 partitions, `sources.blocks.write_id_parts` / `first_duplicate`), and raises the first bad block's error.
+
+With `--train`, the training file's gold-entity surfaces (what marks a span `seen_in_train`) are read by the workers
+too (`worker_surfaces`): a local Parquet file as it is, a JSONL or CSV file or a save_to_disk folder through its
+Parquet copy, in blocks
+(`engines.blocks.map_blocks`), each checked as in-process `read_sentences` checks the whole file and sending back
+its set of surfaces (`sources.tokens.gold_surfaces`, the rule in-process uses); the driver holds their union, then
+sends it to the actors as the in-process job holds it.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from erroranalysis.engines import Engine, EngineError
 from erroranalysis.engines.sinks import SHARD
 from erroranalysis.sources import blocks
 from erroranalysis.sources.table import DataOptions, as_source
-from erroranalysis.sources.tokens import Sentences, block_sentences
+from erroranalysis.sources.tokens import Sentences, block_sentences, gold_surfaces, read_sentences, sentences_of
 
 
 def scan_head(data, data_opts: DataOptions, params, labels, types, rows_path) -> Sentences:
@@ -48,6 +55,46 @@ def scan_head(data, data_opts: DataOptions, params, labels, types, rows_path) ->
         sources={m: m if m in names else m.removeprefix("meta_") for m in first.metadata_columns},
         rows_path=rows_path)
     return head
+
+
+def workers_read_train(train, rows_path) -> bool:
+    """Whether the workers read the training file: its Parquet copy (a JSONL or CSV file, a save_to_disk folder), or
+    a Parquet file on a local disk (one in object storage is read by the driver as in-process)."""
+    source = as_source(train)
+    return rows_path is not None or (isinstance(source, Path) and blocks.readable(source))
+
+
+def worker_surfaces(train, rows_path, data_opts: DataOptions, params, labels, types, scheme, engine: Engine
+                    ) -> set[str]:
+    """The training file's gold-entity surfaces, each block read, checked and reduced to its set of surfaces by a
+    worker (`block_surfaces`); the driver holds their union: an aggregate bounded by the vocabulary of entities,
+    not by the training rows. A bad cell is the in-process one-line error (the first to come back, where several
+    blocks hold one)."""
+    from erroranalysis.engines import blocks as engine_blocks
+
+    source = as_source(train)
+    rows = as_source(rows_path) if rows_path is not None else source
+    file = blocks.parquet_file(rows)
+    columns = (params.tokens_column, params.tags_column, params.spans_column)
+    if file.metadata.num_rows == 0:  # no block to check: the in-process answer (its one-line error)
+        return gold_surfaces(read_sentences(source, data_opts, *columns, labels, types), scheme, params.span_mode)
+    kwargs = {"source": str(source), "copy": blocks.is_copy(file.schema_arrow), "data_opts": data_opts,
+              "columns": columns, "labels": list(labels), "types": list(types), "scheme": scheme,
+              "span_mode": params.span_mode}
+    surfaces: set[str] = set()
+    for _, part in engine_blocks.map_blocks(block_surfaces, str(rows), engine, kwargs=kwargs):
+        surfaces |= part
+    return surfaces
+
+
+def block_surfaces(table, block, *, source, copy: bool, data_opts: DataOptions, columns: tuple, labels, types,
+                   scheme: str, span_mode: str) -> set[str]:
+    """On a worker: a block of the training file (an Arrow table, rows from `block.start`) checked as
+    `read_sentences` checks the whole file, its errors naming the user's file and line; its gold surfaces back."""
+    source = as_source(source)
+    raw = blocks.with_lines(table.to_pandas(), block.start, copy)
+    sentences = sentences_of(source, (raw, blocks.format_of(source)), data_opts, *columns, labels, types)
+    return gold_surfaces(sentences, scheme, span_mode)
 
 
 def workers_stage(staging, job, engine: Engine, advance, block_fn: Callable) -> None:
