@@ -62,6 +62,11 @@ LONGEST_FIRST = ("ray", "memorization", "tests/test_ui_browser.py", "tests/test_
                  "tests/test_llm_naming.py", "tests/test_heads_training.py")
 
 
+# Last in the Ray group, in this order: the modules that start Rays of their own (a two-node cluster; commands that
+# each start one), so that the shared local Ray is started once, and stopped before them.
+RAY_LAST = ("tests/test_ray_cluster.py", "tests/test_ray_failures.py")
+
+
 def work_unit(nodeid: str) -> str:
     """The unit of work a test belongs to: its group, else its file."""
     file, _, name = nodeid.partition("::")
@@ -82,7 +87,8 @@ def pytest_collection_modifyitems(config, items):
     def rank(item) -> tuple:
         unit = work_unit(item.nodeid)
         if unit in LONGEST_FIRST:
-            return LONGEST_FIRST.index(unit), 0, ""
+            file = item.nodeid.partition("::")[0]
+            return LONGEST_FIRST.index(unit), RAY_LAST.index(file) + 1 if file in RAY_LAST else 0, ""
         return len(LONGEST_FIRST) + (unit not in slow), -sizes[unit], unit
 
     items.sort(key=rank)  # stable: each file's tests keep their order

@@ -119,12 +119,13 @@ def test_a_real_server_names_error_types_and_the_answers_are_cached(server, tmp_
     from erroranalysis.rundir import Run, readers
 
     run = _run_with_clusters(tmp_path / "run")
-    params = stages.ClusterParams(namer=server, namer_calls=2, namer_examples=2, namer_timeout=300)
+    params = stages.ClusterParams(namer=server, namer_calls=1, namer_examples=2, namer_timeout=300)  # one answer of
+    # SmolLM2 (10 s alone on these 2 CPUs; two took 32 to 63 s within the suite)
     stages.name_run(run, params)
     opened = Run.open(run)
     first = opened.manifest["stages"]["cluster_names"]["llm_names"]
     clusters = readers.read_clusters(opened)
-    assert first["calls"] == min(2, len(clusters)) and first["named"] + first["failed"] == first["calls"]
+    assert first["calls"] == 1 and first["named"] + first["failed"] == first["calls"]
     assert first["model"] and first["endpoint"] == server
     kept = json.loads((Path(run) / "cluster_names_llm.json").read_text())
     assert len(kept["answers"]) == first["named"] and kept["endpoint"] == server
