@@ -131,3 +131,24 @@ def test_a_bad_cell_in_a_later_block_is_the_in_process_error(local_ray, tmp_path
     needle = "line 20, column 'id'" if bad == "id" else "line 21, column 'tags'"
     assert messages[0] == messages[1] and needle in messages[0], messages
     assert messages[0].startswith(str(tmp_path / ("train.jsonl" if bad == "train" else "eval.jsonl"))), messages
+
+
+def test_a_block_without_spans_writes_the_folders_column_types(tmp_path):
+    """A block whose sentences have no gold or predicted span writes a spans shard of the same Arrow types as the
+    others: read as one folder (its schema from the first shard), `correct` stays boolean and `confidence` a float."""
+    from erroranalysis.stages.tokens import span_frame
+    from erroranalysis.stages.tokens_ray import write_table
+
+    model = build_tiny_token_classifier(tmp_path / "model")
+    data = write_sentences(tmp_path / "eval.jsonl", n=12)
+    opts, tokens = DataOptions(id_column="id"), TokenParams(device="cpu", batch_size=8)
+    run = run_token_classification(model, data, tmp_path / "local", data_opts=opts, token_opts=tokens, after=AFTER)
+    spans = readers.read_spans(run)
+    assert len(spans)
+    folder = tmp_path / "spans.parquet"  # no metadata columns to cast to the eval file's types: no schema, sources
+    write_table(folder, 0, span_frame([], list(spans.columns)), None, {})  # the first block: no span
+    write_table(folder, 12, spans, None, {})
+    both = pd.read_parquet(folder)
+    for column in ("correct", "truncated", "confidence", "loss", "start", "end"):
+        assert both[column].dtype == spans[column].dtype, column
+    assert both["correct"].tolist() == spans["correct"].tolist()

@@ -104,7 +104,9 @@ SPANS = Table(
     open=True,
     dtypes={"example_id": "object", "sentence_id": "object", "start": "int32", "end": "int32",
             "char_start": "int32", "char_end": "int32", "match_start": "int32", "match_end": "int32",
-            "span_length": "int32", "n_tokens": "int32"})
+            "span_length": "int32", "n_tokens": "int32", "correct": "bool", "truncated": "bool",
+            "confidence": "float64", "loss": "float64"})  # typed even when a block has no span: its shard's types
+    # are the folder's (a reader takes a folder's schema from its first shard)
 # sft_findings.parquet: one row per finding of `erroranalysis sft-check` (row: 0-based row of the data file; line:
 # its line there; source: the --source-column value, when given)
 SFT_FINDINGS = Table(columns=("row", "line", "kind", "detail", "source"), required=("row", "kind", "detail"),

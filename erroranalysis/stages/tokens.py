@@ -323,7 +323,7 @@ def tables(job: TokenJob, outs: list[dict]):
             span_rows.append(_span_row(job, i, ids[i], k, r, words, out, offsets))
             vectors.append(out["vectors"][r["start"]:r["end"]].mean(0))
     preds = pd.DataFrame(sentence_rows)
-    spans = pd.DataFrame(span_rows, columns=_span_columns(job))
+    spans = span_frame(span_rows, _span_columns(job))
     row_of = {sid: r for r, sid in enumerate(ids)}
     rows = np.array([row_of[s] for s in spans["sentence_id"]], dtype=np.int64)
     for column in meta:  # the sentence's own columns, on the sentence and on each of its spans
@@ -332,7 +332,7 @@ def tables(job: TokenJob, outs: list[dict]):
         spans[_meta_name(column)] = values[rows]
     width = outs[0]["vectors"].shape[1] if outs else 0
     matrix = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), width)
-    return preds, spans.astype({c: t for c, t in _span_dtypes().items() if c in spans.columns}), matrix
+    return preds, spans, matrix
 
 
 def _stat(function, values) -> float:
@@ -351,10 +351,15 @@ def _span_columns(job: TokenJob) -> list[str]:
     return [c for c in SPANS.columns if c != "seen_in_train" or job.train_surfaces is not None]
 
 
-def _span_dtypes() -> dict:
+def span_frame(rows: list[dict], columns: list[str]):
+    """Span rows as a frame of spans.parquet's types, also without a row: on Ray a block with no span writes a shard
+    of the folder's types (a reader takes a folder's schema from its first shard)."""
+    import pandas as pd
+
     from erroranalysis.core.schemas import SPANS
 
-    return SPANS.dtypes
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.astype({c: t for c, t in SPANS.dtypes.items() if c in frame.columns})
 
 
 def _span_row(job: TokenJob, i: int, sentence_id: str, k: int, r: dict, words, out, offsets) -> dict:
