@@ -15,8 +15,8 @@ label-issue scores and flags (classification, multi-label) and exact duplicate g
 duplicates among a seeded sample of `near_sample` rows that checks.json states; with a train file, the exact leakage
 and shift report of a classification, multi-label, regression or token-classification run as in-process and near
 leakage on seeded samples (`check_ray_train`), a generation run's contamination checks as in-process
-(`contamination_ray`). A datasets-folder train file is still read on the driver, and the run says so on stderr.
-Both engines read a train file's gold by the run's task (`train_gold.TrainGold`).
+(`contamination_ray`). A train file the workers cannot read (`inputs.workers_read`) is read on the driver, and the
+run says so on stderr. Both engines read a train file's gold by the run's task (`train_gold.TrainGold`).
 """
 
 from __future__ import annotations
