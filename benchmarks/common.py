@@ -100,6 +100,36 @@ def measured(work) -> tuple[dict, object]:
     return {"seconds": time.perf_counter() - start, "before": before, "peak": hwm_mb()}, result
 
 
+def watch_peak(proc) -> float:
+    """The peak VmHWM (MB) of a running process, sampled every 0.1 s until it exits."""
+    peak = 0.0
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return peak
+
+
+def run_watched(command: list[str], log: Path, env: dict | None = None) -> tuple[float, float]:
+    """(wall seconds, peak MB) of `command` run as a process of its own, its stderr in `log` (a file, not a pipe: a
+    long run's progress lines would fill a pipe and stall it). The peak is its own VmHWM (`watch_peak`): ru_maxrss
+    would start from this larger parent's size, which a forked child inherits. A failure ends the benchmark with
+    the log's tail."""
+    start = time.perf_counter()
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, **(env or {})})
+        peak = watch_peak(proc)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"benchmark step failed: {' '.join(map(str, command))}\n{Path(log).read_text()[-2000:]}")
+    return seconds, peak
+
+
 def load_average() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 

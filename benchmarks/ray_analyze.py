@@ -21,18 +21,16 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, ray_env, table  # noqa: E402
-from scale import EA, predictions, watch_peak  # noqa: E402
+from common import load_average, ray_env, run_watched, table  # noqa: E402
+from scale import EA, predictions  # noqa: E402
 
 STAGES = ("load_predictions", "metrics", "checks", "slices", "cluster")
 CHUNK = 250_000
@@ -78,15 +76,7 @@ def plant_slice(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
 def analyze(data: Path, out: Path, engine: str) -> dict:
     command = [EA, "analyze", "--predictions", str(data), "--out", str(out), "--id-column", "id", "--overwrite",
                *(["--engine", "ray"] if engine == "ray" else [])]
-    env = ray_env()
-    log = out.with_suffix(".log")
-    start = time.perf_counter()
-    with open(log, "w") as stderr:  # a file, not a pipe: a long run's progress lines would fill a pipe and stall it
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
-        peak = watch_peak(proc)
-    seconds = time.perf_counter() - start
-    if proc.returncode:
-        raise SystemExit(f"analyze failed: {' '.join(command)}\n{log.read_text()[-2000:]}")
+    seconds, peak = run_watched(command, out.with_suffix(".log"), ray_env())
     manifest = json.loads((out / "manifest.json").read_text())
     stages = {name: manifest["stages"].get(name, {}).get("seconds") for name in STAGES}
     return {"seconds": seconds, "peak": peak, "stages": stages, "manifest": manifest}

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import ROOT, load_average, sample_checkpoint, table
+from common import ROOT, load_average, run_watched, sample_checkpoint, table, watch_peak
 
 EA = str(ROOT / ".venv/bin/erroranalysis") if (ROOT / ".venv/bin/erroranalysis").exists() else \
     str(Path(sys.executable).with_name("erroranalysis"))
@@ -104,18 +104,9 @@ def vectors_file(n: int, folder: Path, dim: int = 384, seed: int = 0) -> Path:
 
 
 def run_measured(args: list[str], env: dict) -> tuple[float, float]:
-    """(wall seconds, peak MB) of one process. The peak is its own VmHWM, read from /proc every 0.1 s until it
-    exits: ru_maxrss would start from this (larger) parent's size, which a forked child inherits."""
-    import subprocess
-    import time
-
-    start = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
-    peak = watch_peak(proc)
-    seconds = time.perf_counter() - start
-    if proc.returncode:
-        raise SystemExit(f"benchmark step failed: {' '.join(args)}\n{proc.stderr.read().decode()[-2000:]}")
-    return seconds, peak
+    """(wall seconds, peak MB) of one process (`common.run_watched`), its stderr in a temporary file."""
+    with tempfile.TemporaryDirectory(prefix="ea_scale_log_") as tmp:
+        return run_watched(args, Path(tmp) / "stderr.log", env)
 
 
 def run_stages(data: Path, out: Path, env: dict, engine: list[str], stages: tuple[str, ...] = STAGES,
@@ -181,23 +172,6 @@ def goal(n: int, quality: bool = True) -> None:
         print("\nThe static model beside MiniLM, per use (planted sets):")
         print(table(static_embedder.verdicts(rows, ["static"]),
                     ["use", "measure", "minilm", "static", "static - minilm", "holds (>= -0.02)"]))
-
-
-def watch_peak(proc) -> float:
-    """The peak VmHWM (MB) of a running process, sampled every 0.1 s until it exits."""
-    import time
-
-    peak = 0.0
-    status = Path(f"/proc/{proc.pid}/status")
-    while proc.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak = max(peak, int(line.split()[1]) / 1024)
-        except OSError:
-            pass
-        time.sleep(0.1)
-    return peak
 
 
 def _status_mb(field: str) -> float:

@@ -29,13 +29,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from common import load_average, ray_env, table  # noqa: E402
-from scale import EA, watch_peak  # noqa: E402
+from common import load_average, ray_env, run_watched, table  # noqa: E402
+from scale import EA  # noqa: E402
 from token_fixtures import build_tiny_token_classifier, sentence  # noqa: E402
 
 STAGES = ("infer", "metrics", "slices", "cluster")
@@ -79,14 +78,7 @@ def timed(command: list[str], out: Path, engine: str, actors: int, log: Path) ->
     """Run `command` (with the engine's flags) as its own process: its wall seconds, its own peak VmHWM, the run's
     stage seconds from the manifest."""
     command = [*command, *(["--engine", "ray", "--ray-actors", str(actors)] if engine == "ray" else [])]
-    env = {**ray_env(), "OMP_NUM_THREADS": "1"}
-    start = time.perf_counter()
-    with open(log, "w") as stderr:  # a file, not a pipe: progress lines would fill a pipe and stall the run
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
-        peak = watch_peak(proc)
-    seconds = time.perf_counter() - start
-    if proc.returncode:
-        raise SystemExit(f"run failed: {' '.join(command)}\n{log.read_text()[-2000:]}")
+    seconds, peak = run_watched(command, log, {**ray_env(), "OMP_NUM_THREADS": "1"})
     manifest = json.loads((out / "manifest.json").read_text())
     infer = manifest["stages"]["infer"]
     return {"seconds": seconds, "peak": peak, "read_by": infer.get("read_by", "driver"),
