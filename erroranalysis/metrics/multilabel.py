@@ -20,7 +20,6 @@ from erroranalysis.core.errors import DataError
 from erroranalysis.core.validation import check_int
 from erroranalysis.metrics.classification import (
     CI_LEVEL,
-    TOP_CONFUSIONS,
     binned_exact_sums,
     exact_sum,
     metadata_rows,
@@ -61,24 +60,6 @@ def scores(c: dict) -> dict[str, np.ndarray]:
     return {"precision": safe_div(tp, tp + fp), "recall": safe_div(tp, tp + fn), "f1": safe_div(2 * tp, 2 * tp + fp + fn)}
 
 
-def averages(t: np.ndarray, p: np.ndarray) -> dict[str, float]:
-    """micro, macro, weighted and samples precision/recall/F1, subset accuracy and Hamming loss."""
-    c = counts(t, p)
-    s = scores(c)
-    support = t.sum(axis=0)
-    out = {}
-    tp, fp, fn = c["tp"].sum(), c["fp"].sum(), c["fn"].sum()
-    micro = scores({"tp": tp, "fp": fp, "fn": fn})
-    for name in ("precision", "recall", "f1"):
-        out[f"micro_{name}"] = float(micro[name])
-        out[f"macro_{name}"] = float(s[name].mean())
-        out[f"weighted_{name}"] = float((s[name] * support).sum() / support.sum()) if support.sum() else 0.0
-    out.update(samples_scores(row_counts(t, p)))
-    out["subset_accuracy"] = float((t == p).all(axis=1).mean())
-    out["hamming_loss"] = float((t != p).mean())
-    return out
-
-
 def row_counts(t: np.ndarray, p: np.ndarray) -> Counter:
     """How many rows have each (true positives, predicted, gold) triple: what the samples averages need."""
     triples, n = np.unique(np.stack([(t & p).sum(1), p.sum(1), t.sum(1)], axis=1), axis=0, return_counts=True)
@@ -105,43 +86,18 @@ def row_patterns(t: np.ndarray, p: np.ndarray) -> Counter:
 def compute_multilabel_metrics(y_true, y_pred, labels: Sequence, probs=None, metadata: pd.DataFrame | None = None,
                                texts=None, *, thresholds=None, n_bins: int = 15, n_resamples: int = 1000,
                                seed: int = 0, max_metadata_values: int = 20) -> dict:
-    """Every metric of a multi-label run's metrics.json (see the module's docstring)."""
+    """Every metric of a multi-label run's metrics.json (see the module's docstring): the whole table as one block of
+    `task_partials` (the stage merges many), so both ways assemble metrics.json with one `finish_multilabel`."""
+    from erroranalysis.metrics.task_partials import finish_multilabel, multilabel_first
+
     labels = [str(x) for x in labels]
     check_int("n_resamples", n_resamples, 0)
     check_int("n_bins", n_bins, 1)
     t, p, probs = _check(y_true, y_pred, probs, labels)
-    n, k = t.shape
-    exact = (t == p).all(axis=1)
-    overall = {"n": n, "n_failures": int((~exact).sum()), **averages(t, p)}
-    overall["accuracy"] = overall["subset_accuracy"]  # what views of every task read as "accuracy"
-    c = counts(t, p)
-    s = scores(c)
-    ci = bootstrap(row_patterns(t, p), k, n_resamples, seed) if n_resamples else None
-    overall["accuracy_ci"] = overall["subset_accuracy_ci"] = None if ci is None else ci["subset_accuracy"]
-    overall["micro_f1_ci"] = None if ci is None else ci["micro_f1"]
-    per_class = []
-    for j, name in enumerate(labels):
-        row = {"label": name, "precision": float(s["precision"][j]), "recall": float(s["recall"][j]),
-               "f1": float(s["f1"][j]), "support": int(t[:, j].sum()), "predicted": int(p[:, j].sum()),
-               **{key: int(c[key][j]) for key in ("tp", "fp", "fn", "tn")},
-               "f1_ci": None if ci is None else ci["f1"][j],
-               "threshold": None if thresholds is None else float(np.asarray(thresholds)[j])}
-        if probs is not None:
-            row.update(ranking(t[:, j], probs[:, j]))
-        per_class.append(row)
-    result = {"task": "multilabel", "overall": overall, "per_class": per_class,
-              "confusion": confusion(t, p, labels), "top_confusions": top_pairs(t, p, labels)}
-    result["missed"], result["spurious"] = top_errors(t, p, labels)
-    if probs is not None:
-        result["calibration"] = calibration(t, probs, labels, n_bins)
-        overall["ece"], overall["brier"] = result["calibration"]["ece"], result["calibration"]["brier"]
-        aucs = [r["roc_auc"] for r in per_class if r.get("roc_auc") is not None]
-        overall["macro_roc_auc"] = float(np.mean(aucs)) if aucs else None
-        aps = [r["average_precision"] for r in per_class if r.get("average_precision") is not None]
-        overall["macro_average_precision"] = float(np.mean(aps)) if aps else None
-    result["by_metadata"] = by_metadata(t, p, metadata, texts, max_metadata_values)
-    result["bootstrap"] = {"n_resamples": n_resamples, "seed": seed, "level": CI_LEVEL}
-    return result
+    ranks = None if probs is None else [ranking(t[:, j], probs[:, j]) for j in range(len(labels))]
+    return finish_multilabel(multilabel_first(t, p, probs, n_bins, {}), labels,
+                             by_metadata(t, p, metadata, texts, max_metadata_values), ranking=ranks,
+                             thresholds=thresholds, n_bins=n_bins, n_resamples=n_resamples, seed=seed)
 
 
 def ranking(y: np.ndarray, score: np.ndarray) -> dict:
@@ -151,41 +107,6 @@ def ranking(y: np.ndarray, score: np.ndarray) -> dict:
     from sklearn.metrics import average_precision_score, roc_auc_score
 
     return {"roc_auc": float(roc_auc_score(y, score)), "average_precision": float(average_precision_score(y, score))}
-
-
-def confusion(t: np.ndarray, p: np.ndarray, labels: list[str]) -> dict:
-    """Per-label 2x2 counts [[tn, fp], [fn, tp]] and the error co-occurrence matrix: [i, j] examples where gold
-    label i was missed while label j was predicted without gold (j read instead of i)."""
-    c = counts(t, p)
-    missed, spurious = t & (1 - p), p & (1 - t)
-    errors = missed.T @ spurious
-    return {"kind": "multilabel", "labels": labels, "matrix": errors.tolist(),
-            "normalized": safe_div(errors, missed.sum(axis=0)[:, None]).tolist(),
-            "per_label": [{"label": name, "tn": int(c["tn"][j]), "fp": int(c["fp"][j]), "fn": int(c["fn"][j]),
-                           "tp": int(c["tp"][j])} for j, name in enumerate(labels)]}
-
-
-def top_pairs(t: np.ndarray, p: np.ndarray, labels: list[str], limit: int = TOP_CONFUSIONS) -> list[dict]:
-    """The most frequent (gold missed, predicted without gold) pairs, with their share of failing examples."""
-    missed, spurious = t & (1 - p), p & (1 - t)
-    errors = missed.T @ spurious
-    failures = max(int((t != p).any(axis=1).sum()), 1)
-    order = np.argsort(-errors, axis=None, kind="stable")[:limit]
-    rows, cols = np.unravel_index(order, errors.shape)
-    return [{"label": labels[r], "pred": labels[c], "count": int(errors[r, c]),
-             "share_of_failures": int(errors[r, c]) / failures} for r, c in zip(rows, cols) if errors[r, c] > 0]
-
-
-def top_errors(t: np.ndarray, p: np.ndarray, labels: list[str]) -> tuple[list[dict], list[dict]]:
-    """Per label, how often it was missed ("gold A, missed") and predicted without gold, most frequent first."""
-    failures = max(int((t != p).any(axis=1).sum()), 1)
-
-    def rows(m):
-        total = m.sum(axis=0)
-        return [{"label": labels[j], "count": int(total[j]), "share_of_failures": int(total[j]) / failures}
-                for j in np.argsort(-total, kind="stable") if total[j] > 0]
-
-    return rows(t & (1 - p)), rows(p & (1 - t))
 
 
 def bootstrap(patterns: Counter, k: int, n_resamples: int, seed: int, level: float = CI_LEVEL) -> dict:
@@ -258,11 +179,6 @@ def calibration_from_sums(per_label: list[dict], labels: list[str], n_bins: int)
         pooled = add_sums(pooled, sums)
     return {"n_bins": n_bins, **reliability(pooled, n_bins),
             "per_label": [{"label": name, **reliability(s, n_bins)} for name, s in zip(labels, per_label)]}
-
-
-def calibration(t: np.ndarray, probs: np.ndarray, labels: list[str], n_bins: int = 15) -> dict:
-    """Reliability of every (example, label) probability pooled, and of each label alone (`per_label`)."""
-    return calibration_from_sums(calibration_sums(t, probs, n_bins), labels, n_bins)
 
 
 def by_metadata(t, p, metadata, texts, max_values) -> dict:

@@ -149,8 +149,8 @@ def multilabel_describe(k: int):
 
 def finish_multilabel(m: dict, labels: list[str], by_metadata: dict, *, ranking: list[dict] | None,
                       thresholds=None, n_bins: int = 15, n_resamples: int = 1000, seed: int = 0) -> dict:
-    """`compute_multilabel_metrics` from merged `multilabel_first` partials, the by_metadata rows and each
-    label's `ml.ranking` (None without probabilities)."""
+    """A multi-label run's metrics.json from merged `multilabel_first` partials, the by_metadata rows and each
+    label's `ml.ranking` (None without probabilities): the one assembly, `compute_multilabel_metrics`' too."""
     if not m or m["n"] == 0:
         raise DataError("y_true and y_pred must have the same, non-empty shape.")
     n, k = m["n"], len(labels)
