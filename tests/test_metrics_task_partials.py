@@ -80,9 +80,9 @@ def test_multilabel_partials_merge_to_the_whole_table_metrics(seed):
     for blocks in (1, 3, 7):
         cuts = splits(rng, n, blocks)
         merged, rules, sums = two_passes(
-            n, meta, texts, cuts, lambda a, b, v: tp.multilabel_first(t[a:b], p[a:b], probs[a:b], 15, v),
+            n, meta, texts, cuts, lambda a, b, v: ml.multilabel_first(t[a:b], p[a:b], probs[a:b], 15, v),
             lambda a, b: (tp.multilabel_row_stats(t[a:b], p[a:b]), np.zeros((b - a, 0))))
-        result = tp.finish_multilabel(merged, labels, tp.finish_by_metadata(rules, sums, tp.multilabel_describe(k)),
+        result = ml.finish_multilabel(merged, labels, tp.finish_by_metadata(rules, sums, tp.multilabel_describe(k)),
                                       ranking=[ml.ranking(t[:, j], probs[:, j]) for j in range(k)],
                                       thresholds=[0.5] * k, n_resamples=200, seed=seed)
         assert dumps(result) == dumps(whole), blocks
@@ -348,7 +348,7 @@ def test_a_bad_sigmoid_names_its_row():
     probs = np.full((5, 2), 0.2)
     probs[3, 1] = np.nan
     with pytest.raises(DataError, match=r"^probs row 103 has NaN or inf"):
-        tp.multilabel_first(t, t, probs, 15, {}, offset=100)
+        ml.multilabel_first(t, t, probs, 15, {}, offset=100)
 
 
 @pytest.mark.parametrize("task", ["classification", "multilabel", "regression", "token-classification"])

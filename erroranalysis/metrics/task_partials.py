@@ -3,7 +3,9 @@ merge that adds them up: the metrics.json `compute_multilabel_metrics` / `comput
 rows at once, exactly (their means are of exact sums, their bootstrap draws counts of distinct cells; see those
 modules).
 
-Pass 1 (`first_pass`) counts each metadata column's values (`partials.column_partial`) and every number that needs
+A multi-label block's pass-1 counts and the assembly of metrics.json from them are `multilabel.multilabel_first` and
+`multilabel.finish_multilabel` (`compute_multilabel_metrics` is one block of them). Pass 1 (`first_pass`) counts each
+metadata column's values (`partials.column_partial`) and every number that needs
 no bucket: per-label counts, the samples' (tp, predicted, gold) triples, the (gold, predicted) patterns the
 bootstrap resamples, calibration counts and exact sums, a regression run's confusion over its bins with exact sums.
 The driver merges them (`merge`) and chooses each column's buckets (`partials.bucket_rule`: the top values or
@@ -111,25 +113,6 @@ def finish_by_metadata(rules: dict, sums: dict, describe) -> dict:
 
 # ------------------------------------------------------------------------------------------------ multi-label
 
-def multilabel_first(t: np.ndarray, p: np.ndarray, probs: np.ndarray | None, n_bins: int,
-                     values: dict, offset: int = 0) -> dict:
-    """Pass 1 of a multi-label block (rows `offset`..): multi-hot gold `t` and predictions `p` [n, k], the sigmoids
-    or None."""
-    if probs is not None and probs.shape != t.shape:
-        raise DataError(f"probs has shape {probs.shape} in rows {offset}..{offset + len(t)}; expected {t.shape}.")
-    if probs is not None and not np.isfinite(probs).all():
-        row = int(np.flatnonzero(~np.isfinite(probs).all(axis=1))[0])
-        raise DataError(f"probs row {offset + row} has NaN or inf; expected sigmoids in [0, 1].")
-    c = ml.counts(t, p)
-    missed, spurious = t & (1 - p), p & (1 - t)
-    return {"n": len(t), "exact": int((t == p).all(axis=1).sum()), "hamming": int((t != p).sum()),
-            "tp": c["tp"].astype(np.int64), "fp": c["fp"].astype(np.int64), "fn": c["fn"].astype(np.int64),
-            "support": t.sum(axis=0), "predicted": p.sum(axis=0), "errors": missed.T @ spurious,
-            "missed": missed.sum(axis=0), "spurious": spurious.sum(axis=0),
-            "failures": int((t != p).any(axis=1).sum()), "rows": ml.row_counts(t, p), "patterns": ml.row_patterns(t, p),
-            "calibration": None if probs is None else ml.calibration_sums(t, probs, n_bins), "values": values}
-
-
 def multilabel_row_stats(t: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Per row: exact match, then per label tp, fp, fn (what a bucket's subset accuracy and F1s need)."""
     return np.concatenate([(t == p).all(axis=1, keepdims=True), t & p, (1 - t) & p, t & (1 - p)],
@@ -145,70 +128,6 @@ def multilabel_describe(k: int):
                 "micro_f1": float(ml.scores({key: v.sum() for key, v in c.items()})["f1"]),
                 "macro_f1": float(ml.scores(c)["f1"].mean())}
     return describe
-
-
-def finish_multilabel(m: dict, labels: list[str], by_metadata: dict, *, ranking: list[dict] | None,
-                      thresholds=None, n_bins: int = 15, n_resamples: int = 1000, seed: int = 0) -> dict:
-    """A multi-label run's metrics.json from merged `multilabel_first` partials, the by_metadata rows and each
-    label's `ml.ranking` (None without probabilities): the one assembly, `compute_multilabel_metrics`' too."""
-    if not m or m["n"] == 0:
-        raise DataError("y_true and y_pred must have the same, non-empty shape.")
-    n, k = m["n"], len(labels)
-    c = {key: m[key].astype(np.float64) for key in ("tp", "fp", "fn")}
-    c["tn"] = n - c["tp"] - c["fp"] - c["fn"]
-    s = ml.scores(c)
-    support = m["support"]
-    micro = ml.scores({key: c[key].sum() for key in ("tp", "fp", "fn")})
-    averages = {}
-    for name in ("precision", "recall", "f1"):
-        averages[f"micro_{name}"] = float(micro[name])
-        averages[f"macro_{name}"] = float(s[name].mean())
-        averages[f"weighted_{name}"] = float((s[name] * support).sum() / support.sum()) if support.sum() else 0.0
-    averages.update(ml.samples_scores(m["rows"]))
-    averages["subset_accuracy"] = m["exact"] / n
-    averages["hamming_loss"] = m["hamming"] / (n * k)
-    overall = {"n": n, "n_failures": n - m["exact"], **averages}
-    overall["accuracy"] = overall["subset_accuracy"]
-    ci = ml.bootstrap(m["patterns"], k, n_resamples, seed) if n_resamples else None
-    overall["accuracy_ci"] = overall["subset_accuracy_ci"] = None if ci is None else ci["subset_accuracy"]
-    overall["micro_f1_ci"] = None if ci is None else ci["micro_f1"]
-    per_class = []
-    for j, name in enumerate(labels):
-        row = {"label": name, "precision": float(s["precision"][j]), "recall": float(s["recall"][j]),
-               "f1": float(s["f1"][j]), "support": int(support[j]), "predicted": int(m["predicted"][j]),
-               **{key: int(c[key][j]) for key in ("tp", "fp", "fn", "tn")},
-               "f1_ci": None if ci is None else ci["f1"][j],
-               "threshold": None if thresholds is None else float(np.asarray(thresholds)[j])}
-        if ranking is not None:
-            row.update(ranking[j])
-        per_class.append(row)
-    errors, missed = m["errors"], m["missed"]
-    failures = max(m["failures"], 1)
-    order = np.argsort(-errors, axis=None, kind="stable")[:cl.TOP_CONFUSIONS]
-    rows, cols = np.unravel_index(order, errors.shape)
-    result = {"task": "multilabel", "overall": overall, "per_class": per_class,
-              "confusion": {"kind": "multilabel", "labels": labels, "matrix": errors.tolist(),
-                            "normalized": cl.safe_div(errors, missed[:, None]).tolist(),
-                            "per_label": [{"label": name, "tn": int(c["tn"][j]), "fp": int(c["fp"][j]),
-                                           "fn": int(c["fn"][j]), "tp": int(c["tp"][j])}
-                                          for j, name in enumerate(labels)]},
-              "top_confusions": [{"label": labels[r], "pred": labels[q], "count": int(errors[r, q]),
-                                  "share_of_failures": int(errors[r, q]) / failures}
-                                 for r, q in zip(rows, cols) if errors[r, q] > 0]}
-    result["missed"], result["spurious"] = ([{"label": labels[j], "count": int(total[j]),
-                                              "share_of_failures": int(total[j]) / failures}
-                                             for j in np.argsort(-total, kind="stable") if total[j] > 0]
-                                            for total in (m["missed"], m["spurious"]))
-    if m["calibration"] is not None:
-        result["calibration"] = ml.calibration_from_sums(m["calibration"], labels, n_bins)
-        overall["ece"], overall["brier"] = result["calibration"]["ece"], result["calibration"]["brier"]
-        aucs = [r["roc_auc"] for r in per_class if r.get("roc_auc") is not None]
-        overall["macro_roc_auc"] = float(np.mean(aucs)) if aucs else None
-        aps = [r["average_precision"] for r in per_class if r.get("average_precision") is not None]
-        overall["macro_average_precision"] = float(np.mean(aps)) if aps else None
-    result["by_metadata"] = by_metadata
-    result["bootstrap"] = {"n_resamples": n_resamples, "seed": seed, "level": cl.CI_LEVEL}
-    return result
 
 
 # ------------------------------------------------------------------------------------------------ regression

@@ -157,6 +157,7 @@ def task_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     order (Spearman, residual quantiles and bootstrap of a regression run, ROC-AUC and average precision of a
     multi-label one) is computed from those numeric columns alone, on one worker under Ray."""
     from erroranalysis.engines import blocks
+    from erroranalysis.metrics import multilabel as ml
     from erroranalysis.metrics import task_partials as tp
 
     path = _predictions(run)
@@ -180,7 +181,7 @@ def task_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
         if run.task == "multilabel":
             ranking = None if probs is None else blocks.call_on_worker(
                 multilabel_ranking, engine, path=str(path), probs=str(probs), labels=list(run.labels))
-            result = tp.finish_multilabel(first, list(run.labels), by_metadata, ranking=ranking,
+            result = ml.finish_multilabel(first, list(run.labels), by_metadata, ranking=ranking,
                                           thresholds=task_params.get("thresholds"), n_resamples=params.n_resamples,
                                           seed=params.seed)
         else:
@@ -261,12 +262,13 @@ def _task_frame(table, block, task: str, labels: list[str], probs: str | None):
 def task_first(table, block, *, task: str, labels: list[str], kinds: dict, probs: str | None, edges):
     """Pass 1 of a multi-label or regression block (run on a worker under Ray): `task_partials`' counts."""
     from erroranalysis.infer.predictions import bin_labels
+    from erroranalysis.metrics import multilabel as ml
     from erroranalysis.metrics import task_partials as tp
 
     frame, arrays = _task_frame(table, block, task, labels, probs)
     values = tp.metadata_values(frame[list(kinds)] if kinds else None, frame["text"].to_numpy(), kinds, block.start)
     if task == "multilabel":
-        return tp.multilabel_first(*arrays, 15, values, offset=block.start)
+        return ml.multilabel_first(*arrays, 15, values, offset=block.start)
     bins = bin_labels(edges) if edges else []
     return tp.regression_first(*arrays, frame["label"].to_numpy() if edges else None,
                                frame["pred"].to_numpy() if edges else None, bins, values, offset=block.start)
