@@ -12,7 +12,7 @@ import pytest
 from conftest import eval_rows, write_jsonl
 from object_store import KEY, SECRET, s3, upload  # noqa: F401 (s3: the fixture)
 
-from erroranalysis.core.errors import DataError
+from erroranalysis.core.errors import DataError, RunError
 from erroranalysis.core.storage import ObjectPath, is_url
 from erroranalysis.sources.table import DataOptions
 from erroranalysis.stages import AfterParams, InferParams, run_checkpoint
@@ -233,3 +233,72 @@ def test_a_fetch_that_fails_half_way_leaves_the_old_mirror_and_a_good_one_replac
         remote.fetch(url, tmp_path / "mine")
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
     assert Run.open(mirror).predictions()["example_id"].tolist() == [f"e{i}" for i in range(8)]
+
+
+def test_shards_written_on_s3_are_read_through_their_pointer_as_local_shards_are(s3, tmp_path):
+    """`core.shards`: shards a worker writes to object storage (out of order, one PUT each, with a digest), sealed
+    into a local pointer, read by every reader as the same shards on a local disk: blocks across shard bounds, array
+    rows, whole tables, rows by id."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from erroranalysis.core import shards
+    from erroranalysis.core.storage import fsspec_filesystem
+    from erroranalysis.engines import blocks
+    from erroranalysis.rundir import formats
+
+    prefix = f"s3://evals/shards/{tmp_path.name}"
+    local_tree, pointed = tmp_path / "local", tmp_path / "pointed"
+    rows = [(0, 5), (5, 7), (12, 4)]
+    vectors = np.arange(16 * 3, dtype=np.float32).reshape(16, 3)
+    for start, n in reversed(rows):  # in any order, as workers finish
+        ids = list(range(start, start + n))
+        table = pa.table({"example_id": [f"e{i}" for i in ids], "row": ids})
+        for where in (f"{prefix}/t", local_tree / "t"):
+            shards.write(where, f"part-{start:012d}.parquet", lambda p, t=table: pq.write_table(t, p))
+        for where in (f"{prefix}/v", local_tree / "v"):
+            shards.write(where, f"part-{start:012d}.npy", shards.npy(vectors[start:start + n]))
+    assert shards.names(f"{prefix}/t", ".parquet") == [f"part-{s:012d}.parquet" for s, _ in rows]
+    assert shards.seal(f"{prefix}/t", pointed / "t") and shards.seal(f"{prefix}/v", pointed / "v")
+    assert sorted(p.name for p in (pointed / "t").iterdir()) == ["shards.json"]
+    assert not shards.seal(f"{prefix}/nothing", pointed / "none") and not (pointed / "none").exists()
+
+    for cut in (3, 6, 100):
+        got = [(b.start, b.rows, blocks.read(b).column("row").to_pylist()) for b in blocks.plan(pointed / "t", cut)]
+        assert got == [(b.start, b.rows, blocks.read(b).column("row").to_pylist())
+                       for b in blocks.plan(local_tree / "t", cut)]
+        for block in blocks.plan(pointed / "t", cut):
+            np.testing.assert_array_equal(blocks.read_npy_rows(pointed / "v", block), vectors[block.start:block.stop])
+    assert formats.parquet(pointed / "t")["row"].tolist() == list(range(16))
+    np.testing.assert_array_equal(formats.npy(pointed / "v"), vectors)
+    ids = shards.dataset(pointed / "t").to_table(filter=ds.field("row") > 13)
+    assert ids.column("example_id").to_pylist() == ["e14", "e15"]
+
+    fsspec_filesystem("s3").rm(f"{prefix}/t/part-{5:012d}.parquet.digest")
+    with pytest.raises(RunError, match=r"part-000000000005\.parquet: written without its digest"):
+        shards.seal(f"{prefix}/t", tmp_path / "again")
+    (pointed / "t" / "shards.json").write_text('{"url": "s3://evals/x", "shards": {"../up": {"sha256": "0"}}}')
+    with pytest.raises(RunError, match=r"shards\.json: not a readable shard pointer"):
+        blocks.plan(pointed / "t")
+
+
+def test_a_listing_key_outside_its_generation_shards_is_refused_before_any_download(s3, tmp_path, monkeypatch):
+    from erroranalysis.core.storage import fsspec_filesystem
+    from erroranalysis.rundir import remote
+
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+    url = f"s3://evals/keyed/{tmp_path.name}"
+    manifest = _published(tmp_path, url)
+    generation = manifest["objects"]["generation"]
+    listed = dict(manifest["objects"]["files"])
+    listed["predictions.parquet/part-000000000000.parquet"] = {"sha256": "0" * 64, "bytes": 1,
+                                                               "key": "objects/other-generation/shards/x.parquet"}
+    fsspec_filesystem("s3").pipe(f"{url}/manifest.json", json.dumps(
+        {**manifest, "objects": {"generation": generation, "files": listed}}).encode())
+    with pytest.raises(RunError, match=r"gives 'predictions\.parquet/part-000000000000\.parquet' the key "
+                                       r"'objects/other-generation/shards/x\.parquet', which is not in its "
+                                       r"generation's shards"):
+        remote.fetch(url, tmp_path / "fetched")
+    assert not (tmp_path / "fetched").exists()

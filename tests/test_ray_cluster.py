@@ -151,3 +151,74 @@ def test_a_worker_killed_mid_run_is_retried_or_the_run_fails(cluster, tiny_check
     killer.join()
     blocks = 1600 // cluster.block_rows(1600, 2, 4096)
     assert killed and killed[0] < blocks, "the worker was killed before the last shard was written"
+
+
+def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(cluster, tiny_checkpoint, tmp_path,
+                                                                           monkeypatch):
+    """`--out s3://...` under Ray, every default stage: the workers write each per-row artifact's shards straight
+    to object storage (the driver's mirror holds pointers, no shard), the stages after inference read them there,
+    and the published run, fetched, holds the in-process answers; its artifacts pass the readers' checksums."""
+    from erroranalysis.core.storage import ObjectPath, fsspec_filesystem
+    from erroranalysis.engines import blocks
+    from erroranalysis.rundir import remote
+    from erroranalysis.stages import CheckParams, ClusterParams
+
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 64)  # several blocks per stage
+    after = AfterParams(checks=CheckParams(embedder="none"),
+                        cluster=ClusterParams(reducer="pca", layout="pca", seed=3, embedder="hidden", max_fit=100))
+    local_file, data_url = _parquet(tmp_path, eval_rows(480))
+    url = f"s3://evals/runs/{tmp_path.name}"
+
+    def run(data, out, engine):
+        return run_checkpoint(tiny_checkpoint, data, out, data_opts=DataOptions(id_column="id"),
+                              infer_opts=InferParams(batch_size=8, max_length=32), after=after, engine=engine)
+
+    local = run(local_file, tmp_path / "local", Engine("local"))
+    built = run(data_url, url, cluster)
+    sharded = ("predictions.parquet", "probs.npy", "hidden_states.npy", "checks.parquet", "slice_members.parquet",
+               "assignments.parquet")
+    mirror = remote.mirror_of(ObjectPath.parse(url))
+    for name in sharded:
+        assert sorted(p.name for p in (mirror / name).iterdir()) == ["shards.json"], name  # no shard on this disk
+    listing = remote.remote_manifest(ObjectPath.parse(url))["objects"]
+    keyed = {rel for rel, entry in listing["files"].items() if "key" in entry}
+    assert {rel.split("/")[0] for rel in keyed} == set(sharded)
+    assert all(entry["key"].startswith(f"objects/{listing['generation']}/shards/")
+               for entry in listing["files"].values() if "key" in entry)
+    assert built.manifest["stages"]["infer"]["read_by"] == "workers"
+    assert built.manifest["stages"]["cluster"]["engine"]["placed_on_workers"] > 0  # fitted and placed by workers
+
+    fetched = Run.open(remote.fetch(url, tmp_path / "fetched"))
+    assert all(list((fetched.path / name).glob("part-*")) for name in sharded)
+    a, b = local.predictions(), fetched.predictions()
+    for column in ("example_id", "label", "pred", "correct"):
+        assert a[column].tolist() == b[column].tolist(), column
+    np.testing.assert_allclose(np.asarray(fetched.probs()), np.asarray(local.probs()), atol=1e-5)
+    for key in ("overall", "per_class", "confusion"):
+        assert_same(local.metrics()[key], fetched.metrics()[key], key)
+    checks_a, checks_b = readers.read_checks(local), readers.read_checks(fetched)
+    assert checks_a["example_id"].tolist() == checks_b["example_id"].tolist()
+    assert readers.read_assignments(fetched)["example_id"].tolist() == \
+        readers.read_assignments(local)["example_id"].tolist()
+    # the driver's own mirror reads the shards where they are, as every reader does
+    assert built.predictions()["pred"].tolist() == b["pred"].tolist()
+    assert fsspec_filesystem("s3").find(f"{url}/objects/{listing['generation']}/shards")
+
+
+def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_checkpoint, tmp_path, monkeypatch):
+    """A bad value that a worker finds after others wrote their shards on object storage: the one-line error, no
+    manifest at the URL, the stage's shards deleted."""
+    from erroranalysis.core.storage import fsspec_filesystem
+    from erroranalysis.sources import blocks
+
+    monkeypatch.setattr(blocks, "HEAD_ROWS", 20)
+    rows = eval_rows(240)
+    rows[200] = {**rows[200], "label": "nonsense"}
+    _, data_url = _parquet(tmp_path, rows)
+    url = f"s3://evals/failed/{tmp_path.name}"
+    with pytest.raises(DataError, match="line 201, column 'label'"):
+        _run(tiny_checkpoint, data_url, url, Engine("ray", address=cluster.address, concurrency=1))
+    s3fs = fsspec_filesystem("s3")
+    s3fs.invalidate_cache()
+    assert not s3fs.exists(f"{url}/manifest.json")
+    assert not [key for key in s3fs.find(url) if "/part-" in key]

@@ -144,14 +144,29 @@ def digest(path) -> dict:
     return path.digest() if isinstance(path, ObjectPath) else files.digest(path)
 
 
-def read_parquet(path):
-    """A Parquet file, local or an object, as an Arrow table."""
+def read_parquet(path, columns=None):
+    """A Parquet file, local or an object, as an Arrow table (only `columns` when given)."""
     import pyarrow.parquet as pq
 
     if isinstance(path, ObjectPath):
         fs, key = path.filesystem()
-        return pq.read_table(key, filesystem=fs)
-    return pq.read_table(path)
+        with errors(path):
+            return pq.read_table(key, filesystem=fs, columns=columns)
+    return pq.read_table(path, columns=columns)
+
+
+def listing(prefix: ObjectPath) -> list[str]:
+    """The names of the objects directly under `prefix` (none when nothing is there), listed afresh: fsspec caches
+    listings, and workers add objects the driver has not seen."""
+    import pyarrow.fs as pafs
+
+    fs, key = prefix.filesystem()
+    handler = getattr(fs, "handler", None)
+    if handler is not None and hasattr(handler.fs, "invalidate_cache"):
+        handler.fs.invalidate_cache(key)
+    with errors(prefix):
+        found = fs.get_file_info(pafs.FileSelector(key, allow_not_found=True))
+    return [info.base_name for info in found if info.type == pafs.FileType.File]
 
 
 def refuse_prefix(path) -> None:

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from erroranalysis.core import shards
 from erroranalysis.core.errors import DataError
 
 
@@ -124,7 +125,7 @@ class RowVectors:
 
     def __init__(self, path, description: dict, source: str, sidecar: str | None = None):
         self.path, self.description, self.source, self.sidecar = str(path), dict(description), source, sidecar
-        self.key = description["key"]
+        self._opened: list | None = None  # [(first row, shape, file)], per process
         self._opened: list | None = None  # [(first row, memory map)], per process
         self.row_of: dict | None = None
 
@@ -146,34 +147,37 @@ class RowVectors:
     def shape(self) -> tuple[int, ...]:
         """(rows, the first file's other dimensions), from the headers."""
         parts = self._parts()
-        return (sum(len(a) for _, a in parts), *(parts[0][1].shape[1:] if parts else (0,)))
+        return (sum(shape[0] for _, shape, _ in parts), *(parts[0][1][1:] if parts else (0,)))
 
     def _parts(self) -> list:
+        """(first row, shape, file) of each shard (or of the one file), from the headers (`core.shards`: local, or
+        on object storage)."""
         if self._opened is None:
-            path = Path(self.path)
-            files = sorted(path.glob("part-*.npy")) if path.is_dir() else [path]
             first, opened = 0, []
-            for file in files:
-                try:
-                    array = np.load(file, mmap_mode="r", allow_pickle=False)
-                except (OSError, ValueError) as exc:  # the run's readers' one-line error (`rundir.formats.npy`)
-                    from erroranalysis.core.errors import RunError
+            try:
+                for file in shards.parts(self.path, ".npy"):
+                    shape = tuple(shards.npy_shape(file))
+                    opened.append((first, shape, file))
+                    first += shape[0]
+            except (OSError, ValueError) as exc:  # the run's readers' one-line error (`rundir.formats.npy`)
+                from erroranalysis.core.errors import RunError
 
-                    raise RunError(f"{path}: unreadable array ({type(exc).__name__}); run the stage that writes it "
-                                   "again.") from None
-                opened.append((first, array))
-                first += len(array)
+                raise RunError(f"{self.path}: unreadable array ({type(exc).__name__}); run the stage that writes it "
+                               "again.") from None
             self._opened = opened
         return self._opened
 
     def embed(self, frame, progress=None) -> np.ndarray:
         rows = np.asarray(self.rows_for(frame), dtype=np.int64)
         out = None
-        for first, array in self._parts():
-            inside = np.flatnonzero((rows >= first) & (rows < first + len(array)))
+        for first, shape, file in self._parts():
+            inside = np.flatnonzero((rows >= first) & (rows < first + shape[0]))
             if out is None:
-                out = np.zeros((len(rows), array.shape[1]), dtype=np.float32)
-            out[inside] = array[np.sort(rows[inside]) - first][np.argsort(np.argsort(rows[inside]))]
+                out = np.zeros((len(rows), shape[1]), dtype=np.float32)
+            if len(inside):  # only the shards that hold wanted rows are read
+                wanted = np.sort(rows[inside]) - first
+                array = shards.npy_rows(file, int(wanted[0]), int(wanted[-1]) + 1)
+                out[inside] = array[wanted - wanted[0]][np.argsort(np.argsort(rows[inside]))]
         out = out if out is not None else np.zeros((len(rows), 0), np.float32)
         if not np.isfinite(out).all():
             raise DataError(f"{self.source}: contains NaN or infinite values; fix the vectors that produced them.")
@@ -195,8 +199,8 @@ def hidden_rows(path, n_rows: int, source: str = "hidden_states.npy") -> RowVect
     if len(shape) != 2 or shape[0] != n_rows:
         raise RunError(f"{path}: shape {shape} does not have one row per prediction; run the stage that writes it "
                        "again.")
-    for _, array in rows._parts():
-        check_matrix(array[:0], Path(source))
+    for _, _, file in rows._parts():
+        check_matrix(shards.npy_rows(file, 0, 0), Path(source))
     return rows
 
 

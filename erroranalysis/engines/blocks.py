@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from erroranalysis.core import files
+from erroranalysis.core import files, shards
 from erroranalysis.engines import sinks
 
 ROWS_PER_BLOCK = files.ROW_GROUP  # a block is a row group of the run's own Parquet files
@@ -48,22 +48,18 @@ class Block:
 
 
 def files_of(path) -> list[str]:
-    """A Parquet artifact's files in row order: the file itself, or a folder's `part-*.parquet` by name."""
-    path = Path(path)
-    if path.is_dir():
-        return [str(p) for p in sorted(path.glob("part-*.parquet"))]
-    return [str(path)]
+    """A Parquet artifact's files in row order (`core.shards.parts`): the file itself, a folder's shards, or the
+    shards on object storage its pointer names (as URLs)."""
+    return [str(p) for p in shards.parts(path, ".parquet")]
 
 
 def null_counts(path, columns: list[str]) -> dict[str, int]:
     """Each of `columns`' missing cells in a Parquet artifact (a file or a folder of shards), from the footers'
     statistics, which the run's own files carry; a row group without them has that column read. A column the files
     lack counts 0 (the readers name it missing)."""
-    import pyarrow.parquet as pq
-
     counts = dict.fromkeys(columns, 0)
     for name in files_of(path):
-        file = pq.ParquetFile(name)
+        file = shards.open_parquet(name)
         leaves = {file.schema.column(i).path: i for i in range(file.metadata.num_columns)}
         for g in range(file.metadata.num_row_groups):
             group = file.metadata.row_group(g)
@@ -79,13 +75,11 @@ def plan(path, rows_per_block: int | None = None) -> list[Block]:
     larger row group is cut into blocks of that size), never across files. A row group is the smallest read
     Parquet allows, so each cut of one reads all of it: the run's own artifacts are written in row groups of
     `core.files.ROW_GROUP` rows, the block size, so each of their blocks reads its rows once."""
-    import pyarrow.parquet as pq
-
     rows_per_block = rows_per_block or ROWS_PER_BLOCK
     blocks, start = [], 0
     for file in files_of(path):
         try:
-            meta = pq.ParquetFile(file).metadata
+            meta = shards.open_parquet(file).metadata
         except Exception as exc:  # pyarrow's own types
             raise _unreadable(file, exc) from None
         offset, pending = 0, []  # pending: the row groups (index, rows) of the block being filled
@@ -118,10 +112,8 @@ def n_rows(blocks: list[Block]) -> int:
 
 def read(block: Block, columns=None):
     """The block's rows (an Arrow table), only `columns` when given."""
-    import pyarrow.parquet as pq
-
     try:
-        table = pq.ParquetFile(block.file).read_row_groups(list(block.groups), columns=columns)
+        table = shards.open_parquet(block.file).read_row_groups(list(block.groups), columns=columns)
     except Exception as exc:  # pyarrow's own types; its messages can quote cells, so only the kind is said
         raise _unreadable(block.file, exc) from None
     return table.slice(block.offset - block.first_row, block.rows)
@@ -129,30 +121,21 @@ def read(block: Block, columns=None):
 
 def read_npy_rows(path, block: Block):
     """Rows `block.start`..`block.stop` of an array artifact beside the Parquet one (probs.npy, hidden_states.npy):
-    a memory-mapped .npy file, or the `part-<first row>.npy` shards of a folder that cover them."""
+    one .npy file, or the shards that cover them (`core.shards.parts`: local, or on object storage)."""
     import numpy as np
 
-    path = Path(path)
-    if not path.is_dir():
-        return np.asarray(_npy(path)[block.start:block.stop])
-    parts, first = [], 0  # shards in name order are row order, as every reader takes them (rundir.formats.npy):
-    for shard in sorted(path.glob("part-*.npy")):  # offsets from their lengths, no number parsed from a name
-        if first >= block.stop:
-            break
-        array = _npy(shard)
-        if first + len(array) > block.start:
-            parts.append(array[max(0, block.start - first):block.stop - first])
-        first += len(array)
-    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
-
-
-def _npy(file: Path):
-    import numpy as np
-
-    try:
-        return np.load(file, mmap_mode="r", allow_pickle=False)
+    wanted, first = [], 0  # shards in name order are row order, as every reader takes them (rundir.formats.npy):
+    try:  # offsets from their lengths (headers only), no number parsed from a name
+        for shard in shards.parts(path, ".npy"):
+            if first >= block.stop:
+                break
+            length = shards.npy_shape(shard)[0]
+            if first + length > block.start:
+                wanted.append(shards.npy_rows(shard, max(0, block.start - first), block.stop - first))
+            first += length
     except (OSError, ValueError) as exc:
-        raise _unreadable(file, exc) from None
+        raise _unreadable(path, exc) from None
+    return np.concatenate(wanted) if wanted else np.zeros((0, 0), np.float32)
 
 
 def _unreadable(file, exc: Exception):
@@ -164,13 +147,11 @@ def _unreadable(file, exc: Exception):
 
 
 def write_shard(folder, block: Block, table) -> None:
-    """Write `table` (this block's per-row output) as the shard of its first row, atomically: a task that Ray runs
-    twice writes the same shard with the same content."""
+    """Write `table` (this block's per-row output) as the shard of its first row, whole (`core.shards.write`: on
+    a local disk or object storage): a task that Ray runs twice writes the same shard with the same content."""
     import pyarrow.parquet as pq
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    files.atomic_write(folder / SHARD.format(start=block.start), lambda p: pq.write_table(table, p))
+    shards.write(folder, SHARD.format(start=block.start), lambda p: pq.write_table(table, p))
 
 
 def map_blocks(fn: Callable, path, engine=None, *, columns=None, kwargs: dict | None = None,

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from erroranalysis.core import shards, storage
 from erroranalysis.engines import INSTALL, Engine, EngineError
 from erroranalysis.engines.sinks import ShardSink, shard_starts
 
@@ -101,7 +102,7 @@ class ShardPredictor:
         self.predict = ChunkPredictor(**predictor_kwargs)
         self.labels = labels
         self.reading = reading or CLASSIFICATION
-        self.sink = ShardSink(*[p and Path(p) for p in paths], hidden_dtype=hidden_dtype)
+        self.sink = ShardSink(*[p and shards.location(p) for p in paths], hidden_dtype=hidden_dtype)
 
     def __call__(self, batch):
         from erroranalysis.infer.predictions import confusion, output_table
@@ -200,7 +201,7 @@ def _actors(ray, engine: Engine, device: str) -> tuple[int, float]:
 def _start(ray, engine: Engine, predictor_kwargs: dict, paths: tuple) -> tuple[int, float]:
     """The shard folders made, and (actors, GPUs per actor) for the device asked."""
     for folder in paths:
-        if folder is not None:
+        if folder is not None and not storage.is_url(folder):  # object storage has no folders to make
             Path(folder).mkdir(parents=True, exist_ok=True)
     device = predictor_kwargs.get("device", "auto")
     actors, gpus = _actors(ray, engine, device)
@@ -246,12 +247,12 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
 
 
 def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
-                   chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
+                   ids_folder: Path, chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
                    hidden_dtype: str = "float32") -> tuple[np.ndarray, list, int]:
     """`predict` with the workers reading the eval set (`scanned`, an `erroranalysis.sources.blocks.Scanned` Parquet file)
     themselves: the driver holds its row ranges and the summed counts; with an id column the workers write each
-    block's ids by hash into a hidden folder of the staging area, where one task per part checks them unique
-    (`blocks.write_id_parts`). Returns (confusion counts, batching, texts cut)."""
+    block's ids by hash into `ids_folder` (a hidden folder of the staging area), where one task per part checks them
+    unique (`blocks.write_id_parts`). Returns (confusion counts, batching, texts cut)."""
     import shutil
 
     from erroranalysis.sources import blocks
@@ -267,7 +268,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
     kwargs = {"predictor_kwargs": {**predictor_kwargs, "device": "cuda" if gpus else "cpu"}, "labels": labels,
               "paths": tuple(p and str(p) for p in paths), "hidden_dtype": hidden_dtype, "source": scanned.path,
               "options": options, "sources": scanned.sources, "sha256": scanned.sha256, "rows_path": scanned.rows_path,
-              "ids_folder": str(Path(paths[0]).parent / ".ids")}
+              "ids_folder": str(ids_folder)}
     done = bounded_map(ds, SourcePredictor, fn_constructor_kwargs=kwargs, batch_size=1, batch_format="pyarrow",
                        num_cpus=1, num_gpus=gpus or None, compute=ray.data.ActorPoolStrategy(size=actors))
     k = len(labels)

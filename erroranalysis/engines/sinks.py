@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis.core import files
+from erroranalysis.core import shards
 
 SHARD = "part-{start:012d}{suffix}"
 
@@ -56,10 +56,11 @@ class FileSink:
 
 
 class ShardSink:
-    """Folders of shards, one per chunk, in any order and from any process."""
+    """Folders of shards, one per chunk, in any order and from any process: on a shared disk, or on object storage
+    (`core.shards.write`)."""
 
-    def __init__(self, predictions: Path, probs: Path, hidden: Path | None, hidden_dtype: str = "float32"):
-        self.paths = (Path(predictions), Path(probs), hidden and Path(hidden))
+    def __init__(self, predictions, probs, hidden, hidden_dtype: str = "float32"):
+        self.paths = (predictions, probs, hidden)
         self.hidden_dtype = hidden_dtype
 
     def write(self, start: int, table, out: dict[str, np.ndarray]) -> None:
@@ -67,17 +68,16 @@ class ShardSink:
 
         predictions, probs, hidden = self.paths
         # the arrays first, the table last: a shard's Parquet part is the sign that the whole chunk is written
-        files.write_npy(probs / SHARD.format(start=start, suffix=".npy"), np.ascontiguousarray(out["probs"]))
+        shards.write(probs, SHARD.format(start=start, suffix=".npy"), shards.npy(out["probs"]))
         if hidden is not None:
-            files.write_npy(hidden / SHARD.format(start=start, suffix=".npy"),
-                            np.ascontiguousarray(out["hidden"], dtype=self.hidden_dtype))
-        files.atomic_write(predictions / SHARD.format(start=start, suffix=".parquet"),
-                           lambda p: pq.write_table(table, p))
+            shards.write(hidden, SHARD.format(start=start, suffix=".npy"), shards.npy(out["hidden"], self.hidden_dtype))
+        shards.write(predictions, SHARD.format(start=start, suffix=".parquet"), lambda p: pq.write_table(table, p))
 
     def close(self) -> None:
         pass
 
 
-def shard_starts(folder: Path, suffix: str) -> list[int]:
-    """The first rows of the shards in `folder`, sorted."""
-    return sorted(int(p.name[len("part-"):-len(suffix)]) for p in Path(folder).glob(f"part-*{suffix}"))
+def shard_starts(folder, suffix: str) -> list[int]:
+    """The first rows of the shards in `folder` (local or on object storage), sorted."""
+    return sorted(int(name[len("part-"):-len(suffix)]) for name in shards.names(folder, suffix))
+

@@ -27,10 +27,12 @@ import secrets
 import shutil
 from pathlib import Path
 
-from erroranalysis.core import files
+from erroranalysis.core import files, shards
 from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import confine
 from erroranalysis.rundir.artifacts import STAGE_ARTIFACTS, STAGING, TABLES
+
+SHARDS_AT: dict = {}  # the folder of a run being built for object storage -> where its workers write shards
 
 
 class Staging:
@@ -39,6 +41,8 @@ class Staging:
 
     def __init__(self, run_path: Path, stage: str):
         self.stage = stage
+        self.remote = SHARDS_AT.get(Path(run_path).resolve())  # a run built for object storage: its workers' prefix
+        self.remote_shards: dict = {}
         self.dir = confine.entry(run_path, f"{STAGING}/{stage}-{secrets.token_hex(4)}", "staging folder")
         made = not self.dir.parent.exists()
         self.dir.mkdir(parents=True)
@@ -51,6 +55,16 @@ class Staging:
         if name not in STAGE_ARTIFACTS[self.stage]:
             raise ValueError(f"stage {self.stage!r} does not own {name!r}; add it to rundir.STAGE_ARTIFACTS")
         return self.dir / name
+
+    def shards(self, name: str, engine=None):
+        """Where the workers of a distributed stage write artifact `name`'s shards: its staging folder, or, for a
+        run published to object storage (`--out s3://...`), straight under the run's objects there, which the
+        commit seals into a pointer (`core.shards`): the workers need not see this disk."""
+        target = self.file(name)
+        if self.remote is None or not getattr(engine, "distributed", False):
+            return target
+        self.remote_shards[name] = self.remote / self.dir.name / name
+        return self.remote_shards[name]
 
     def write_json(self, name: str, obj) -> Path:
         return files.write_json(self.file(name), obj)
@@ -75,6 +89,8 @@ class Staging:
 
     def plan(self) -> dict:
         """The commit record: what moves where, what goes, and each new file's digest."""
+        for name, url in self.remote_shards.items():
+            shards.seal(url, self.dir / name)
         written = self.written()
         files.sync_tree(self.dir)  # on disk before the manifest names them (the commit point)
         return {"staging": self.dir.name, "write": written,
@@ -83,6 +99,8 @@ class Staging:
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        for url in self.remote_shards.values():
+            shards.remove(url)
 
 
 FIX = "; nothing was changed: restore the manifest from a copy you trust or re-create the run."

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from erroranalysis.core import shards, storage
 from erroranalysis.core.errors import RunError, preview
 from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co. are the readers' public API)
     OutsideError,
@@ -24,8 +25,12 @@ def parquet(file: Path, columns=None):
     texts), so only the kind of failure is reported."""
     import pandas as pd
 
+    columns = list(columns) if columns is not None else None
     try:
-        return pd.read_parquet(file, columns=list(columns) if columns is not None else None)
+        if shards.pointer(file) if Path(file).is_dir() else None:  # shards on object storage, in row order
+            return pd.concat([storage.read_parquet(p, columns=columns).to_pandas()
+                              for p in shards.parts(file, ".parquet")], ignore_index=True)
+        return pd.read_parquet(file, columns=columns)
     except (OSError, ValueError, ArithmeticError, RuntimeError, KeyError) as exc:
         kind = "not a Parquet file" if "magic" in str(exc).lower() else f"damaged ({type(exc).__name__})"
         raise RunError(f"{file}: unreadable, {kind}; run the stage that writes it again.") from None
@@ -45,9 +50,8 @@ def npy(file: Path) -> np.ndarray:
     """An array artifact: one .npy file, or a folder of `part-*.npy` shards in row order."""
     try:
         if file.is_dir():
-            parts = sorted(file.glob("part-*.npy"))
-            return np.concatenate([np.load(p, mmap_mode="r", allow_pickle=False) for p in parts]) if parts else \
-                np.zeros((0, 0), np.float32)
+            parts = shards.parts(file, ".npy")
+            return np.concatenate([shards.load_npy(p) for p in parts]) if parts else np.zeros((0, 0), np.float32)
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise RunError(f"{file}: unreadable array ({type(exc).__name__}); run the stage that writes it "
@@ -61,10 +65,9 @@ def require_columns(file: Path, frame, columns) -> None:
 
 
 def parquet_columns(file: Path) -> set[str]:
-    import pyarrow.parquet as pq
 
     try:
-        return set(pq.read_schema(next(iter(sorted(file.glob("*.parquet")))) if file.is_dir() else file).names)
+        return set(shards.open_parquet(shards.parts(file, ".parquet")[0]).schema_arrow.names)
     except Exception as exc:
         raise RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it "
                        "again.") from None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from erroranalysis.core import shards
 from erroranalysis.core.errors import RunError, preview
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
@@ -124,13 +125,18 @@ def check_missing(file, counts: dict) -> None:
 
 @optional_reader
 def read_prediction_rows(run, ids, columns=("example_id", "text", "label", "pred", "correct")):
-    """The predictions of the examples `ids` alone (a report's exemplars), without loading every row: the file
-    is checked as `read_predictions` checks it and filtered on `example_id` as it is read."""
+    """The predictions of the examples `ids` alone (a report's exemplars), without loading every row."""
+    return read_rows_by_id(run, PREDICTIONS, ids, columns)
+
+
+@optional_reader
+def read_rows_by_id(run, name: str, ids, columns):
+    """The rows of a per-example table (predictions, checks, slice members) whose `example_id` is one of `ids`,
+    filtered as they are read (a file, shards, or shards on object storage), so no caller holds the whole table."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    file = artifact_path(run, PREDICTIONS)
-    dataset = ds.dataset(str(file), format="parquet")
+    dataset = shards.dataset(artifact_path(run, name))
     kind = dataset.schema.field("example_id").type
     wanted = pa.array([str(i) for i in ids]).cast(kind) if pa.types.is_string(kind) or pa.types.is_large_string(
         kind) else pa.array([int(i) for i in ids if str(i).lstrip("-").isdigit()], type=kind)
@@ -142,12 +148,9 @@ def read_prediction_rows(run, ids, columns=("example_id", "text", "label", "pred
 
 def n_predictions(run, name: str = PREDICTIONS) -> int:
     """Rows of predictions.parquet (or of the table `name`), from the file's metadata (nothing else is read)."""
-    import pyarrow.parquet as pq
-
     file = artifact_path(run, name)
-    parts = sorted(file.glob("*.parquet")) if file.is_dir() else [file]
     try:
-        return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+        return sum(shards.open_parquet(p).metadata.num_rows for p in shards.parts(file, ".parquet"))
     except Exception as exc:
         raise RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it "
                        "again.") from None

@@ -6,7 +6,10 @@ atomic (a reader sees the old object or the new one, whole). So a run is written
 1. the run is built, stage by stage, in a local mirror (`remote-runs/<hash of the URL>` under `files.cache_root()`),
    with the local commit protocol (docs/run-directory.md);
 2. every file of the finished run is uploaded under a fresh staging prefix, `URL/objects/<generation>/...`,
-   which no reader looks at yet;
+   which no reader looks at yet. Under a distributed engine the workers have already written the per-row shards
+   under `URL/objects/<generation>/shards/` (the generation is chosen when the run starts; `commit.Staging.shards`),
+   and the mirror holds a pointer for each such artifact (`core.shards`): those shards are named where they lie
+   (each listing entry's `key`), not uploaded;
 3. `URL/manifest.json` is written last, in one PUT: the commit point. It names the generation and every object of
    it with its size and sha256 (`objects`). The previous generation's objects are deleted after that.
 
@@ -31,12 +34,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from erroranalysis.core import files, storage
+from erroranalysis.core import files, shards, storage
 from erroranalysis.core.errors import RunError
-from erroranalysis.rundir import confine, swap
+from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING
 
 OBJECTS = "objects"
+SHARDS = "shards"  # under a generation: the shards a distributed stage's workers wrote there (Staging.shards)
 
 
 def mirror_of(url: storage.ObjectPath) -> Path:
@@ -67,16 +71,28 @@ def create_remote_run(url, *, overwrite: bool = False, create_local, **manifest)
     local = mirror_of(url)
     if previous and previous.get("run_id"):  # the replacement is the same run: its labels stay its own
         manifest.setdefault("run_id", previous["run_id"])
+    generation = new_generation()
     with create_local(local, overwrite=True, **manifest) as run:
         run.remote = str(url)
-        yield run
-    publish(local, url, previous)
+        building = run.path.resolve()  # every stage's Staging of this folder, in this process, finds the prefix
+        commit.SHARDS_AT[building] = url / OBJECTS / generation / SHARDS
+        try:
+            yield run
+        finally:
+            commit.SHARDS_AT.pop(building, None)
+    publish(local, url, previous, generation)
     run.remote = str(url)
 
 
-def publish(local: Path, url: storage.ObjectPath, previous: dict | None = None) -> dict:
-    """Upload the run at `local` under a new generation, then commit its manifest; returns the manifest."""
-    generation = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+def new_generation() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
+def publish(local: Path, url: storage.ObjectPath, previous: dict | None = None, generation: str | None = None) -> dict:
+    """Upload the run at `local` under a generation (new, or the one its workers wrote shards under), then commit
+    its manifest; returns the manifest. Shards already on object storage (a pointer, `core.shards`) are named
+    where they are, not uploaded again."""
+    generation = generation or new_generation()
     prefix = f"{OBJECTS}/{generation}"
     fs, base = url.filesystem()
     named = {}
@@ -86,6 +102,9 @@ def publish(local: Path, url: storage.ObjectPath, previous: dict | None = None) 
             if rel == MANIFEST or rel.split("/")[0] in (STAGING, LOCK) or rel.startswith("."):
                 continue
             confine.entry(local, rel, "file")
+            if path.name == shards.POINTER:
+                named.update(_pointed(path.parent, rel.rsplit("/", 1)[0], url, prefix))
+                continue
             with open(path, "rb") as src, fs.open_output_stream(f"{base}/{prefix}/{rel}") as dst:
                 for block in iter(lambda: src.read(1 << 22), b""):
                     dst.write(block)
@@ -98,6 +117,17 @@ def publish(local: Path, url: storage.ObjectPath, previous: dict | None = None) 
     if old and old != generation:
         _delete_generation(url, old)
     return manifest
+
+
+def _pointed(folder: Path, rel: str, url: storage.ObjectPath, prefix: str) -> dict:
+    """The listing entries of the shards a pointer names, each with its key (they must lie in this generation)."""
+    pointed = shards.pointer(folder)
+    where = str(pointed["url"])
+    if not where.startswith(f"{url}/{prefix}/"):
+        raise RunError(f"{folder / shards.POINTER}: names shards at {where}, outside this run's objects "
+                       f"({url}/{prefix}/); run the stage again.")
+    key = where[len(str(url)) + 1:]
+    return {f"{rel}/{name}": {**digest, "key": f"{key}/{name}"} for name, digest in pointed["shards"].items()}
 
 
 def _delete_generation(url: storage.ObjectPath, generation: str) -> None:
@@ -128,13 +158,13 @@ def fetch(url, local: str | Path | None = None) -> Path:
         raise RunError(f"{local}: holds files but no run, which the fetch would replace; fetch into a new folder "
                        "(or one an earlier fetch made).")
     confine.entry(local, f"{OBJECTS}/{generation}", "generation")  # a plain name, before it becomes a key
-    check_listing(url, local, named)
+    check_listing(url, local, named, generation)
     local.parent.mkdir(parents=True, exist_ok=True)
     fresh = swap.building_path(local)
     fresh.mkdir()
     try:
         _download(url, generation, named, fresh)
-        files.write_json(fresh / MANIFEST, manifest)
+        files.write_json(fresh / MANIFEST, _as_fetched(manifest, named, fresh))
         files.sync_dir(fresh)
         if local.is_dir() and not local.is_symlink():
             swap.exchange(fresh, local)  # `fresh` now holds the old mirror
@@ -146,10 +176,11 @@ def fetch(url, local: str | Path | None = None) -> Path:
     return local
 
 
-def check_listing(url: storage.ObjectPath, local: Path, named: dict) -> None:
+def check_listing(url: storage.ObjectPath, local: Path, named: dict, generation: str) -> None:
     """Every name the manifest lists, checked before anything is fetched: a plain relative path (`confine.entry`),
     not the manifest itself, the lock or the staging area (which never belong in a mirror), not both a file and a
-    folder of other files, and given a sha256; else RunError naming the entry."""
+    folder of other files, given a sha256, and a key (a shard its worker wrote in place) of plain names in this
+    generation; else RunError naming the entry."""
     where = f"{url / MANIFEST}: the object list"
     fix = "; nothing was changed: publish the run again from a run you trust."
     for rel, expected in named.items():
@@ -158,6 +189,10 @@ def check_listing(url: storage.ObjectPath, local: Path, named: dict) -> None:
             raise RunError(f"{where} names {rel!r}, which is not a run file and never belongs in a mirror{fix}")
         if not isinstance(expected, dict) or not isinstance(expected.get("sha256"), str):
             raise RunError(f"{where} gives {rel!r} no sha256{fix}")
+        key = expected.get("key")
+        if key is not None and not (isinstance(key, str) and key.startswith(f"{OBJECTS}/{generation}/{SHARDS}/")
+                                    and _plain(key)):
+            raise RunError(f"{where} gives {rel!r} the key {key!r}, which is not in its generation's shards{fix}")
     for rel in named:
         folders = [rel[:i] for i, c in enumerate(rel) if c == "/"]
         clash = next((f for f in folders if f in named), None)
@@ -170,7 +205,7 @@ def _download(url: storage.ObjectPath, generation: str, named: dict, folder: Pat
     fs, base = url.filesystem()
     for rel, expected in named.items():
         target = folder / rel
-        key = f"{base}/{OBJECTS}/{generation}/{rel}"
+        key = f"{base}/{expected.get('key') or f'{OBJECTS}/{generation}/{rel}'}"
         target.parent.mkdir(parents=True, exist_ok=True)
 
         def download(tmp: Path, key=key, rel=rel) -> None:
@@ -182,3 +217,19 @@ def _download(url: storage.ObjectPath, generation: str, named: dict, folder: Pat
         if files.hash_files([target])["sha256"] != expected["sha256"]:
             raise RunError(f"{url / rel}: its content does not match the manifest (a publish in progress?); fetch "
                            "again.")
+
+
+def _plain(key: str) -> bool:
+    return all(part not in ("", ".", "..") for part in key.split("/"))
+
+
+def _as_fetched(manifest: dict, named: dict, folder: Path) -> dict:
+    """The manifest as the fetched mirror holds it: an artifact whose shards were named where their workers wrote
+    them was recorded by its pointer's digest, and is now a folder of those shards, digested again (each shard was
+    checked against its sha256 as it came)."""
+    pointed = {rel.split("/", 1)[0] for rel, entry in named.items() if "key" in entry}
+    artifacts = manifest.get("artifacts") or {}
+    for name in pointed & set(artifacts):
+        if isinstance(artifacts[name], dict):
+            artifacts[name] = {**artifacts[name], **files.digest(folder / name)}
+    return manifest

@@ -73,7 +73,7 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
             ids=failures["example_id"].to_numpy(dtype=object), vectors=None, vectors_file=vectors_file,
             fitted=fitted, rate=got["rate"], xy=xy[:len(failures)], d90=got["d90"],
             context_xy=dict(zip(got["context_ids"], map(tuple, xy[len(failures):]))), embedder=emb,
-            folder=str(staging.file(rundir.ASSIGNMENTS)), column="output" if modes else "text",
+            folder=str(staging.shards(rundir.ASSIGNMENTS, engine)), column="output" if modes else "text",
             modes=got.get("modes"))
         t = time.perf_counter()
         totals = blockwise.merge_counts(r for _, r in blocks.map_blocks(

@@ -222,25 +222,9 @@ def _slices_of(run: rundir.Run, example_ids, filtered: bool):
 
 
 def _rows_for(run: rundir.Run, name: str, example_ids, columns):
-    """The rows of a per-example table (checks.parquet, slice_members.parquet) whose example id is in
-    `example_ids`, filtered as they are read, so the driver never holds the whole table; None when its stage never
-    committed it."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    try:
-        file = readers.artifact_path(run, name)
-    except readers.NotCommitted:
-        return None
-    dataset = ds.dataset(str(file), format="parquet")
-    kind = dataset.schema.field("example_id").type
-    ids = [str(i) for i in example_ids]
-    wanted = pa.array(ids).cast(kind) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else \
-        pa.array([int(i) for i in ids if i.lstrip("-").isdigit()], type=kind)
-    present = [c for c in columns if c in dataset.schema.names]
-    frame = dataset.to_table(columns=present, filter=ds.field("example_id").isin(wanted)).to_pandas()
-    frame["example_id"] = frame["example_id"].astype(str)
-    return frame
+    """The rows of a per-example table (checks.parquet, slice_members.parquet) of `example_ids` (the driver never
+    holds the whole table); None when its stage never committed it."""
+    return readers.read_rows_by_id(run, name, example_ids, columns, optional=True)
 
 
 def describe_sample(run, failures, result, fail_vectors, slice_names: dict, params: ClusterParams,

@@ -165,7 +165,8 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
                                         params.filter_by) if rule else None
             parts = dict(eb.map_blocks(_write, path, engine, columns=columns, progress=advance, rows_per_block=rpb, kwargs={
                 **ctx, "mixed": mixed, "method": params.label_issue_method, "filter_by": params.filter_by,
-                "state": label_state, "dups": dups["per_row"], "leak": leak, "out": str(staging.file(rundir.CHECKS)),
+                "state": label_state, "dups": dups["per_row"], "leak": leak,
+                "out": str(staging.shards(rundir.CHECKS, engine)),
                 "contamination": contamination.columns if contamination is not None else None}))
             report = {"n_examples": n, "params": record,
                       "label_issues": bw.merge_summary([parts[b] for b in blocks], params.label_issue_method,

@@ -290,8 +290,8 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
     from erroranalysis.sources.blocks import Scanned
 
     p = job.params
-    hidden = staging.file(rundir.HIDDEN) if p.hidden != "none" else None
-    paths = (staging.file(rundir.PREDICTIONS), staging.file(rundir.PROBS), hidden)
+    hidden = staging.shards(rundir.HIDDEN, engine) if p.hidden != "none" else None
+    paths = (staging.shards(rundir.PREDICTIONS, engine), staging.shards(rundir.PROBS, engine), hidden)
     if engine.distributed:
         from erroranalysis.engines import ray_data
 
@@ -301,8 +301,8 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
                   "task": job.task}
         if isinstance(job.eval_set, Scanned):  # the workers read the rows: the driver holds none
             counts, ran, n_cut = ray_data.predict_source(job.eval_set, job.data_opts, kwargs, job.clf.labels, paths,
-                                                         engine, chunk_size=CHUNK_ROWS, progress=advance,
-                                                         hidden_dtype=p.hidden)
+                                                         engine, ids_folder=staging.dir / ".ids",
+                                                         chunk_size=CHUNK_ROWS, progress=advance, hidden_dtype=p.hidden)
             staging.facts["read_by"] = "workers"
             staging.facts["n_cut"] = n_cut  # texts cut at --max-chars, counted by the workers
         else:

@@ -170,7 +170,8 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
         with create_run(out, overwrite=overwrite, **manifest) as run:
             with run.stage("load_predictions", record) as st, \
                     reporter.stage("load_predictions", total=scanned.n_rows) as advance:
-                paths = (st.file(rundir.PREDICTIONS), st.file(rundir.PROBS) if has_probs else None)
+                paths = (st.shards(rundir.PREDICTIONS, engine),
+                         st.shards(rundir.PROBS, engine) if has_probs else None)
                 written = _over_blocks(_write_block, scanned.rows, engine, {**work, "paths": paths}, advance)
                 ray_data.check_coverage({b.start: r for b, r in written}, scanned.n_rows, paths)
                 st.facts["read_by"] = "workers"
@@ -251,7 +252,7 @@ def _write_block(table, block, *, source, opts: DataOptions, required, sha256: s
     probabilities first: the Parquet shard is the sign the block is whole); its rows, or its first bad cell."""
     import pyarrow as pa
 
-    from erroranalysis.core import files
+    from erroranalysis.core import shards
     from erroranalysis.core.errors import UserError
     from erroranalysis.engines.blocks import write_shard
     from erroranalysis.engines.sinks import SHARD
@@ -262,8 +263,7 @@ def _write_block(table, block, *, source, opts: DataOptions, required, sha256: s
     except UserError as exc:
         return f"{type(exc).__name__}\t{exc}"
     if probs is not None:
-        Path(paths[1]).mkdir(parents=True, exist_ok=True)
-        files.write_npy(Path(paths[1]) / SHARD.format(start=block.start, suffix=".npy"), probs)
+        shards.write(paths[1], SHARD.format(start=block.start, suffix=".npy"), shards.npy(probs))
     out = blocks.conform(pa.Table.from_pandas(frame, preserve_index=False), schema, sources)
     write_shard(paths[0], block, out)
     return block.rows

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from erroranalysis import rundir
+from erroranalysis.core import shards
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.params import SEED, Int, Params, param, spec_field
 from erroranalysis.metrics.generation import adjust_metrics, check_counts, merge_checks
@@ -113,19 +114,14 @@ def generation_columns(columns) -> list[str]:
 
 
 def _schema(path):
-    import pyarrow.parquet as pq
-
-    from erroranalysis.engines.blocks import files_of
-
-    return pq.read_schema(files_of(path)[0])
+    return shards.open_parquet(shards.parts(path, ".parquet")[0]).schema_arrow
 
 
 def _check_probs_shape(path, n: int, k: int) -> None:
     """probs.npy has one row per prediction and one column per label (from the headers: nothing is loaded)."""
     from erroranalysis.core.errors import RunError
 
-    parts = sorted(path.glob("part-*.npy")) if path.is_dir() else [path]
-    shapes = [np.load(p, mmap_mode="r", allow_pickle=False).shape for p in parts]
+    shapes = [shards.npy_shape(p) for p in shards.parts(path, ".npy")]
     shape = (sum(s[0] for s in shapes), *(shapes[0][1:] if shapes else (k,)))
     if shape != (n, k):
         raise RunError(f"{path}: shape {shape}, expected {(n, k)} (predictions x labels); run the stage that "

@@ -126,7 +126,7 @@ def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=Non
         found = sl.search_blocks(run_pass, n, min_support=support, params=params, embed_fn=embed_fn)
         result = found.result
         if found.slices:
-            folder = staging.file(SLICE_MEMBERS)
+            folder = staging.shards(SLICE_MEMBERS, engine)
             for _ in blocks.map_blocks(_members_task, path, engine, columns=inputs.columns(),
                                        rows_per_block=blocks.ROWS_PER_BLOCK,
                                        kwargs={"inputs": inputs, "spec": found.spec, "slices": found.slices,

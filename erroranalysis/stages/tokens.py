@@ -237,7 +237,7 @@ def token_block(clf, start: int, rows: int, *, source, rows_path, data_opts: Dat
                 scheme: str, types: list[str], surfaces, sha256: str, sources: dict, paths: dict, ids: str) -> dict:
     """On a Ray worker: rows start..start+rows read, checked, tokenized and predicted as in-process, their rows of
     the three artifacts written as shards `part-<start>` (`tokens_ray.write_table`); their counts back."""
-    from erroranalysis.core import files
+    from erroranalysis.core import shards
     from erroranalysis.engines.sinks import SHARD
     from erroranalysis.infer.tokens import predict
     from erroranalysis.sources import blocks
@@ -251,10 +251,9 @@ def token_block(clf, start: int, rows: int, *, source, rows_path, data_opts: Dat
     job = sentences_job(clf, sentences, params, scheme, types, surfaces)
     outs = predict(clf, job.encoded, gold_ids(job), aggregation=params.aggregation, batch_size=params.rows_per_batch)
     preds, spans, vectors = tables(job, outs)
-    write_table(Path(paths[rundir.PREDICTIONS]), start, preds, file.schema_arrow, sources)
-    write_table(Path(paths[rundir.SPANS]), start, spans, file.schema_arrow, sources)
-    Path(paths[rundir.HIDDEN]).mkdir(parents=True, exist_ok=True)
-    files.write_npy(Path(paths[rundir.HIDDEN]) / SHARD.format(start=start, suffix=".npy"), vectors)
+    write_table(paths[rundir.PREDICTIONS], start, preds, file.schema_arrow, sources)
+    write_table(paths[rundir.SPANS], start, spans, file.schema_arrow, sources)
+    shards.write(paths[rundir.HIDDEN], SHARD.format(start=start, suffix=".npy"), shards.npy(vectors))
     frame = sentences.eval_set.frame
     if data_opts.id_column:
         blocks.write_id_parts(ids, start, frame["example_id"], frame["_line"])

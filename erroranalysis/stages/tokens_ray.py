@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from erroranalysis import rundir
-from erroranalysis.core import files
+from erroranalysis.core import files, shards
 from erroranalysis.core.errors import DataError
 from erroranalysis.engines import Engine, EngineError
 from erroranalysis.engines.sinks import SHARD
@@ -107,8 +107,8 @@ def workers_stage(staging, job, engine: Engine, advance, block_fn: Callable) -> 
     from erroranalysis.engines.sinks import shard_starts
 
     scanned, p = job.sentences.eval_set, job.params
-    paths = {name: str(staging.file(name)) for name in (rundir.PREDICTIONS, rundir.SPANS, rundir.HIDDEN)}
-    ids = staging.file(rundir.PREDICTIONS).parent / ".ids"
+    paths = {name: str(staging.shards(name, engine)) for name in (rundir.PREDICTIONS, rundir.SPANS, rundir.HIDDEN)}
+    ids = staging.dir / ".ids"
     ctx = {"source": str(scanned.path) if isinstance(scanned.path, Path) else scanned.path,
            "rows_path": scanned.rows_path, "data_opts": job.data_opts, "params": p, "scheme": job.scheme,
            "types": job.types, "surfaces": job.train_surfaces, "sha256": scanned.sha256, "sources": scanned.sources,
@@ -131,7 +131,7 @@ def workers_stage(staging, job, engine: Engine, advance, block_fn: Callable) -> 
     staging.facts["read_by"] = "workers"
 
 
-def write_table(folder: Path, start: int, frame, schema, sources: dict) -> None:
+def write_table(folder, start: int, frame, schema, sources: dict) -> None:
     """A block's rows of a table as its shard: metadata columns in the file's types, a column without a value in
     this block (all None, or only empty lists) typed as text, so that every shard of the folder has one schema."""
     import pyarrow as pa
@@ -143,6 +143,5 @@ def write_table(folder: Path, start: int, frame, schema, sources: dict) -> None:
             table = table.set_column(i, field.name, table.column(i).cast(pa.string()))
         elif pa.types.is_list(field.type) and pa.types.is_null(field.type.value_type):
             table = table.set_column(i, field.name, table.column(i).cast(pa.list_(pa.string())))
-    folder.mkdir(parents=True, exist_ok=True)
-    files.atomic_write(folder / SHARD.format(start=start, suffix=".parquet"),
-                       lambda p: pq.write_table(table, p, row_group_size=files.ROW_GROUP))
+    shards.write(folder, SHARD.format(start=start, suffix=".parquet"),
+                 lambda p: pq.write_table(table, p, row_group_size=files.ROW_GROUP))
