@@ -7,7 +7,8 @@ a local S3 server (moto in server mode on 127.0.0.1: the test extra `moto`), so 
 way moves through the driver, not a network. Predictions: `ray_analyze.write_predictions` (short BBC News sentences,
 five topics, planted duplicates and an error slice).
 
-Printed per size: wall seconds, the driver's own peak (VmHWM), the bytes the driver's disk holds at the end (the
+Both run with `--no-cache` (each embeds its own texts) on the machine's built static embedder. Printed per size:
+wall seconds, the driver's own peak (VmHWM), the bytes the driver's disk holds at the end (the
 mirror, or the local run), and the bytes the driver uploads (the small files; in the baseline, every file).
 
     .venv/bin/python benchmarks/ray_out_s3.py                  # 100,000 rows
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -38,26 +40,34 @@ def disk_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def to_s3(data: Path, url: str, cache: Path, log: Path) -> dict:
+def analyze(data: Path, out: str, log: Path) -> tuple[float, float]:
+    """`analyze` under Ray with every default stage; `--no-cache`: each run embeds its texts (the second run would
+    find the first's vectors in the embedding cache)."""
+    return run_watched([EA, "analyze", "--predictions", str(data), "--out", out, "--id-column", "id", "--engine",
+                        "ray", "--no-cache", "--overwrite"], log, ray_env())
+
+
+def to_s3(data: Path, url: str, log: Path) -> dict:
     """`analyze --out s3://...` under Ray: the workers write the shards there."""
-    env = {**ray_env(), "ERRORANALYSIS_CACHE_DIR": str(cache)}
-    seconds, peak = run_watched([EA, "analyze", "--predictions", str(data), "--out", url, "--id-column", "id",
-                                 "--engine", "ray", "--overwrite"], log, env)
+    seconds, peak = analyze(data, url, log)
     from erroranalysis.core.storage import ObjectPath
     from erroranalysis.rundir import remote
 
     listed = remote.remote_manifest(ObjectPath.parse(url))["objects"]["files"]
-    uploaded = sum(e["bytes"] for e in listed.values() if "key" not in e)
-    return {"seconds": seconds, "peak": peak, "disk": disk_bytes(remote.mirror_of(ObjectPath.parse(url))),
-            "uploaded": uploaded, "run": sum(e["bytes"] for e in listed.values())}
+    small = {rel: e["bytes"] for rel, e in listed.items() if "key" not in e}
+    mirror = remote.mirror_of(ObjectPath.parse(url))
+    found = {"seconds": seconds, "peak": peak, "disk": disk_bytes(mirror), "uploaded": sum(small.values()),
+             "run": sum(e["bytes"] for e in listed.values()), "largest_uploads": sorted(small.items(),
+                                                                                       key=lambda kv: -kv[1])[:3]}
+    shutil.rmtree(mirror, ignore_errors=True)
+    return found
 
 
 def local_then_copy(data: Path, out: Path, url: str, log: Path) -> dict:
     """The baseline: the run written to a local folder under Ray, then copied to the bucket."""
     from erroranalysis.core.storage import fsspec_filesystem
 
-    seconds, peak = run_watched([EA, "analyze", "--predictions", str(data), "--out", str(out), "--id-column", "id",
-                                 "--engine", "ray", "--overwrite"], log, ray_env())
+    seconds, peak = analyze(data, str(out), log)
     start = time.perf_counter()
     fsspec_filesystem("s3").put(str(out), url, recursive=True)
     copy = time.perf_counter() - start
@@ -75,7 +85,7 @@ def main() -> None:
         make_bucket(BUCKET)
         for n in args.sizes:
             data = write_predictions(Path(tmp) / f"predictions-{n}.parquet", n)
-            ours = to_s3(data, f"s3://{BUCKET}/runs/ours-{n}", Path(tmp) / "cache", Path(tmp) / f"ours-{n}.log")
+            ours = to_s3(data, f"s3://{BUCKET}/runs/ours-{n}", Path(tmp) / f"ours-{n}.log")
             base = local_then_copy(data, Path(tmp) / f"local-{n}", f"s3://{BUCKET}/runs/copied-{n}",
                                    Path(tmp) / f"base-{n}.log")
             print(json.dumps({"rows": n, "workers_write_s3": ours, "local_then_copy": base}), flush=True)

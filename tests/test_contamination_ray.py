@@ -17,6 +17,7 @@ from conftest import write_jsonl
 from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
+from erroranalysis.core import counted
 from erroranalysis.core.errors import DataError
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.datachecks import contamination_report as report
@@ -194,7 +195,7 @@ def test_lsh_bands_grouped_by_key_partition_are_minhash_pairs():
 def test_exact_sums_and_merged_metrics_over_any_split():
     rng = np.random.default_rng(1)
     values = np.concatenate([rng.normal(0, 1e6, 500), rng.normal(0, 1e-9, 500), [0.0, -0.0, 5e-324, np.pi]])
-    assert report.exact_sum(values) == sum(map(Fraction, values.tolist()))
+    assert counted.exact_sum(values) == sum(map(Fraction, values.tolist()))
     correct = rng.random(300) < 0.6
     dirty = rng.random(300) < 0.2
     loss = rng.exponential(1, 300)

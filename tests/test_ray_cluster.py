@@ -222,3 +222,45 @@ def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_ch
     s3fs.invalidate_cache()
     assert not s3fs.exists(f"{url}/manifest.json")
     assert not [key for key in s3fs.find(url) if "/part-" in key]
+
+
+def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monkeypatch):
+    """A token classifier's eval set and training file on object storage, the run published there: the workers read
+    both in blocks (the driver reads neither whole) and write predictions, spans and hidden states straight to the
+    bucket; fetched, the in-process run."""
+    from test_token_ray import _as_text_with_spans
+    from token_fixtures import build_tiny_token_classifier, write_sentences
+
+    from erroranalysis.core.storage import ObjectPath
+    from erroranalysis.engines import blocks
+    from erroranalysis.rundir import remote
+    from erroranalysis.stages import TokenParams, run_token_classification
+
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 16)
+    model = build_tiny_token_classifier(tmp_path / "model")
+    data = _as_text_with_spans(write_sentences(tmp_path / "eval.jsonl", n=40), tmp_path / "eval.parquet")
+    train = _as_text_with_spans(write_sentences(tmp_path / "train.jsonl", n=30, seed=1), tmp_path / "train.parquet")
+    urls = {name: upload(path, f"s3://evals/{tmp_path.name}/{path.name}") for name, path in
+            (("data", data), ("train", train))}
+    opts, tokens = DataOptions(id_column="id"), TokenParams(device="cpu", batch_size=8)
+    here = run_token_classification(model, data, tmp_path / "local", data_opts=opts, token_opts=tokens, after=AFTER,
+                                    train=train)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the driver read a file whole under --engine ray")
+
+    monkeypatch.setattr("erroranalysis.stages.tokens.read_sentences", whole)
+    url = f"s3://evals/token-runs/{tmp_path.name}"
+    run_token_classification(model, urls["data"], url, data_opts=opts, token_opts=tokens, after=AFTER,
+                             train=urls["train"], engine=Engine("ray", address=cluster.address, concurrency=1))
+    mirror = remote.mirror_of(ObjectPath.parse(url))
+    for name in ("predictions.parquet", "spans.parquet", "hidden_states.npy"):
+        assert sorted(p.name for p in (mirror / name).iterdir()) == ["shards.json"], name
+    there = Run.open(remote.fetch(url, tmp_path / "fetched"))
+    assert there.state("infer")["read_by"] == "workers"
+    a, b = readers.read_predictions(here), readers.read_predictions(there)
+    assert a["example_id"].tolist() == b["example_id"].tolist() and a["correct"].tolist() == b["correct"].tolist()
+    sa, sb = readers.read_spans(here), readers.read_spans(there)
+    assert sa["seen_in_train"].tolist() == sb["seen_in_train"].tolist()
+    assert set(sb["seen_in_train"]) == {"seen", "unseen"}
+    np.testing.assert_allclose(here.hidden_states(), there.hidden_states(), rtol=1e-4, atol=1e-5)

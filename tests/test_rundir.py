@@ -112,6 +112,41 @@ def test_a_commit_stopped_halfway_is_rolled_forward_by_the_next_writer(tmp_path,
     assert members["example_id"].tolist() == ["e1"]
 
 
+def test_what_a_stage_settles_in_the_manifest_is_committed_with_its_artifacts(tmp_path, monkeypatch):
+    """A token run's workers count the texts cut: the infer stage's commit records them with its artifacts, so a
+    process killed between its moves leaves a commit the next writer rolls forward with both (before, the manifest
+    was updated after the commit, and a kill in between left the head's counts)."""
+    run = inferred_run(tmp_path / "r", frame(), labels=LABELS)
+    real, moved = os.replace, []
+
+    def crash_after_first_move(src, dst):
+        into_place = ".staging" in str(src) and ".staging" not in str(dst)
+        if into_place and moved:
+            raise SystemExit("killed")
+        real(src, dst)
+        if into_place:
+            moved.append(dst)
+
+    monkeypatch.setattr(os, "replace", crash_after_first_move)
+    with pytest.raises(SystemExit):
+        with run.stage("infer") as staging:
+            staging.write_parquet(rundir.PREDICTIONS, frame())
+            staging.write_npy(rundir.PROBS, np.full((20, 2), 0.5, np.float32))
+            staging.manifest = {"data": {**run.manifest["data"], "n_cut": 7}}
+    monkeypatch.setattr(os, "replace", real)
+    assert run.manifest["data"].get("n_cut") != 7  # not yet: the commit stopped before its record
+    commit(run, "metrics", metrics_json={"overall": {}, "per_class": [], "confusion": {}})  # any writer recovers
+    assert run.stage_status("infer") == "done" and run.manifest["data"]["n_cut"] == 7
+
+    manifest = run.manifest  # a plan may settle only the fields a stage counts, never the run's identity
+    manifest["stages"]["slices"] = {"status": "committing", "commit": {
+        "staging": "slices-1", "write": [], "remove": [], "digests": {}, "done": {"finished": "t"},
+        "manifest": {"run_id": {"x": 1}}}}
+    (run.path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RunError, match=r"'manifest' sets fields a stage does not settle \(only data, tokens\)"):
+        run.recover()
+
+
 def test_a_file_changed_behind_the_manifest_is_refused(tmp_path):
     run = inferred_run(tmp_path / "r", frame(), labels=LABELS)
     data = bytearray(run.file(rundir.PREDICTIONS).read_bytes())

@@ -61,15 +61,6 @@ def over_blocks(frame: pd.DataFrame, bounds: list[int], rng):
     return run_pass
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_quantiles_from_value_counts_are_numpys(seed):
-    rng = np.random.default_rng(seed)
-    values = rng.choice(rng.normal(size=rng.integers(2, 60)).round(int(rng.integers(0, 3))), int(rng.integers(1, 700)))
-    x, counts = np.unique(values, return_counts=True)
-    q = np.linspace(0, 1, int(rng.integers(2, 21)) + 1)
-    assert np.array_equal(columns.quantiles(x, counts, q), np.quantile(values, q))
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_merged_block_summaries_and_terms_equal_the_wholes(seed):
     rng = np.random.default_rng(seed)

@@ -196,3 +196,26 @@ def test_the_packaged_static_model_is_distilled_from_minilm(monkeypatch, no_netw
     assert vectors.shape == (3, static_embedding.PCA_DIMS)
     sims = vectors @ vectors.T
     assert sims[0, 1] > sims[0, 2] + 0.1
+
+
+def test_build_with_distills_through_the_runner_once_then_finds_the_cache(tiny_source, monkeypatch):
+    """Under Ray the checks stage distills the static model on a worker (`build_with(call_on_worker ...)`): the
+    runner is called once, while the model is not built, and the embedder is then the one a plain use builds."""
+    import erroranalysis.embed.models as models
+
+    monkeypatch.setattr(models, "minilm_path", lambda: tiny_source)
+    calls = []
+
+    def runner(fn, **kwargs):
+        calls.append(kwargs)
+        return fn(**kwargs)
+
+    built = static_embedding.StaticEmbedder(pca_dims=8)
+    built.build_with(runner)
+    assert calls == [{"pca_dims": 8}] and (built.folder / "source.json").is_file()
+    again = static_embedding.StaticEmbedder(pca_dims=8)
+    again.build_with(runner)
+    assert len(calls) == 1  # found in the cache: no second build
+    plain = static_embedding.StaticEmbedder(pca_dims=8)
+    assert (built.key, built.describe()) == (again.key, again.describe()) == (plain.key, plain.describe())
+    np.testing.assert_array_equal(built.embed_texts(["a b c"]), plain.embed_texts(["a b c"]))

@@ -81,19 +81,14 @@ def names(folder, suffix: str) -> list[str]:
 
 
 def parts(path, suffix: str) -> list[Path | storage.ObjectPath]:
-    """An artifact's files in row order: the file itself, a folder's shards, or the shards its pointer names."""
+    """An artifact's files in row order: the file (or object) itself, a folder's shards, or the shards its pointer
+    names."""
     path = location(path)
-    if isinstance(path, Path) and not path.is_dir():
+    if (isinstance(path, Path) and not path.is_dir()) or (isinstance(path, storage.ObjectPath) and path.is_file()):
         return [path]
     pointed = pointer(path) if isinstance(path, Path) else None
     base = storage.ObjectPath.parse(pointed["url"]) if pointed is not None else path
     return [base / name for name in names(path, suffix)]
-
-
-def is_sharded(path) -> bool:
-    """Whether an artifact is a folder of shards (local or pointed to), not one file."""
-    path = location(path)
-    return isinstance(path, storage.ObjectPath) or path.is_dir()
 
 
 def pointer(folder: Path) -> dict | None:
@@ -120,7 +115,7 @@ def seal(remote, folder: Path) -> bool:
     time); False, writing nothing, when no shard is there."""
     remote = location(remote)
     listed = storage.listing(remote)
-    shards = sorted(n for n in listed if n.startswith("part-") and not n.endswith(DIGEST))
+    shards = sorted(n for n in listed if _is_shard(n, ""))
     if not shards:
         return False
     missing = [n for n in shards if n + DIGEST not in listed]

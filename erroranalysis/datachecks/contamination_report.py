@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core import counted
 from erroranalysis.core.findings import Finding
 
 CONTAMINATION_SEVERE = 0.01  # as leakage: one eval example in a hundred seen in training is an error
@@ -34,7 +35,7 @@ def metric_counts(correct: np.ndarray, contaminated: np.ndarray, reference_loss:
             if values is not None:
                 kept = np.asarray(values, dtype=np.float64)[rows]
                 kept = kept[np.isfinite(kept)]
-                counts[name] = (exact_sum(kept), int(kept.size))
+                counts[name] = (counted.exact_sum(kept), int(kept.size))
         out[part] = counts
     return out
 
@@ -54,24 +55,6 @@ def merge_metrics(parts: list[dict]) -> dict:
                 entry[name] = float(total / count) if count else None
         out[part] = entry
     return out
-
-
-def exact_sum(values: np.ndarray):
-    """The exact sum of finite float64 `values` as a Fraction (vectorized: mantissas summed per exponent)."""
-    from fractions import Fraction
-
-    values = np.asarray(values, dtype=np.float64)
-    if not values.size:
-        return Fraction(0)
-    mantissa, exponent = np.frexp(values)
-    whole = (mantissa * 2.0**53).astype(np.int64)  # value = whole * 2**(exponent - 53), exactly
-    high, low = whole >> 27, whole & ((1 << 27) - 1)  # halves: their sums stay far inside int64
-    total = 0
-    shift = int(exponent.min())
-    for e in np.unique(exponent):
-        mine = exponent == e
-        total += (int(high[mine].sum()) * (1 << 27) + int(low[mine].sum())) << int(e - shift)
-    return Fraction(total) * Fraction(2) ** (shift - 53)
 
 
 def contamination_section(fields: dict[str, pd.DataFrame], ids: np.ndarray, train_ids: np.ndarray, n: int,

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from erroranalysis.core import counted
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.findings import SEVERITIES, Finding
 from erroranalysis.core.validation import check_param
@@ -184,22 +185,9 @@ def _mean(values: np.ndarray, counts: np.ndarray) -> float:
 
 
 def _describe_counts(values: np.ndarray, counts: np.ndarray) -> dict:
-    q = quantiles_of_counts(values, counts, [0.1, 0.5, 0.9, 0.99])
+    q = counted.quantiles(values, counts, [0.1, 0.5, 0.9, 0.99])
     return {"mean": _mean(values, counts), "p10": float(q[0]), "median": float(q[1]), "p90": float(q[2]),
             "p99": float(q[3]), "max": float(values.max()), "empty": int(counts[values == 0].sum())}
-
-
-def quantiles_of_counts(values: np.ndarray, counts: np.ndarray, qs) -> np.ndarray:
-    """np.quantile (its default, linear method) of the sorted `values` repeated `counts` times, without them."""
-    n = int(counts.sum())
-    at = (n - 1) * np.asarray(qs, dtype=np.float64)
-    below = np.floor(at)
-    ends = np.cumsum(counts)
-    a = values[np.searchsorted(ends, below, side="right")]
-    b = values[np.searchsorted(ends, np.minimum(below + 1, n - 1), side="right")]
-    t = at - below
-    diff = b - a
-    return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)  # numpy's _lerp, exactly
 
 
 def vocabulary_stats(train_tokens: list[list[str]], eval_tokens: list[list[str]]) -> dict:

@@ -163,6 +163,21 @@ class StaticEmbedder:
             return self.model_path
         return build_static_model(pca_dims=self.pca_dims, log=self.log)
 
+    def build_with(self, run: Callable) -> None:
+        """Distill the cached model, when it is not built yet, through `run(build_static_model, pca_dims=...)`:
+        `engines.blocks.call_on_worker` under a distributed engine, since the distillation peaks near 1 GB, which
+        the driver must not hold. Later uses (and other processes) find it in the cache."""
+        if self.model_path is not None or "folder" in self.__dict__:
+            return
+        from erroranalysis.embed.models import minilm_path
+
+        target, _ = model_folder(minilm_path(), self.pca_dims)
+        if not (target / "source.json").is_file():
+            if self.log:
+                self.log(f"distilling the static embedder from the packaged MiniLM on a worker (once): {target}")
+            target = Path(run(build_static_model, pca_dims=self.pca_dims))
+        self.__dict__["folder"] = target  # the cached property's value
+
     @property
     def key(self) -> str:
         """The cached model's digest (settings and source hash), or a user folder's path."""

@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core.counted import binned_exact_sums, exact_sum
 from erroranalysis.core.errors import DataError, preview
 from erroranalysis.core.params import is_int
 from erroranalysis.core.validation import check_param
@@ -248,32 +249,6 @@ def brier_sum(t: np.ndarray, probs: np.ndarray) -> Fraction:
     squares = np.einsum("ij,ij->i", probs, probs, dtype=np.float64)
     p_true = probs[np.arange(len(t)), t].astype(np.float64)
     return exact_sum(squares - 2 * p_true + 1)
-
-
-def exact_sum(values) -> Fraction:
-    """The exact sum of float64 values (finite), as a fraction: sums of blocks then add up to the sum of all rows
-    whatever the split, where floating-point sums would differ in the last bits."""
-    return binned_exact_sums(np.zeros(np.size(values), dtype=np.int64), values, 1)[0]
-
-
-def binned_exact_sums(bin_of: np.ndarray, values, n_bins: int) -> list[Fraction]:
-    """The exact sum of the values of each bin. Each value is an integer mantissa times a power of two; one sort
-    groups the mantissas by (bin, exponent), summed in two 26/27-bit halves so int64 never overflows below 2**36
-    values."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    sums = [Fraction(0)] * n_bins
-    if x.size == 0:
-        return sums
-    mantissa, exponent = np.frexp(x)
-    ints = (mantissa * 2.0 ** 53).astype(np.int64)  # x = ints * 2**(exponent - 53), exactly
-    key = np.asarray(bin_of, dtype=np.int64) * 4096 + (exponent + 2048)  # exponents lie in [-1073, 1024]
-    order = np.argsort(key, kind="stable")
-    key, ints = key[order], ints[order]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    high, low = np.add.reduceat(ints >> 26, starts), np.add.reduceat(ints & (2 ** 26 - 1), starts)
-    for k, hi, lo in zip(key[starts].tolist(), high.tolist(), low.tolist()):
-        sums[k // 4096] += Fraction((hi << 26) + lo) * Fraction(2) ** (k % 4096 - 2048 - 53)
-    return sums
 
 
 def _by_metadata(t, p, k, metadata, texts, max_values) -> dict:

@@ -94,7 +94,7 @@ def _check_pair(values) -> list[int]:
 
 def _sum(values) -> list:
     """[exact sum, count] of the finite values."""
-    from erroranalysis.metrics.classification import exact_sum
+    from erroranalysis.core.counted import exact_sum
 
     values = np.asarray(values, dtype=np.float64)
     values = values[np.isfinite(values)]
@@ -242,7 +242,7 @@ def finish_checks(counts: dict, labels: list[str], max_new_tokens: int | None = 
 
 
 def _length_summary(lengths: dict, limit: int | None) -> dict:
-    from erroranalysis.metrics.partials import counted_quantiles
+    from erroranalysis.core.counted import quantiles as counted_quantiles
 
     values, counts = lengths["values"], lengths["counts"]
     quantiles = counted_quantiles(values, counts, np.true_divide([50, 95], 100)) if values.size else [None, None]

@@ -16,13 +16,12 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core.counted import binned_exact_sums, exact_sum
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.validation import check_int
 from erroranalysis.metrics.classification import (
     CI_LEVEL,
     TOP_CONFUSIONS,
-    binned_exact_sums,
-    exact_sum,
     metadata_rows,
     safe_div,
 )

@@ -20,6 +20,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core import counted
 from erroranalysis.core.errors import DataError, preview
 from erroranalysis.metrics import classification as cl
 from erroranalysis.sources import cells
@@ -114,7 +115,7 @@ def _calibration_counts(out: Partial, t: np.ndarray, probs: np.ndarray, n_bins: 
     bin_of = cl.calibration_bin(confidence, n_bins)
     out.bins = np.bincount(bin_of, minlength=n_bins)
     out.correct = np.bincount(bin_of, weights=correct, minlength=n_bins)
-    out.conf_sums = cl.binned_exact_sums(bin_of, confidence, n_bins)
+    out.conf_sums = counted.binned_exact_sums(bin_of, confidence, n_bins)
     out.brier = cl.brier_sum(t, probs)
 
 
@@ -266,7 +267,7 @@ def bucket_rule(column: ColumnPartial, max_values: int) -> tuple[tuple, list[str
     if _quantiles(column, values):
         x = np.sort(values["value"].to_numpy(dtype=np.float64))
         counts = values["n"].to_numpy()[np.argsort(values["value"].to_numpy(dtype=np.float64), kind="stable")]
-        edges = np.unique(counted_quantiles(x, counts, np.linspace(0, 1, cl.QUANTILE_BUCKETS + 1))) if x.size \
+        edges = np.unique(counted.quantiles(x, counts, np.linspace(0, 1, cl.QUANTILE_BUCKETS + 1))) if x.size \
             else np.zeros(0)
         rule = ("edges", edges)
     else:
@@ -311,7 +312,7 @@ def _quantile_codes(values: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     if x.size == 0:
         return np.zeros(0, dtype=np.int64), []
     order = np.argsort(x, kind="stable")
-    edges = np.unique(counted_quantiles(x[order], values["n"].to_numpy()[order],
+    edges = np.unique(counted.quantiles(x[order], values["n"].to_numpy()[order],
                                         np.linspace(0, 1, cl.QUANTILE_BUCKETS + 1)))
     codes = np.clip(np.searchsorted(edges, x, side="left") - 1, 0, max(len(edges) - 2, 0))
     if len(edges) == 1:
@@ -320,22 +321,3 @@ def _quantile_codes(values: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return codes, names
 
 
-def counted_quantiles(sorted_values: np.ndarray, counts: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """np.quantile(rows, q) (method "linear") of the rows holding each of `sorted_values` `counts[i]` times,
-    without the rows: numpy's virtual index, its floor and ceiling rows looked up in the cumulative counts, and
-    numpy's interpolation."""
-    n = int(counts.sum())
-    virtual = (n - 1) * q  # numpy's virtual index for method "linear"
-    previous = np.floor(virtual)  # numpy's _get_indexes: past the last row both are -1, before the first both 0
-    following = previous + 1
-    previous[virtual >= n - 1], following[virtual >= n - 1] = -1, -1
-    previous[virtual < 0], following[virtual < 0] = 0, 0
-    previous, following = previous.astype(np.intp), following.astype(np.intp)
-    gamma = np.asanyarray(virtual - previous, dtype=np.float64)
-    ends = np.cumsum(counts)  # rows [ends[i-1], ends[i]) hold sorted_values[i]
-    a = sorted_values[np.searchsorted(ends, previous % n, side="right")]
-    b = sorted_values[np.searchsorted(ends, following % n, side="right")]
-    diff = b - a  # numpy's _lerp
-    out = np.add(a, diff * gamma)
-    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
-    return out

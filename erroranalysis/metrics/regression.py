@@ -15,14 +15,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core.counted import binned_exact_sums, exact_sum
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.validation import check_int
 from erroranalysis.metrics.classification import (
     CI_LEVEL,
-    binned_exact_sums,
     confusion_counts,
     encode_labels,
-    exact_sum,
     metadata_rows,
 )
 

@@ -25,6 +25,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core import counted
 from erroranalysis.core.errors import DataError
 from erroranalysis.metrics import classification as cl
 from erroranalysis.metrics import multilabel as ml
@@ -95,7 +96,7 @@ def metadata_sums(metadata, texts, kinds: dict[str, str], rules: dict, ints: np.
         n = np.bincount(codes, minlength=m)
         summed = np.zeros((m, ints.shape[1]), dtype=np.int64)
         np.add.at(summed, codes, ints[rows])
-        exact = [cl.binned_exact_sums(codes, floats[rows, j], m) for j in range(floats.shape[1])]
+        exact = [counted.binned_exact_sums(codes, floats[rows, j], m) for j in range(floats.shape[1])]
         out[key] = (n, summed, exact)
     return out
 
@@ -147,7 +148,8 @@ def regression_first(t: np.ndarray, p: np.ndarray, ok: np.ndarray, bins_true, bi
         ct, cp = bin_codes(bins_true, labels), bin_codes(bins_pred, labels)
         k, error = len(labels), p - t
         out["bins"] = {"cm": cl.confusion_counts(ct, cp, k), "failures": np.bincount(ct[~ok], minlength=k),
-                       "abs": cl.binned_exact_sums(ct, np.abs(error), k), "error": cl.binned_exact_sums(ct, error, k)}
+                       "abs": counted.binned_exact_sums(ct, np.abs(error), k),
+                       "error": counted.binned_exact_sums(ct, error, k)}
     return out
 
 

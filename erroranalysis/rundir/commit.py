@@ -3,7 +3,8 @@
 A stage writes its files into `<run>/.staging/<stage>-<token>/`. When it finishes, the commit
 
 1. digests the staged files and records, in the manifest, the stage as `committing` with the whole outcome (the
-   files to move, the owned files to remove, the `done` entry to record): from here the commit cannot be lost;
+   files to move, the owned files to remove, the `done` entry to record, the run-level fields the stage settles):
+   from here the commit cannot be lost;
 2. moves each staged file onto its final name (`os.replace`), removes the owned files it did not write again;
 3. records the stage `done` and each artifact's stage, sha256 and size under `artifacts`, and drops the staging
    folder.
@@ -33,16 +34,20 @@ from erroranalysis.rundir import confine
 from erroranalysis.rundir.artifacts import STAGE_ARTIFACTS, STAGING, TABLES
 
 SHARDS_AT: dict = {}  # the folder of a run being built for object storage -> where its workers write shards
+SETTLED = ("data", "tokens")  # the manifest's fields a stage may settle at its commit (`Staging.manifest`)
 
 
 class Staging:
     """Where a running stage writes: `file(name)` is the staging path of artifact `name` (a file, or a folder of
-    shards); `facts` are extra fields for the stage's manifest entry."""
+    shards); `facts` are extra fields for the stage's manifest entry; `manifest` the run's own fields (of
+    `SETTLED`) that only this stage could count, recorded by its commit with its artifacts (a token run's workers
+    count the texts cut): a kill leaves both or neither."""
 
     def __init__(self, run_path: Path, stage: str):
         self.stage = stage
         self.remote = SHARDS_AT.get(Path(run_path).resolve())  # a run built for object storage: its workers' prefix
         self.remote_shards: dict = {}
+        self.manifest: dict = {}
         self.dir = confine.entry(run_path, f"{STAGING}/{stage}-{secrets.token_hex(4)}", "staging folder")
         made = not self.dir.parent.exists()
         self.dir.mkdir(parents=True)
@@ -93,7 +98,7 @@ class Staging:
             shards.seal(url, self.dir / name)
         written = self.written()
         files.sync_tree(self.dir)  # on disk before the manifest names them (the commit point)
-        return {"staging": self.dir.name, "write": written,
+        return {"staging": self.dir.name, "write": written, "manifest": self.manifest,
                 "remove": [n for n in STAGE_ARTIFACTS[self.stage] if n not in written],
                 "digests": {n: files.digest(self.dir / n) for n in written}}
 
@@ -131,6 +136,9 @@ def check_plan(run_path: Path, stage: str, plan) -> Path:
         if stray:
             raise RunError(f"{where}: {key!r} names {stray[0]!r}, which stage {stage!r} does not write (it writes "
                            f"{', '.join(owned)}){FIX}")
+    settled = plan.get("manifest", {})
+    if not isinstance(settled, dict) or not all(k in SETTLED and isinstance(v, dict) for k, v in settled.items()):
+        raise RunError(f"{where}: 'manifest' sets fields a stage does not settle (only {', '.join(SETTLED)}){FIX}")
     digests, done = plan.get("digests"), plan.get("done")
     if (not isinstance(digests, dict) or set(digests) != set(names["write"])
             or not all(isinstance(d, dict) for d in digests.values()) or not isinstance(done, dict)

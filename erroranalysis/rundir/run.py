@@ -247,6 +247,7 @@ class Run:
         for artifact in plan["write"]:
             artifacts[artifact] = {"stage": name, **plan["digests"][artifact], "written": plan["done"]["finished"]}
         data["stages"][name] = plan["done"]
+        data.update(plan.get("manifest") or {})  # what the stage settled, with its artifacts (commit.Staging)
         self._write(data)
         commit.finish(self.path, plan)
 

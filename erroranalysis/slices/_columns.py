@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from erroranalysis.core import counted
 from erroranalysis.sources import cells
 
 # A merged summary keeps at most this many distinct values (the driver's memory stays bounded at any row count):
@@ -119,24 +120,6 @@ class Rule:
     args: tuple = ()
 
 
-def quantiles(x: np.ndarray, counts: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """`np.quantile(rows, q)` (linear method) of the rows that `x` (sorted distinct finite values) and `counts`
-    stand for, computed from the counts with numpy's own arithmetic."""
-    n = int(counts.sum())
-    ends = np.cumsum(counts)
-    virtual = (n - 1) * q
-    previous = np.floor(virtual)
-    above = virtual >= n - 1
-    previous[above] = n - 1
-    nxt = np.where(above, n - 1, previous + 1)
-    gamma = virtual - previous
-    a = x[np.searchsorted(ends, previous.astype(np.int64), side="right")]
-    b = x[np.searchsorted(ends, nxt.astype(np.int64), side="right")]
-    diff = b - a
-    out = a + diff * gamma
-    return np.where(gamma >= 0.5, b - diff * (1 - gamma), out)
-
-
 def _fmt(value: float) -> str:
     if float(value).is_integer():
         return str(int(value))
@@ -160,7 +143,7 @@ def numeric_rules(values: Values, key: str, label: str, group: str, kind: str, n
         return
     order = np.argsort(x, kind="stable")
     x, c = x[order], c[order]
-    edges = np.unique(quantiles(x, c, np.linspace(0, 1, n_buckets + 1)))
+    edges = np.unique(counted.quantiles(x, c, np.linspace(0, 1, n_buckets + 1)))
     cuts = edges[1:-1] if len(edges) > 2 else edges[1:]  # interior cut points
     cuts = cuts[cuts > x.min()]
     below = lambda v: int(c[x < v].sum())  # noqa: E731

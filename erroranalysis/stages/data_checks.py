@@ -31,6 +31,7 @@ import pandas as pd
 from erroranalysis import rundir
 from erroranalysis.core import schemas
 from erroranalysis.datachecks import report as checks_report
+from erroranalysis.engines.blocks import call_on_worker
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
 from erroranalysis.stages.check_parts import CheckParams, checkpoint_embed, load_train, no_leakage
 from erroranalysis.stages.train_gold import TrainGold
@@ -115,6 +116,8 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
             embedding = Embedding("hidden", hidden=str(run.file(rundir.HIDDEN)))
         else:
             embedder = embedder_choice.text_embedder(vector_plan.source)
+            if hasattr(embedder, "build_with"):  # a first distillation on a worker: it peaks near 1 GB
+                embedder.build_with(lambda fn, **kwargs: call_on_worker(fn, engine, **kwargs))
             name = vector_plan.source if vector_plan.source in embedder_choice.NAMES else str(
                 getattr(embedder, "key", vector_plan.source))
             embedding = Embedding(name, embedder=embedder)

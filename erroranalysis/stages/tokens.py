@@ -218,13 +218,11 @@ def token_stage(run: Run, job: TokenJob, progress=None, engine: Engine = LOCAL) 
             workers_stage(staging, job, engine, advance, token_block)
             staging.facts["examples_per_second"] = round(n / max(time.perf_counter() - start, 1e-9), 1)
             copy_training_log(job.model, staging)
+            manifest, facts = run.manifest, staging.facts  # counted by the workers: the manifest could not say before
+            staging.manifest = {"data": {**manifest["data"], "n_cut": facts["n_cut"]},
+                                "tokens": {**manifest["tokens"], "snapped_spans": facts["snapped_spans"]}}
         else:
             _driver_stage(staging, job, engine, advance, start)
-    state = run.state("infer") or {}
-    if "snapped_spans" in state:  # counted by the workers: what the manifest could not say before
-        manifest = run.manifest
-        run.update_manifest(data={**manifest["data"], "n_cut": state["n_cut"]},
-                            tokens={**manifest["tokens"], "snapped_spans": state["snapped_spans"]})
 
 
 def gold_ids(job: TokenJob) -> list[list[int]]:

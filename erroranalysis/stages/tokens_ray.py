@@ -11,11 +11,10 @@ driver keeps counts, checks that the shards cover every row once and that the id
 partitions, `sources.blocks.write_id_parts` / `first_duplicate`), and raises the first bad block's error.
 
 With `--train`, the training file's gold-entity surfaces (what marks a span `seen_in_train`) are read by the workers
-too (`worker_surfaces`): a local Parquet file as it is, a JSONL or CSV file or a save_to_disk folder through its
-Parquet copy, in blocks
-(`engines.blocks.map_blocks`), each checked as in-process `read_sentences` checks the whole file and sending back
-its set of surfaces (`sources.tokens.gold_surfaces`, the rule in-process uses); the driver holds their union, then
-sends it to the actors as the in-process job holds it.
+too (`worker_surfaces`): a Parquet file (local or in object storage) as it is, a JSONL or CSV file or a
+save_to_disk folder through its Parquet copy, in blocks (`engines.blocks.map_blocks`), each checked as in-process
+`read_sentences` checks the whole file and sending back its set of surfaces (`sources.tokens.gold_surfaces`, the
+rule in-process uses); the driver holds their union, then sends it to the actors as the in-process job holds it.
 """
 
 from __future__ import annotations
@@ -59,9 +58,8 @@ def scan_head(data, data_opts: DataOptions, params, labels, types, rows_path) ->
 
 def workers_read_train(train, rows_path) -> bool:
     """Whether the workers read the training file: its Parquet copy (a JSONL or CSV file, a save_to_disk folder), or
-    a Parquet file on a local disk (one in object storage is read by the driver as in-process)."""
-    source = as_source(train)
-    return rows_path is not None or (isinstance(source, Path) and blocks.readable(source))
+    a Parquet file on a local disk or object storage."""
+    return rows_path is not None or blocks.readable(as_source(train))
 
 
 def worker_surfaces(train, rows_path, data_opts: DataOptions, params, labels, types, scheme, engine: Engine
