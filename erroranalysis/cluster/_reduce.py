@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from erroranalysis.cluster._neighbors import knn_cosine, unit_rows
+from erroranalysis.core.sampling import seeded_rows
 from erroranalysis.core.validation import check_param
 
 REDUCERS = ("umap", "pca", "none")
@@ -179,8 +180,7 @@ def layout_2d(vectors: np.ndarray, *, method: str = "umap", seed: int = 0, max_f
         return np.full((n, 2), np.nan, dtype=np.float32)
     if method == "pca" or n <= 8:
         return PCAReducer(2, seed=seed).fit_transform(vectors)
-    rng = np.random.default_rng(seed)
-    fit = np.arange(n) if n <= max_fit else np.sort(rng.choice(n, max_fit, replace=False))
+    fit = seeded_rows(n, max_fit, seed)
     out = np.zeros((n, 2), dtype=np.float32)
     out[fit] = _umap_precomputed(vectors[fit], n_components=2, n_neighbors=n_neighbors, min_dist=0.1, seed=seed,
                                  n_epochs=200, init="pca")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from erroranalysis.core.sampling import seeded_rows
 from erroranalysis.datachecks.contamination import MAX_TRAIN_ROWS_PER_NGRAM, hash_ngrams
 
 
@@ -61,9 +62,7 @@ def _distinct(hashes: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
 def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
     """The rows a bounded measurement reads: every row up to `size`, else a seeded sample of `size`, sorted (the
     training prompts whose lengths are measured, in-process and on workers alike)."""
-    if n <= size:
-        return np.arange(n, dtype=np.int64)
-    return np.sort(np.random.default_rng(seed).choice(n, size, replace=False)).astype(np.int64)
+    return seeded_rows(n, size, seed)
 
 
 def within(rows: np.ndarray, start: int, stop: int) -> np.ndarray:

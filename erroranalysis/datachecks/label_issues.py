@@ -38,6 +38,7 @@ import pandas as pd
 
 from erroranalysis.core.errors import DataError, preview
 from erroranalysis.core.params import is_int, is_number
+from erroranalysis.core.sampling import seeded_rows
 from erroranalysis.core.validation import check_param
 
 METHODS = ("self_confidence", "normalized_margin", "confidence_weighted_entropy")
@@ -173,9 +174,7 @@ def reference_label_probs(queries, rows, reference, ref_rows, ref_labels, prior,
 
 def reference_rows(n: int, max_reference: int, seed: int) -> np.ndarray:
     """The rows `neighbor_label_probs` searches among: all up to `max_reference`, else a seeded sample."""
-    if n <= max_reference:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, max_reference, replace=False))
+    return seeded_rows(n, max_reference, seed)
 
 
 def validate(labels, probs, classes, *, source: str = "probabilities", first_row: int = 0) -> tuple[np.ndarray, np.ndarray]:

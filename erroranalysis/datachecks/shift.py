@@ -27,6 +27,7 @@ import numpy as np
 from erroranalysis.core import counted
 from erroranalysis.core.errors import DataError
 from erroranalysis.core.findings import SEVERITIES, Finding
+from erroranalysis.core.sampling import seeded_rows
 from erroranalysis.core.validation import check_param
 
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
@@ -264,7 +265,7 @@ def domain_rows(n_train: int, n_eval: int, max_per_side: int = MAX_PER_SIDE, see
     """The rows of each side the domain classifier sees: every row up to `max_per_side`, else a seeded sample
     (train's drawn first, from one generator)."""
     rng = np.random.default_rng(seed)
-    return _sample(n_train, max_per_side, rng), _sample(n_eval, max_per_side, rng)
+    return seeded_rows(n_train, max_per_side, rng), seeded_rows(n_eval, max_per_side, rng)
 
 
 def domain_fit(t_vec, e_vec, e_rows: np.ndarray, *, folds: int = 5, seed: int = 0, n_examples: int = 10) -> dict:
@@ -296,8 +297,6 @@ def domain_fit(t_vec, e_vec, e_rows: np.ndarray, *, folds: int = 5, seed: int = 
             "least_like_train": [{"eval_index": int(e_rows[i]), "score": float(eval_scores[i])} for i in top]}
 
 
-def _sample(n: int, limit: int, rng) -> np.ndarray:
-    return np.arange(n) if n <= limit else np.sort(rng.choice(n, limit, replace=False))
 
 
 def _embeddings(texts, rows, given, embed, side) -> np.ndarray:

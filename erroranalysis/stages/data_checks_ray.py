@@ -41,6 +41,7 @@ import numpy as np
 
 from erroranalysis import rundir
 from erroranalysis.core import files, schemas
+from erroranalysis.core.sampling import seeded_rows
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.engines import blocks as eb
 from erroranalysis.stages import check_ray_train
@@ -123,7 +124,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
     blocks = eb.plan(path, rpb)
     n = eb.n_rows(blocks)
     near = embedding is not None
-    sample = _sample(n, params.near_sample, params.seed) if near else np.zeros(0, np.int64)
+    sample = seeded_rows(n, params.near_sample, params.seed) if near else np.zeros(0, np.int64)
     ref = reference_rows(n, 20_000, params.seed) if vote else np.zeros(0, np.int64)
     n_buckets = max(1, min(len(blocks), 64))
     record["engine"] = "ray"
@@ -193,12 +194,6 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-
-def _sample(n: int, size: int, seed: int) -> np.ndarray:
-    """The rows the near-duplicate search covers: every row up to `size`, else a seeded sample of `size`."""
-    if n <= size:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
 
 
 # -- the passes (module-level: Ray pickles them) -----------------------------------------------------------------
