@@ -186,7 +186,9 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
     assert all(entry["key"].startswith(f"objects/{listing['generation']}/shards/")
                for entry in listing["files"].values() if "key" in entry)
     assert built.manifest["stages"]["infer"]["read_by"] == "workers"
-    assert built.manifest["stages"]["cluster"]["engine"]["placed_on_workers"] > 0  # fitted and placed by workers
+    cluster_stage = built.manifest["stages"]["cluster"]
+    assert cluster_stage["engine"]["placed_on_workers"] > 0  # fitted and placed by workers
+    assert cluster_stage["embedder_key"] == local.manifest["stages"]["cluster"]["embedder_key"] is not None
 
     fetched = Run.open(remote.fetch(url, tmp_path / "fetched"))
     assert all(list((fetched.path / name).glob("part-*")) for name in sharded)

@@ -125,8 +125,8 @@ class RowVectors:
 
     def __init__(self, path, description: dict, source: str, sidecar: str | None = None):
         self.path, self.description, self.source, self.sidecar = str(path), dict(description), source, sidecar
+        self.key = description["key"]
         self._opened: list | None = None  # [(first row, shape, file)], per process
-        self._opened: list | None = None  # [(first row, memory map)], per process
         self.row_of: dict | None = None
 
     def __getstate__(self) -> dict:
