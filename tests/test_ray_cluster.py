@@ -266,3 +266,17 @@ def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monke
     assert sa["seen_in_train"].tolist() == sb["seen_in_train"].tolist()
     assert set(sb["seen_in_train"]) == {"seen", "unseen"}
     np.testing.assert_allclose(here.hidden_states(), there.hidden_states(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, tmp_path, monkeypatch):
+    """`engines.shared_disk.check_shared`: one task per node reads a token the driver wrote; the nodes here share
+    this disk, so a node that does not see it is played by a token never written (the probe itself is real)."""
+    from erroranalysis.engines import shared_disk
+
+    shared_disk.check_shared(tmp_path, cluster)  # both nodes see it
+    assert not list(tmp_path.glob(".shared-disk-*"))  # the token is gone
+    monkeypatch.setattr(shared_disk, "_SEEN", set())
+    monkeypatch.setattr(shared_disk, "write_token", lambda token, content: None)
+    with pytest.raises(EngineError, match=rf"node [0-9.]+ does not see {tmp_path}, where the workers write the "
+                                          r"run's files; put the run directory .* on a filesystem every node shares"):
+        shared_disk.check_shared(tmp_path, cluster)

@@ -27,7 +27,7 @@ def parquet(file: Path, columns=None):
 
     columns = list(columns) if columns is not None else None
     try:
-        if shards.pointer(file) if Path(file).is_dir() else None:  # shards on object storage, in row order
+        if shards.pointer(file):  # shards on object storage, in row order
             return pd.concat([storage.read_parquet(p, columns=columns).to_pandas()
                               for p in shards.parts(file, ".parquet")], ignore_index=True)
         return pd.read_parquet(file, columns=columns)
@@ -65,7 +65,6 @@ def require_columns(file: Path, frame, columns) -> None:
 
 
 def parquet_columns(file: Path) -> set[str]:
-
     try:
         return set(shards.open_parquet(shards.parts(file, ".parquet")[0]).schema_arrow.names)
     except Exception as exc:

@@ -39,8 +39,10 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     hidden states or a file are read by row where they are embedded (`cluster_modes.py`)."""
     from erroranalysis.cluster import blockwise
     from erroranalysis.engines import blocks
+    from erroranalysis.engines.shared_disk import check_shared
     from erroranalysis.stages.embedders import cluster_plan
 
+    check_shared(run_dir, engine)  # the worker that fits the sample opens the run and writes embeddings.npy there
     run = rundir.Run.open(run_dir)
     path = readers.artifact_path(run, readers.units_artifact(run))
     columns = set(_parquet_columns(path))

@@ -40,6 +40,7 @@ from erroranalysis import rundir
 from erroranalysis.core import files
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.engines import blocks as eb
+from erroranalysis.engines.shared_disk import check_shared
 from erroranalysis.stages import contamination_lengths, contamination_near
 from erroranalysis.stages.contamination import LENGTH_SAMPLE
 from erroranalysis.stages.contamination_lengths import added, histograms, write_sample
@@ -76,6 +77,7 @@ def prepare(run, params, engine, reporter) -> Prepared:
     train, path = Path(params.train), run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
+    check_shared(run.path, engine)  # the scratch below, read back by other workers
     scratch = files.new_scratch(run.path, ".contamination-scratch-")
     try:
         with _rows(train, params, engine, run.path) as rows_path:

@@ -44,6 +44,7 @@ from erroranalysis.core import files, schemas
 from erroranalysis.core.sampling import seeded_rows
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.engines import blocks as eb
+from erroranalysis.engines.shared_disk import check_shared
 from erroranalysis.stages import check_ray_train
 from erroranalysis.stages.check_parts import no_leakage
 from erroranalysis.stages.check_ray_duplicates import binary16 as _binary16
@@ -132,6 +133,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
     if near and len(sample) < n:
         reporter.note(f"checks: --engine ray: near duplicates searched among a seeded sample of {len(sample)} of "
                       f"{n} rows (--near-sample)")
+    check_shared(run.path, engine)  # the scratch below, read back by other workers
     scratch = files.new_scratch(run.path, ".checks-scratch-")  # not in .staging: the stage sweeps that
     try:
         probs = str(run.file(rundir.PROBS)) if rule else None

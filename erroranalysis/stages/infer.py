@@ -271,8 +271,8 @@ def infer_stage(run: Run, job: InferJob, progress=None, engine: Engine = LOCAL) 
             staging.write_json(rundir.TRAINER_STATE, job.training_state)
         else:
             copy_training_log(job.model, staging)
-    if "n_cut" in (run.state("infer") or {}):  # read by the workers: what the data entry could not say before
-        run.update_manifest(data={**run.manifest["data"], "n_cut": run.state("infer")["n_cut"]})
+        if "n_cut" in staging.facts:  # read by the workers: what the data entry could not say before
+            staging.manifest = {"data": {**run.manifest["data"], "n_cut": staging.facts["n_cut"]}}
 
 
 def copy_training_log(checkpoint: Path, staging) -> None:
@@ -294,6 +294,9 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
     paths = (staging.shards(rundir.PREDICTIONS, engine), staging.shards(rundir.PROBS, engine), hidden)
     if engine.distributed:
         from erroranalysis.engines import ray_data
+        from erroranalysis.engines.shared_disk import check_shared
+
+        check_shared(staging.dir, engine)  # the id check's scratch, and the shards unless they go to object storage
 
         kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_tokens": p.max_tokens,
                   "max_length": p.max_length,

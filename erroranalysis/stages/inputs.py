@@ -12,11 +12,11 @@ one left by a command killed with SIGKILL is removed by the next (`core.files.sc
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from erroranalysis.core import files, storage
+from erroranalysis.rundir import remote
 from erroranalysis.sources import blocks
 from erroranalysis.sources.table import DataOptions, InMemory
 
@@ -28,11 +28,17 @@ def workers_read(data) -> bool:
 
 
 @contextlib.contextmanager
-def scratch(beside) -> Iterator[Path]:
-    """A hidden folder beside `beside` (the run's path: on the filesystem the workers share) for what workers write
-    while they read the inputs; removed when the block ends (or by the next command, after a SIGKILL)."""
-    parent = Path(tempfile.gettempdir()) if storage.is_url(beside) else Path(beside).resolve().parent
+def scratch(beside, engine=None) -> Iterator[Path]:
+    """A hidden folder beside `beside` (the run's path; for a run on object storage, its local mirror's: on the
+    filesystem the workers share) for what workers write while they read the inputs, checked to be seen by every
+    node of `engine`'s cluster (`engines.shared_disk`); removed when the block ends (or by the next command, after
+    a SIGKILL)."""
+    from erroranalysis.engines.shared_disk import check_shared
+
+    parent = remote.mirror_of(storage.as_location(str(beside))).parent if storage.is_url(beside) else \
+        Path(beside).resolve().parent
     with files.scratch_folder(parent, f".{Path(str(beside)).name}.rows-") as folder:
+        check_shared(folder, engine)
         yield folder
 
 
@@ -46,7 +52,7 @@ def worker_rows(data, opts: DataOptions, engine, beside) -> Iterator[Path | None
         return
     from erroranalysis.engines import ray_data
 
-    with scratch(beside) as folder:
+    with scratch(beside, engine) as folder:
         copy = folder / "rows.parquet"
         ray_data.run_task(blocks.to_parquet, engine, source=data, target=copy, encoding=opts.encoding,
                           split=opts.split)

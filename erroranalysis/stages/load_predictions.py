@@ -158,7 +158,7 @@ def _analyze_on_workers(file, out, reading: Reading, *, task: Task, after: After
         rundir.check_out(Path(out), overwrite)  # a clash fails before any work
     ray_data.connect(engine)  # fail before anything is written when Ray is missing or unreachable
     reporter = as_reporter(progress)
-    with inputs.worker_rows(file, reading.data, engine, out) as copy, inputs.scratch(out) as ids:
+    with inputs.worker_rows(file, reading.data, engine, out) as copy, inputs.scratch(out, engine) as ids:
         scanned, work = _first_pass(file, copy, reading, task, engine, reporter, ids)
         say_notes(scanned, reporter)
         layout, labels = work["layout"], work["labels"]

@@ -102,8 +102,10 @@ def workers_stage(staging, job, engine: Engine, advance, block_fn: Callable) -> 
     from erroranalysis.engines import blocks as engine_blocks
     from erroranalysis.engines.ray_data import check_coverage
     from erroranalysis.engines.ray_tokens import run_blocks
+    from erroranalysis.engines.shared_disk import check_shared
     from erroranalysis.engines.sinks import shard_starts
 
+    check_shared(staging.dir, engine)  # the id check's scratch, and the shards unless they go to object storage
     scanned, p = job.sentences.eval_set, job.params
     paths = {name: str(staging.shards(name, engine)) for name in (rundir.PREDICTIONS, rundir.SPANS, rundir.HIDDEN)}
     ids = staging.dir / ".ids"
