@@ -235,22 +235,24 @@ def test_a_fetch_that_fails_half_way_leaves_the_old_mirror_and_a_good_one_replac
     assert Run.open(mirror).predictions()["example_id"].tolist() == [f"e{i}" for i in range(8)]
 
 
-def test_shards_written_on_s3_are_read_through_their_pointer_as_local_shards_are(s3, tmp_path):
+def test_shards_written_on_s3_are_read_through_their_pointer_as_local_shards_are(s3, tmp_path, monkeypatch):
     """`core.shards`: shards a worker writes to object storage (out of order, one PUT each, with a digest), sealed
-    into a local pointer, read by every reader as the same shards on a local disk: blocks across shard bounds, array
-    rows, whole tables, rows by id."""
+    into a pointer in the run's local mirror, read by every reader as the same shards on a local disk: blocks across
+    shard bounds, array rows, whole tables, rows by id. A pointer outside its run's mirror is refused."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
     from erroranalysis.core import shards
-    from erroranalysis.core.storage import fsspec_filesystem
+    from erroranalysis.core.storage import fsspec_filesystem, mirror_of
     from erroranalysis.engines import blocks
     from erroranalysis.rundir import formats
 
-    prefix = f"s3://evals/shards/{tmp_path.name}"
-    local_tree, pointed = tmp_path / "local", tmp_path / "pointed"
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
+    run_url = f"s3://evals/shards/{tmp_path.name}"
+    prefix = f"{run_url}/objects/g1/shards/infer-1"
+    local_tree, pointed = tmp_path / "local", mirror_of(ObjectPath.parse(run_url))
     rows = [(0, 5), (5, 7), (12, 4)]
     vectors = np.arange(16 * 3, dtype=np.float32).reshape(16, 3)
     for start, n in reversed(rows):  # in any order, as workers finish
@@ -276,10 +278,16 @@ def test_shards_written_on_s3_are_read_through_their_pointer_as_local_shards_are
     ids = shards.dataset(pointed / "t").to_table(filter=ds.field("row") > 13)
     assert ids.column("example_id").to_pylist() == ["e14", "e15"]
 
+    copied = tmp_path / "copied" / "t"  # the same pointer in a run folder that is not this URL's mirror
+    copied.mkdir(parents=True)
+    (copied / "shards.json").write_bytes((pointed / "t" / "shards.json").read_bytes())
+    with pytest.raises(RunError, match=r"copied/t/shards\.json: names shards at s3://evals/shards/.*, which is not "
+                                       r"this run's"):
+        formats.parquet(copied)
     fsspec_filesystem("s3").rm(f"{prefix}/t/part-{5:012d}.parquet.digest")
     with pytest.raises(RunError, match=r"part-000000000005\.parquet: written without its digest"):
         shards.seal(f"{prefix}/t", tmp_path / "again")
-    (pointed / "t" / "shards.json").write_text('{"url": "s3://evals/x", "shards": {"../up": {"sha256": "0"}}}')
+    (pointed / "t" / "shards.json").write_text(f'{{"url": "{prefix}/t", "shards": {{"../up": {{"sha256": "0"}}}}}}')
     with pytest.raises(RunError, match=r"shards\.json: not a readable shard pointer"):
         blocks.plan(pointed / "t")
 

@@ -99,7 +99,7 @@ def pointer(folder: Path) -> dict | None:
     try:
         doc = json.loads(file.read_text(encoding="utf-8"))
         url, shards = doc["url"], doc["shards"]
-        storage.ObjectPath.parse(url)
+        _own_run(file, storage.ObjectPath.parse(url))
         if not isinstance(shards, dict) or not all(
                 _is_shard(n, "") and "/" not in n and isinstance(d, dict) and isinstance(d.get("sha256"), str)
                 for n, d in shards.items()):
@@ -108,6 +108,23 @@ def pointer(folder: Path) -> dict | None:
         raise RunError(f"{file}: not a readable shard pointer ({type(exc).__name__}); run the stage that writes it "
                        "again.") from None
     return doc
+
+
+def _own_run(file: Path, url: storage.ObjectPath) -> None:
+    """A pointer names shards of its own run only: the run folder holding it must be named as the local mirror of a
+    prefix of `url` is (`storage.mirror_of`: `remote-runs/<hash of the URL>`, or the hidden sibling an `--overwrite`
+    builds it in). The name, not the cache root, is checked, since a worker's cache root may differ from the
+    driver's. A pointer in any other folder (a run copied or crafted elsewhere) is refused, and one in a mirror reads
+    nothing outside the URL that mirror is named for."""
+    run = file.resolve().parent.parent  # <run>/<artifact>/shards.json
+    parts = url.url.split("/")
+    for end in range(3, len(parts)):  # scheme://bucket/...: each prefix with at least a bucket
+        mirror = storage.mirror_of(storage.ObjectPath("/".join(parts[:end])))
+        if run.parent.name == mirror.parent.name and (run.name == mirror.name
+                                                      or run.name.startswith(f".{mirror.name}.new-")):
+            return
+    raise RunError(f"{file}: names shards at {url}, which is not this run's (only the local mirror of a run on "
+                   "object storage holds pointers); fetch the run again with erroranalysis show URL.")
 
 
 def seal(remote, folder: Path) -> bool:

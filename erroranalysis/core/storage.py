@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from erroranalysis.core.errors import DataError
@@ -153,6 +154,13 @@ def read_parquet(path, columns=None):
         with errors(path):
             return pq.read_table(key, filesystem=fs, columns=columns)
     return pq.read_table(path, columns=columns)
+
+
+def mirror_of(url: ObjectPath) -> Path:
+    """The local folder a run at `url` is built in (and fetched into): a cache, keyed by the URL."""
+    from erroranalysis.core import files
+
+    return files.cache_root() / "remote-runs" / hashlib.sha256(str(url).encode()).hexdigest()[:16]
 
 
 def listing(prefix: ObjectPath) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis.core import shards, storage
-from erroranalysis.core.errors import RunError, preview
+from erroranalysis.core.errors import RunError, UserError, preview
 from erroranalysis.rundir.confine import (  # noqa: F401  (readers.confined & co. are the readers' public API)
     OutsideError,
     check_allowed,
@@ -34,6 +34,8 @@ def parquet(file: Path, columns=None):
     except (OSError, ValueError, ArithmeticError, RuntimeError, KeyError) as exc:
         kind = "not a Parquet file" if "magic" in str(exc).lower() else f"damaged ({type(exc).__name__})"
         raise RunError(f"{file}: unreadable, {kind}; run the stage that writes it again.") from None
+    except UserError:  # a pointer refused, an object unreachable: already one line
+        raise
     except Exception as exc:  # pyarrow raises types of its own
         raise RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it "
                        "again.") from None
@@ -67,6 +69,8 @@ def require_columns(file: Path, frame, columns) -> None:
 def parquet_columns(file: Path) -> set[str]:
     try:
         return set(shards.open_parquet(shards.parts(file, ".parquet")[0]).schema_arrow.names)
+    except UserError:
+        raise
     except Exception as exc:
         raise RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it "
                        "again.") from None

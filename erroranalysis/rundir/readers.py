@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis.core import shards
-from erroranalysis.core.errors import RunError, preview
+from erroranalysis.core.errors import RunError, UserError, preview
 from erroranalysis.rundir.artifacts import (
     ASSIGNMENTS,
     CENTROIDS,
@@ -151,6 +151,8 @@ def n_predictions(run, name: str = PREDICTIONS) -> int:
     file = artifact_path(run, name)
     try:
         return sum(shards.open_parquet(p).metadata.num_rows for p in shards.parts(file, ".parquet"))
+    except UserError:  # a pointer refused, an object unreachable: already one line
+        raise
     except Exception as exc:
         raise RunError(f"{file}: unreadable, damaged ({type(exc).__name__}); run the stage that writes it "
                        "again.") from None

@@ -25,7 +25,6 @@ error and fetches again). The labels database stays on a local disk (SQLite need
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -36,16 +35,12 @@ from pathlib import Path
 
 from erroranalysis.core import files, shards, storage
 from erroranalysis.core.errors import RunError
+from erroranalysis.core.storage import mirror_of  # noqa: F401  (remote.mirror_of: the public name)
 from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING
 
 OBJECTS = "objects"
 SHARDS = "shards"  # under a generation: the shards a distributed stage's workers wrote there (Staging.shards)
-
-
-def mirror_of(url: storage.ObjectPath) -> Path:
-    """The local folder a remote run is built in (and fetched into): a cache, keyed by the URL."""
-    return files.cache_root() / "remote-runs" / hashlib.sha256(str(url).encode()).hexdigest()[:16]
 
 
 def remote_manifest(url: storage.ObjectPath) -> dict | None:
