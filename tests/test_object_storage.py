@@ -244,7 +244,7 @@ def test_shards_written_on_s3_are_read_through_their_pointer_as_local_shards_are
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import shards
+    from erroranalysis.core import files, shards
     from erroranalysis.core.storage import fsspec_filesystem, mirror_of
     from erroranalysis.engines import blocks
     from erroranalysis.rundir import formats
@@ -261,7 +261,7 @@ def test_shards_written_on_s3_are_read_through_their_pointer_as_local_shards_are
         for where in (f"{prefix}/t", local_tree / "t"):
             shards.write(where, f"part-{start:012d}.parquet", lambda p, t=table: pq.write_table(t, p))
         for where in (f"{prefix}/v", local_tree / "v"):
-            shards.write(where, f"part-{start:012d}.npy", shards.npy(vectors[start:start + n]))
+            shards.write(where, f"part-{start:012d}.npy", files.npy_writer(vectors[start:start + n]))
     assert shards.names(f"{prefix}/t", ".parquet") == [f"part-{s:012d}.parquet" for s, _ in rows]
     assert shards.seal(f"{prefix}/t", pointed / "t") and shards.seal(f"{prefix}/v", pointed / "v")
     assert sorted(p.name for p in (pointed / "t").iterdir()) == ["shards.json"]

@@ -226,6 +226,25 @@ def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_ch
     assert not [key for key in s3fs.find(url) if "/part-" in key]
 
 
+def test_a_stage_failing_after_others_committed_leaves_no_shard(cluster, tiny_checkpoint, tmp_path, monkeypatch):
+    """The infer stage commits its shards on object storage, then a later stage fails: the run is not published,
+    and the generation's shards (named by no manifest) are deleted, not left in the bucket."""
+    from erroranalysis.core.storage import fsspec_filesystem
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the metrics stage broke")
+
+    monkeypatch.setattr("erroranalysis.stages.metrics.compute_run_metrics", broken)
+    _, data_url = _parquet(tmp_path, eval_rows(120))
+    url = f"s3://evals/later/{tmp_path.name}"
+    with pytest.raises(RuntimeError, match="the metrics stage broke"):
+        _run(tiny_checkpoint, data_url, url, Engine("ray", address=cluster.address, concurrency=1))
+    s3fs = fsspec_filesystem("s3")
+    s3fs.invalidate_cache()
+    assert not s3fs.exists(f"{url}/manifest.json")
+    assert not [key for key in s3fs.find(url) if "/part-" in key]
+
+
 def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monkeypatch):
     """A token classifier's eval set and training file on object storage, the run published there: the workers read
     both in blocks (the driver reads neither whole) and write predictions, spans and hidden states straight to the

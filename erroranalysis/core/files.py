@@ -247,11 +247,17 @@ def write_parquet(path: str | Path, df) -> Path:
 
 
 def write_npy(path: str | Path, array: np.ndarray) -> Path:
-    def save(p: Path) -> None:
-        with open(p, "wb") as f:
-            np.save(f, array)
+    return atomic_write(path, npy_writer(array))
 
-    return atomic_write(path, save)
+
+def npy_writer(array: np.ndarray, dtype=None) -> Callable[[Path], None]:
+    """What writes `array` (as `dtype`, in C order) as a .npy file at a path: for `atomic_write` and
+    `core.shards.write` (np.save given a path would append `.npy` to a temporary file's name)."""
+    def save(path: Path) -> None:
+        with open(path, "wb") as f:
+            np.save(f, np.ascontiguousarray(array, dtype=dtype))
+
+    return save
 
 
 def json_default(value: Any) -> Any:

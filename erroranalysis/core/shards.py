@@ -56,18 +56,6 @@ def write(folder, name: str, fill: Callable[[Path], None]) -> None:
         dst.write(json.dumps({"sha256": sha.hexdigest(), "bytes": size}).encode())
 
 
-def npy(array, dtype=None) -> Callable[[Path], None]:
-    """The `fill` that writes `array` (as `dtype`, C order) as a .npy file, for `write` (np.save given a path would
-    append `.npy` to a temporary file's name)."""
-    def save(path: Path) -> None:
-        import numpy as np
-
-        with open(path, "wb") as f:
-            np.save(f, np.ascontiguousarray(array, dtype=dtype))
-
-    return save
-
-
 def names(folder, suffix: str) -> list[str]:
     """The shard names (`part-*<suffix>`) in `folder`, sorted (name order is row order): listed on a local disk
     or in object storage, or read from the folder's pointer."""

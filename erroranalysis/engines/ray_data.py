@@ -358,7 +358,7 @@ def check_coverage(covered: dict[int, int], n_rows: int, paths) -> None:
         on_disk = shard_starts(folder, suffix)
         if on_disk != expected:
             missing = sorted(set(expected) - set(on_disk))
-            raise EngineError(f"--engine ray: {Path(folder).name} lacks the shards of rows {missing[:3]} (the "
+            raise EngineError(f"--engine ray: {shards.location(folder).name} lacks the shards of rows {missing[:3]} (the "
                               "workers' filesystem is not the driver's?); put the run directory on a filesystem "
                               "every node shares.")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis.core import shards
+from erroranalysis.core import files, shards
 
 SHARD = "part-{start:012d}{suffix}"
 
@@ -68,9 +68,9 @@ class ShardSink:
 
         predictions, probs, hidden = self.paths
         # the arrays first, the table last: a shard's Parquet part is the sign that the whole chunk is written
-        shards.write(probs, SHARD.format(start=start, suffix=".npy"), shards.npy(out["probs"]))
+        shards.write(probs, SHARD.format(start=start, suffix=".npy"), files.npy_writer(out["probs"]))
         if hidden is not None:
-            shards.write(hidden, SHARD.format(start=start, suffix=".npy"), shards.npy(out["hidden"], self.hidden_dtype))
+            shards.write(hidden, SHARD.format(start=start, suffix=".npy"), files.npy_writer(out["hidden"], self.hidden_dtype))
         shards.write(predictions, SHARD.format(start=start, suffix=".parquet"), lambda p: pq.write_table(table, p))
 
     def close(self) -> None:

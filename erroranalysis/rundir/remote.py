@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from erroranalysis.core import files, shards, storage
-from erroranalysis.core.errors import RunError
+from erroranalysis.core.errors import DataError, RunError
 from erroranalysis.core.storage import mirror_of  # noqa: F401  (remote.mirror_of: the public name)
 from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING
@@ -73,6 +73,9 @@ def create_remote_run(url, *, overwrite: bool = False, create_local, **manifest)
         commit.SHARDS_AT[building] = url / OBJECTS / generation / SHARDS
         try:
             yield run
+        except BaseException:  # no manifest will name this generation: the shards its workers wrote there go
+            _delete_generation(url, generation)
+            raise
         finally:
             commit.SHARDS_AT.pop(building, None)
     publish(local, url, previous, generation)
@@ -186,7 +189,7 @@ def check_listing(url: storage.ObjectPath, local: Path, named: dict, generation:
             raise RunError(f"{where} gives {rel!r} no sha256{fix}")
         key = expected.get("key")
         if key is not None and not (isinstance(key, str) and key.startswith(f"{OBJECTS}/{generation}/{SHARDS}/")
-                                    and _plain(key)):
+                                    and _plain(url, key)):
             raise RunError(f"{where} gives {rel!r} the key {key!r}, which is not in its generation's shards{fix}")
     for rel in named:
         folders = [rel[:i] for i, c in enumerate(rel) if c == "/"]
@@ -214,8 +217,13 @@ def _download(url: storage.ObjectPath, generation: str, named: dict, folder: Pat
                            "again.")
 
 
-def _plain(key: str) -> bool:
-    return all(part not in ("", ".", "..") for part in key.split("/"))
+def _plain(url: storage.ObjectPath, key: str) -> bool:
+    """Whether `key` has only plain names between single slashes (`storage.check_key`'s rule)."""
+    try:
+        storage.check_key(str(url), key)
+    except DataError:
+        return False
+    return True
 
 
 def _as_fetched(manifest: dict, named: dict, folder: Path) -> dict:

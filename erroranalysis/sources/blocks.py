@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from erroranalysis.core import storage
+from erroranalysis.core import shards, storage
 from erroranalysis.core.errors import DataError, where
 from erroranalysis.sources.table import FORMATS, DataOptions, EvalSet, as_source, load_eval_set, map_labels
 
@@ -178,14 +178,9 @@ def with_lines(frame: pd.DataFrame, start: int, copy: bool) -> pd.DataFrame:
 
 
 def parquet_file(path: Path | storage.ObjectPath):
-    import pyarrow.parquet as pq
-
+    """An input's ParquetFile (`core.shards.open_parquet`), a damaged one as the input's one-line error."""
     try:
-        if isinstance(path, storage.ObjectPath):
-            fs, key = path.filesystem()
-            with storage.errors(path):
-                return pq.ParquetFile(fs.open_input_file(key))
-        return pq.ParquetFile(path)
+        return shards.open_parquet(path)
     except DataError:
         raise
     except Exception as exc:  # pyarrow raises several types for a damaged file

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
+from erroranalysis.core import shards
 from erroranalysis.embed.vector_files import RowVectors
 from erroranalysis.rundir import readers
 from erroranalysis.stages import cluster_modes
@@ -268,9 +269,4 @@ def _smallest_rows(frame, k: int) -> np.ndarray:
 
 
 def _parquet_columns(path) -> list[str]:
-    import pyarrow.parquet as pq
-
-    from erroranalysis.engines.blocks import files_of
-
-    found = files_of(path)
-    return list(pq.read_schema(found[0]).names) if found else []
+    return sorted(readers.parquet_columns(path)) if shards.parts(path, ".parquet") else []

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core import files
+from erroranalysis.core import files, shards
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.engines import blocks as eb
 from erroranalysis.engines.shared_disk import check_shared
@@ -127,9 +127,7 @@ def _scan_train(rows_path, n_train: int, params, engine, scratch: Path, n_parts:
 
 def _eval_context(blocks, params, scratch: Path) -> dict:
     """Which predictions columns hold the prompts (else the texts) and references, and which a block reads."""
-    import pyarrow.parquet as pq
-
-    names = set(pq.read_schema(blocks[0].file).names) if blocks else set()
+    names = set(shards.open_parquet(blocks[0].file).schema_arrow.names) if blocks else set()
     text = "prompt" if "prompt" in names else "text" if "text" in names else None
     reference = "reference" if "reference" in names else None
     metric = ["example_id", "correct"] + [c for c in ("reference_loss", "score") if c in names]

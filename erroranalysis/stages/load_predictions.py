@@ -252,7 +252,7 @@ def _write_block(table, block, *, source, opts: DataOptions, required, sha256: s
     probabilities first: the Parquet shard is the sign the block is whole); its rows, or its first bad cell."""
     import pyarrow as pa
 
-    from erroranalysis.core import shards
+    from erroranalysis.core import files, shards
     from erroranalysis.core.errors import UserError
     from erroranalysis.engines.blocks import write_shard
     from erroranalysis.engines.sinks import SHARD
@@ -263,7 +263,7 @@ def _write_block(table, block, *, source, opts: DataOptions, required, sha256: s
     except UserError as exc:
         return f"{type(exc).__name__}\t{exc}"
     if probs is not None:
-        shards.write(paths[1], SHARD.format(start=block.start, suffix=".npy"), shards.npy(probs))
+        shards.write(paths[1], SHARD.format(start=block.start, suffix=".npy"), files.npy_writer(probs))
     out = blocks.conform(pa.Table.from_pandas(frame, preserve_index=False), schema, sources)
     write_shard(paths[0], block, out)
     return block.rows

@@ -284,11 +284,7 @@ def task_second(table, block, *, task: str, labels: list[str], kinds: dict, prob
 
 
 def _whole_columns(path: str, columns: list[str]):
-    import pyarrow.parquet as pq
-
-    from erroranalysis.engines.blocks import files_of
-
-    return pq.ParquetDataset(files_of(path)).read(columns=columns).to_pandas()
+    return shards.dataset(path).to_table(columns=columns).to_pandas()
 
 
 def regression_order_stats(path: str, n_resamples: int, seed: int) -> dict:

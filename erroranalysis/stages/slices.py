@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from erroranalysis import rundir
-from erroranalysis.core import schemas
+from erroranalysis.core import schemas, shards
 from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import SLICE_MEMBERS, SLICES, Run, readers
 from erroranalysis.rundir.artifacts import TABLES
@@ -93,14 +93,12 @@ def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=Non
     """The stage from per-block counts (`erroranalysis.slices.search_blocks`): on a distributed engine's workers,
     which also write the members, or, `engine` None, block after block in this process. `slices_run` calls it for a
     distributed engine; the result is the in-process one."""
-    import pyarrow.parquet as pq
-
     from erroranalysis import slices as sl
     from erroranalysis.engines import blocks
 
     name = readers.units_artifact(run)
     path = readers.artifact_path(run, name)
-    names = pq.read_schema(blocks.files_of(path)[0]).names
+    names = shards.open_parquet(blocks.files_of(path)[0]).schema_arrow.names  # in the file's order
     missing = [c for c in TABLES[name].required if c not in names]
     if missing:
         raise RunError(f"{path}: no column {missing[0]!r}; run the stage that writes {name} again.")

@@ -235,7 +235,7 @@ def token_block(clf, start: int, rows: int, *, source, rows_path, data_opts: Dat
                 scheme: str, types: list[str], surfaces, sha256: str, sources: dict, paths: dict, ids: str) -> dict:
     """On a Ray worker: rows start..start+rows read, checked, tokenized and predicted as in-process, their rows of
     the three artifacts written as shards `part-<start>` (`tokens_ray.write_table`); their counts back."""
-    from erroranalysis.core import shards
+    from erroranalysis.core import files, shards
     from erroranalysis.engines.sinks import SHARD
     from erroranalysis.infer.tokens import predict
     from erroranalysis.sources import blocks
@@ -251,7 +251,7 @@ def token_block(clf, start: int, rows: int, *, source, rows_path, data_opts: Dat
     preds, spans, vectors = tables(job, outs)
     write_table(paths[rundir.PREDICTIONS], start, preds, file.schema_arrow, sources)
     write_table(paths[rundir.SPANS], start, spans, file.schema_arrow, sources)
-    shards.write(paths[rundir.HIDDEN], SHARD.format(start=start, suffix=".npy"), shards.npy(vectors))
+    shards.write(paths[rundir.HIDDEN], SHARD.format(start=start, suffix=".npy"), files.npy_writer(vectors))
     frame = sentences.eval_set.frame
     if data_opts.id_column:
         blocks.write_id_parts(ids, start, frame["example_id"], frame["_line"])
