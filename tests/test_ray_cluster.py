@@ -207,10 +207,19 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
     assert fsspec_filesystem("s3").find(f"{url}/objects/{listing['generation']}/shards")
 
 
+def _nothing_left(url: str) -> None:
+    """No run committed at `url`, and no shard left under it."""
+    from erroranalysis.core.storage import fsspec_filesystem
+
+    s3fs = fsspec_filesystem("s3")
+    s3fs.invalidate_cache()
+    assert not s3fs.exists(f"{url}/manifest.json")
+    assert not [key for key in s3fs.find(url) if "/part-" in key]
+
+
 def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_checkpoint, tmp_path, monkeypatch):
     """A bad value that a worker finds after others wrote their shards on object storage: the one-line error, no
     manifest at the URL, the stage's shards deleted."""
-    from erroranalysis.core.storage import fsspec_filesystem
     from erroranalysis.sources import blocks
 
     monkeypatch.setattr(blocks, "HEAD_ROWS", 20)
@@ -220,16 +229,12 @@ def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_ch
     url = f"s3://evals/failed/{tmp_path.name}"
     with pytest.raises(DataError, match="line 201, column 'label'"):
         _run(tiny_checkpoint, data_url, url, Engine("ray", address=cluster.address, concurrency=1))
-    s3fs = fsspec_filesystem("s3")
-    s3fs.invalidate_cache()
-    assert not s3fs.exists(f"{url}/manifest.json")
-    assert not [key for key in s3fs.find(url) if "/part-" in key]
+    _nothing_left(url)
 
 
 def test_a_stage_failing_after_others_committed_leaves_no_shard(cluster, tiny_checkpoint, tmp_path, monkeypatch):
     """The infer stage commits its shards on object storage, then a later stage fails: the run is not published,
     and the generation's shards (named by no manifest) are deleted, not left in the bucket."""
-    from erroranalysis.core.storage import fsspec_filesystem
 
     def broken(*args, **kwargs):
         raise RuntimeError("the metrics stage broke")
@@ -239,10 +244,7 @@ def test_a_stage_failing_after_others_committed_leaves_no_shard(cluster, tiny_ch
     url = f"s3://evals/later/{tmp_path.name}"
     with pytest.raises(RuntimeError, match="the metrics stage broke"):
         _run(tiny_checkpoint, data_url, url, Engine("ray", address=cluster.address, concurrency=1))
-    s3fs = fsspec_filesystem("s3")
-    s3fs.invalidate_cache()
-    assert not s3fs.exists(f"{url}/manifest.json")
-    assert not [key for key in s3fs.find(url) if "/part-" in key]
+    _nothing_left(url)
 
 
 def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monkeypatch):
