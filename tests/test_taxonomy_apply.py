@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from erroranalysis import rundir, stages
 from erroranalysis.cli.app import app
-from erroranalysis.core import schemas
+from erroranalysis.core import files, schemas
 from erroranalysis.core.errors import DataError, ParameterError, RunError, UserError
 from erroranalysis.labels import LabelStore, matching
 from erroranalysis.stages import suggestions as suggestions_stage
@@ -296,7 +296,7 @@ def test_a_custom_embedder_the_run_was_clustered_with_asks_for_another(world, tm
 
 def test_a_taxonomy_of_another_task_is_refused(world):
     run = rundir.Run.open(world["b"])
-    run.update_manifest(task="generation")
+    files.write_json(run.path / "manifest.json", {**run.manifest, "task": "generation"})
     with pytest.raises(DataError, match="taxonomy of a classification run cannot be applied"):
         stages.suggest(world["taxonomy"], world["b"])
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from erroranalysis.core import files, shards, storage
 from erroranalysis.core.errors import DataError, RunError
-from erroranalysis.core.storage import mirror_of  # noqa: F401  (remote.mirror_of: the public name)
+from erroranalysis.core.storage import mirror_of
 from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING
 

@@ -85,13 +85,6 @@ class Run:
                            "use the erroranalysis version that made it.")
         return data
 
-    def update_manifest(self, **fields: Any) -> dict:
-        with self.lock():
-            data = self.manifest
-            data.update(fields)
-            self._write(data)
-        return data
-
     def _write(self, data: dict) -> None:
         files.write_json(self.path / MANIFEST, data)
 

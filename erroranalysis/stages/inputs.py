@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from erroranalysis.core import files, storage
-from erroranalysis.rundir import remote
 from erroranalysis.sources import blocks
 from erroranalysis.sources.table import DataOptions, InMemory
 
@@ -35,7 +34,7 @@ def scratch(beside, engine=None) -> Iterator[Path]:
     a SIGKILL)."""
     from erroranalysis.engines.shared_disk import check_shared
 
-    parent = remote.mirror_of(storage.as_location(str(beside))).parent if storage.is_url(beside) else \
+    parent = storage.mirror_of(storage.as_location(str(beside))).parent if storage.is_url(beside) else \
         Path(beside).resolve().parent
     with files.scratch_folder(parent, f".{Path(str(beside)).name}.rows-") as folder:
         check_shared(folder, engine)
