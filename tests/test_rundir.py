@@ -54,6 +54,21 @@ def test_a_stage_that_raises_keeps_the_previous_artifacts(tmp_path):
     assert not any((run.path / rundir.artifacts.STAGING).iterdir())
 
 
+def test_a_signal_while_the_staging_folder_is_made_still_marks_the_stage_interrupted(tmp_path, monkeypatch):
+    run = inferred_run(tmp_path / "r", frame(), labels=LABELS)
+    made = rundir.commit.Staging.__init__
+
+    def signalled(self, *args):  # SIGTERM lands after the folder is made, before the stage's body runs
+        made(self, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rundir.commit.Staging, "__init__", signalled)
+    with pytest.raises(KeyboardInterrupt), run.stage("metrics"):
+        pass
+    entry = run.manifest["stages"]["metrics"]  # as written, not as read while no writer lives
+    assert entry["status"] == "interrupted" and not any((run.path / rundir.artifacts.STAGING).iterdir())
+
+
 def test_a_stage_left_running_by_a_dead_process_is_interrupted_with_the_command_to_resume(tmp_path):
     run = inferred_run(tmp_path / "r", frame(), labels=LABELS)
     manifest = run.manifest

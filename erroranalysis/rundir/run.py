@@ -209,14 +209,18 @@ class Run:
             self.recover()
             commit.sweep(self.path, name)
             start = time.perf_counter()
-            self._set(name, {"status": "running", "params": params or {}, "started": now_iso(),
-                             "pid": os.getpid(), "host": host()}, replace=True)
-            staging = commit.Staging(self.path, name)
-            try:
+            staging = None
+            try:  # from the first write on: a signal while the staging folder is made still marks the stage
+                self._set(name, {"status": "running", "params": params or {}, "started": now_iso(),
+                                 "pid": os.getpid(), "host": host()}, replace=True)
+                staging = commit.Staging(self.path, name)
                 yield staging
                 plan = staging.plan()
             except BaseException as exc:
-                staging.discard()
+                if staging is None:
+                    commit.sweep(self.path, name)
+                else:
+                    staging.discard()
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
                 text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self._set(name, {"status": status, "error": text, "seconds": round(time.perf_counter() - start, 3),
