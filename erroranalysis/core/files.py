@@ -115,16 +115,35 @@ def new_scratch(parent: str | Path, prefix: str) -> Path:
     """A fresh hidden folder `<prefix><host>-<pid>-*` in `parent` for a command's scratch files (the caller removes
     it). A process killed with SIGKILL cannot remove its own, so the folders of this host's processes that are gone
     are swept here first (a live process's, or another host's on a shared disk, are left alone)."""
-    import socket
-
     parent = Path(parent)
     parent.mkdir(parents=True, exist_ok=True)
-    host = socket.gethostname().replace("-", "_")
-    for old in parent.glob(f"{prefix}{host}-*-*"):
-        pid = old.name[len(prefix) + len(host) + 1:].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{host}-{os.getpid()}-", dir=parent))
+    for old in left_by_dead([p.name for p in parent.glob(f"{prefix}*")], prefix):
+        shutil.rmtree(parent / old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=scratch_stem(prefix), dir=parent))
+
+
+def scratch_stem(prefix: str) -> str:
+    """`<prefix><host>-<pid>-`: how a scratch folder's name says which process owns it."""
+    return f"{prefix}{_host()}-{os.getpid()}-"
+
+
+def left_by_dead(names: list[str], prefix: str) -> list[str]:
+    """Of scratch folders' `names` (`scratch_stem`), those this host's processes that are gone left behind (a live
+    process's, or another host's, are left alone)."""
+    host = _host()
+    dead = []
+    for name in names:
+        if name.startswith(f"{prefix}{host}-"):
+            pid = name[len(prefix) + len(host) + 1:].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                dead.append(name)
+    return dead
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname().replace("-", "_")
 
 
 def _alive(pid: int) -> bool:

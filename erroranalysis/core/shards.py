@@ -15,9 +15,11 @@ they wrote; the driver reads no shard's bytes). A task that Ray runs twice write
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import secrets
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,9 +37,10 @@ def location(folder) -> Path | storage.ObjectPath:
     return storage.ObjectPath.parse(str(folder)) if storage.is_url(folder) else Path(folder)
 
 
-def write(folder, name: str, fill: Callable[[Path], None]) -> None:
+def write(folder, name: str, fill: Callable[[Path], None], digest: bool = True) -> None:
     """Write shard `name` of `folder` with `fill(path)`, which writes a local file: atomically in place on a local
-    disk; on object storage, into a local temporary file that is then uploaded in one PUT, with its sidecar."""
+    disk (the folder made as needed); on object storage, into a local temporary file that is then uploaded in one
+    PUT, with its sidecar unless `digest` is False (scratch, which no pointer names)."""
     folder = location(folder)
     if isinstance(folder, Path):
         files.atomic_write(folder / name, fill)
@@ -52,6 +55,8 @@ def write(folder, name: str, fill: Callable[[Path], None]) -> None:
                 sha.update(block)
                 size += len(block)
                 dst.write(block)
+    if not digest:
+        return
     with storage.errors(folder / name), fs.open_output_stream(f"{key}/{name}{DIGEST}") as dst:
         dst.write(json.dumps({"sha256": sha.hexdigest(), "bytes": size}).encode())
 
@@ -66,6 +71,17 @@ def names(folder, suffix: str) -> list[str]:
     if pointed is not None:
         return sorted(n for n in pointed["shards"] if _is_shard(n, suffix))
     return sorted(p.name for p in folder.glob(f"part-*{suffix}"))
+
+
+def listed(folder, suffix: str = "", prefix: str = "part-") -> list[str]:
+    """The names of the files `<prefix>*<suffix>` directly in `folder` (a local folder or a prefix on object
+    storage), sorted; none when the folder is not there. For scratch folders, which hold no pointer."""
+    folder = location(folder)
+    if isinstance(folder, storage.ObjectPath):
+        found = storage.listing(folder)
+    else:
+        found = [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    return sorted(n for n in found if n.startswith(prefix) and n.endswith(suffix) and not n.endswith(DIGEST))
 
 
 def parts(path, suffix: str) -> list[Path | storage.ObjectPath]:
@@ -158,6 +174,26 @@ def open_parquet(file):
     return pq.ParquetFile(file)
 
 
+def read_table(file, columns=None):
+    """A Parquet file's (or object's) table, whole or its `columns`."""
+    return open_parquet(file).read(columns=columns)
+
+
+def read_bytes(file) -> bytes:
+    """A file's or an object's bytes."""
+    return location(file).read_bytes()
+
+
+def load_npz(file) -> dict:
+    """The arrays of an .npz file or object, read whole."""
+    import io
+
+    import numpy as np
+
+    with np.load(io.BytesIO(read_bytes(file)), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
 def load_npy(file):
     """An array shard (or file): memory-mapped on a local disk, read whole from object storage."""
     import io
@@ -216,6 +252,26 @@ def remove(folder) -> None:
             fs.delete_dir(key)
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def scratch(prefix, name: str):
+    """A fresh prefix `<prefix>/scratch/<name><host>-<pid>-<token>` on object storage for what a command's workers
+    write and other workers read back (so no node need share a disk with another), deleted when the block ends.
+    Those a killed process of this host left are swept first, as `files.new_scratch` does on a disk."""
+    import pyarrow.fs as pafs
+
+    base = location(prefix) / "scratch"
+    fs, key = base.filesystem()
+    with storage.errors(base):
+        found = fs.get_file_info(pafs.FileSelector(key, allow_not_found=True))
+    for old in files.left_by_dead([i.base_name for i in found if i.type == pafs.FileType.Directory], name):
+        remove(base / old)
+    folder = base / f"{files.scratch_stem(name)}{secrets.token_hex(4)}"
+    try:
+        yield folder
+    finally:
+        remove(folder)
 
 
 def _is_shard(name: str, suffix: str) -> bool:

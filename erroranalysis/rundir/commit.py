@@ -37,6 +37,13 @@ SHARDS_AT: dict = {}  # the folder of a run being built for object storage -> wh
 SETTLED = ("data", "tokens")  # the manifest's fields a stage may settle at its commit (`Staging.manifest`)
 
 
+def generation_of(run_path):
+    """The prefix of the generation a run being built for object storage writes (`<url>/objects/<generation>`), or
+    None for a run that stays on this disk."""
+    shards_at = SHARDS_AT.get(Path(run_path).resolve())
+    return None if shards_at is None else shards_at.parent
+
+
 class Staging:
     """Where a running stage writes: `file(name)` is the staging path of artifact `name` (a file, or a folder of
     shards); `facts` are extra fields for the stage's manifest entry; `manifest` the run's own fields (of

@@ -88,13 +88,12 @@ def to_parquet(source, target, encoding: str = "utf-8", split: str | None = None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import files
     from erroranalysis.sources import cells
     from erroranalysis.sources.table import read_table
 
     source = as_source(source)
     if isinstance(source, Path) and source.is_dir():
-        return _stream_folder(source, Path(target), split)
+        return _stream_folder(source, target, split)
     frame, _ = read_table(source, encoding=encoding)
     try:
         table = pa.Table.from_pandas(frame, preserve_index=False)
@@ -109,17 +108,22 @@ def to_parquet(source, target, encoding: str = "utf-8", split: str | None = None
                                 ) from None
         raise
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), COPY: b"1"})
-    files.atomic_write(Path(target), lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))
+    _write_copy(target, lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))
     return len(frame)
 
 
-def _stream_folder(source: Path, target: Path, split: str | None) -> int:
+def _write_copy(target, fill) -> None:
+    """Write the copy at `target` (a path, or a URL: a scratch prefix on object storage) with `fill(local path)`."""
+    target = shards.location(target)
+    shards.write(target.parent, target.name, fill, digest=False)
+
+
+def _stream_folder(source: Path, target, split: str | None) -> int:
     """A `save_to_disk` folder's split as Parquet file `target` with `_line`: its record batches
     (`table.dataset_batches`, the in-process split choice and errors) written as they come, in row groups of about
     `COPY_ROW_GROUP` rows (`_row_groups`); its rows."""
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import files
     from erroranalysis.sources.table import dataset_batches, empty_dataset
 
     folder, batches = dataset_batches(source, split)
@@ -140,7 +144,7 @@ def _stream_folder(source: Path, target: Path, split: str | None) -> int:
         if not rows:
             raise empty_dataset(folder)
 
-    files.atomic_write(target, write)
+    _write_copy(target, write)
     return sum(rows)
 
 
@@ -271,28 +275,24 @@ def write_id_parts(folder, start: int, ids, lines) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import files
-
     ids = np.asarray(ids, dtype=object)
     part = id_hashes(ids) % ID_PARTS
     for k in range(ID_PARTS):
         rows = np.flatnonzero(part == k)
         table = pa.table({"id": pa.array(ids[rows].tolist(), pa.string()), "row": start + rows,
                           "line": np.asarray(lines, dtype=np.int64)[rows]})
-        target = Path(folder) / f"ids-{k:02d}" / f"part-{start:012d}.parquet"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        files.atomic_write(target, lambda p, t=table: pq.write_table(t, p))
+        shards.write(shards.location(folder) / f"ids-{k:02d}", f"part-{start:012d}.parquet",
+                     lambda p, t=table: pq.write_table(t, p), digest=False)
 
 
 def first_duplicate(folder) -> tuple[int, int, int, str] | None:
     """(first row, its line, the line of the id's next row, the id) of the id used twice whose first row comes
     first in one `write_id_parts` folder; None when every id there is unique."""
-    import pyarrow.parquet as pq
-
-    parts = sorted(Path(folder).glob("part-*.parquet"))
+    folder = shards.location(folder)
+    parts = shards.listed(folder, ".parquet")
     if not parts:
         return None
-    frame = pd.concat([pq.read_table(p).to_pandas() for p in parts], ignore_index=True).sort_values("row")
+    frame = pd.concat([shards.read_table(folder / p).to_pandas() for p in parts], ignore_index=True).sort_values("row")
     twice = frame[frame["id"].duplicated(keep=False)]
     if twice.empty:
         return None
