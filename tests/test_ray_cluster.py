@@ -4,14 +4,21 @@ themselves: the in-process answers; a bad value in a later block is the in-proce
 ends failed; a worker killed mid-run is retried or the run ends failed, never complete.
 
 The cluster starts after the S3 server, so its nodes (and their workers) see the same AWS_* environment, as the
-nodes of a real cluster are given theirs. Ray holds ~1.6 GB: this module starts one cluster for all its tests."""
+nodes of a real cluster are given theirs. The second node runs in a mount namespace where one folder of the driver's
+(`driver_only`) is empty: the runs published to object storage keep their local mirror there, so a stage whose
+workers needed the driver's disk would fail. Ray holds ~1.6 GB: this module starts one cluster for all its
+tests."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,23 +38,59 @@ psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.slow
 
 AFTER = AfterParams(checks=None, slices=None, cluster=None)
+RAY = Path(sys.executable).parent / "ray"
+BLIND: list = []  # the second node's process, when it is blind to `driver_only`
 
 
 @pytest.fixture(scope="module")
-def cluster(s3):  # noqa: F811
+def driver_only(tmp_path_factory):
+    """A folder of this machine's that the cluster's second node does not see (`_blind_node`)."""
+    return tmp_path_factory.mktemp("driver-only")
+
+
+@pytest.fixture(scope="module")
+def cluster(s3, driver_only):  # noqa: F811
     import ray
     from ray.cluster_utils import Cluster
 
     own_ray()
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    nodes.add_node(num_cpus=1)
-    nodes.wait_for_nodes()
+    blind = _blind_node(nodes.address, driver_only)
+    BLIND.clear()
+    BLIND.extend([blind] if blind else [])
+    if blind is None:
+        nodes.add_node(num_cpus=1)
     ray.init(address=nodes.address, log_to_driver=False)
+    deadline = time.monotonic() + 120
+    while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
     try:
         yield Engine("ray", address=nodes.address)
     finally:
         ray.shutdown()
+        if blind is not None:
+            os.killpg(blind.pid, signal.SIGTERM)
+            blind.wait(timeout=60)
         nodes.shutdown()
+
+
+def _blind_node(address: str, hidden) -> subprocess.Popen | None:
+    """A second node, started in a mount namespace where `hidden` is an empty folder, as a node of a real cluster
+    without the driver's disk sees it (None where this machine cannot make a mount namespace: a plain node then)."""
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        return None
+    start = (f"mount -t tmpfs none {shlex.quote(str(hidden))} && exec {shlex.quote(str(RAY))} start "
+             f"--address={address} --num-cpus=1 --block --disable-usage-stats")
+    return subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", start], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def on_driver_only(cluster, driver_only, tmp_path, monkeypatch):
+    """The driver's cache (where a run on object storage keeps its local mirror) in the folder the second node does
+    not see: a stage whose workers needed the mirror's disk would fail or answer wrong."""
+    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(driver_only / tmp_path.name))
+    return driver_only
 
 
 @pytest.fixture(autouse=True)
@@ -154,7 +197,7 @@ def test_a_worker_killed_mid_run_is_retried_or_the_run_fails(cluster, tiny_check
 
 
 def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(cluster, tiny_checkpoint, tmp_path,
-                                                                           monkeypatch):
+                                                                           monkeypatch, on_driver_only):
     """`--out s3://...` under Ray, every default stage: the workers write each per-row artifact's shards straight
     to object storage (the driver's mirror holds pointers, no shard), the stages after inference read them there,
     and the published run, fetched, holds the in-process answers; its artifacts pass the readers' checksums."""
@@ -232,7 +275,8 @@ def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_ch
     _nothing_left(url)
 
 
-def test_a_stage_failing_after_others_committed_leaves_no_shard(cluster, tiny_checkpoint, tmp_path, monkeypatch):
+def test_a_stage_failing_after_others_committed_leaves_no_shard(cluster, tiny_checkpoint, tmp_path, monkeypatch,
+                                                            on_driver_only):
     """The infer stage commits its shards on object storage, then a later stage fails: the run is not published,
     and the generation's shards (named by no manifest) are deleted, not left in the bucket."""
 
@@ -247,7 +291,7 @@ def test_a_stage_failing_after_others_committed_leaves_no_shard(cluster, tiny_ch
     _nothing_left(url)
 
 
-def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monkeypatch):
+def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monkeypatch, on_driver_only):
     """A token classifier's eval set and training file on object storage, the run published there: the workers read
     both in blocks (the driver reads neither whole) and write predictions, spans and hidden states straight to the
     bucket; fetched, the in-process run."""
@@ -289,15 +333,17 @@ def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monke
     np.testing.assert_allclose(here.hidden_states(), there.hidden_states(), rtol=1e-4, atol=1e-5)
 
 
-def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, tmp_path, monkeypatch):
-    """`engines.shared_disk.check_shared`: one task per node reads a token the driver wrote; the nodes here share
-    this disk, so a node that does not see it is played by a token never written (the probe itself is real)."""
+def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only, tmp_path):
+    """`engines.shared_disk.check_shared`: one task per node reads a token the driver wrote; the second node does not
+    see `driver_only` (`_blind_node`), so a run there is refused in one line; a folder both see passes."""
     from erroranalysis.engines import shared_disk
 
+    if not BLIND:
+        pytest.skip("this machine cannot make a mount namespace (unshare -m): no node here is blind to a folder")
     shared_disk.check_shared(tmp_path, cluster)  # both nodes see it
     assert not list(tmp_path.glob(".shared-disk-*"))  # the token is gone
-    monkeypatch.setattr(shared_disk, "_SEEN", set())
-    monkeypatch.setattr(shared_disk, "write_token", lambda token, content: None)
-    with pytest.raises(EngineError, match=rf"node [0-9.]+ does not see {tmp_path}, where the workers write the "
+    hidden = driver_only / tmp_path.name
+    hidden.mkdir()
+    with pytest.raises(EngineError, match=rf"node [0-9.]+ does not see {hidden}, where the workers write the "
                                           r"run's files; put the run directory .* on a filesystem every node shares"):
-        shared_disk.check_shared(tmp_path, cluster)
+        shared_disk.check_shared(hidden, cluster)

@@ -27,6 +27,7 @@ from erroranalysis.cluster._assigned import Assigned, near_mean, place
 from erroranalysis.cluster._modes import ModeRule, categories, mode_of, place_by_mode
 from erroranalysis.cluster._neighbors import unit_rows
 from erroranalysis.cluster._sample import sample_keys, smallest
+from erroranalysis.core import shards
 from erroranalysis.core.errors import DataError, RunError
 
 CORRECT = None  # the stratum of the correct examples in a sample's quotas
@@ -133,7 +134,7 @@ class Placement:
 
     def fitted_vectors(self) -> np.ndarray:
         if self.vectors is None:
-            self.vectors = np.load(self.vectors_file)
+            self.vectors = np.asarray(shards.load_npy(self.vectors_file))  # a file, or an object (a run on S3)
         return self.vectors
 
     def index(self) -> dict:

@@ -95,6 +95,15 @@ def parts(path, suffix: str) -> list[Path | storage.ObjectPath]:
     return [base / name for name in names(path, suffix)]
 
 
+def shared(path):
+    """Where every node of a cluster reads the artifact at `path`: the URL of its shards when `path` is a local
+    folder holding their pointer (a worker need not see this disk, where the pointer lies), else `path` as given."""
+    if path is None or storage.is_url(path) or not Path(path).is_dir():
+        return path
+    pointed = pointer(Path(path))
+    return path if pointed is None else location(pointed["url"])
+
+
 def pointer(folder: Path) -> dict | None:
     """The pointer in a local artifact folder ({"url", "shards": {name: {"sha256", "bytes"}}}), checked, or None."""
     file = Path(folder) / POINTER

@@ -124,7 +124,8 @@ class RowVectors:
     embedder it stands for; `source` names the file in the one-line error of a NaN."""
 
     def __init__(self, path, description: dict, source: str, sidecar: str | None = None):
-        self.path, self.description, self.source, self.sidecar = str(path), dict(description), source, sidecar
+        self.path, self.description, self.source, self.sidecar = str(shards.shared(path)), dict(description), source, \
+            sidecar  # shared: the workers read the shards where they are, not through this disk's pointer
         self.key = description["key"]
         self._opened: list | None = None  # [(first row, shape, file)], per process
         self.row_of: dict | None = None

@@ -247,14 +247,12 @@ def predict(inputs, predictor_kwargs: dict, labels: list[str], paths: tuple, eng
 
 
 def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], paths: tuple, engine: Engine, *,
-                   ids_folder: Path, chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
+                   ids_folder, chunk_size: int = 4096, progress: Callable[[int], None] | None = None,
                    hidden_dtype: str = "float32") -> tuple[np.ndarray, list, int]:
     """`predict` with the workers reading the eval set (`scanned`, an `erroranalysis.sources.blocks.Scanned` Parquet file)
     themselves: the driver holds its row ranges and the summed counts; with an id column the workers write each
-    block's ids by hash into `ids_folder` (a hidden folder of the staging area), where one task per part checks them
-    unique (`blocks.write_id_parts`). Returns (confusion counts, batching, texts cut)."""
-    import shutil
-
+    block's ids by hash into `ids_folder` (the stage's scratch: a folder, or a prefix on object storage), where one
+    task per part checks them unique (`blocks.write_id_parts`). Returns (confusion counts, batching, texts cut)."""
     from erroranalysis.sources import blocks
 
     ray = connect(engine)  # Ray with ray.data imported
@@ -292,10 +290,9 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
                           "run the command again.") from None
     check_coverage(covered, n_rows, paths)
     if options.id_column:
-        folder = Path(kwargs["ids_folder"])
-        parts = [{"folder": folder / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
+        folder = shards.location(kwargs["ids_folder"])
+        parts = [{"folder": str(folder / f"ids-{k:02d}")} for k in range(blocks.ID_PARTS)]
         blocks.duplicate_error(run_tasks(blocks.first_duplicate, engine, parts), scanned.path, options)
-        shutil.rmtree(folder, ignore_errors=True)  # not an artifact: gone before the stage commits
     return counts, sorted(ran), n_cut
 
 

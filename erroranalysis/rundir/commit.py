@@ -51,7 +51,7 @@ class Staging:
     count the texts cut): a kill leaves both or neither."""
 
     def __init__(self, run_path: Path, stage: str):
-        self.stage = stage
+        self.stage, self.run_path = stage, Path(run_path)
         self.remote = SHARDS_AT.get(Path(run_path).resolve())  # a run built for object storage: its workers' prefix
         self.remote_shards: dict = {}
         self.manifest: dict = {}

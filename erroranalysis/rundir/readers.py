@@ -146,6 +146,12 @@ def read_rows_by_id(run, name: str, ids, columns):
     return frame
 
 
+def shared_path(run, name: str, required: bool = True):
+    """`artifact_path`, where every worker of a cluster reads it: for a run being built for object storage, the URL
+    of its shards (`core.shards.shared`), not the pointer in this disk's mirror. For a path sent to workers."""
+    return shards.shared(artifact_path(run, name, required))
+
+
 def n_predictions(run, name: str = PREDICTIONS) -> int:
     """Rows of predictions.parquet (or of the table `name`), from the file's metadata (nothing else is read)."""
     file = artifact_path(run, name)

@@ -28,6 +28,7 @@ from erroranalysis.stages.cluster_parts import (
     fit,
     fit_modes,
     layout,
+    other_stages,
     sampled_rows,
     slice_groups,
     timed,
@@ -117,7 +118,8 @@ def _describe(run, inputs: Inputs, failures, result, fail_vectors, slice_names: 
     from erroranalysis import cluster
 
     naming_rows = sampled_rows(inputs.predictions, inputs.correct_rows, cluster.MAX_CORRECT_DOCS, params.seed)
-    return describe_sample(run, failures, result, fail_vectors, slice_names, params,
+    known = other_stages(run, failures["example_id"].to_numpy())
+    return describe_sample(known, failures, result, fail_vectors, slice_names, params,
                             topic_texts(inputs.predictions)[naming_rows].tolist(), None, len(failures))
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core import shards
+from erroranalysis.core import shards, storage
 from erroranalysis.embed.vector_files import RowVectors
 from erroranalysis.rundir import readers
 from erroranalysis.stages import cluster_modes
@@ -24,6 +23,7 @@ from erroranalysis.stages.cluster_parts import (
     fit,
     fit_modes,
     layout,
+    other_stages,
     slice_groups,
     timed,
     topic_texts,
@@ -41,11 +41,11 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     from erroranalysis.cluster import blockwise
     from erroranalysis.engines import blocks
     from erroranalysis.engines.shared_disk import check_shared
+    from erroranalysis.engines.sinks import SHARD
     from erroranalysis.stages.embedders import cluster_plan
 
-    check_shared(run_dir, engine)  # the worker that fits the sample opens the run and writes embeddings.npy there
     run = rundir.Run.open(run_dir)
-    path = readers.artifact_path(run, readers.units_artifact(run))
+    path = readers.shared_path(run, readers.units_artifact(run))
     columns = set(_parquet_columns(path))
     modes = cluster_modes.by_mode(params, columns)
     if embedder is None:
@@ -61,11 +61,16 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     # (a worker's math may differ in the last bit, and below max_fit every artifact is the in-process one)
     where = engine if sampled else None
     with run.stage("cluster", record) as staging:
-        vectors_file = str(staging.file(rundir.EMBEDDINGS))
+        vectors_file = staging.shards(rundir.EMBEDDINGS, engine)  # the fit sample's: the placing workers read them
+        if storage.is_url(vectors_file):
+            vectors_file = vectors_file / SHARD.format(start=0, suffix=".npy")  # a run on object storage: one shard
+        else:
+            check_shared(run_dir, engine)  # the workers that place the failures read embeddings.npy on this disk
+        vectors_file = str(vectors_file)
         if progress:
             progress("cluster", 0, 1)
         got = blocks.call_on_worker(
-            _fit_sample, where, run_dir=str(run.path), failures=failures, context=context, params=params,
+            _fit_sample, where, run_dir=None if sampled else str(run.path), failures=failures, context=context, params=params,
             model=model, embedder=embedder if embedder is not None else plan.source if plan else params.embedder,
             n_fail=n_fail, vectors_file=vectors_file, by_mode=modes)
         if progress:
@@ -90,7 +95,8 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
         else:
             result, sizes_of = got["result"], None
         t = time.perf_counter()
-        clusters = blocks.call_on_worker(_described, where, run_dir=str(run.path), failures=failures, result=result,
+        known = other_stages(run, failures["example_id"].to_numpy(), True)  # the fit sample's rows alone
+        clusters = blocks.call_on_worker(_described, where, known=known, failures=failures, result=result,
                                          vectors_file=vectors_file, slice_names=got["slice_names"], params=params,
                                          correct_texts=topic_texts(naming).tolist(), sizes=sizes_of, n_fail=n_fail)
         timings["name"] = time.perf_counter() - t
@@ -124,19 +130,21 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     return summary
 
 
-def _fit_sample(run_dir: str, failures, context, params: ClusterParams, model, embedder, n_fail: int,
+def _fit_sample(run_dir: str | None, failures, context, params: ClusterParams, model, embedder, n_fail: int,
                 vectors_file: str, by_mode: bool = False) -> dict:
     """On a worker: embed the fit sample's failures and context, fit them as the in-process stage does (the
     sample's own rule above `max_fit`, else the full fit with slice groups), lay them out in 2-D, write the
     failures' vectors to `vectors_file` (the stage's embeddings.npy, which the placing workers read); send back
-    what the driver needs: the fit per sample row, 2-D positions, the embedder (unloaded) and its description."""
+    what the driver needs: the fit per sample row, 2-D positions, the embedder (unloaded) and its description.
+    On a worker (a sample), `run_dir` is None: nothing here reads the run (vectors by row come as `RowVectors`),
+    so the worker need not see the driver's disk."""
     import pandas as pd
 
     from erroranalysis import cluster
     from erroranalysis.core import files
     from erroranalysis.stages.embedders import resolve_embedder
 
-    run = rundir.Run.open(run_dir)
+    run = rundir.Run.open(run_dir) if run_dir else None
     sampled = n_fail > params.max_fit
     emb = embedder if hasattr(embedder, "embed") else resolve_embedder(
         embedder, run, pd.concat([failures, context]), cache=params.cache, batch_size=params.embed_batch_size,
@@ -170,19 +178,20 @@ def _fit_sample(run_dir: str, failures, context, params: ClusterParams, model, e
                                   cluster_tier=result.cluster_tier)
         rate, resolved, note = result.local_error_rate, result.params, result.note
     xy = timed(timings, "layout", layout, inputs, vectors, embed_rows, params, None)
-    files.write_npy(Path(vectors_file), np.ascontiguousarray(fail_vectors, dtype=np.float32))
+    target = shards.location(vectors_file)
+    shards.write(target.parent, target.name, files.npy_writer(fail_vectors, np.float32))
     return {**out, "fitted": fitted, "rate": rate, "resolved": resolved, "note": note, "xy": xy,
             "d90": cluster.reference_distance(fail_vectors) if sampled and len(failures) else 0.0,
             "embedder": emb, "embedder_key": getattr(emb, "key", None), "n_embedded": len(embed_rows),
             "meta": embeddings_meta(emb, vectors, fail_vectors, failures), "timings": timings}
 
 
-def _described(run_dir: str, failures, result, vectors_file: str, slice_names: dict, params: ClusterParams,
+def _described(known: tuple, failures, result, vectors_file: str, slice_names: dict, params: ClusterParams,
                correct_texts: list, sizes: dict | None, n_fail: int):
-    """On a worker: clusters.parquet's rows from the fit sample and its vectors (`describe_sample`)."""
-    vectors = np.load(vectors_file) if len(failures) else np.zeros((0, 0), np.float32)
-    return describe_sample(rundir.Run.open(run_dir), failures, result, vectors, slice_names, params, correct_texts,
-                           sizes, n_fail, True)
+    """On a worker: clusters.parquet's rows from the fit sample and its vectors (`describe_sample`; `known`: what
+    the other stages committed about these failures, read by the driver)."""
+    vectors = np.asarray(shards.load_npy(vectors_file)) if len(failures) else np.zeros((0, 0), np.float32)
+    return describe_sample(known, failures, result, vectors, slice_names, params, correct_texts, sizes, n_fail)
 
 
 def _numbered(engine, placement, totals: dict, fitted, rate, resolved: dict, note: str, params: ClusterParams,

@@ -12,7 +12,7 @@ from erroranalysis.cluster import NamingParams
 from erroranalysis.cluster.llm_naming import NamerParams
 from erroranalysis.core.errors import RunError
 from erroranalysis.rundir import readers
-from erroranalysis.stages.cluster_parts import sampled_rows, topic_texts, with_other_stages, with_slice
+from erroranalysis.stages.cluster_parts import other_stages, sampled_rows, topic_texts, with_other_stages, with_slice
 from erroranalysis.stages.llm_names import named_by_llm
 
 
@@ -44,7 +44,8 @@ def name_run(run_dir: str | Path, params: NamingParams = NamingParams(), **overr
             local_error_rate=part["local_error_rate"].to_numpy(dtype=np.float32),
             reassigned=part["reassigned"].to_numpy(dtype=bool), naming=params, titles={c: slice_names[g] for c, g in cluster_group.items()}, parents=parents)
         clusters = with_slice(clusters, cluster_group, slice_names)
-        clusters = with_other_stages(run, clusters, failures["example_id"].to_numpy(), labels)
+        clusters = with_other_stages(other_stages(run, failures["example_id"].to_numpy()), clusters,
+                                     failures["example_id"].to_numpy(), labels)
         clusters = named_by_llm(run, staging, clusters, failures, labels, namer)
         staging.write_parquet(rundir.CLUSTERS, clusters)
     return {"run": str(run.path), "n_clusters": int(len(clusters)),

@@ -179,19 +179,26 @@ def with_slice(clusters, cluster_group: dict, slice_names: dict):
     return clusters
 
 
-def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels: np.ndarray,
-                      filtered: bool = False):
-    """Add what the slices and checks stages know about each cluster, when those stages are done:
-    `slices` (descriptions of the slices holding most of its failures, with that share) and
-    `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`.
-    `filtered`: read only the rows of `failure_ids` from those stages' per-example tables (`--engine ray`)."""
+def other_stages(run: rundir.Run, failure_ids: np.ndarray, filtered: bool = False) -> tuple:
+    """What the slices and checks stages committed about the failures `failure_ids` ((slices, members) or None,
+    checks or None), for `with_other_stages`: read here, so that a worker that describes the clusters needs no run.
+    `filtered`: read only their rows from those stages' per-example tables (`--engine ray`)."""
+    checks = _rows_for(run, rundir.CHECKS, failure_ids, ("example_id", "label_issue")) if filtered else \
+        readers.read_checks(run, optional=True)
+    return _slices_of(run, failure_ids, filtered), checks
+
+
+def with_other_stages(known: tuple, clusters, failure_ids: np.ndarray, labels: np.ndarray):
+    """Add what the slices and checks stages know about each cluster (`known`: `other_stages`), when those stages
+    are done: `slices` (descriptions of the slices holding most of its failures, with that share) and
+    `label_issue_share` (share of its failures whose gold label is probably wrong) with `probably_mislabeled`."""
     import pandas as pd
 
     from erroranalysis.stages.data_checks import label_issue_share
 
     clusters = clusters.copy()
     members = {int(c): set(failure_ids[labels == c]) for c in clusters["cluster_id"]}
-    found = _slices_of(run, failure_ids, filtered)
+    found, checks = known
     if found is not None:
         slices, in_slice = found
         by_slice = {sid: set(ids) for sid, ids in in_slice.groupby("slice_id")["example_id"]}
@@ -201,8 +208,6 @@ def with_other_stages(run: rundir.Run, clusters, failure_ids: np.ndarray, labels
                 ((len(ids & by_slice.get(sid, set())) / max(len(ids), 1), sid) for sid in names), reverse=True)
              if share >= SLICE_OVERLAP]
             for ids in (members[int(c)] for c in clusters["cluster_id"])]
-    checks = _rows_for(run, rundir.CHECKS, failure_ids, ("example_id", "label_issue")) if filtered else \
-        readers.read_checks(run, optional=True)
     if checks is not None:
         shares = [label_issue_share(checks, sorted(members[int(c)])) for c in clusters["cluster_id"]]
         clusters["label_issue_share"] = pd.array(shares, dtype="Float64")
@@ -227,8 +232,8 @@ def _rows_for(run: rundir.Run, name: str, example_ids, columns):
     return readers.read_rows_by_id(run, name, example_ids, columns, optional=True)
 
 
-def describe_sample(run, failures, result, fail_vectors, slice_names: dict, params: ClusterParams,
-                     correct_texts: list, sizes: dict | None, n_fail: int, filtered: bool = False):
+def describe_sample(known: tuple, failures, result, fail_vectors, slice_names: dict, params: ClusterParams,
+                     correct_texts: list, sizes: dict | None, n_fail: int):
     """clusters.parquet from the failures on the driver (all of them, or the fit sample with `sizes` summed over
     every block: size and share then count all failures, the other columns describe the sample)."""
     from erroranalysis import cluster
@@ -243,7 +248,7 @@ def describe_sample(run, failures, result, fail_vectors, slice_names: dict, para
         clusters["size"] = clusters["cluster_id"].map(sizes).astype(clusters["size"].dtype)
         clusters["share_of_failures"] = (clusters["size"] / max(n_fail, 1)).round(5)
         clusters = clusters.sort_values(["size", "cluster_id"], ascending=[False, True]).reset_index(drop=True)
-    return with_other_stages(run, clusters, failures["example_id"].to_numpy(), result.labels, filtered)
+    return with_other_stages(known, clusters, failures["example_id"].to_numpy(), result.labels)
 
 
 def topic_texts(predictions) -> np.ndarray:

@@ -96,7 +96,7 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
     from erroranalysis.engines.blocks import n_rows, plan
     from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
 
-    n = n_rows(plan(run.file(rundir.PREDICTIONS)))
+    n = n_rows(plan(readers.shared_path(run, rundir.PREDICTIONS)))
     # a generation run's training file is SFT rows: contamination (`contamination_ray`), not leakage and shift
     contaminated = run.task == "generation" and train_set is None and params.train is not None
     trained = (train_set is not None or params.train is not None) and not contaminated
@@ -113,7 +113,7 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
         if vector_plan.source == "none":
             embedding = None
         elif vector_plan.source == "hidden":
-            embedding = Embedding("hidden", hidden=str(run.file(rundir.HIDDEN)))
+            embedding = Embedding("hidden", hidden=str(readers.shared_path(run, rundir.HIDDEN)))
         else:
             embedder = embedder_choice.text_embedder(vector_plan.source)
             if hasattr(embedder, "build_with"):  # a first distillation on a worker: it peaks near 1 GB

@@ -287,34 +287,15 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
     hidden_states.npy into the staging area (single files in-process, folders of shards on Ray)."""
     from erroranalysis.infer.classifier import ChunkPredictor
     from erroranalysis.infer.predictions import input_table
-    from erroranalysis.sources.blocks import Scanned
 
     p = job.params
     hidden = staging.shards(rundir.HIDDEN, engine) if p.hidden != "none" else None
     paths = (staging.shards(rundir.PREDICTIONS, engine), staging.shards(rundir.PROBS, engine), hidden)
     if engine.distributed:
-        from erroranalysis.engines import ray_data
-        from erroranalysis.engines.shared_disk import check_shared
+        from erroranalysis.stages.inputs import stage_scratch
 
-        check_shared(staging.dir, engine)  # the id check's scratch, and the shards unless they go to object storage
-
-        kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_tokens": p.max_tokens,
-                  "max_length": p.max_length,
-                  "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code,
-                  "task": job.task}
-        if isinstance(job.eval_set, Scanned):  # the workers read the rows: the driver holds none
-            counts, ran, n_cut = ray_data.predict_source(job.eval_set, job.data_opts, kwargs, job.clf.labels, paths,
-                                                         engine, ids_folder=staging.dir / ".ids",
-                                                         chunk_size=CHUNK_ROWS, progress=advance, hidden_dtype=p.hidden)
-            staging.facts["read_by"] = "workers"
-            staging.facts["n_cut"] = n_cut  # texts cut at --max-chars, counted by the workers
-        else:
-            inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns,
-                                 job.reading)
-            counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
-                                           progress=advance, hidden_dtype=p.hidden, reading=job.reading)
-        staging.facts["batching"] = [list(b) for b in ran]  # each worker resolves it for its own device
-        return counts
+        with stage_scratch(staging.run_path, ".ids-", engine) as ids:  # the id check's; checks the shared disk
+            return _write_on_ray(staging, job, engine, advance, paths, ids)
     inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns, job.reading)
     from erroranalysis.engines import local
     from erroranalysis.engines.sinks import FileSink
@@ -327,6 +308,33 @@ def _write_inference(staging, job: InferJob, engine: Engine, advance) -> np.ndar
                            progress=advance, reading=job.reading)
     if job.task == "regression" and job.reading.tolerance is None:
         staging.facts["tolerance"] = mark_worst_decile(paths[0])
+    return counts
+
+
+def _write_on_ray(staging, job: InferJob, engine: Engine, advance, paths, ids) -> np.ndarray:
+    """`_write_inference` on Ray: the workers read the rows when they can (with --id-column, each block's ids go
+    by hash into `ids`, the stage's scratch), else the driver sends them."""
+    from erroranalysis.engines import ray_data
+    from erroranalysis.infer.predictions import input_table
+    from erroranalysis.sources.blocks import Scanned
+
+    p = job.params
+    kwargs = {"model": str(job.model.resolve()), "batch_size": p.batch_size, "max_tokens": p.max_tokens,
+              "max_length": p.max_length,
+              "precision": p.precision, "device": p.device, "trust_remote_code": p.trust_remote_code,
+              "task": job.task}
+    if isinstance(job.eval_set, Scanned):  # the workers read the rows: the driver holds none
+        counts, ran, n_cut = ray_data.predict_source(job.eval_set, job.data_opts, kwargs, job.clf.labels, paths,
+                                                     engine, ids_folder=ids,
+                                                     chunk_size=CHUNK_ROWS, progress=advance, hidden_dtype=p.hidden)
+        staging.facts["read_by"] = "workers"
+        staging.facts["n_cut"] = n_cut  # texts cut at --max-chars, counted by the workers
+    else:
+        inputs = input_table(job.eval_set.frame, job.gold, job.clf.labels, job.eval_set.metadata_columns,
+                             job.reading)
+        counts, ran = ray_data.predict(inputs, kwargs, job.clf.labels, paths, engine, chunk_size=CHUNK_ROWS,
+                                       progress=advance, hidden_dtype=p.hidden, reading=job.reading)
+    staging.facts["batching"] = [list(b) for b in ran]  # each worker resolves it for its own device
     return counts
 
 

@@ -48,7 +48,7 @@ def block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     schema = _schema(path)
     listed = metadata_of(run, schema.names)
     kinds = {c: kind for c in listed if (kind := metadata_kind(schema.field(c).type)) is not None}
-    probs = readers.artifact_path(run, rundir.PROBS, required=False)
+    probs = readers.shared_path(run, rundir.PROBS, required=False)
     if probs is not None:
         _check_probs_shape(probs, readers.n_predictions(run), len(run.labels))
     generation = run.task == "generation"
@@ -160,7 +160,7 @@ def task_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     schema = _schema(path)
     listed = metadata_of(run, schema.names)
     kinds = {c: kind for c in listed if (kind := metadata_kind(schema.field(c).type)) is not None}
-    probs = readers.artifact_path(run, rundir.PROBS, required=False) if run.task == "multilabel" else None
+    probs = readers.shared_path(run, rundir.PROBS, required=False) if run.task == "multilabel" else None
     if probs is not None:
         _check_probs_shape(probs, readers.n_predictions(run), len(run.labels))
     task_params = run.manifest.get("task_params") or {}
@@ -218,7 +218,7 @@ def _predictions(run: Run):
     one-line error, counted from the footers (the blocks would read a missing `correct` as False)."""
     from erroranalysis.engines import blocks
 
-    path = readers.artifact_path(run, rundir.PREDICTIONS)
+    path = readers.shared_path(run, rundir.PREDICTIONS)
     readers.check_missing(path, blocks.null_counts(path, ["example_id", "correct"]))
     return path
 
@@ -324,7 +324,7 @@ def token_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
                                          columns=["gold_tags", "pred_tags", "correct"],
                                          kwargs={"scheme": scheme, "types": types}):
             counts = part if counts is None else tokens.add_counts(counts, part)
-        for _, part in blocks.map_blocks(span_kind_counts, readers.artifact_path(run, rundir.SPANS), engine,
+        for _, part in blocks.map_blocks(span_kind_counts, readers.shared_path(run, rundir.SPANS), engine,
                                          columns=["kind", "gold_type", "pred_type"]):
             kinds += part
         empty = tokens.sentence_counts([], [], scheme, types, [])

@@ -97,7 +97,7 @@ def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=Non
     from erroranalysis.engines import blocks
 
     name = readers.units_artifact(run)
-    path = readers.artifact_path(run, name)
+    path = readers.shared_path(run, name)
     names = shards.open_parquet(blocks.files_of(path)[0]).schema_arrow.names  # in the file's order
     missing = [c for c in TABLES[name].required if c not in names]
     if missing:

@@ -19,7 +19,6 @@ rule in-process uses); the driver holds their union, then sends it to the actors
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -99,16 +98,20 @@ def workers_stage(staging, job, engine: Engine, advance, block_fn: Callable) -> 
     """The infer stage's body on Ray with the workers reading the rows (`job`: a `stages.tokens.TokenJob` over
     `scan_head`'s sentences): `block_fn` (`stages.tokens.token_block`) on each block, shards into `staging`, counts
     as facts."""
+    from erroranalysis.stages.inputs import stage_scratch
+
+    with stage_scratch(staging.run_path, ".ids-", engine) as ids:  # the id check's; checks the shared disk
+        _workers_stage(staging, job, engine, advance, block_fn, ids)
+
+
+def _workers_stage(staging, job, engine: Engine, advance, block_fn: Callable, ids) -> None:
     from erroranalysis.engines import blocks as engine_blocks
     from erroranalysis.engines.ray_data import check_coverage
     from erroranalysis.engines.ray_tokens import run_blocks
-    from erroranalysis.engines.shared_disk import check_shared
     from erroranalysis.engines.sinks import shard_starts
 
-    check_shared(staging.dir, engine)  # the id check's scratch, and the shards unless they go to object storage
     scanned, p = job.sentences.eval_set, job.params
     paths = {name: str(staging.shards(name, engine)) for name in (rundir.PREDICTIONS, rundir.SPANS, rundir.HIDDEN)}
-    ids = staging.dir / ".ids"
     ctx = {"source": str(scanned.path) if isinstance(scanned.path, Path) else scanned.path,
            "rows_path": scanned.rows_path, "data_opts": job.data_opts, "params": p, "scheme": job.scheme,
            "types": job.types, "surfaces": job.train_surfaces, "sha256": scanned.sha256, "sources": scanned.sources,
@@ -125,7 +128,6 @@ def workers_stage(staging, job, engine: Engine, advance, block_fn: Callable) -> 
     if options.id_column:
         parts = [{"folder": ids / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
         blocks.duplicate_error(engine_blocks.call_each(blocks.first_duplicate, engine, parts), scanned.path, options)
-    shutil.rmtree(ids, ignore_errors=True)  # not an artifact: gone before the stage commits
     for key in ("n_error_spans", "truncated_sentences", "n_cut", "snapped_spans"):
         staging.facts[key] = int(sum(result[key] for _, result in found))
     staging.facts["read_by"] = "workers"
