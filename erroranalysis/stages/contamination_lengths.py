@@ -6,23 +6,22 @@ task compares them: eval lengths from histograms are the same distribution, so t
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.engines import blocks as eb
-from erroranalysis.stages.contamination_scratch import read, write
+from erroranalysis.stages.contamination_scratch import at, read, write
 
 
 def write_sample(scratch: str, block, prompts: list[str], length_rows: np.ndarray) -> None:
     """A training block's prompts among the seeded length sample `length_rows`, for `lengths`."""
     import pyarrow as pa
 
-    at = cb.within(length_rows, block.start, block.stop) - block.start
-    if at.size:
-        write(Path(scratch) / "train_lengths", eb.SHARD.format(start=block.start),
-              pa.table({"prompt": [prompts[i] for i in at]}))
+    mine = cb.within(length_rows, block.start, block.stop) - block.start
+    if mine.size:
+        write(at(scratch, "train_lengths"), eb.SHARD.format(start=block.start),
+              pa.table({"prompt": [prompts[i] for i in mine]}))
 
 
 def histograms(prompts: list[str], model: str | None) -> dict:
@@ -46,7 +45,7 @@ def lengths(scratch: str, model: str | None, eval_lengths: dict, **_) -> dict:
     histograms: the same distribution, so the same quantiles and KS test)."""
     from erroranalysis.datachecks.lengths import counts_report, from_histogram, word_counts
 
-    train = read(Path(scratch) / "train_lengths")
+    train = read(at(scratch, "train_lengths"))
     prompts = train.column("prompt").to_pylist() if train is not None else []
     count, tokenizer = _token_counter(model)
     tokens = eval_lengths["tokens"]

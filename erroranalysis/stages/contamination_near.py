@@ -7,12 +7,10 @@ tasks are module-level: Ray pickles them."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from erroranalysis.engines import blocks as eb
-from erroranalysis.stages.contamination_scratch import TrainRows, by_part, read, write
+from erroranalysis.stages.contamination_scratch import TrainRows, at, by_part, read, write
 
 
 def write_bands(scratch: str, block, prompts: list[str], n_parts: int, ranges, num_perm: int, seed: int) -> None:
@@ -33,15 +31,15 @@ def bands(scratch: str, part: int, train_starts: list[int], **_) -> int:
 
     from erroranalysis.datachecks.near_duplicates import candidate_pairs
 
-    table = read(Path(scratch) / "bands" / str(part))
+    table = read(at(scratch, "bands", str(part)))
     if table is None:
         return 0
     pairs = candidate_pairs(table.select(["row", "band", "key"]).to_pandas())
     where = np.searchsorted(np.asarray(train_starts), pairs["i"].to_numpy(), side="right") - 1
     for b in np.unique(where):
         mine = pairs[where == b]
-        write(Path(scratch) / "candidates" / str(train_starts[b]), f"part-{part:04d}.parquet",
-               pa.Table.from_pandas(mine, preserve_index=False))
+        write(at(scratch, "candidates", str(train_starts[b])), f"part-{part:04d}.parquet",
+              pa.Table.from_pandas(mine, preserve_index=False))
     return len(pairs)
 
 
@@ -51,12 +49,12 @@ def verify(scratch: str, start: int, train_starts: list[int], threshold: float, 
 
     from erroranalysis.datachecks.near_duplicates import verified
 
-    table = read(Path(scratch) / "candidates" / str(start))
+    table = read(at(scratch, "candidates", str(start)))
     if table is None:
         return 0
     pairs = table.to_pandas().drop_duplicates(ignore_index=True)
     found = verified(pairs, TrainRows(scratch, train_starts, "prompt").__getitem__, threshold)
-    write(Path(scratch) / "verified", eb.SHARD.format(start=start), pa.Table.from_pandas(found, preserve_index=False))
+    write(at(scratch, "verified"), eb.SHARD.format(start=start), pa.Table.from_pandas(found, preserve_index=False))
     return len(found)
 
 
@@ -67,7 +65,7 @@ def near(scratch: str, train_starts: list[int], n_train: int, threshold: float, 
     from erroranalysis.datachecks.contamination_report import near_duplicate_section
     from erroranalysis.datachecks.near_duplicates import groups
 
-    table = read(Path(scratch) / "verified")
+    table = read(at(scratch, "verified"))
     pairs = table.to_pandas() if table is not None else pd.DataFrame(
         {"i": np.zeros(0, np.int64), "j": np.zeros(0, np.int64), "similarity": np.zeros(0)})
     return near_duplicate_section(TrainRows(scratch, train_starts, "prompt", n_train), pairs, groups(n_train, pairs),

@@ -2,8 +2,9 @@
 (`data-checks RUN --train sft.jsonl`): every pass over the rows runs on the workers, each reading its own block of
 predictions.parquet or of the training file; the driver holds counts, the 20 shown examples and the run's record.
 
-`prepare` runs before the checks stage starts (so a bad training file fails it and nothing is half-written), in
-scratch folders inside the run that every worker sees:
+`prepare` runs before the checks stage starts (so a bad training file fails it and nothing is half-written), in the
+stage's scratch (`inputs.stage_scratch`: a hidden folder of the run that every worker sees, or for a run built for
+object storage a prefix under its generation, so no node need see the driver's disk):
 
 1. the training file is read by the workers in row ranges (a Parquet file as it is, a JSONL or CSV file or a
    save_to_disk folder's `--train-split` through the Parquet copy one worker makes, `_copy`), each block validated
@@ -31,21 +32,19 @@ in-process one; eval lengths from histograms are the same distribution).
 from __future__ import annotations
 
 import contextlib
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core import files, shards
+from erroranalysis.core import shards
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.engines import blocks as eb
-from erroranalysis.engines.shared_disk import check_shared
 from erroranalysis.stages import contamination_lengths, contamination_near
 from erroranalysis.stages.contamination import LENGTH_SAMPLE
 from erroranalysis.stages.contamination_lengths import added, histograms, write_sample
 from erroranalysis.stages.contamination_near import write_bands
-from erroranalysis.stages.contamination_scratch import TrainRows, by_part, read, write
+from erroranalysis.stages.contamination_scratch import TrainRows, at, by_part, read, write
 
 MAX_PARTS = 64
 
@@ -59,33 +58,38 @@ def workers_read(params) -> bool:
 
 
 class Prepared:
-    """What `prepare` leaves for the checks stage: the scratch folder of per-block columns and the section."""
+    """What `prepare` leaves for the checks stage: the scratch of per-block columns (a local folder or a prefix on
+    object storage) and the section; `close` removes the scratch."""
 
-    def __init__(self, scratch: Path, section: dict, train: str):
-        self.scratch, self.section, self.train = scratch, section, train
+    def __init__(self, scratch, section: dict, train: str, cleanup: contextlib.ExitStack):
+        self.scratch, self.section, self.train, self._cleanup = scratch, section, train, cleanup
 
     @property
     def columns(self) -> str:
-        return str(self.scratch / "columns")
+        """The per-block columns' folder as a string (`shards.location` turns it back), for `block_columns`."""
+        return str(at(self.scratch, "columns"))
 
     def close(self) -> None:
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self._cleanup.close()
 
 
 def prepare(run, params, engine, reporter) -> Prepared:
     """Steps 1 to 5 of the module's docstring; the caller closes the result when the stage is over."""
+    from erroranalysis.stages.inputs import stage_scratch
+
     train, path = Path(params.train), run.file(rundir.PREDICTIONS)
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
-    check_shared(run.path, engine)  # the scratch below, read back by other workers
-    scratch = files.new_scratch(run.path, ".contamination-scratch-")
+    cleanup = contextlib.ExitStack()
+    # read back by other workers: on object storage for a run built there, else in the run (checked shared)
+    scratch = cleanup.enter_context(stage_scratch(run.path, ".contamination-scratch-", engine))
     try:
-        with _rows(train, params, engine, run.path) as rows_path:
-            train_blocks = eb.plan(rows_path, rpb)
-            n_parts = max(1, min(MAX_PARTS, len(train_blocks) + len(blocks)))
-            reporter.note(f"checks: --engine ray: {params.ngram}-gram overlap of eval prompts and references with "
-                          f"{eb.n_rows(train_blocks):,} training rows, in {n_parts} hash partitions")
-            _scan_train(rows_path, eb.n_rows(train_blocks), params, engine, scratch, n_parts)
+        rows_path = _rows(train, params, engine, scratch)
+        train_blocks = eb.plan(rows_path, rpb)
+        n_parts = max(1, min(MAX_PARTS, len(train_blocks) + len(blocks)))
+        reporter.note(f"checks: --engine ray: {params.ngram}-gram overlap of eval prompts and references with "
+                      f"{eb.n_rows(train_blocks):,} training rows, in {n_parts} hash partitions")
+        _scan_train(rows_path, eb.n_rows(train_blocks), params, engine, scratch, n_parts)
         job = {"scratch": str(scratch), "train_starts": [b.start for b in train_blocks]}
         ctx = _eval_context(blocks, params, scratch)
         model = (run.manifest.get("model") or {}).get("path")
@@ -105,27 +109,26 @@ def prepare(run, params, engine, reporter) -> Prepared:
         section["near_duplicates"] = eb.call_each(_one, engine, [{
             "step": "near", "n_train": eb.n_rows(train_blocks), "threshold": params.train_near_threshold,
             "num_perm": params.minhash_perm, **job}])[0]
-        return Prepared(scratch, section, str(train.resolve()))
+        return Prepared(scratch, section, str(train.resolve()), cleanup)
     except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
+        cleanup.close()
         raise
 
 
-def _scan_train(rows_path, n_train: int, params, engine, scratch: Path, n_parts: int) -> None:
+def _scan_train(rows_path, n_train: int, params, engine, scratch, n_parts: int) -> None:
     """Step 1: each training block's n-gram pairs and band keys into their partitions, its prompts and ids."""
-    import pyarrow.parquet as pq
-
     from erroranalysis.datachecks.near_duplicates import band_ranges
 
-    eb.map_blocks(_train_block, rows_path, engine, rows_per_block=eb.ROWS_PER_BLOCK, ordered=True, kwargs={
-        "source": str(params.train), "schema": pq.read_schema(rows_path), "scratch": str(scratch),
-        "text_column": params.train_text_column, "id_column": params.train_id_column, "n": params.ngram,
+    eb.map_blocks(_train_block, str(rows_path), engine, rows_per_block=eb.ROWS_PER_BLOCK, ordered=True, kwargs={
+        "source": str(params.train), "schema": shards.open_parquet(str(rows_path)).schema_arrow,
+        "scratch": str(scratch), "text_column": params.train_text_column, "id_column": params.train_id_column,
+        "n": params.ngram,
         "n_parts": n_parts, "length_rows": cb.sample_rows(n_train, LENGTH_SAMPLE, params.seed),
         "ranges": band_ranges(params.train_near_threshold, params.minhash_perm), "num_perm": params.minhash_perm,
         "seed": params.seed + 1})  # seed: minhash_pairs' in-process; ordered: a list, every block runs now
 
 
-def _eval_context(blocks, params, scratch: Path) -> dict:
+def _eval_context(blocks, params, scratch) -> dict:
     """Which predictions columns hold the prompts (else the texts) and references, and which a block reads."""
     names = set(shards.open_parquet(blocks[0].file).schema_arrow.names) if blocks else set()
     text = "prompt" if "prompt" in names else "text" if "text" in names else None
@@ -148,20 +151,18 @@ def _scan_eval(path, engine, ctx: dict, n_parts: int, model) -> tuple[dict, dict
     return present, lengths
 
 
-@contextlib.contextmanager
-def _rows(train: Path, params, engine, beside):
+def _rows(train: Path, params, engine, scratch):
     """The Parquet file the blocks of the training file are read from: the file itself, or a JSONL or CSV file's
-    (a save_to_disk folder split's) copy (`_copy`, made by one worker under Ray)."""
+    (a save_to_disk folder split's) copy (`_copy`, made by one worker under Ray) in the stage's scratch, which goes
+    with it."""
     from erroranalysis.sources import blocks
-    from erroranalysis.stages.inputs import scratch
 
     if blocks.readable(train):
-        yield train
-        return
-    with scratch(beside) as folder:
-        eb.call_each(_copy, engine, [{"source": str(train), "target": str(folder / "rows.parquet"),
-                                "encoding": params.encoding, "split": params.split}])
-        yield folder / "rows.parquet"
+        return train
+    target = at(scratch, "rows.parquet")
+    eb.call_each(_copy, engine, [{"source": str(train), "target": str(target), "encoding": params.encoding,
+                                  "split": params.split}])
+    return target
 
 
 PICKLED = b"erroranalysis.pickled"  # schema metadata of a `_copy`: its columns whose cells are pickled
@@ -177,7 +178,6 @@ def _copy(source: str, target: str, encoding: str, split: str | None = None) -> 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import files
     from erroranalysis.sources.blocks import COPY, COPY_ROW_GROUP, to_parquet
     from erroranalysis.sources.table import read_table
 
@@ -195,7 +195,9 @@ def _copy(source: str, target: str, encoding: str, split: str | None = None) -> 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), COPY: b"1",
                                            PICKLED: "\n".join(pickled).encode()})
-    files.atomic_write(Path(target), lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))
+    target = shards.location(target)  # a path, or a URL: the scratch on object storage
+    shards.write(target.parent, target.name, lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP),
+                 digest=False)
     return len(frame)
 
 
@@ -240,7 +242,7 @@ def _train_block(table, block, *, source, schema, scratch, text_column, id_colum
     by_part(scratch, "train", block, hashes, n_parts, row=rows)
     prompts = texts["prompt"].tolist()
     write_bands(scratch, block, prompts, n_parts, ranges, num_perm, seed)
-    write(Path(scratch) / "prompts", eb.SHARD.format(start=block.start),
+    write(at(scratch, "prompts"), eb.SHARD.format(start=block.start),
           pa.table({"prompt": prompts, "id": ids.tolist()}))
     write_sample(scratch, block, prompts, length_rows)
     return block.rows
@@ -266,8 +268,8 @@ def _join(scratch: str, part: int, **_) -> int:
     """One hash partition: the training rows of each eval hash, sent to the eval blocks that hold it."""
     import pyarrow as pa
 
-    evals = read(Path(scratch) / "eval" / str(part))
-    trains = read(Path(scratch) / "train" / str(part))
+    evals = read(at(scratch, "eval", str(part)))
+    trains = read(at(scratch, "train", str(part)))
     if evals is None or trains is None:
         return 0
     eval_hash = evals.column("hash").to_numpy()
@@ -276,7 +278,7 @@ def _join(scratch: str, part: int, **_) -> int:
     for start in np.unique(block):
         mine = np.isin(hashes, eval_hash[block == start])
         if mine.any():
-            write(Path(scratch) / "hits" / str(int(start)), f"part-{part:04d}.parquet",
+            write(at(scratch, "hits", str(int(start))), f"part-{part:04d}.parquet",
                   pa.table({"hash": hashes[mine], "train_row": rows[mine]}))
     return int(np.unique(hashes).size)
 
@@ -289,12 +291,12 @@ def _columns_block(table, block, *, scratch, n, text, reference, fields, id_colu
     from erroranalysis.datachecks.contamination import from_matches
 
     texts = _fields(table, text, reference)
-    hits = read(Path(scratch) / "hits" / str(block.start))
+    hits = read(at(scratch, "hits", str(block.start)))
     matched = hits.to_pandas() if hits is not None else pd.DataFrame({"hash": np.zeros(0, np.uint64),
                                                                       "train_row": np.zeros(0, np.int64)})
     frames = {field: from_matches(texts[field], matched, n) for field in fields}
     columns = report.row_columns(frames, block.rows, lambda rows: _train_ids(scratch, id_column, train_starts, rows))
-    write(Path(scratch) / "columns", eb.SHARD.format(start=block.start), pa.table({
+    write(at(scratch, "columns"), eb.SHARD.format(start=block.start), pa.table({
         k: (v.tolist() if v.dtype == object else v) for k, v in columns.items() if not k.startswith("_")}))
     frame = table.to_pandas()
     ids = frame["example_id"].to_numpy(dtype=object)
@@ -322,7 +324,5 @@ def _one(step: str, **kwargs):
 
 def block_columns(folder: str, block) -> dict:
     """A predictions block's contamination columns (step 4's scratch shard), for its shard of checks.parquet."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(Path(folder) / eb.SHARD.format(start=block.start))
+    table = shards.read_table(shards.location(folder) / eb.SHARD.format(start=block.start))
     return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
