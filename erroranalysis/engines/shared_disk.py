@@ -1,6 +1,6 @@
 """Whether every node of a Ray cluster sees a folder of the driver's: the run directory, where the workers of a
-distributed stage write their scratch (id partitions, duplicate buckets, training state) and, unless the run is
-published to object storage, their shards.
+distributed stage write their shards and scratch (id partitions, duplicate buckets, training state), unless the run
+is built for object storage (`--out s3://...`: both go there, and nothing is probed).
 
 A worker on a node that does not share the disk would write those files on its own disk, where the task that merges
 them never looks: a silent wrong answer (fewer duplicates, say). So before such a stage starts, a token the driver
@@ -43,8 +43,8 @@ def check_shared(folder, engine) -> None:
     blind = [n["NodeManagerAddress"] for n, got in zip(nodes, seen) if got != content]
     if blind:
         raise EngineError(f"--engine ray: node {blind[0]} does not see {folder}, where the workers write the run's "
-                          "files; put the run directory (for --out s3://..., ERRORANALYSIS_CACHE_DIR) on a "
-                          "filesystem every node shares.")
+                          "files; put the run directory on a filesystem every node shares, or write the run to "
+                          "object storage (--out s3://...).")
     _SEEN.add(key)
 
 

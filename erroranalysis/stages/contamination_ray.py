@@ -40,6 +40,7 @@ from erroranalysis import rundir
 from erroranalysis.core import shards
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.engines import blocks as eb
+from erroranalysis.rundir import readers
 from erroranalysis.stages import contamination_lengths, contamination_near
 from erroranalysis.stages.contamination import LENGTH_SAMPLE
 from erroranalysis.stages.contamination_lengths import added, histograms, write_sample
@@ -77,7 +78,7 @@ def prepare(run, params, engine, reporter) -> Prepared:
     """Steps 1 to 5 of the module's docstring; the caller closes the result when the stage is over."""
     from erroranalysis.stages.inputs import stage_scratch
 
-    train, path = Path(params.train), run.file(rundir.PREDICTIONS)
+    train, path = Path(params.train), readers.shared_path(run, rundir.PREDICTIONS)  # URL: workers read it there
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
     cleanup = contextlib.ExitStack()
