@@ -263,7 +263,7 @@ def test_a_run_built_on_s3_keeps_the_checks_scratch_there(ray_seeing_s3, leaky, 
     frame, report = read_checks(Run.open(run_path)), read_checks_report(Run.open(run_path))
 
     monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 128)
+    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 256)  # three blocks
     monkeypatch.setattr(data_checks, "checks_run", functools.partial(checks_run, embed=word_vectors))
     monkeypatch.setattr(files, "new_scratch", lambda *a: pytest.fail(f"a scratch folder on this disk: {a}"))
     written: dict = {}
@@ -294,7 +294,7 @@ def test_a_run_built_on_s3_keeps_the_checks_scratch_there(ray_seeing_s3, leaky, 
     generation = remote.remote_manifest(ObjectPath.parse(url))["objects"]["generation"]
     assert prefix.startswith(f"{url}/objects/{generation}/scratch/.checks-scratch-")
     assert {"train-rows.parquet", "train-words.pkl"} <= set(names)
-    assert {"hashes", "train-hashes", "train-words", "eval-words", "leak", "assign", "firsts", "sample",
-            "train-near", "train-domain", "eval-domain"} <= {n.split("/")[0] for n in names if "/" in n}
+    assert {"hashes", "vectors", "ref", "mixed", "assign", "firsts", "sample", "train-hashes", "train-words",
+            "eval-words", "leak", "train-near", "train-domain", "eval-domain"} <= {n.split("/")[0] for n in names}
     assert not objects(ObjectPath.parse(prefix))  # removed at the end
     assert not list(remote.mirror_of(ObjectPath.parse(url)).glob(".checks-scratch-*"))
