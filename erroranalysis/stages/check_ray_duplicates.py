@@ -1,7 +1,8 @@
 """The duplicate search of the checks stage under `--engine ray` (`data_checks_ray.py` runs it): exact groups, one
 task per partition of the rows' text keys; near duplicates, one task over the seeded sample's vectors; and each
-block's duplicate columns for the write pass. Here too the scratch-file helpers the passes of the checks' Ray modules use.
-The passes are module-level: Ray pickles them."""
+block's duplicate columns for the write pass. Here too the scratch-file helpers the passes of the checks' Ray modules use:
+scratch is a local folder or a prefix on object storage (`inputs.stage_scratch`), read and written through `core.shards`
+alone; the passes get it as a string (`shards.location` turns it back). The passes are module-level: Ray pickles them."""
 
 from __future__ import annotations
 
@@ -10,34 +11,40 @@ from pathlib import Path
 
 import numpy as np
 
+from erroranalysis.core import shards
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.engines import blocks as eb
 
 
-def write_npz(path: Path, **arrays) -> None:
-    """`arrays` into one .npz scratch file, written atomically."""
-    from erroranalysis.core import files
-
+def write_npz(folder, name: str, **arrays) -> None:
+    """`arrays` into the .npz scratch file `name` of `folder`, written whole (`shards.write`)."""
     def save(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
             np.savez(f, **arrays)
 
-    files.atomic_write(path, save)
+    shards.write(folder, name, save, digest=False)
+
+
+def write_npy(folder, name: str, array: np.ndarray) -> None:
+    """`array` as the .npy scratch file `name` of `folder`, written whole (`shards.write`)."""
+    from erroranalysis.core import files
+
+    shards.write(folder, name, files.npy_writer(array), digest=False)
 
 
 def load_shards(scratch, name) -> tuple[np.ndarray, dict]:
     """The shards of `name` in row order: (vectors, {column: values})."""
-    folder = Path(scratch) / name
-    shards = sorted(folder.glob("part-*.npy")) if folder.is_dir() else []
-    parts = [np.load(s) for s in shards]
+    folder = shards.location(scratch) / name
+    found = shards.listed(folder, ".npy")
+    parts = [shards.load_npy(folder / s) for s in found]
     vectors = np.concatenate([p for p in parts if p.size]) if any(p.size for p in parts) else np.zeros((0, 0))
+    extras = set(shards.listed(folder, ".npz"))
     columns: dict = {}
-    for s in shards:
-        extra = s.with_suffix(".npz")
-        if extra.is_file():
-            with np.load(extra, allow_pickle=False) as z:
-                for key in z.files:
-                    columns.setdefault(key, []).append(z[key])
+    for s in found:
+        extra = s[:-len(".npy")] + ".npz"
+        if extra in extras:
+            for key, values in shards.load_npz(folder / extra).items():
+                columns.setdefault(key, []).append(values)
     return vectors, {k: np.concatenate(v) for k, v in columns.items()}
 
 
@@ -56,38 +63,36 @@ def within(rows: np.ndarray, block) -> np.ndarray:
 
 def save_shard(scratch, name, block, vectors, **columns) -> None:
     """A block's vectors (and `columns` beside them) as the `name` shards `load_shards` reads."""
-    from erroranalysis.core import files
-
-    folder = Path(scratch) / name
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = shards.location(scratch) / name
     stem = eb.SHARD.format(start=block.start)[:-len(".parquet")]
-    if columns:
-        write_npz(folder / f"{stem}.npz", **columns)
-    files.write_npy(folder / f"{stem}.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+    if columns:  # before the vectors: a reader that lists the .npy finds its .npz there
+        write_npz(folder, f"{stem}.npz", **columns)
+    write_npy(folder, f"{stem}.npy", np.ascontiguousarray(vectors, dtype=np.float32))
 
 
-def _task_table(path: Path, values: list) -> Path:
-    """A Parquet file of one row per task (`map_blocks` with one row per block runs one task per value)."""
+def _task_table(scratch, name: str, values: list):
+    """A Parquet file of one row per task in scratch (`map_blocks` with one row per block runs one task per value)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"task": values}), path, row_group_size=1)
-    return path
+    shards.write(scratch, name, lambda p: pq.write_table(pa.table({"task": values}), p, row_group_size=1),
+                 digest=False)
+    return scratch / name
 
 
-def duplicates(scratch: Path, blocks, n_buckets: int, near: bool, params, engine) -> dict:
+def duplicates(scratch, blocks, n_buckets: int, near: bool, params, engine) -> dict:
     """Steps 3 and 4 of `data_checks_ray`: exact groups per key partition, near pairs on the sample; the per-row
     lookups the write pass needs and the summary (as `duplicates.duplicate_summary`)."""
     pairs: list = []
     if near:
-        tasks = _task_table(scratch / "near-task.parquet", [0])
+        tasks = _task_table(scratch, "near-task.parquet", [0])
         for _, found in eb.map_blocks(_near_pairs, tasks, engine, rows_per_block=1, kwargs={
                 "scratch": str(scratch), "threshold": params.near_threshold, "k": params.neighbors,
                 "block_size": params.block_size}):
             pairs = found
     near_keys = frozenset(k for pair in pairs for k in pair)
     starts = np.asarray([b.start for b in blocks], dtype=np.int64)
-    tasks = _task_table(scratch / "bucket-tasks.parquet", list(range(n_buckets)))
+    tasks = _task_table(scratch, "bucket-tasks.parquet", list(range(n_buckets)))
     per_block = np.zeros(len(blocks), np.int64)
     counts = {"n_groups": 0, "n_examples": 0, "n_conflict_groups": 0, "n_examples_in_conflicts": 0}
     top, summaries = [], {}
@@ -124,8 +129,8 @@ def duplicates(scratch: Path, blocks, n_buckets: int, near: bool, params, engine
 
 def _firsts_of(scratch: str, starts: tuple, near_firsts: np.ndarray, b: int) -> np.ndarray:
     """Sorted first rows of the groups that start in block `b`: the partitions' files and the near groups'."""
-    folder = Path(scratch) / "firsts" / str(starts[b])
-    parts = [np.load(f) for f in sorted(folder.glob("*.npy"))] if folder.is_dir() else []
+    folder = shards.location(scratch) / "firsts" / str(starts[b])
+    parts = [shards.load_npy(folder / f) for f in shards.listed(folder, ".npy", prefix="")]
     stop = starts[b + 1] if b + 1 < len(starts) else np.iinfo(np.int64).max
     parts.append(near_firsts[(near_firsts >= starts[b]) & (near_firsts < stop)])
     return np.sort(np.concatenate(parts))
@@ -149,17 +154,15 @@ def _near_pairs(table, block, *, scratch, threshold, k, block_size):
 
 def _bucket(table, block, *, scratch, near_keys, starts):
     import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from erroranalysis.core import files
 
     p = int(table.column("task")[0].as_py())
-    folder = Path(scratch) / "hashes" / str(p)
-    shards = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    if not shards:
+    scratch = shards.location(scratch)
+    folder = scratch / "hashes" / str(p)
+    found = shards.listed(folder, ".parquet")
+    if not found:
         return {"per_block": np.zeros(len(starts), np.int64), "counts": {"n_groups": 0, "n_examples": 0,
                 "n_conflict_groups": 0, "n_examples_in_conflicts": 0}, "top": [], "near": {}}
-    data = pa.concat_tables([pq.read_table(s) for s in shards])
+    data = pa.concat_tables([shards.read_table(folder / s) for s in found])
     keys = np.asarray(data.column("key").to_pylist(), dtype="S16")
     got = bw.bucket_groups(keys, data.column("row").to_numpy(), np.asarray(data.column("label").to_pylist(), object),
                            np.asarray(data.column("example_id").to_pylist(), object), near_keys)
@@ -167,15 +170,12 @@ def _bucket(table, block, *, scratch, near_keys, starts):
     where = np.searchsorted(starts, rows, side="right") - 1
     for b in np.unique(where):
         mine = where == b
-        out = Path(scratch) / "assign" / str(starts[b])
-        out.mkdir(parents=True, exist_ok=True)
-        write_npz(out / f"{p}.npz", rows=rows[mine], first=first[mine], conflict=conflict[mine])
+        write_npz(scratch / "assign" / str(starts[b]), f"{p}.npz", rows=rows[mine], first=first[mine],
+                  conflict=conflict[mine])
     firsts = got.pop("firsts")
     fb = np.searchsorted(starts, firsts, side="right") - 1
     for b in np.unique(fb):
-        out = Path(scratch) / "firsts" / str(starts[b])
-        out.mkdir(parents=True, exist_ok=True)
-        files.write_npy(out / f"{p}.npy", firsts[fb == b])
+        write_npy(scratch / "firsts" / str(starts[b]), f"{p}.npy", firsts[fb == b])
     got["per_block"] = np.bincount(fb, minlength=len(starts)).astype(np.int64)
     return got
 
@@ -187,11 +187,11 @@ def duplicate_columns(table, block, rows, dups, scratch):
     first = np.full(n, -1, np.int64)
     conflict = np.zeros(n, bool)
     kind = np.full(n, "", dtype=object)
-    folder = Path(scratch) / "assign" / str(block.start)
-    for f in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
-        with np.load(f) as z:
-            at = z["rows"] - block.start
-            first[at], conflict[at], kind[at] = z["first"], z["conflict"], "exact"
+    folder = shards.location(scratch) / "assign" / str(block.start)
+    for f in shards.listed(folder, ".npz", prefix=""):
+        z = shards.load_npz(folder / f)
+        at = z["rows"] - block.start
+        first[at], conflict[at], kind[at] = z["first"], z["conflict"], "exact"
     if dups["near"]:
         keys = text_keys(table.column("text").to_pylist())
         for i, key in enumerate(keys.tolist()):

@@ -5,16 +5,15 @@ fills its leakage columns of checks.parquet from what they wrote. The passes are
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
+from erroranalysis.core import shards
 from erroranalysis.datachecks import train_blocks as tb
 from erroranalysis.engines import blocks as eb
 from erroranalysis.stages.check_ray_duplicates import load_shards
 
 
-def leakage(scratch: Path, eval_starts: list[int], n_buckets: int, near: bool, params, engine) -> dict:
+def leakage(scratch, eval_starts: list[int], n_buckets: int, near: bool, params, engine) -> dict:
     """The exact join per key partition (written per eval block) and the near matches of the sample: what the write
     pass needs."""
     eb.call_each(_join, engine, [{"scratch": str(scratch), "p": p, "starts": np.asarray(eval_starts, np.int64)}
@@ -26,14 +25,13 @@ def leakage(scratch: Path, eval_starts: list[int], n_buckets: int, near: bool, p
     return {"near": found, "scratch": str(scratch)}
 
 
-def _read_part(folder: Path):
+def _read_part(folder):
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    shards = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    if not shards:
+    found = shards.listed(folder, ".parquet")
+    if not found:
         return None
-    data = pa.concat_tables([pq.read_table(s) for s in shards])
+    data = pa.concat_tables([shards.read_table(folder / s) for s in found])
     return {"key": np.asarray(data.column("key").to_pylist(), dtype="S16"), "row": data.column("row").to_numpy(),
             "label": np.asarray(data.column("label").to_pylist(), dtype=object),
             "example_id": np.asarray(data.column("example_id").to_pylist(), dtype=object)}
@@ -44,10 +42,9 @@ def _join(scratch: str, p: int, starts: np.ndarray) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import files
-
-    evals = _read_part(Path(scratch) / "hashes" / str(p))
-    train = _read_part(Path(scratch) / "train-hashes" / str(p))
+    scratch = shards.location(scratch)
+    evals = _read_part(scratch / "hashes" / str(p))
+    train = _read_part(scratch / "train-hashes" / str(p))
     if evals is None or train is None:
         return None
     first = tb.first_rows(train["key"], train["row"])
@@ -60,9 +57,8 @@ def _join(scratch: str, p: int, starts: np.ndarray) -> None:
         table = pa.table({"row": rows[mine], "train_row": train["row"][match[mine]],
                           "train_id": train["example_id"][match[mine]].tolist(),
                           "train_label": train["label"][match[mine]].tolist()})
-        out = Path(scratch) / "leak" / str(starts[b])
-        out.mkdir(parents=True, exist_ok=True)
-        files.atomic_write(out / f"{p}.parquet", lambda f, t=table: pq.write_table(t, f))
+        shards.write(scratch / "leak" / str(starts[b]), f"{p}.parquet", lambda f, t=table: pq.write_table(t, f),
+                     digest=False)
     return None
 
 
@@ -93,7 +89,6 @@ def _near(scratch: str, threshold: float, block_size: int) -> dict:
 def leak_columns(frame, table, block, leak: dict, labels: list[str], ids_are_labels: bool) -> dict:
     """This eval block's leakage columns of checks.parquet (into `frame`), and its share of the summary."""
     import pandas as pd
-    import pyarrow.parquet as pq
 
     from erroranalysis.datachecks.duplicates import text_keys
 
@@ -103,9 +98,9 @@ def leak_columns(frame, table, block, leak: dict, labels: list[str], ids_are_lab
     train_label = np.full(n, "", dtype=object)
     similarity = np.full(n, np.nan, np.float32)
     kind = np.full(n, "", dtype=object)
-    folder = Path(leak["scratch"]) / "leak" / str(block.start)
-    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-        part = pq.read_table(f)
+    folder = shards.location(leak["scratch"]) / "leak" / str(block.start)
+    for f in shards.listed(folder, ".parquet", prefix=""):
+        part = shards.read_table(folder / f)
         at = part.column("row").to_numpy() - block.start
         train_row[at] = part.column("train_row").to_numpy()
         train_id[at] = part.column("train_id").to_pylist()

@@ -7,17 +7,17 @@ from __future__ import annotations
 import functools
 import pickle
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
+from erroranalysis.core import shards
 from erroranalysis.engines import blocks as eb
 from erroranalysis.stages.check_ray_duplicates import load_shards, save_shard, within
 
 EVAL_COLUMNS = ["example_id", "text", "label"]  # what the eval blocks' pass reads
 
 
-def shift(path, scratch: Path, train_side: dict, chosen: dict, domain: bool, embedding, params, engine) -> dict:
+def shift(path, scratch, train_side: dict, chosen: dict, domain: bool, embedding, params, engine) -> dict:
     """The shift report (`shift.shift_report`'s) from the eval blocks' counts, both sides' words merged on a worker,
     and the domain classifier fitted on a worker on its seeded rows."""
     from erroranalysis.datachecks.shift import findings
@@ -39,22 +39,22 @@ def shift(path, scratch: Path, train_side: dict, chosen: dict, domain: bool, emb
 
 
 def _merge_words(folder: str, out: str) -> None:
-    from erroranalysis.core import files
-
-    merged = _merged(folder)
-    files.atomic_write(Path(out), lambda f: Path(f).write_bytes(pickle.dumps(merged)))
+    merged = pickle.dumps(_merged(folder))
+    out = shards.location(out)
+    shards.write(out.parent, out.name, lambda f: f.write_bytes(merged), digest=False)
 
 
 def _merged(folder: str) -> Counter:
     merged: Counter = Counter()
-    for f in sorted(Path(folder).glob("part-*.pkl")):
-        merged.update(pickle.loads(f.read_bytes()))
+    folder = shards.location(folder)
+    for f in shards.listed(folder, ".pkl"):
+        merged.update(pickle.loads(shards.read_bytes(folder / f)))
     return merged
 
 
 @functools.lru_cache(maxsize=1)
 def _vocabulary(path: str) -> Counter:
-    return pickle.loads(Path(path).read_bytes())  # once per worker process
+    return pickle.loads(shards.read_bytes(path))  # once per worker process
 
 
 def _eval_shift(table, block, *, scratch, domain, embedding):
@@ -62,8 +62,8 @@ def _eval_shift(table, block, *, scratch, domain, embedding):
 
     texts = table.column("text").to_pylist()
     counts = side_counts(texts, table.column("label").to_pylist())
-    dump_words(Path(scratch) / "eval-words", block, counts.pop("words"))
-    oov = mostly_oov([words(t) for t in texts], _vocabulary(str(Path(scratch) / "train-words.pkl")))
+    dump_words(shards.location(scratch) / "eval-words", block, counts.pop("words"))
+    oov = mostly_oov([words(t) for t in texts], _vocabulary(str(shards.location(scratch) / "train-words.pkl")))
     if embedding is not None:
         wanted = within(domain, block)
         if len(wanted):
@@ -76,8 +76,8 @@ def _eval_shift(table, block, *, scratch, domain, embedding):
 def _counted(scratch: str, train: dict, evals: dict, oov: int) -> dict:
     from erroranalysis.datachecks.shift import counted_report
 
-    train = {**train, "words": _vocabulary(str(Path(scratch) / "train-words.pkl"))}
-    evals = {**evals, "words": _merged(str(Path(scratch) / "eval-words"))}
+    train = {**train, "words": _vocabulary(str(shards.location(scratch) / "train-words.pkl"))}
+    evals = {**evals, "words": _merged(str(shards.location(scratch) / "eval-words"))}
     return counted_report(train, evals, oov, labels=True)
 
 
@@ -94,10 +94,8 @@ def _domain(scratch: str, seed: int) -> dict:
     return out
 
 
-def dump_words(folder: Path, block, value) -> None:
+def dump_words(folder, block, value) -> None:
     """A block's word counts (a Counter), pickled into `folder` as the shard of its first row (`merged` reads them)."""
-    from erroranalysis.core import files
-
-    folder.mkdir(parents=True, exist_ok=True)
+    data = pickle.dumps(value)
     stem = eb.SHARD.format(start=block.start)[:-len(".parquet")]
-    files.atomic_write(folder / f"{stem}.pkl", lambda f: Path(f).write_bytes(pickle.dumps(value)))
+    shards.write(folder, f"{stem}.pkl", lambda f: f.write_bytes(data), digest=False)

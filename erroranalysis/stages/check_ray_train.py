@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from erroranalysis.core import shards
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.datachecks import train_blocks as tb
 from erroranalysis.engines import blocks as eb
@@ -92,7 +93,7 @@ class Source:
     gold: TrainGold
 
 
-def source(run, params, train_set, scratch: Path, engine) -> Source:
+def source(run, params, train_set, scratch, engine) -> Source:
     """The training rows the workers read; a missing column or an empty file is the in-process one-line error."""
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source
@@ -103,9 +104,10 @@ def source(run, params, train_set, scratch: Path, engine) -> Source:
         import pandas as pd
 
         frame = train_set.frame
+        table = pd.DataFrame({"example_id": frame["example_id"].astype(str), "text": frame["text"].astype(str),
+                              "label": frame["label"].astype(str)})
+        shards.write(scratch, "train.parquet", lambda p: table.to_parquet(p, index=False), digest=False)
         rows = scratch / "train.parquet"
-        pd.DataFrame({"example_id": frame["example_id"].astype(str), "text": frame["text"].astype(str),
-                      "label": frame["label"].astype(str)}).to_parquet(rows, index=False)
         return Source(str(rows), str(train_set.path), str(Path(train_set.path).resolve()), None, False,
                       len(train_set), gold)
     opts = train_options(run, params)
@@ -163,7 +165,7 @@ def samples(src: Source, n_eval: int, params, near: bool, domain: bool) -> dict:
             "domain_train": t_rows, "domain_eval": e_rows}
 
 
-def scan(src: Source, scratch: Path, n_buckets: int, chosen: dict, embedding, engine) -> dict:
+def scan(src: Source, scratch, n_buckets: int, chosen: dict, embedding, engine) -> dict:
     """Step 1 over the training blocks: the merged counts and the label rule; ids unique across blocks."""
     from erroranalysis.sources import blocks
 
@@ -190,19 +192,19 @@ def _scan(table, block, *, source, opts, copy, gold, scratch, n_buckets, near, d
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import files
     from erroranalysis.datachecks.duplicates import text_keys
     from erroranalysis.datachecks.shift import side_counts
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source
 
     frame = table.to_pandas()
+    scratch = shards.location(scratch)
     if opts is not None:
         frame = blocks.with_lines(frame, block.start, copy)
         frame = (blocks.rows_of(frame, block.start, opts, source=as_source(source)) if gold.task == NEEDS_IDS else
                  _task_rows(gold, frame, block.start, opts, as_source(source))).frame
         if opts.id_column:
-            blocks.write_id_parts(Path(scratch) / "train-ids", block.start, frame["example_id"], frame["_line"])
+            blocks.write_id_parts(scratch / "train-ids", block.start, frame["example_id"], frame["_line"])
     texts = frame["text"].tolist()
     raw = frame["label"].astype(str).to_numpy(dtype=object)
     ids = frame["example_id"].astype(str).to_numpy(dtype=object)
@@ -213,11 +215,10 @@ def _scan(table, block, *, source, opts, copy, gold, scratch, n_buckets, near, d
         mine = bucket == p
         part = pa.table({"key": binary16(keys[mine]), "row": rows[mine], "label": raw[mine].tolist(),
                          "example_id": ids[mine].tolist()})
-        folder = Path(scratch) / "train-hashes" / str(p)
-        folder.mkdir(parents=True, exist_ok=True)
-        files.atomic_write(folder / eb.SHARD.format(start=block.start), lambda f, t=part: pq.write_table(t, f))
+        shards.write(scratch / "train-hashes" / str(p), eb.SHARD.format(start=block.start),
+                     lambda f, t=part: pq.write_table(t, f), digest=False)
     counts = side_counts(texts, raw)
-    dump_words(Path(scratch) / "train-words", block, counts.pop("words"))
+    dump_words(scratch / "train-words", block, counts.pop("words"))
     if embedding is not None:
         in_near, in_domain = within(near, block), within(domain, block)
         wanted = np.union1d(in_near, in_domain)
@@ -242,7 +243,7 @@ def _task_rows(gold: TrainGold, raw, start: int, opts, source):
 def _first_duplicates(folder: str) -> list:
     from erroranalysis.sources import blocks
 
-    return [blocks.first_duplicate(Path(folder) / f"ids-{k:02d}") for k in range(blocks.ID_PARTS)]
+    return [blocks.first_duplicate(shards.location(folder) / f"ids-{k:02d}") for k in range(blocks.ID_PARTS)]
 
 
 # -- what `data_checks_ray.checks_ray` calls ---------------------------------------------------------------------
@@ -260,7 +261,7 @@ class Trained:
     embedding: object
 
 
-def prepare(run, params, train: dict, scratch: Path, n_eval: int, n_buckets: int, embedding, engine, record: dict,
+def prepare(run, params, train: dict, scratch, n_eval: int, n_buckets: int, embedding, engine, record: dict,
             reporter) -> Trained:
     """Step 1, before the stage starts; states the leakage sample in the record and, when it is one, on stderr."""
     near = embedding is not None
@@ -278,13 +279,13 @@ def prepare(run, params, train: dict, scratch: Path, n_eval: int, n_buckets: int
     return Trained(src, chosen, scanned, near, domain, embedding)
 
 
-def write_state(trained: Trained, scratch: Path, eval_starts: list[int], n_buckets: int, params, engine) -> dict:
+def write_state(trained: Trained, scratch, eval_starts: list[int], n_buckets: int, params, engine) -> dict:
     """Step 2, in the stage: what each eval block's write pass needs for its leakage columns (`leak_columns`)."""
     leak = leakage(scratch, eval_starts, n_buckets, trained.near, params, engine)
     return {**leak, "labels": trained.src.gold.id_labels, "ids": trained.scanned["ids"]}
 
 
-def sections(trained: Trained, parts: list[dict], record: dict, path, scratch: Path, params, engine) -> tuple:
+def sections(trained: Trained, parts: list[dict], record: dict, path, scratch, params, engine) -> tuple:
     """checks.json's leakage and shift sections (shift None without `params.shift`)."""
     leak = tb.merge_leak(parts, trained.src.path, trained.src.n, trained.near)
     leak["searched"] = record["leakage_sample"]

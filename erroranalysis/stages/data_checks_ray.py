@@ -27,30 +27,30 @@ classification and runs without probabilities, where checks.json says why as in-
 
 What differs from in-process, and is stated in checks.json (`duplicates.searched`) and the stage record: near
 duplicates are searched among the sample only (in-process: every row); above 200,000 rows the in-process flags come
-from cleanlab's batched estimate, the Ray ones from the exact rule. Scratch files live in a hidden folder of the
-run (every worker sees the run) and are removed at the end.
+from cleanlab's batched estimate, the Ray ones from the exact rule. Scratch files (key partitions, vectors, the
+training file's state) go where `inputs.stage_scratch` says: for a run being built for object storage, a prefix under
+its generation, so no node need see the driver's disk; else a hidden folder of the run that every worker sees. They
+are removed at the end.
 """
 
 from __future__ import annotations
 
 import functools
-import shutil
-from pathlib import Path
 
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core import files, schemas
+from erroranalysis.core import schemas, shards
 from erroranalysis.core.sampling import seeded_rows
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.engines import blocks as eb
-from erroranalysis.engines.shared_disk import check_shared
 from erroranalysis.stages import check_ray_train
 from erroranalysis.stages.check_parts import no_leakage
 from erroranalysis.stages.check_ray_duplicates import binary16 as _binary16
 from erroranalysis.stages.check_ray_duplicates import duplicate_columns, duplicates, load_shards
 from erroranalysis.stages.check_ray_duplicates import save_shard as _save
 from erroranalysis.stages.check_ray_duplicates import within as _within
+from erroranalysis.stages.check_ray_duplicates import write_npy as _write_npy
 from erroranalysis.stages.check_ray_leakage import leak_columns
 
 COLUMNS = ["example_id", "text", "label", "correct"]
@@ -133,9 +133,10 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
     if near and len(sample) < n:
         reporter.note(f"checks: --engine ray: near duplicates searched among a seeded sample of {len(sample)} of "
                       f"{n} rows (--near-sample)")
-    check_shared(run.path, engine)  # the scratch below, read back by other workers
-    scratch = files.new_scratch(run.path, ".checks-scratch-")  # not in .staging: the stage sweeps that
-    try:
+    from erroranalysis.stages.inputs import stage_scratch
+
+    # read back by other workers; not in .staging (the stage sweeps that)
+    with stage_scratch(run.path, ".checks-scratch-", engine) as scratch:
         probs = str(run.file(rundir.PROBS)) if rule else None
         ctx = {"probs": probs, "labels": list(run.labels), "scratch": str(scratch), "source": probs, "rule": rule,
                "columns": GOLD[rule]}
@@ -193,8 +194,6 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
             summary = {**checks_report.summary(report), "near_sample": record["sample"]}
             staging.facts.update({k: v for k, v in summary.items() if k != "findings"})
         return summary
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 
@@ -213,7 +212,6 @@ def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **c
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from erroranalysis.core import files
     from erroranalysis.datachecks.duplicates import text_keys
 
     missing = {c: int(pc.sum(pc.is_null(table.column(c), nan_is_null=True)).as_py() or 0)
@@ -229,9 +227,8 @@ def _scan(table, block, *, scratch, n_buckets, sample, ref, embedding, vote, **c
         mine = bucket == p
         part = pa.table({"key": _binary16(keys[mine]), "row": rows[mine],
                          "label": labels[mine].tolist(), "example_id": example_ids[mine].tolist()})
-        folder = Path(scratch) / "hashes" / str(p)
-        folder.mkdir(parents=True, exist_ok=True)
-        files.atomic_write(folder / eb.SHARD.format(start=block.start), lambda f, t=part: pq.write_table(t, f))
+        shards.write(shards.location(scratch) / "hashes" / str(p), eb.SHARD.format(start=block.start),
+                     lambda f, t=part: pq.write_table(t, f), digest=False)
     if embedding is not None:
         in_sample = _within(sample, block)
         in_ref = _within(ref, block)
@@ -249,17 +246,14 @@ def _vote(table, block, *, scratch, prior, k, weight, **ctx):
     from erroranalysis.datachecks.label_issues import reference_label_probs
 
     ids, probs = _ids_probs(table, block, **ctx)
-    vectors = np.load(Path(scratch) / "vectors" / (eb.SHARD.format(start=block.start)[:-8] + ".npy"))
+    stem = eb.SHARD.format(start=block.start)[:-len(".parquet")]
+    vectors = np.array(shards.load_npy(shards.location(scratch) / "vectors" / f"{stem}.npy"))  # writable
     reference, columns = load_shards(scratch, "ref")
     rows = np.arange(block.start, block.stop)
     neighbours = reference_label_probs(vectors, rows, reference, columns.get("rows", np.zeros(0, np.int64)),
                                        columns.get("labels", np.zeros(0, np.int64)), prior, k=k)
     mixed = (1 - weight) * probs + weight * neighbours
-    from erroranalysis.core import files
-
-    folder = Path(scratch) / "mixed"
-    folder.mkdir(parents=True, exist_ok=True)
-    files.write_npy(folder / (eb.SHARD.format(start=block.start)[:-8] + ".npy"), mixed)
+    _write_npy(shards.location(scratch) / "mixed", f"{stem}.npy", mixed)
     return bw.class_sums(ids, mixed)[1]
 
 
