@@ -65,6 +65,13 @@ def upload(local, url: str) -> str:
     return url
 
 
+def objects(prefix) -> list[str]:
+    """The keys of every object under `prefix` (an ObjectPath), relative to it, listed afresh."""
+    import pyarrow.fs as pafs
+
+    fs, key = prefix.filesystem()
+    found = fs.get_file_info(pafs.FileSelector(key, recursive=True, allow_not_found=True))
+    return [i.path[len(key) + 1:] for i in found if i.type == pafs.FileType.File]
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +83,14 @@ def s3():
             patch.setenv(name, value)
         make_bucket("evals")
         yield env
+
+
+@pytest.fixture
+def ray_seeing_s3(s3):
+    """The shared local Ray (conftest's `local_ray`) started again once the S3 server's environment is set (its
+    workers keep the environment Ray started with), and stopped after the test: the next module's starts without it."""
+    from conftest import own_ray, shared_ray
+
+    own_ray()
+    yield shared_ray()
+    own_ray()

@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from object_store import s3  # noqa: F401 (the fixture)
+from object_store import objects, ray_seeing_s3, s3  # noqa: F401 (the fixtures)
 from test_checks_ray import planted_predictions, word_vectors
 
 from erroranalysis import stages
@@ -230,25 +230,13 @@ def test_the_leakage_summary_merges_over_any_split():
     assert whole["n_in_train"] == 26 and whole["n_label_differs"] > 0 and len(whole["examples"]) == 20
 
 
-@pytest.fixture
-def ray_seeing_s3(s3):  # noqa: F811
-    """The shared local Ray started again after the S3 server, so its workers see its AWS_* environment; stopped
-    after the test, so that the next module's starts without it."""
-    from conftest import own_ray, shared_ray
-
-    own_ray()
-    yield shared_ray()
-    own_ray()
-
-
-def test_a_run_built_on_s3_keeps_the_checks_scratch_there(ray_seeing_s3, leaky, tmp_path, monkeypatch):
+def test_a_run_built_on_s3_keeps_the_checks_scratch_there(ray_seeing_s3, leaky, tmp_path, monkeypatch):  # noqa: F811
     """`--out s3://...` under Ray with --train (a JSONL file: the workers' Parquet copy): every scratch file the
     workers write and read back (key partitions, vectors, the training file's copy, ids, words and leaks) goes
     under the run's generation on object storage, none into the local mirror; the answers are the in-process ones."""
     import contextlib
     import functools
 
-    import pyarrow.fs as pafs
     from ray import cloudpickle
 
     from erroranalysis.core import files, shards
@@ -268,11 +256,6 @@ def test_a_run_built_on_s3_keeps_the_checks_scratch_there(ray_seeing_s3, leaky, 
     monkeypatch.setattr(files, "new_scratch", lambda *a: pytest.fail(f"a scratch folder on this disk: {a}"))
     written: dict = {}
     scratch = shards.scratch
-
-    def objects(prefix: ObjectPath) -> list[str]:  # every object under it, listed afresh
-        fs, key = prefix.filesystem()
-        found = fs.get_file_info(pafs.FileSelector(key, recursive=True, allow_not_found=True))
-        return [i.path[len(key) + 1:] for i in found if i.type == pafs.FileType.File]
 
     @contextlib.contextmanager
     def recorded(prefix, name):

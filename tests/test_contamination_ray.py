@@ -14,8 +14,8 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import own_ray, shared_ray, write_jsonl
-from object_store import s3  # noqa: F401 (the fixture)
+from conftest import write_jsonl
+from object_store import objects, ray_seeing_s3, s3  # noqa: F401 (the fixtures)
 from typer.testing import CliRunner
 
 from erroranalysis.cli.app import app
@@ -148,17 +148,7 @@ def test_a_bad_training_file_is_the_same_error_under_both_engines(local_ray, gen
     assert not list((root / "run").glob(".contamination-scratch-*"))
 
 
-@pytest.fixture
-def ray_seeing_s3(s3, local_ray):  # noqa: F811
-    """The shared local Ray (`local_ray`), started again once the S3 server's environment is set (its workers
-    inherit the environment Ray starts with), and stopped after the test (the next module's `local_ray` starts a
-    clean one)."""
-    own_ray()
-    yield shared_ray()
-    own_ray()
-
-
-def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(ray_seeing_s3, generation, tmp_path,
+def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(ray_seeing_s3, generation, tmp_path,  # noqa: F811
                                                                             monkeypatch):
     """`analyze --out s3://... --engine ray --train sft.jsonl`: the in-process contamination answer, and the
     scratch (the training file's Parquet copy, the partitions, the columns) lives under the run's generation on object
@@ -175,7 +165,7 @@ def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(ray
     def recorded(prefix, name):
         with real_scratch(prefix, name) as folder:
             yield folder
-            made[str(folder)] = {key.split("/")[0] for key in _objects(folder)}  # what is in it, before it goes
+            made[str(folder)] = {key.split("/")[0] for key in objects(folder)}  # what is in it, before it goes
 
     def new_scratch(parent, prefix):
         asked.append(prefix)
@@ -199,18 +189,8 @@ def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(ray
     ours = [folder for folder in made if folder.startswith(f"{url}/objects/{named}/scratch/.contamination-scratch-")]
     assert len(ours) == 1 and made[ours[0]] == {"rows.parquet", "train", "eval", "prompts", "bands", "candidates",
                                                 "verified", "train_lengths", "hits", "columns"}
-    assert _objects(storage.ObjectPath.parse(ours[0])) == []
+    assert objects(storage.ObjectPath.parse(ours[0])) == []
     assert not [p for p in asked if "contamination" in p or p.endswith(".rows-")]  # nothing on the driver's disk
-
-
-def _objects(prefix) -> list[str]:
-    """The keys of every object under `prefix`, relative to it."""
-    import pyarrow.fs as pafs
-
-    fs, key = prefix.filesystem()
-    return [i.path[len(key) + 1:] for i in fs.get_file_info(pafs.FileSelector(key, recursive=True,
-                                                                               allow_not_found=True))
-            if i.type == pafs.FileType.File]
 
 
 # -- the pieces ------------------------------------------------------------------------------------------------

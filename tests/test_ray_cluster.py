@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import eval_rows, own_ray
+from conftest import eval_rows, own_ray, write_jsonl
 from object_store import s3, upload  # noqa: F401 (s3: the fixture)
 from test_engines import assert_same, ray_warnings
 
+from erroranalysis.core import files
 from erroranalysis.core.errors import DataError, RunError
 from erroranalysis.engines import Engine, EngineError
 from erroranalysis.rundir import Run, readers
@@ -219,7 +220,7 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
     local = run(local_file, tmp_path / "local", Engine("local"))
     built = run(data_url, url, cluster)
     sharded = ("predictions.parquet", "probs.npy", "hidden_states.npy", "checks.parquet", "slice_members.parquet",
-               "assignments.parquet")
+               "assignments.parquet", "embeddings.npy")  # embeddings: the fit sample's, written by its worker
     mirror = remote.mirror_of(ObjectPath.parse(url))
     for name in sharded:
         assert sorted(p.name for p in (mirror / name).iterdir()) == ["shards.json"], name  # no shard on this disk
@@ -251,13 +252,13 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
 
 
 def _nothing_left(url: str) -> None:
-    """No run committed at `url`, and no shard left under it."""
+    """No run committed at `url`, and nothing left under it: no shard, no scratch."""
     from erroranalysis.core.storage import fsspec_filesystem
 
     s3fs = fsspec_filesystem("s3")
     s3fs.invalidate_cache()
     assert not s3fs.exists(f"{url}/manifest.json")
-    assert not [key for key in s3fs.find(url) if "/part-" in key]
+    assert s3fs.find(url) == []
 
 
 def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_checkpoint, tmp_path, monkeypatch):
@@ -277,14 +278,16 @@ def test_a_failed_stage_leaves_no_run_and_takes_its_shards_back(cluster, tiny_ch
 
 def test_a_stage_failing_after_others_committed_leaves_no_shard(cluster, tiny_checkpoint, tmp_path, monkeypatch,
                                                             on_driver_only):
-    """The infer stage commits its shards on object storage, then a later stage fails: the run is not published,
-    and the generation's shards (named by no manifest) are deleted, not left in the bucket."""
+    """The infer stage commits its shards on object storage (a JSONL eval set there: a worker's Parquet copy of it
+    in the bucket's scratch), then a later stage fails: the run is not published, and the generation's shards and
+    the copy (named by no manifest) are deleted, not left in the bucket."""
 
     def broken(*args, **kwargs):
         raise RuntimeError("the metrics stage broke")
 
     monkeypatch.setattr("erroranalysis.stages.metrics.compute_run_metrics", broken)
-    _, data_url = _parquet(tmp_path, eval_rows(120))
+    monkeypatch.setattr(files, "new_scratch", lambda *a: pytest.fail(f"a scratch folder on the driver's disk: {a}"))
+    data_url = upload(write_jsonl(tmp_path / "eval.jsonl", eval_rows(120)), f"s3://evals/{tmp_path.name}/eval.jsonl")
     url = f"s3://evals/later/{tmp_path.name}"
     with pytest.raises(RuntimeError, match="the metrics stage broke"):
         _run(tiny_checkpoint, data_url, url, Engine("ray", address=cluster.address, concurrency=1))
@@ -345,5 +348,6 @@ def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only
     hidden = driver_only / tmp_path.name
     hidden.mkdir()
     with pytest.raises(EngineError, match=rf"node [0-9.]+ does not see {hidden}, where the workers write the "
-                                          r"run's files; put the run directory .* on a filesystem every node shares"):
+                                          r"run's files; put the run directory on a filesystem every node shares, or "
+                                          r"write the run to object storage \(--out s3://\.\.\.\)\."):
         shared_disk.check_shared(hidden, cluster)

@@ -93,7 +93,8 @@ def test_sigterm_to_the_driver_exits_143_with_the_stage_interrupted(tiny_checkpo
     deadline = time.monotonic() + LIMIT
     while proc.poll() is None and not (actors(proc.pid) and _running(out)) and time.monotonic() < deadline:
         time.sleep(0.2)  # the stage runs once the workers are up
-    assert proc.poll() is None, "the run ended before its workers started"
+    if proc.poll() is not None:
+        pytest.fail(f"the run ended before its workers started: {wait(proc)[1][-2000:]}")
     proc.send_signal(signal.SIGTERM)
     _, err = wait(proc)
     assert proc.returncode == 143, err[-2000:]

@@ -120,7 +120,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
 
     rule = label_rule(run)
     vote = vote and rule == "classification"
-    path = run.file(rundir.PREDICTIONS)
+    path = readers.shared_path(run, rundir.PREDICTIONS)  # a URL for a run on object storage: every worker reads it
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
     n = eb.n_rows(blocks)
@@ -137,7 +137,7 @@ def checks_ray(run, params, record: dict, embedding: Embedding | None, vote: boo
 
     # read back by other workers; not in .staging (the stage sweeps that)
     with stage_scratch(run.path, ".checks-scratch-", engine) as scratch:
-        probs = str(run.file(rundir.PROBS)) if rule else None
+        probs = str(readers.shared_path(run, rundir.PROBS)) if rule else None
         ctx = {"probs": probs, "labels": list(run.labels), "scratch": str(scratch), "source": probs, "rule": rule,
                "columns": GOLD[rule]}
         columns = COLUMNS + [c for c in GOLD[rule] if c not in COLUMNS]
