@@ -184,9 +184,8 @@ def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(ray
     pd.testing.assert_frame_equal(readers.read_checks(run), frame)
     assert readers.read_checks_report(run)["contamination"] == found["contamination"]
 
-    # one scratch, under the run's generation, holding the training file's copy and every step's folders; gone now
-    named = remote.remote_manifest(storage.ObjectPath.parse(url))["objects"]["generation"]
-    ours = [folder for folder in made if folder.startswith(f"{url}/objects/{named}/scratch/.contamination-scratch-")]
+    # one scratch, under the run's objects, holding the training file's copy and every step's folders; gone now
+    ours = [folder for folder in made if folder.startswith(f"{url}/objects/scratch/.contamination-scratch-")]
     assert len(ours) == 1 and made[ours[0]] == {"rows.parquet", "train", "eval", "prompts", "bands", "candidates",
                                                 "verified", "train_lengths", "hits", "columns"}
     assert objects(storage.ObjectPath.parse(ours[0])) == []

@@ -65,6 +65,8 @@ def cluster(s3, driver_only):  # noqa: F811
     deadline = time.monotonic() + 120
     while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
+    if len([n for n in ray.nodes() if n["Alive"]]) < 2:
+        pytest.fail("the cluster's second node did not join in 120 s")
     try:
         yield Engine("ray", address=nodes.address)
     finally:

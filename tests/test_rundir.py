@@ -69,6 +69,23 @@ def test_a_signal_while_the_staging_folder_is_made_still_marks_the_stage_interru
     assert entry["status"] == "interrupted" and not any((run.path / rundir.artifacts.STAGING).iterdir())
 
 
+def test_a_full_disk_at_the_stage_s_first_write_is_one_line_and_keeps_the_last_entry(tmp_path, monkeypatch):
+    import errno
+
+    run = inferred_run(tmp_path / "r", frame(), labels=LABELS)
+    commit(run, "metrics", metrics_json={"overall": {}, "per_class": [], "confusion": {}, "v": 1})
+    before = run.manifest["stages"]["metrics"]
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Run, "_write", full)
+    with pytest.raises(files.DiskFullError, match="stage 'metrics' stopped, the disk is full; its previous files"), \
+            run.stage("metrics"):
+        pass
+    assert run.manifest["stages"]["metrics"] == before and readers.read_metrics(run)["v"] == 1
+
+
 def test_a_stage_left_running_by_a_dead_process_is_interrupted_with_the_command_to_resume(tmp_path):
     run = inferred_run(tmp_path / "r", frame(), labels=LABELS)
     manifest = run.manifest

@@ -61,12 +61,18 @@ def write(folder, name: str, fill: Callable[[Path], None], digest: bool = True) 
         dst.write(json.dumps({"sha256": sha.hexdigest(), "bytes": size}).encode())
 
 
+def write_file(target, fill: Callable[[Path], None], digest: bool = False) -> None:
+    """`write` of the file at `target` (a path or a URL): a scratch file by default (no digest)."""
+    target = location(target)
+    write(target.parent, target.name, fill, digest)
+
+
 def names(folder, suffix: str) -> list[str]:
     """The shard names (`part-*<suffix>`) in `folder`, sorted (name order is row order): listed on a local disk
     or in object storage, or read from the folder's pointer."""
     folder = location(folder)
     if isinstance(folder, storage.ObjectPath):
-        return sorted(n for n in storage.listing(folder) if _is_shard(n, suffix))
+        return listed(folder, suffix)
     pointed = pointer(folder)
     if pointed is not None:
         return sorted(n for n in pointed["shards"] if _is_shard(n, suffix))
@@ -81,7 +87,7 @@ def listed(folder, suffix: str = "", prefix: str = "part-") -> list[str]:
         found = storage.listing(folder)
     else:
         found = [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
-    return sorted(n for n in found if n.startswith(prefix) and n.endswith(suffix) and not n.endswith(DIGEST))
+    return sorted(n for n in found if _named(n, prefix, suffix))
 
 
 def parts(path, suffix: str) -> list[Path | storage.ObjectPath]:
@@ -284,4 +290,8 @@ def scratch(prefix, name: str):
 
 
 def _is_shard(name: str, suffix: str) -> bool:
-    return name.startswith("part-") and name.endswith(suffix) and not name.endswith(DIGEST)
+    return _named(name, "part-", suffix)
+
+
+def _named(name: str, prefix: str, suffix: str) -> bool:
+    return name.startswith(prefix) and name.endswith(suffix) and not name.endswith(DIGEST)

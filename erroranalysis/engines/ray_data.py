@@ -290,8 +290,7 @@ def predict_source(scanned, options, predictor_kwargs: dict, labels: list[str], 
                           "run the command again.") from None
     check_coverage(covered, n_rows, paths)
     if options.id_column:
-        folder = shards.location(kwargs["ids_folder"])
-        parts = [{"folder": str(folder / f"ids-{k:02d}")} for k in range(blocks.ID_PARTS)]
+        parts = blocks.id_parts(kwargs["ids_folder"])
         blocks.duplicate_error(run_tasks(blocks.first_duplicate, engine, parts), scanned.path, options)
     return counts, sorted(ran), n_cut
 

@@ -37,11 +37,11 @@ SHARDS_AT: dict = {}  # the folder of a run being built for object storage -> wh
 SETTLED = ("data", "tokens")  # the manifest's fields a stage may settle at its commit (`Staging.manifest`)
 
 
-def generation_of(run_path):
-    """The prefix of the generation a run being built for object storage writes (`<url>/objects/<generation>`), or
-    None for a run that stays on this disk."""
+def run_url(run_path):
+    """The URL of the run being built at local `run_path` for object storage, or None for a run that stays on this
+    disk."""
     shards_at = SHARDS_AT.get(Path(run_path).resolve())
-    return None if shards_at is None else shards_at.parent
+    return None if shards_at is None else shards_at.parent.parent.parent  # <url>/objects/<generation>/shards
 
 
 class Staging:

@@ -217,21 +217,27 @@ class Run:
                 yield staging
                 plan = staging.plan()
             except BaseException as exc:
-                if staging is None:
-                    commit.sweep(self.path, name)
-                else:
-                    staging.discard()
-                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                self._set(name, {"status": status, "error": text, "seconds": round(time.perf_counter() - start, 3),
-                                 "finished": now_iso()})
-                if files.is_disk_full(exc):
-                    raise files.DiskFullError(f"{self.path}: stage {name!r} stopped, {files.disk_full_reason(exc)}; "
-                                              "its previous files are kept; free some space and run it again.") from None
+                self._stopped(name, staging, exc, time.perf_counter() - start)
                 raise
             done = {"status": "done", "params": params or {}, "seconds": round(time.perf_counter() - start, 3),
                     "finished": now_iso(), **staging.facts}
             self._commit(name, {**plan, "done": done})
+
+    def _stopped(self, name: str, staging, exc: BaseException, seconds: float) -> None:
+        """Undo stage `name` stopped by `exc` before its commit: its staging folder goes, and its entry says failed
+        or interrupted when the manifest records this attempt (the first write may have failed); DiskFullError."""
+        if staging is None:
+            commit.sweep(self.path, name)
+        else:
+            staging.discard()
+        entry = self.manifest.get("stages", {}).get(name) or {}
+        if entry.get("status") == "running" and entry.get("pid") == os.getpid() and entry.get("host") == host():
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._set(name, {"status": "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                             "error": text, "seconds": round(seconds, 3), "finished": now_iso()})
+        if files.is_disk_full(exc):
+            raise files.DiskFullError(f"{self.path}: stage {name!r} stopped, {files.disk_full_reason(exc)}; its "
+                                      "previous files are kept; free some space and run it again.") from None
 
     def _commit(self, name: str, plan: dict) -> None:
         commit.check_plan(self.path, name, plan)

@@ -108,14 +108,8 @@ def to_parquet(source, target, encoding: str = "utf-8", split: str | None = None
                                 ) from None
         raise
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), COPY: b"1"})
-    _write_copy(target, lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))
+    shards.write_file(target, lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))  # a path or a URL
     return len(frame)
-
-
-def _write_copy(target, fill) -> None:
-    """Write the copy at `target` (a path, or a URL: a scratch prefix on object storage) with `fill(local path)`."""
-    target = shards.location(target)
-    shards.write(target.parent, target.name, fill, digest=False)
 
 
 def _stream_folder(source: Path, target, split: str | None) -> int:
@@ -144,7 +138,7 @@ def _stream_folder(source: Path, target, split: str | None) -> int:
         if not rows:
             raise empty_dataset(folder)
 
-    _write_copy(target, write)
+    shards.write_file(target, write)
     return sum(rows)
 
 
@@ -277,12 +271,17 @@ def write_id_parts(folder, start: int, ids, lines) -> None:
 
     ids = np.asarray(ids, dtype=object)
     part = id_hashes(ids) % ID_PARTS
-    for k in range(ID_PARTS):
+    for k, target in enumerate(id_parts(folder)):
         rows = np.flatnonzero(part == k)
         table = pa.table({"id": pa.array(ids[rows].tolist(), pa.string()), "row": start + rows,
                           "line": np.asarray(lines, dtype=np.int64)[rows]})
-        shards.write(shards.location(folder) / f"ids-{k:02d}", f"part-{start:012d}.parquet",
-                     lambda p, t=table: pq.write_table(t, p), digest=False)
+        shards.write(target["folder"], f"part-{start:012d}.parquet", lambda p, t=table: pq.write_table(t, p),
+                     digest=False)
+
+
+def id_parts(folder) -> list[dict]:
+    """The `ID_PARTS` folders of `write_id_parts` under `folder` (a path or a URL), as `first_duplicate`'s calls."""
+    return [{"folder": str(shards.location(folder) / f"ids-{k:02d}")} for k in range(ID_PARTS)]
 
 
 def first_duplicate(folder) -> tuple[int, int, int, str] | None:

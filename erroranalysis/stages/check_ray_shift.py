@@ -40,8 +40,7 @@ def shift(path, scratch, train_side: dict, chosen: dict, domain: bool, embedding
 
 def _merge_words(folder: str, out: str) -> None:
     merged = pickle.dumps(_merged(folder))
-    out = shards.location(out)
-    shards.write(out.parent, out.name, lambda f: f.write_bytes(merged), digest=False)
+    shards.write_file(out, lambda f: f.write_bytes(merged))
 
 
 def _merged(folder: str) -> Counter:

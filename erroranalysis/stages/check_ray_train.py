@@ -243,7 +243,7 @@ def _task_rows(gold: TrainGold, raw, start: int, opts, source):
 def _first_duplicates(folder: str) -> list:
     from erroranalysis.sources import blocks
 
-    return [blocks.first_duplicate(shards.location(folder) / f"ids-{k:02d}") for k in range(blocks.ID_PARTS)]
+    return [blocks.first_duplicate(**part) for part in blocks.id_parts(folder)]
 
 
 # -- what `data_checks_ray.checks_ray` calls ---------------------------------------------------------------------

@@ -46,6 +46,8 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
 
     run = rundir.Run.open(run_dir)
     path = readers.shared_path(run, readers.units_artifact(run))
+    if not storage.is_url(path):  # a local run: the workers read it, and embeddings.npy, on this disk
+        check_shared(run_dir, engine)
     columns = set(_parquet_columns(path))
     modes = cluster_modes.by_mode(params, columns)
     if embedder is None:
@@ -64,8 +66,6 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
         vectors_file = staging.shards(rundir.EMBEDDINGS, engine)  # the fit sample's: the placing workers read them
         if storage.is_url(vectors_file):
             vectors_file = vectors_file / SHARD.format(start=0, suffix=".npy")  # a run on object storage: one shard
-        else:
-            check_shared(run_dir, engine)  # the workers that place the failures read embeddings.npy on this disk
         vectors_file = str(vectors_file)
         if progress:
             progress("cluster", 0, 1)
@@ -178,8 +178,7 @@ def _fit_sample(run_dir: str | None, failures, context, params: ClusterParams, m
                                   cluster_tier=result.cluster_tier)
         rate, resolved, note = result.local_error_rate, result.params, result.note
     xy = timed(timings, "layout", layout, inputs, vectors, embed_rows, params, None)
-    target = shards.location(vectors_file)
-    shards.write(target.parent, target.name, files.npy_writer(fail_vectors, np.float32))
+    shards.write_file(vectors_file, files.npy_writer(fail_vectors, np.float32), digest=True)  # a shard on S3
     return {**out, "fitted": fitted, "rate": rate, "resolved": resolved, "note": note, "xy": xy,
             "d90": cluster.reference_distance(fail_vectors) if sampled and len(failures) else 0.0,
             "embedder": emb, "embedder_key": getattr(emb, "key", None), "n_embedded": len(embed_rows),

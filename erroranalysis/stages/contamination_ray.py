@@ -4,7 +4,7 @@ predictions.parquet or of the training file; the driver holds counts, the 20 sho
 
 `prepare` runs before the checks stage starts (so a bad training file fails it and nothing is half-written), in the
 stage's scratch (`inputs.stage_scratch`: a hidden folder of the run that every worker sees, or for a run built for
-object storage a prefix under its generation, so no node need see the driver's disk):
+object storage a prefix under its objects, so no node need see the driver's disk):
 
 1. the training file is read by the workers in row ranges (a Parquet file as it is, a JSONL or CSV file or a
    save_to_disk folder's `--train-split` through the Parquet copy one worker makes, `_copy`), each block validated
@@ -196,9 +196,7 @@ def _copy(source: str, target: str, encoding: str, split: str | None = None) -> 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), COPY: b"1",
                                            PICKLED: "\n".join(pickled).encode()})
-    target = shards.location(target)  # a path, or a URL: the scratch on object storage
-    shards.write(target.parent, target.name, lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP),
-                 digest=False)
+    shards.write_file(target, lambda p: pq.write_table(table, p, row_group_size=COPY_ROW_GROUP))  # a path or a URL
     return len(frame)
 
 

@@ -29,7 +29,7 @@ What differs from in-process, and is stated in checks.json (`duplicates.searched
 duplicates are searched among the sample only (in-process: every row); above 200,000 rows the in-process flags come
 from cleanlab's batched estimate, the Ray ones from the exact rule. Scratch files (key partitions, vectors, the
 training file's state) go where `inputs.stage_scratch` says: for a run being built for object storage, a prefix under
-its generation, so no node need see the driver's disk; else a hidden folder of the run that every worker sees. They
+its objects, so no node need see the driver's disk; else a hidden folder of the run that every worker sees. They
 are removed at the end.
 """
 

@@ -29,42 +29,43 @@ def workers_read(data) -> bool:
 
 @contextlib.contextmanager
 def scratch(beside, engine=None) -> Iterator:
-    """Where workers write what they read from the inputs, before the run exists: for a run going to object storage
-    (`beside` a URL) and a distributed engine, a prefix under the run's objects (`core.shards.scratch`: no node need
-    see this disk); else a hidden folder beside `beside` (for a URL, beside its local mirror), checked to be seen by
-    every node of `engine`'s cluster (`engines.shared_disk`). Removed when the block ends (or by the next command,
-    after a SIGKILL)."""
-    from erroranalysis.core import shards
-    from erroranalysis.engines.shared_disk import check_shared
-
-    if storage.is_url(beside) and getattr(engine, "distributed", False):
-        with shards.scratch(storage.as_location(str(beside)) / "objects", ".rows-") as prefix:
-            yield prefix
-        return
-    parent = storage.mirror_of(storage.as_location(str(beside))).parent if storage.is_url(beside) else \
-        Path(beside).resolve().parent
-    with files.scratch_folder(parent, f".{Path(str(beside)).name}.rows-") as folder:
-        check_shared(folder, engine)
+    """Where workers write what they read from the inputs, before the run exists: a hidden folder beside `beside`
+    (the run's path; for a URL, beside its local mirror), or for a run going to object storage a prefix there
+    (`_scratch`)."""
+    url = storage.as_location(str(beside)) if storage.is_url(beside) else None
+    parent = storage.mirror_of(url).parent if url is not None else Path(beside).resolve().parent
+    with _scratch(url, parent, f".{Path(str(beside)).name}.rows-", ".rows-", engine) as folder:
         yield folder
 
 
 @contextlib.contextmanager
 def stage_scratch(run_path, name: str, engine) -> Iterator:
     """Where a distributed stage's workers write what other workers read back (id partitions, duplicate buckets,
-    training state): for a run being built for object storage, a prefix under its generation (no node need see
-    this disk, and a failed run's generation takes it along); else a hidden folder `<name>*` in the run, checked to
-    be seen by every node (`engines.shared_disk`). Removed when the block ends."""
-    from erroranalysis.core import shards
-    from erroranalysis.engines.shared_disk import check_shared
+    training state): a hidden folder `<name>*` in the run, or for a run being built for object storage a prefix
+    there (`_scratch`)."""
     from erroranalysis.rundir import commit
 
-    generation = commit.generation_of(run_path)
-    if generation is not None and getattr(engine, "distributed", False):
-        with shards.scratch(generation, name) as prefix:
+    with _scratch(commit.run_url(run_path), run_path, name, name, engine) as folder:
+        yield folder
+
+
+@contextlib.contextmanager
+def _scratch(url, parent, name: str, remote_name: str, engine) -> Iterator:
+    """Scratch that other workers read back: under a distributed engine, for a run at object storage URL `url`, the
+    prefix `URL/objects/scratch/<remote_name><host>-<pid>-*` (`core.shards.scratch`: no node need see this disk);
+    else a hidden folder `<name><host>-<pid>-*` in `parent`, checked to be seen by every node of `engine`'s cluster
+    (`engines.shared_disk`). Removed when the block ends; one a SIGKILL left is removed by the next command on this
+    host."""
+    from erroranalysis.core import shards
+    from erroranalysis.engines.shared_disk import check_shared
+    from erroranalysis.rundir.remote import OBJECTS
+
+    if url is not None and getattr(engine, "distributed", False):
+        with shards.scratch(url / OBJECTS, remote_name) as prefix:
             yield prefix
         return
-    check_shared(run_path, engine)
-    with files.scratch_folder(run_path, name) as folder:
+    with files.scratch_folder(parent, name) as folder:
+        check_shared(folder, engine)
         yield folder
 
 

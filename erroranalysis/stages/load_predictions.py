@@ -201,8 +201,8 @@ def _first_pass(file, copy, reading: Reading, task: Task, engine, reporter, ids)
         found = _over_blocks(_check_block, scanned.rows, engine, {**work, "ids": ids}, advance)
     scanned.n_cut = sum(f["n_cut"] for _, f in found)
     if data_opts.id_column:
-        parts = [{"folder": ids / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
-        blocks.duplicate_error(ray_data.run_tasks(blocks.first_duplicate, engine, parts), source, data_opts)
+        blocks.duplicate_error(ray_data.run_tasks(blocks.first_duplicate, engine, blocks.id_parts(ids)), source,
+                               data_opts)
     labels = list(layout.labels) if layout.labels is not None else \
         layout.order(set().union(*(f["labels"] for _, f in found)))
     schema = blocks.parquet_file(scanned.rows).schema_arrow  # the shards' metadata columns keep the file's types

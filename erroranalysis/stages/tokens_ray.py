@@ -126,8 +126,8 @@ def _workers_stage(staging, job, engine: Engine, advance, block_fn: Callable, id
                           "not the driver's?); put the run directory on a filesystem every node shares.")
     options = job.data_opts
     if options.id_column:
-        parts = [{"folder": ids / f"ids-{k:02d}"} for k in range(blocks.ID_PARTS)]
-        blocks.duplicate_error(engine_blocks.call_each(blocks.first_duplicate, engine, parts), scanned.path, options)
+        blocks.duplicate_error(engine_blocks.call_each(blocks.first_duplicate, engine, blocks.id_parts(ids)),
+                               scanned.path, options)
     for key in ("n_error_spans", "truncated_sentences", "n_cut", "snapped_spans"):
         staging.facts[key] = int(sum(result[key] for _, result in found))
     staging.facts["read_by"] = "workers"
