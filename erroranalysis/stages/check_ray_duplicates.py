@@ -1,8 +1,9 @@
 """The duplicate search of the checks stage under `--engine ray` (`data_checks_ray.py` runs it): exact groups, one
 task per partition of the rows' text keys; near duplicates, one task over the seeded sample's vectors; and each
-block's duplicate columns for the write pass. Here too the scratch-file helpers the passes of the checks' Ray modules use:
-scratch is a local folder or a prefix on object storage (`inputs.stage_scratch`), read and written through `core.shards`
-alone; the passes get it as a string (`shards.location` turns it back). The passes are module-level: Ray pickles them."""
+block's duplicate columns for the write pass. Here too the scratch-file helpers the passes of the checks' Ray
+modules use: scratch is a local folder or a prefix on object storage (`inputs.stage_scratch`), read and written
+through `core.shards` alone; the passes get it as a string (`shards.location` turns it back). The passes are
+module-level: Ray pickles them."""
 
 from __future__ import annotations
 

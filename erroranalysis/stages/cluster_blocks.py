@@ -70,8 +70,9 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
         if progress:
             progress("cluster", 0, 1)
         got = blocks.call_on_worker(
-            _fit_sample, where, run_dir=None if sampled else str(run.path), failures=failures, context=context, params=params,
-            model=model, embedder=embedder if embedder is not None else plan.source if plan else params.embedder,
+            _fit_sample, where, run_dir=None if sampled else str(run.path), failures=failures, context=context,
+            params=params, model=model,
+            embedder=embedder if embedder is not None else plan.source if plan else params.embedder,
             n_fail=n_fail, vectors_file=vectors_file, by_mode=modes)
         if progress:
             progress("cluster", 1, 1)
