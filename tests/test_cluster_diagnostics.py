@@ -7,7 +7,7 @@ import pandas as pd
 from fake_runs import commit
 
 from erroranalysis.rundir import Run, create_run
-from erroranalysis.stages.cluster_parts import with_other_stages
+from erroranalysis.stages.cluster_parts import other_stages, with_other_stages
 
 
 def make_run(tmp_path, *, slices: bool, checks: bool) -> Run:
@@ -30,7 +30,7 @@ def test_slices_and_label_issues_per_cluster(tmp_path):
     clusters = pd.DataFrame({"cluster_id": [0, 1], "size": [3, 3]})
     ids = np.array([f"f{i}" for i in range(6)])
     labels = np.array([0, 0, 0, 1, 1, 1])
-    out = with_other_stages(run, clusters, ids, labels)
+    out = with_other_stages(other_stages(run, ids), clusters, ids, labels)
     assert list(out.loc[0, "slices"]) == ['text contains "rain" (100%)']
     assert list(out.loc[1, "slices"]) == ['source == "app" (67%)']
     assert out["label_issue_share"].tolist() == [0.0, 2 / 3]
@@ -40,5 +40,6 @@ def test_slices_and_label_issues_per_cluster(tmp_path):
 def test_without_those_stages_nothing_is_added(tmp_path):
     run = make_run(tmp_path, slices=False, checks=False)
     clusters = pd.DataFrame({"cluster_id": [0], "size": [2]})
-    out = with_other_stages(run, clusters, np.array(["x", "y"]), np.array([0, 0]))
+    ids = np.array(["x", "y"])
+    out = with_other_stages(other_stages(run, ids), clusters, ids, np.array([0, 0]))
     assert list(out.columns) == ["cluster_id", "size"]
