@@ -83,14 +83,3 @@ def s3():
             patch.setenv(name, value)
         make_bucket("evals")
         yield env
-
-
-@pytest.fixture
-def ray_seeing_s3(s3):
-    """The shared local Ray (conftest's `local_ray`) started again once the S3 server's environment is set (its
-    workers keep the environment Ray started with), and stopped after the test: the next module's starts without it."""
-    from conftest import own_ray, shared_ray
-
-    own_ray()
-    yield shared_ray()
-    own_ray()

@@ -12,7 +12,6 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from object_store import objects, ray_seeing_s3, s3  # noqa: F401 (the fixtures)
 from test_checks_ray import planted_predictions, word_vectors
 
 from erroranalysis import stages
@@ -228,55 +227,3 @@ def test_the_leakage_summary_merges_over_any_split():
                  for a, b in zip(cuts[:-1], cuts[1:])]
         assert tb.merge_leak(parts, "train.jsonl", 120, near=False) == whole
     assert whole["n_in_train"] == 26 and whole["n_label_differs"] > 0 and len(whole["examples"]) == 20
-
-
-def test_a_run_built_on_s3_keeps_the_checks_scratch_there(ray_seeing_s3, leaky, tmp_path, monkeypatch):  # noqa: F811
-    """`--out s3://...` under Ray with --train (a JSONL file: the workers' Parquet copy): every scratch file the
-    workers write and read back (key partitions, vectors, the training file's copy, ids, words and leaks) goes
-    under the run's generation on object storage, none into the local mirror; the answers are the in-process ones."""
-    import contextlib
-    import functools
-
-    from ray import cloudpickle
-
-    from erroranalysis.core import files, shards
-    from erroranalysis.core.storage import ObjectPath
-    from erroranalysis.rundir import remote
-    from erroranalysis.stages import data_checks
-
-    run_path, folder = leaky
-    cloudpickle.register_pickle_by_value(sys.modules["test_checks_ray"])
-    params = {"train": str(folder / "train.jsonl")}
-    checks_run(run_path, CheckParams(**params), embed=word_vectors)
-    frame, report = read_checks(Run.open(run_path)), read_checks_report(Run.open(run_path))
-
-    monkeypatch.setenv("ERRORANALYSIS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 256)  # three blocks
-    monkeypatch.setattr(data_checks, "checks_run", functools.partial(checks_run, embed=word_vectors))
-    monkeypatch.setattr(files, "new_scratch", lambda *a: pytest.fail(f"a scratch folder on this disk: {a}"))
-    written: dict = {}
-    scratch = shards.scratch
-
-    @contextlib.contextmanager
-    def recorded(prefix, name):
-        with scratch(prefix, name) as at:
-            yield at
-            written[str(at)] = objects(at)  # before the block's end removes them
-
-    monkeypatch.setattr(shards, "scratch", recorded)
-    url = f"s3://evals/runs/{tmp_path.name}"
-    built = stages.analyze("classification", folder / "preds.parquet", url,
-                           stages.Reading(data=DataOptions(id_column="id")), engine=Engine(engine="ray"),
-                           after=AfterParams.with_seed(0, check_params=params, slices=False, cluster=False))
-
-    ray_frame, ray_report = read_checks(built), read_checks_report(built)
-    pd.testing.assert_frame_equal(frame, ray_frame)
-    ray_stated(ray_report)
-    assert ray_report == report
-    (prefix, names), = ((p, n) for p, n in written.items() if "/.checks-scratch-" in p)  # not the id check's
-    assert prefix.startswith(f"{url}/objects/scratch/.checks-scratch-")  # the run's, beside its generations
-    assert {"train-rows.parquet", "train-words.pkl"} <= set(names)
-    assert {"hashes", "vectors", "ref", "mixed", "assign", "firsts", "sample", "train-hashes", "train-words",
-            "eval-words", "leak", "train-near", "train-domain", "eval-domain"} <= {n.split("/")[0] for n in names}
-    assert not objects(ObjectPath.parse(prefix))  # removed at the end
-    assert not list(remote.mirror_of(ObjectPath.parse(url)).glob(".checks-scratch-*"))

@@ -24,7 +24,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import eval_rows, own_ray, write_jsonl
-from object_store import s3, upload  # noqa: F401 (s3: the fixture)
+from object_store import objects, s3, upload  # noqa: F401 (s3: the fixture)
+from test_checks_ray_train import leaky  # noqa: F401 (the fixture)
+from test_contamination_ray import generation  # noqa: F401 (the fixture)
 from test_engines import assert_same, ray_warnings
 
 from erroranalysis.core import files
@@ -350,6 +352,136 @@ def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only
     hidden = driver_only / tmp_path.name
     hidden.mkdir()
     with pytest.raises(EngineError, match=rf"node [0-9.]+ does not see {hidden}, where the workers write the "
-                                          r"run's files; put the run directory on a filesystem every node shares, or "
-                                          r"write the run to object storage \(--out s3://\.\.\.\)\."):
+                                          r"run's files; put the run directory on a filesystem every node shares "
+                                          r"\(for --out s3://\.\.\., ERRORANALYSIS_CACHE_DIR, .*\), or write a run "):
         shared_disk.check_shared(hidden, cluster)
+
+
+def test_a_run_built_on_s3_keeps_the_checks_scratch_there(cluster, on_driver_only, leaky, tmp_path,  # noqa: F811
+                                                           monkeypatch):
+    """`--out s3://...` under Ray with --train (a JSONL file: the workers' Parquet copy), the driver's mirror where
+    the second node cannot see it: every scratch file the workers write and read back (key partitions, vectors, the
+    training file's copy, ids, words and leaks) goes under the run's objects, none into the mirror; the answers are
+    the in-process ones (tests/test_checks_ray_train.py's planted run)."""
+    import contextlib
+    import functools
+
+    from ray import cloudpickle
+    from test_checks_ray import word_vectors
+    from test_checks_ray_train import ray_stated
+
+    from erroranalysis import stages
+    from erroranalysis.core import files, shards
+    from erroranalysis.core.storage import ObjectPath
+    from erroranalysis.rundir import remote
+    from erroranalysis.rundir.readers import read_checks, read_checks_report
+    from erroranalysis.stages import data_checks
+    from erroranalysis.stages.data_checks import CheckParams, checks_run
+
+    run_path, folder = leaky
+    cloudpickle.register_pickle_by_value(sys.modules["test_checks_ray"])
+    params = {"train": str(folder / "train.jsonl")}
+    checks_run(run_path, CheckParams(**params), embed=word_vectors)
+    frame, report = read_checks(Run.open(run_path)), read_checks_report(Run.open(run_path))
+
+    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 256)  # three blocks
+    monkeypatch.setattr(data_checks, "checks_run", functools.partial(checks_run, embed=word_vectors))
+    monkeypatch.setattr(files, "new_scratch", lambda *a: pytest.fail(f"a scratch folder on this disk: {a}"))
+    written: dict = {}
+    scratch = shards.scratch
+
+    @contextlib.contextmanager
+    def recorded(prefix, name):
+        with scratch(prefix, name) as at:
+            yield at
+            written[str(at)] = objects(at)  # before the block's end removes them
+
+    monkeypatch.setattr(shards, "scratch", recorded)
+    url = f"s3://evals/runs/{tmp_path.name}"
+    built = stages.analyze("classification", folder / "preds.parquet", url,
+                           stages.Reading(data=DataOptions(id_column="id")), engine=cluster,
+                           after=AfterParams.with_seed(0, check_params=params, slices=False, cluster=False))
+
+    ray_frame, ray_report = read_checks(built), read_checks_report(built)
+    pd.testing.assert_frame_equal(frame, ray_frame)
+    ray_stated(ray_report)
+    assert ray_report == report
+    (prefix, names), = ((p, n) for p, n in written.items() if "/.checks-scratch-" in p)  # not the id check's
+    assert prefix.startswith(f"{url}/objects/scratch/.checks-scratch-")  # the run's, beside its generations
+    assert {"train-rows.parquet", "train-words.pkl"} <= set(names)
+    assert {"hashes", "vectors", "ref", "mixed", "assign", "firsts", "sample", "train-hashes", "train-words",
+            "eval-words", "leak", "train-near", "train-domain", "eval-domain"} <= {n.split("/")[0] for n in names}
+    assert not objects(ObjectPath.parse(prefix))  # removed at the end
+    assert not list(remote.mirror_of(ObjectPath.parse(url)).glob(".checks-scratch-*"))
+
+
+def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(cluster, generation,  # noqa: F811
+                                                                            tmp_path, monkeypatch):
+    """`analyze --out s3://... --engine ray --train sft.jsonl`: the in-process contamination answer, and the
+    scratch (the training file's Parquet copy, the partitions, the columns) lives under the run's objects on object
+    storage, removed at the end; no contamination scratch is made on the driver's disk (tests/test_contamination_ray.py's
+    planted run). The mirror is one both nodes see: an imported generation run's predictions are written by the
+    driver, into the mirror, where the workers read them (docs/scale.md; the next test)."""
+    import contextlib
+
+    from test_contamination_ray import checked
+    from typer.testing import CliRunner
+
+    from erroranalysis.cli.app import app
+    from erroranalysis.core import files, shards, storage
+    from erroranalysis.rundir import remote
+
+    root, train = generation
+    frame, found = checked(root / "run", None, train=str(train))
+    made, asked = {}, []
+    real_scratch, real_new = shards.scratch, files.new_scratch
+
+    @contextlib.contextmanager
+    def recorded(prefix, name):
+        with real_scratch(prefix, name) as folder:
+            yield folder
+            made[str(folder)] = {key.split("/")[0] for key in objects(folder)}  # what is in it, before it goes
+
+    def new_scratch(parent, prefix):
+        asked.append(prefix)
+        return real_new(parent, prefix)
+
+    monkeypatch.setattr(shards, "scratch", recorded)
+    monkeypatch.setattr(files, "new_scratch", new_scratch)
+    monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 32)
+    url = f"s3://evals/runs/{tmp_path.name}"
+    result = CliRunner().invoke(app, [str(a) for a in (
+        "analyze", "--task", "generation", "--predictions", root / "outputs.jsonl", "--out", url, "--id-column", "id",
+        "--output-checks", "exact", "--train", train, "--check-embedder", "none", "--no-cluster", "--no-slices",
+        "--engine", "ray", "--ray-address", cluster.address)])
+    assert result.exit_code == 0, result.output
+    run = Run.open(remote.fetch(url, tmp_path / "fetched"))
+    pd.testing.assert_frame_equal(readers.read_checks(run), frame)
+    assert readers.read_checks_report(run)["contamination"] == found["contamination"]
+
+    # one scratch, under the run's objects, holding the training file's copy and every step's folders; gone now
+    ours = [folder for folder in made if folder.startswith(f"{url}/objects/scratch/.contamination-scratch-")]
+    assert len(ours) == 1 and made[ours[0]] == {"rows.parquet", "train", "eval", "prompts", "bands", "candidates",
+                                                "verified", "train_lengths", "hits", "columns"}
+    assert objects(storage.ObjectPath.parse(ours[0])) == []
+    assert not [p for p in asked if "contamination" in p or p.endswith(".rows-")]  # nothing on the driver's disk
+
+
+def test_an_imported_run_s_predictions_on_a_disk_a_node_does_not_see_are_refused_in_one_line(
+        cluster, on_driver_only, generation, tmp_path):  # noqa: F811
+    """An imported generation run written to object storage keeps its predictions (written by the driver) in the
+    mirror, where the workers of the stages after read them: with the mirror on a disk the second node does not see,
+    the first such stage refuses in one line, naming the node and the folder, instead of failing on a missing file."""
+    from typer.testing import CliRunner
+
+    from erroranalysis.cli.app import app
+
+    root, _ = generation
+    url = f"s3://evals/runs/{tmp_path.name}"
+    result = CliRunner().invoke(app, [str(a) for a in (
+        "analyze", "--task", "generation", "--predictions", root / "outputs.jsonl", "--out", url, "--id-column", "id",
+        "--no-data-checks", "--no-cluster", "--no-slices", "--engine", "ray", "--ray-address", cluster.address)])
+    assert result.exit_code == 2, result.output
+    assert "does not see" in result.output and "ERRORANALYSIS_CACHE_DIR" in result.output
+    assert "Traceback" not in result.output
+    _nothing_left(url)
