@@ -262,7 +262,12 @@ ROW_GROUP = 65_536  # rows per Parquet row group: a block of `engines.blocks` re
 
 
 def write_parquet(path: str | Path, df) -> Path:
-    return atomic_write(path, lambda p: df.to_parquet(p, index=False, row_group_size=ROW_GROUP))
+    return atomic_write(path, parquet_writer(df))
+
+
+def parquet_writer(df) -> Callable[[Path], None]:
+    """What writes frame `df` as a run's Parquet table at a path (row groups of `ROW_GROUP` rows)."""
+    return lambda path: df.to_parquet(path, index=False, row_group_size=ROW_GROUP)
 
 
 def write_npy(path: str | Path, array: np.ndarray) -> Path:

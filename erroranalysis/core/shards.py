@@ -30,6 +30,7 @@ from erroranalysis.core.errors import RunError
 
 POINTER = "shards.json"
 DIGEST = ".digest"
+SHARD = "part-{start:012d}{suffix}"  # a shard's name: its first row, so name order is row order
 
 
 def location(folder) -> Path | storage.ObjectPath:

@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis.core import files, shards
-
-SHARD = "part-{start:012d}{suffix}"
+from erroranalysis.core.shards import SHARD  # noqa: F401  (the engines' name for it)
 
 
 class FileSink:

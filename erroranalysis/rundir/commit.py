@@ -84,16 +84,25 @@ class Staging:
     def write_text(self, name: str, text: str) -> Path:
         return files.write_text(self.file(name), text)
 
-    def write_parquet(self, name: str, frame) -> Path:
+    def write_parquet(self, name: str, frame, engine=None):
         """Write table `name`, refused when it has a column erroranalysis.core.schemas does not declare for it (the
-        readers check the columns they need)."""
+        readers check the columns they need); `engine`: as `write_npy`."""
         wrong = TABLES[name].undeclared(frame.columns) if name in TABLES else []
         if wrong:
             raise ValueError(f"{name}: columns {wrong} are not declared; declare them in erroranalysis.core.schemas")
-        return files.write_parquet(self.file(name), frame)
+        return self._write(name, files.parquet_writer(frame), ".parquet", engine)
 
-    def write_npy(self, name: str, array) -> Path:
-        return files.write_npy(self.file(name), array)
+    def write_npy(self, name: str, array, engine=None):
+        """Write array `name`: a file in staging; for a run built for object storage whose later stages run on
+        `engine`'s workers, the one shard of its folder there (`shards`), so that no worker needs this disk."""
+        return self._write(name, files.npy_writer(array), ".npy", engine)
+
+    def _write(self, name: str, fill, suffix: str, engine):
+        target = self.shards(name, engine)
+        if name not in self.remote_shards:
+            return files.atomic_write(target, fill)
+        shards.write(target, shards.SHARD.format(start=0, suffix=suffix), fill)
+        return target
 
     def written(self) -> list[str]:
         """The artifacts present in staging (temporary files of writes still open are not artifacts)."""

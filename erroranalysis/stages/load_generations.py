@@ -56,7 +56,7 @@ def analyze_generations(data: str | Path | InMemory, out: str | Path, reading: R
     params = {**source.record(), "output_checks": prepared["checks"]}
     with create_run(out, overwrite=overwrite, **manifest) as run:
         with run.stage("load_predictions", params) as staging:
-            staging.write_parquet(rundir.PREDICTIONS, imported_table(prepared))
+            staging.write_parquet(rundir.PREDICTIONS, imported_table(prepared), engine)  # where workers read it
         after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
     return run
 

@@ -78,9 +78,9 @@ def analyze_predictions(file: str | Path, out: str | Path, reading: Reading, *, 
     record = {"pred_column": pred_column, "probabilities": probs is not None, "probs_column": scores}
     with create_run(out, overwrite=overwrite, **manifest) as run:
         with run.stage("load_predictions", record) as st:
-            st.write_parquet(rundir.PREDICTIONS, table)
+            st.write_parquet(rundir.PREDICTIONS, table, engine)  # where the workers of the stages after read them
             if probs is not None:
-                st.write_npy(rundir.PROBS, probs)
+                st.write_npy(rundir.PROBS, probs, engine)
         after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
     return run
 

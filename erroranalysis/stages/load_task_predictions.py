@@ -57,9 +57,9 @@ def analyze_task_predictions(file: str | Path, out: str | Path, reading: Reading
                 import pyarrow as pa
 
                 table = table.set_column(table.column_names.index("correct"), "correct", pa.array(correct))
-            staging.write_parquet(rundir.PREDICTIONS, table.to_pandas())
+            staging.write_parquet(rundir.PREDICTIONS, table.to_pandas(), engine)  # where the workers read them
             if probs is not None:
-                staging.write_npy(rundir.PROBS, probs.astype(np.float32))
+                staging.write_npy(rundir.PROBS, probs.astype(np.float32), engine)
         after_predictions(run, after, embedder=embedder, progress=progress, engine=engine)
     return run
 
