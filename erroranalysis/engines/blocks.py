@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from erroranalysis.core import files, shards, storage
+from erroranalysis.core import files, shards
 from erroranalysis.engines import sinks
 
 ROWS_PER_BLOCK = files.ROW_GROUP  # a block is a row group of the run's own Parquet files
@@ -161,10 +161,6 @@ def map_blocks(fn: Callable, path, engine=None, *, columns=None, kwargs: dict | 
     as they come (an iterator) or, `ordered`, a list in row order. `progress(rows)` after each block."""
     blocks = plan(path, rows_per_block or ROWS_PER_BLOCK)  # read at call time: tests set the module's value
     if engine is not None and engine.distributed:
-        if not storage.is_url(path):  # the workers read it on this disk: every node must see it
-            from erroranalysis.engines.shared_disk import check_shared
-
-            check_shared(Path(path).resolve().parent, engine)
         results = _on_ray(fn, blocks, engine, columns, kwargs or {})
     else:
         results = ((b, fn(read(b, columns), b, **(kwargs or {}))) for b in blocks)

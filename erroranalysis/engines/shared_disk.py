@@ -11,12 +11,15 @@ node that does not see it fails the command with one line. A local Ray (one node
 from __future__ import annotations
 
 import secrets
+import time
 from pathlib import Path
 
 from erroranalysis.core import files
 from erroranalysis.engines import EngineError
 
 _SEEN: set[tuple[str, str]] = set()  # (folder, cluster) already probed in this process
+_NODES: dict = {}  # cluster -> (when asked, its alive nodes with CPUs)
+NODES_TTL = 60.0
 
 
 def check_shared(folder, engine) -> None:
@@ -26,7 +29,7 @@ def check_shared(folder, engine) -> None:
     from erroranalysis.engines.ray_data import connect
 
     ray = connect(engine)
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    nodes = _alive_nodes(ray)
     key = (str(Path(folder).resolve()), ray.get_runtime_context().gcs_address)
     if len(nodes) < 2 or key in _SEEN:
         return
@@ -47,6 +50,17 @@ def check_shared(folder, engine) -> None:
                           "ERRORANALYSIS_CACHE_DIR, where a run imported by the driver keeps its predictions), or write "
                           "a run of a checkpoint or of a classifier's predictions to object storage (--out s3://...).")
     _SEEN.add(key)
+
+
+def _alive_nodes(ray) -> list[dict]:
+    """The cluster's alive nodes with CPUs, asked of Ray's control store (`ray.nodes()`) at most every `NODES_TTL`
+    seconds: every distributed stage probes, and the call once hung a test run in CI (cause not found)."""
+    cluster, now = ray.get_runtime_context().gcs_address, time.monotonic()
+    asked, nodes = _NODES.get(cluster, (0.0, None))
+    if nodes is None or now - asked > NODES_TTL:
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        _NODES[cluster] = (now, nodes)
+    return nodes
 
 
 def write_token(token: Path, content: str) -> None:
