@@ -352,8 +352,8 @@ def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only
     hidden = driver_only / tmp_path.name
     hidden.mkdir()
     with pytest.raises(EngineError, match=rf"node [0-9.]+ does not see {hidden}, where the workers write the "
-                                          r"run's files; put the run directory on a filesystem every node shares "
-                                          r"\(for --out s3://\.\.\., ERRORANALYSIS_CACHE_DIR, .*\), or write a run "):
+                                          r"run's files; put the run directory on a filesystem every node shares, or "
+                                          r"write the run to object storage \(--out s3://\.\.\.\)\."):
         shared_disk.check_shared(hidden, cluster)
 
 

@@ -46,9 +46,8 @@ def check_shared(folder, engine) -> None:
     blind = [n["NodeManagerAddress"] for n, got in zip(nodes, seen) if got != content]
     if blind:
         raise EngineError(f"--engine ray: node {blind[0]} does not see {folder}, where the workers write the run's "
-                          "files; put the run directory on a filesystem every node shares (for --out s3://..., "
-                          "ERRORANALYSIS_CACHE_DIR, where a run imported by the driver keeps its predictions), or write "
-                          "a run of a checkpoint or of a classifier's predictions to object storage (--out s3://...).")
+                          "files; put the run directory on a filesystem every node shares, or write the run to "
+                          "object storage (--out s3://...).")
     _SEEN.add(key)
 
 
