@@ -97,11 +97,17 @@ class Staging:
         `engine`'s workers, the one shard of its folder there (`shards`), so that no worker needs this disk."""
         return self._write(name, files.npy_writer(array), ".npy", engine)
 
-    def _write(self, name: str, fill, suffix: str, engine):
+    def whole(self, name: str, suffix: str, engine=None):
+        """Where artifact `name` is written whole (by this process or one worker): its file in staging, or, where
+        `shards` would put it on object storage, the one shard of its folder there."""
         target = self.shards(name, engine)
+        return target / shards.SHARD.format(start=0, suffix=suffix) if name in self.remote_shards else target
+
+    def _write(self, name: str, fill, suffix: str, engine):
+        target = self.whole(name, suffix, engine)
         if name not in self.remote_shards:
             return files.atomic_write(target, fill)
-        shards.write(target, shards.SHARD.format(start=0, suffix=suffix), fill)
+        shards.write_file(target, fill, digest=True)
         return target
 
     def written(self) -> list[str]:

@@ -41,7 +41,6 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     from erroranalysis.cluster import blockwise
     from erroranalysis.engines import blocks
     from erroranalysis.engines.shared_disk import check_shared
-    from erroranalysis.engines.sinks import SHARD
     from erroranalysis.stages.embedders import cluster_plan
 
     run = rundir.Run.open(run_dir)
@@ -63,10 +62,8 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     # (a worker's math may differ in the last bit, and below max_fit every artifact is the in-process one)
     where = engine if sampled else None
     with run.stage("cluster", record) as staging:
-        vectors_file = staging.shards(rundir.EMBEDDINGS, engine)  # the fit sample's: the placing workers read them
-        if storage.is_url(vectors_file):
-            vectors_file = vectors_file / SHARD.format(start=0, suffix=".npy")  # a run on object storage: one shard
-        vectors_file = str(vectors_file)
+        # the fit sample's vectors, which the placing workers read: for a run on object storage, one shard there
+        vectors_file = str(staging.whole(rundir.EMBEDDINGS, ".npy", engine))
         if progress:
             progress("cluster", 0, 1)
         got = blocks.call_on_worker(
