@@ -310,3 +310,32 @@ def test_a_listing_key_outside_its_generation_shards_is_refused_before_any_downl
                                        r"generation's shards"):
         remote.fetch(url, tmp_path / "fetched")
     assert not (tmp_path / "fetched").exists()
+
+
+def test_scratch_on_s3_is_removed_and_a_killed_process_s_is_swept_by_the_next(s3, tmp_path):  # noqa: F811
+    """`core.shards.scratch`: what a stage's workers read back from one another, under `URL/objects/scratch/`; gone
+    when the block ends, even on an error; one that a process of this host left when it was killed (its pid gone)
+    is deleted by the next, another host's or a live process's is kept."""
+    import os
+    import subprocess
+
+    from object_store import objects
+
+    from erroranalysis.core import files, shards
+    from erroranalysis.core.storage import ObjectPath
+
+    url = ObjectPath.parse(f"s3://evals/scratch/{tmp_path.name}/objects")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    stem = files.scratch_stem(".x-")
+    left = {name: url / "scratch" / name for name in (stem.replace(str(os.getpid()), str(dead.pid)) + "aa",
+                                                      stem + "bb", ".x-otherhost-1-cc")}
+    for folder in left.values():
+        shards.write_file(folder / "part-0.npy", lambda p: p.write_bytes(b"left"))
+    with pytest.raises(RuntimeError, match="the stage broke"), shards.scratch(url, ".x-") as folder:
+        shards.write_file(folder / "ids-00" / "part-0.parquet", lambda p: p.write_bytes(b"rows"))
+        assert objects(folder) == ["ids-00/part-0.parquet"]
+        raise RuntimeError("the stage broke")
+    assert not objects(folder)
+    kept = {name for name, at in left.items() if objects(at)}
+    assert kept == {stem + "bb", ".x-otherhost-1-cc"}
