@@ -339,3 +339,58 @@ def test_scratch_on_s3_is_removed_and_a_killed_process_s_is_swept_by_the_next(s3
     assert not objects(folder)
     kept = {name for name, at in left.items() if objects(at)}
     assert kept == {stem + "bb", ".x-otherhost-1-cc"}
+
+
+WRITER = """
+import sys, time
+from erroranalysis.core import shards
+from erroranalysis.rundir import commit, create_run
+
+with create_run(sys.argv[1], overwrite=True, task="classification", labels=["a", "b"]) as run:
+    # as a worker writes a shard under the run's generation
+    shards.write_file(commit.SHARDS_AT[run.path.resolve()] / "predictions" / "part-0.parquet",
+                      lambda p: p.write_bytes(b"rows"))
+    if sys.argv[2] == "killed":  # and the process is killed before the commit
+        print("written", flush=True)
+        time.sleep(120)
+"""
+
+
+def test_a_generation_a_killed_run_left_is_swept_by_the_next_run_there_the_committed_one_kept(s3, tmp_path):  # noqa: F811
+    """A run at a URL killed before its commit leaves its generation (the shards its workers wrote) named by no
+    manifest. The next run written there from this host deletes it; the committed generation (its process gone
+    too), a live process's and another host's are kept, and the committed run still reads."""
+    import signal
+    import subprocess
+    import sys
+
+    from object_store import objects
+
+    from erroranalysis.core import files, shards
+    from erroranalysis.rundir import Run, create_run, remote
+
+    url = f"s3://evals/sweep/{tmp_path.name}"
+
+    def writer(mode: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, url, mode], stdout=subprocess.PIPE, text=True)
+        if mode == "killed":
+            assert proc.stdout.readline().strip() == "written"
+        return proc
+
+    assert writer("commit").wait(timeout=120) == 0
+    committed = remote.remote_manifest(shards.location(url))["objects"]["generation"]
+    killed = writer("killed")
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    planted = (files.scratch_stem("gen-") + "20260101T000000-aa",  # a live process's (this one's)
+               "gen-otherhost-1-20260101T000000-bb", "20260101T000000-cc")  # another host's; an older name
+    for name in planted:
+        shards.write_file(shards.location(url) / "objects" / name / "x", lambda p: p.write_bytes(b"x"))
+    before = {name.split("/")[0] for name in objects(shards.location(url) / "objects")}
+    assert len(before) == 5 and committed in before
+    with pytest.raises(RuntimeError, match="stopped"), create_run(url, overwrite=True, task="classification",
+                                                                  labels=["a", "b"]):
+        raise RuntimeError("stopped")  # a failed run: nothing of its own is left, no commit
+    after = {name.split("/")[0] for name in objects(shards.location(url) / "objects")}
+    assert after == {committed, *planted}
+    assert Run.open(remote.fetch(url, tmp_path / "fetched")).labels == ["a", "b"]

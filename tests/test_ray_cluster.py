@@ -340,10 +340,12 @@ def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monke
     np.testing.assert_allclose(here.hidden_states(), there.hidden_states(), rtol=1e-4, atol=1e-5)
 
 
-def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only, tmp_path):
+def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only, tiny_checkpoint, tmp_path):
     """`engines.shared_disk.check_shared`: one task per node reads a token the driver wrote; the second node does not
-    see `driver_only` (`_blind_node`), so a run there is refused in one line; a folder both see passes."""
+    see `driver_only` (`_blind_node`), so a run there is refused in one line; a folder both see passes. A stage run
+    alone on such a run (`metrics RUN --engine ray`, slices) is refused the same way, before any work."""
     from erroranalysis.engines import shared_disk
+    from erroranalysis.stages import compute_run_metrics, slices_run
 
     if not BLIND:
         pytest.skip("this machine cannot make a mount namespace (unshare -m): no node here is blind to a folder")
@@ -355,6 +357,14 @@ def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only
                                           r"run's files; put the run directory on a filesystem every node shares, or "
                                           r"write the run to object storage \(--out s3://\.\.\.\)\."):
         shared_disk.check_shared(hidden, cluster)
+    data = write_jsonl(tmp_path / "eval.jsonl", eval_rows(24))
+    _run(tiny_checkpoint, data, hidden / "run", Engine("local"))  # in process: nothing is probed
+    before = Run.open(hidden / "run").manifest["stages"]
+    for stage in (lambda: compute_run_metrics(Run.open(hidden / "run"), engine=cluster),
+                  lambda: slices_run(hidden / "run", engine=cluster)):
+        with pytest.raises(EngineError, match=rf"node [0-9.]+ does not see {hidden / 'run'}, where the workers"):
+            stage()
+    assert Run.open(hidden / "run").manifest["stages"] == before
 
 
 def test_a_run_built_on_s3_keeps_the_checks_scratch_there(cluster, on_driver_only, leaky, tmp_path,  # noqa: F811

@@ -14,7 +14,8 @@ atomic (a reader sees the old object or the new one, whole). So a run is written
    it with its size and sha256 (`objects`). The previous generation's objects are deleted after that.
 
 Readers (`fetch`) read the manifest first and then only the objects it names, each checked against its sha256:
-what it does not name (a generation a failed or concurrent publish left behind) is ignored. Every name taken from
+what it does not name (a generation a failed or concurrent publish left behind) is ignored, and one that a killed
+process of this host left is deleted by the next run written there (`_sweep_generations`). Every name taken from
 the manifest (the generation, each file) goes through `confine.entry` before it becomes a key or a local path.
 
 What is atomic: the switch from one committed run to the next (one object). What is not: two writers publishing to
@@ -40,6 +41,7 @@ from erroranalysis.rundir import commit, confine, swap
 from erroranalysis.rundir.artifacts import LOCK, MANIFEST, STAGING
 
 OBJECTS = "objects"
+GENERATION = "gen-"  # a generation's name: `new_generation`
 SHARDS = "shards"  # under a generation: the shards a distributed stage's workers wrote there (Staging.shards)
 
 
@@ -63,6 +65,7 @@ def create_remote_run(url, *, overwrite: bool = False, create_local, **manifest)
     if previous is not None and not overwrite:
         raise RunError(f"{url}: a run already exists here; pass --overwrite to replace it.",
                        python=f"{url}: a run already exists here; pass overwrite=True to replace it.")
+    _sweep_generations(url)
     local = mirror_of(url)
     if previous and previous.get("run_id"):  # the replacement is the same run: its labels stay its own
         manifest.setdefault("run_id", previous["run_id"])
@@ -83,7 +86,26 @@ def create_remote_run(url, *, overwrite: bool = False, create_local, **manifest)
 
 
 def new_generation() -> str:
-    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+    """`gen-<host>-<pid>-<time>-<hex>`: which process made it (`files.scratch_stem`), so that one a killed process
+    left can be swept (`_sweep_generations`)."""
+    return f"{files.scratch_stem(GENERATION)}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
+def _sweep_generations(url: storage.ObjectPath) -> None:
+    """Delete the generations this host's dead processes left at `url` that its manifest does not name (a run killed
+    before its commit: its workers' shards). The manifest is read after the owners were found dead: a generation
+    committed before its process died is named by it, or by none once a later commit superseded (and deleted) it."""
+    import pyarrow.fs as pafs
+
+    fs, base = url.filesystem()
+    with storage.errors(url):
+        found = fs.get_file_info(pafs.FileSelector(f"{base}/{OBJECTS}", allow_not_found=True))
+    dead = files.left_by_dead([i.base_name for i in found if i.type == pafs.FileType.Directory], GENERATION)
+    if dead:
+        named = ((remote_manifest(url) or {}).get(OBJECTS) or {}).get("generation")
+        for generation in dead:
+            if generation != named:
+                _delete_generation(url, generation)
 
 
 def publish(local: Path, url: storage.ObjectPath, previous: dict | None = None, generation: str | None = None) -> dict:

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core import shards, storage
+from erroranalysis.core import shards
 from erroranalysis.embed.vector_files import RowVectors
 from erroranalysis.rundir import readers
 from erroranalysis.stages import cluster_modes
@@ -28,6 +28,7 @@ from erroranalysis.stages.cluster_parts import (
     timed,
     topic_texts,
 )
+from erroranalysis.stages.inputs import for_workers
 from erroranalysis.stages.llm_names import named_by_llm
 
 
@@ -40,13 +41,10 @@ def cluster_on_blocks(run_dir, params: ClusterParams, model, embedder, engine, p
     hidden states or a file are read by row where they are embedded (`cluster_modes.py`)."""
     from erroranalysis.cluster import blockwise
     from erroranalysis.engines import blocks
-    from erroranalysis.engines.shared_disk import check_shared
     from erroranalysis.stages.embedders import cluster_plan
 
     run = rundir.Run.open(run_dir)
-    path = readers.shared_path(run, readers.units_artifact(run))
-    if not storage.is_url(path):  # a local run: the workers read it, and embeddings.npy, on this disk
-        check_shared(run_dir, engine)
+    path = for_workers(run, readers.units_artifact(run), engine)  # and embeddings.npy beside it
     columns = set(_parquet_columns(path))
     modes = cluster_modes.by_mode(params, columns)
     if embedder is None:

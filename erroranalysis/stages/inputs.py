@@ -27,6 +27,20 @@ def workers_read(data) -> bool:
     return not isinstance(data, InMemory) and (blocks.readable(data) or blocks.convertible(data))
 
 
+def for_workers(run, name: str, engine, required: bool = True):
+    """Where `engine`'s workers read the run's artifact `name` (`readers.shared_path`: a run on object storage, its
+    shards' URL). A local run's folder is first checked to be seen by every node (`engines.shared_disk`), so that a
+    stage run alone (`metrics RUN --engine ray`) on a disk some node lacks fails in one line before any work, not on
+    a worker's missing file."""
+    from erroranalysis.engines.shared_disk import check_shared
+    from erroranalysis.rundir import readers
+
+    path = readers.shared_path(run, name, required)
+    if path is not None and not storage.is_url(path):
+        check_shared(run.path, engine)
+    return path
+
+
 @contextlib.contextmanager
 def scratch(beside, engine=None) -> Iterator:
     """Where workers write what they read from the inputs, before the run exists: a hidden folder beside `beside`

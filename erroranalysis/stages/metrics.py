@@ -14,6 +14,7 @@ from erroranalysis.core.params import SEED, Int, Params, param, spec_field
 from erroranalysis.metrics.generation import adjust_metrics, check_counts, merge_checks
 from erroranalysis.metrics.partials import MAX_DISTINCT
 from erroranalysis.rundir import Run, readers
+from erroranalysis.stages import inputs
 from erroranalysis.stages.common import metadata_of
 
 
@@ -44,7 +45,7 @@ def block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     from erroranalysis.engines import blocks
     from erroranalysis.metrics import partials
 
-    path = _predictions(run)
+    path = _predictions(run, engine)
     schema = _schema(path)
     listed = metadata_of(run, schema.names)
     kinds = {c: kind for c in listed if (kind := metadata_kind(schema.field(c).type)) is not None}
@@ -156,7 +157,7 @@ def task_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
     from erroranalysis.metrics import multilabel as ml
     from erroranalysis.metrics import task_partials as tp
 
-    path = _predictions(run)
+    path = _predictions(run, engine)
     schema = _schema(path)
     listed = metadata_of(run, schema.names)
     kinds = {c: kind for c in listed if (kind := metadata_kind(schema.field(c).type)) is not None}
@@ -213,12 +214,13 @@ def _two_passes(path, engine, columns: list[str], kwargs: dict):
     return first, rules, set_aside, sums
 
 
-def _predictions(run: Run):
-    """predictions.parquet's path, its missing ids and `correct` values refused first with `readers.read_predictions`'
-    one-line error, counted from the footers (the blocks would read a missing `correct` as False)."""
+def _predictions(run: Run, engine):
+    """predictions.parquet's path for `engine`'s workers (`inputs.for_workers`), its missing ids and `correct` values
+    refused first with `readers.read_predictions`' one-line error, counted from the footers (the blocks would read a
+    missing `correct` as False)."""
     from erroranalysis.engines import blocks
 
-    path = readers.shared_path(run, rundir.PREDICTIONS)
+    path = inputs.for_workers(run, rundir.PREDICTIONS, engine)
     readers.check_missing(path, blocks.null_counts(path, ["example_id", "correct"]))
     return path
 
@@ -317,7 +319,7 @@ def token_block_metrics(run: Run, params: MetricsParams, engine=None) -> dict:
 
     setup = run.manifest.get("tokens") or {}
     scheme, types = setup.get("scheme", "IOB2"), setup.get("types") or []
-    path = _predictions(run)
+    path = _predictions(run, engine)
     with run.stage("metrics", params.record()) as staging:
         counts, kinds = None, Counter()
         for _, part in blocks.map_blocks(token_counts, path, engine,

@@ -25,6 +25,7 @@ from erroranalysis.rundir import SLICE_MEMBERS, SLICES, Run, readers
 from erroranalysis.rundir.artifacts import TABLES
 from erroranalysis.slices import FeatureParams, SearchParams
 from erroranalysis.stages.common import metadata_of
+from erroranalysis.stages.inputs import for_workers
 
 STAGE = "slices"
 
@@ -97,7 +98,7 @@ def slices_by_blocks(run: Run, params: SliceParams = SliceParams(), embed_fn=Non
     from erroranalysis.engines import blocks
 
     name = readers.units_artifact(run)
-    path = readers.shared_path(run, name)
+    path = for_workers(run, name, engine)
     names = shards.open_parquet(blocks.files_of(path)[0]).schema_arrow.names  # in the file's order
     missing = [c for c in TABLES[name].required if c not in names]
     if missing:
