@@ -36,9 +36,13 @@ def sentence(rng: random.Random, n: int) -> str:
 
 @pytest.fixture(scope="module")
 def generation(tmp_path_factory):
+    return planted_generation(tmp_path_factory.mktemp("contamination_ray"))
+
+
+def planted_generation(root):
     """A generation run of 90 prompts (0..19 copied from training rows 100..119, 0..9 with their answers as
-    references; 20..24 start with a 13-gram found in 40 training rows) and its SFT file as JSONL and Parquet."""
-    root = tmp_path_factory.mktemp("contamination_ray")
+    references; 20..24 start with a 13-gram found in 40 training rows) and its SFT file as JSONL and Parquet, in
+    `root`: (root, the JSONL file)."""
     rng = random.Random(7)
     rows, outputs = [], []
     for k in range(300):

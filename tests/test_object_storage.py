@@ -394,3 +394,39 @@ def test_a_generation_a_killed_run_left_is_swept_by_the_next_run_there_the_commi
     after = {name.split("/")[0] for name in objects(shards.location(url) / "objects")}
     assert after == {committed, *planted}
     assert Run.open(remote.fetch(url, tmp_path / "fetched")).labels == ["a", "b"]
+
+
+def test_a_training_file_on_s3_is_read_from_there_by_the_command_line(s3, tiny_checkpoint, tmp_path):  # noqa: F811
+    """`data-checks RUN --train s3://...`: the classifier's leakage and a generation run's contamination against a
+    training file on object storage are those against the same file on disk (the command line once folded the URL
+    into `s3:/...`, "no such file"); the stage records the URL as given."""
+    from test_cli_run import invoke
+    from test_contamination_ray import planted_generation
+
+    from erroranalysis.rundir import Run, readers
+
+    rows = eval_rows(60)
+    data = write_jsonl(tmp_path / "eval.jsonl", rows)
+    train = write_jsonl(tmp_path / "train.jsonl", rows[:12] + eval_rows(90)[60:])  # 12 eval rows leak
+    made = invoke("run", "--model", tiny_checkpoint, "--data", data, "--id-column", "id", "--max-length", "32",
+                  "--out", tmp_path / "run", "--no-cluster", "--no-slices", "--no-data-checks")
+    assert made.exit_code == 0, made.output
+    (tmp_path / "generation").mkdir()
+    root, sft = planted_generation(tmp_path / "generation")
+    for run_path, local in ((tmp_path / "run", train), (root / "run", sft)):
+        url = upload(local, f"s3://evals/{tmp_path.name}/{local.name}")
+        found = {}
+        for given in (local, url):
+            done = invoke("data-checks", run_path, "--train", given, "--check-embedder", "none")
+            assert done.exit_code == 0, done.output
+            run = Run.open(run_path)
+            found[str(given)] = (readers.read_checks(run), readers.read_checks_report(run))
+            assert run.manifest["stages"]["checks"]["params"]["train"] == (str(local.resolve()) if given == local
+                                                                             else url)
+        (frame, report), (frame_s3, report_s3) = found.values()
+        pd.testing.assert_frame_equal(frame, frame_s3)
+        assert frame["in_train"].sum() == (12 if run_path == tmp_path / "run" else 25)  # what was planted
+        section = "leakage" if run_path == tmp_path / "run" else "contamination"
+        assert {**report[section], "train_path": None} == {**report_s3[section], "train_path": None}
+        assert report_s3[section]["train_path"] == url
+

@@ -114,31 +114,6 @@ def _parquet(tmp_path, rows, name="eval.parquet"):
     return path, upload(path, f"s3://evals/{tmp_path.name}/{name}")
 
 
-def test_two_nodes_reading_s3_give_the_in_process_answers(cluster, tiny_checkpoint, tmp_path):
-    import ray
-
-    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-    local_file, url = _parquet(tmp_path, eval_rows(240))
-    local = _run(tiny_checkpoint, local_file, tmp_path / "local", Engine("local"))
-    with ray_warnings() as warned:
-        distributed = _run(tiny_checkpoint, url, tmp_path / "ray", cluster)
-    assert not [w for w in warned if "only received" in w], warned  # both actors got blocks
-
-    infer = distributed.manifest["stages"]["infer"]
-    assert infer["read_by"] == "workers" and infer["n_cut"] == 0
-    assert len(list((distributed.path / "probs.npy").glob("part-*.npy"))) == 240 // cluster.block_rows(240, 2, 4096)
-    a, b = local.predictions(), distributed.predictions()
-    assert a.columns.tolist() == b.columns.tolist()
-    for column in ("example_id", "text", "label", "pred", "correct", "n_tokens", "truncated", "source", "stars"):
-        assert a[column].tolist() == b[column].tolist(), column
-    np.testing.assert_allclose(np.asarray(distributed.probs()), np.asarray(local.probs()), atol=1e-5)
-    for key in ("overall", "per_class", "confusion", "by_metadata"):
-        assert_same(local.metrics()[key], distributed.metrics()[key], key)
-    data, here = distributed.manifest["data"], local.manifest["data"]
-    assert data["path"] == url and (data["sha256"], data["rows"], data["n_cut"]) == (here["sha256"], 240, 0)
-    assert data["metadata_columns"] == here["metadata_columns"]
-
-
 @pytest.mark.parametrize("bad, says", [
     ({"label": "nonsense"}, r"eval.parquet, line 201, column 'label': label 'nonsense' is not one the model knows"),
 ])
@@ -203,9 +178,12 @@ def test_a_worker_killed_mid_run_is_retried_or_the_run_fails(cluster, tiny_check
 
 def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(cluster, tiny_checkpoint, tmp_path,
                                                                            monkeypatch, on_driver_only):
-    """`--out s3://...` under Ray, every default stage: the workers write each per-row artifact's shards straight
-    to object storage (the driver's mirror holds pointers, no shard), the stages after inference read them there,
-    and the published run, fetched, holds the in-process answers; its artifacts pass the readers' checksums."""
+    """Two nodes read a Parquet eval set on S3 (each actor its blocks) and, with `--out s3://...` and every default
+    stage, the workers write each per-row artifact's shards straight to object storage (the driver's mirror holds
+    pointers, no shard), the stages after inference read them there, and the published run, fetched, holds the
+    in-process answers; its artifacts pass the readers' checksums."""
+    import ray
+
     from erroranalysis.core.storage import ObjectPath, fsspec_filesystem
     from erroranalysis.engines import blocks
     from erroranalysis.rundir import remote
@@ -222,7 +200,10 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
                               infer_opts=InferParams(batch_size=8, max_length=32), after=after, engine=engine)
 
     local = run(local_file, tmp_path / "local", Engine("local"))
-    built = run(data_url, url, cluster)
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    with ray_warnings() as warned:
+        built = run(data_url, url, cluster)
+    assert not [w for w in warned if "only received" in w], warned  # both actors got blocks
     sharded = ("predictions.parquet", "probs.npy", "hidden_states.npy", "checks.parquet", "slice_members.parquet",
                "assignments.parquet", "embeddings.npy")  # embeddings: the fit sample's, written by its worker
     mirror = remote.mirror_of(ObjectPath.parse(url))
@@ -233,7 +214,11 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
     assert {rel.split("/")[0] for rel in keyed} == set(sharded)
     assert all(entry["key"].startswith(f"objects/{listing['generation']}/shards/")
                for entry in listing["files"].values() if "key" in entry)
-    assert built.manifest["stages"]["infer"]["read_by"] == "workers"
+    infer = built.manifest["stages"]["infer"]
+    assert infer["read_by"] == "workers" and infer["n_cut"] == 0
+    data, here = built.manifest["data"], local.manifest["data"]
+    assert data["path"] == data_url and (data["sha256"], data["rows"], data["n_cut"]) == (here["sha256"], 480, 0)
+    assert data["metadata_columns"] == here["metadata_columns"]
     cluster_stage = built.manifest["stages"]["cluster"]
     assert cluster_stage["engine"]["placed_on_workers"] > 0  # fitted and placed by workers
     assert cluster_stage["embedder_key"] == local.manifest["stages"]["cluster"]["embedder_key"] is not None
@@ -241,10 +226,11 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
     fetched = Run.open(remote.fetch(url, tmp_path / "fetched"))
     assert all(list((fetched.path / name).glob("part-*")) for name in sharded)
     a, b = local.predictions(), fetched.predictions()
-    for column in ("example_id", "label", "pred", "correct"):
+    assert a.columns.tolist() == b.columns.tolist()
+    for column in ("example_id", "text", "label", "pred", "correct", "n_tokens", "truncated", "source", "stars"):
         assert a[column].tolist() == b[column].tolist(), column
     np.testing.assert_allclose(np.asarray(fetched.probs()), np.asarray(local.probs()), atol=1e-5)
-    for key in ("overall", "per_class", "confusion"):
+    for key in ("overall", "per_class", "confusion", "by_metadata"):
         assert_same(local.metrics()[key], fetched.metrics()[key], key)
     checks_a, checks_b = readers.read_checks(local), readers.read_checks(fetched)
     assert checks_a["example_id"].tolist() == checks_b["example_id"].tolist()
@@ -331,13 +317,19 @@ def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monke
     for name in ("predictions.parquet", "spans.parquet", "hidden_states.npy"):
         assert sorted(p.name for p in (mirror / name).iterdir()) == ["shards.json"], name
     there = Run.open(remote.fetch(url, tmp_path / "fetched"))
-    assert there.state("infer")["read_by"] == "workers"
+    assert there.state("infer")["read_by"] == "workers"  # raw text: the words and tags made on the workers
+    assert there.manifest["data"] == {**here.manifest["data"], "path": urls["data"]}
+    assert there.manifest["tokens"] == here.manifest["tokens"]
     a, b = readers.read_predictions(here), readers.read_predictions(there)
-    assert a["example_id"].tolist() == b["example_id"].tolist() and a["correct"].tolist() == b["correct"].tolist()
+    assert len(a) == 40 and a["example_id"].tolist() == b["example_id"].tolist()
+    assert a["pred_tags"].map(list).tolist() == b["pred_tags"].map(list).tolist()
+    assert a["correct"].tolist() == b["correct"].tolist() and (~a["correct"]).any()
+    np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-4, atol=1e-5)
     sa, sb = readers.read_spans(here), readers.read_spans(there)
-    assert sa["seen_in_train"].tolist() == sb["seen_in_train"].tolist()
-    assert set(sb["seen_in_train"]) == {"seen", "unseen"}
+    pd.testing.assert_frame_equal(sa.drop(columns=["loss", "confidence"]), sb.drop(columns=["loss", "confidence"]))
+    assert set(sb["seen_in_train"]) == {"seen", "unseen"}  # the training surfaces arrived, and not all match
     np.testing.assert_allclose(here.hidden_states(), there.hidden_states(), rtol=1e-4, atol=1e-5)
+    assert here.metrics()["overall"] == there.metrics()["overall"]
 
 
 def test_a_folder_a_node_does_not_see_fails_before_any_work(cluster, driver_only, tiny_checkpoint, tmp_path):
@@ -428,11 +420,11 @@ def test_a_run_built_on_s3_keeps_the_checks_scratch_there(cluster, on_driver_onl
 def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(cluster, on_driver_only,
                                                                             generation, tmp_path,  # noqa: F811
                                                                             monkeypatch):
-    """`analyze --task generation --out s3://... --engine ray --train sft.jsonl`, the driver's mirror where the second
-    node cannot see it: the in-process contamination answer; the imported predictions (written by the driver) are one
-    shard in the bucket, and the scratch (the training file's Parquet copy, the partitions, the columns) lives under
-    the run's objects there, removed at the end; no scratch is made on the driver's disk
-    (tests/test_contamination_ray.py's planted run)."""
+    """`analyze --task generation --out s3://... --engine ray --train s3://.../sft.jsonl`, the driver's mirror where
+    the second node cannot see it: the in-process contamination answer (against the same file on disk); the imported
+    predictions (written by the driver) are one shard in the bucket, and the scratch (the training file's Parquet
+    copy, which a worker makes from the bucket, the partitions, the columns) lives under the run's objects there,
+    removed at the end; no scratch is made on the driver's disk (tests/test_contamination_ray.py's planted run)."""
     import contextlib
 
     from test_contamination_ray import checked
@@ -460,17 +452,18 @@ def test_a_run_built_on_object_storage_keeps_the_contamination_scratch_there(clu
     monkeypatch.setattr(shards, "scratch", recorded)
     monkeypatch.setattr(files, "new_scratch", new_scratch)
     monkeypatch.setattr("erroranalysis.engines.blocks.ROWS_PER_BLOCK", 32)
-    url = f"s3://evals/runs/{tmp_path.name}"
+    url, train_url = f"s3://evals/runs/{tmp_path.name}", upload(train, f"s3://evals/{tmp_path.name}/sft.jsonl")
     result = CliRunner().invoke(app, [str(a) for a in (
         "analyze", "--task", "generation", "--predictions", root / "outputs.jsonl", "--out", url, "--id-column", "id",
-        "--output-checks", "exact", "--train", train, "--check-embedder", "none", "--no-cluster", "--no-slices",
+        "--output-checks", "exact", "--train", train_url, "--check-embedder", "none", "--no-cluster", "--no-slices",
         "--engine", "ray", "--ray-address", cluster.address)])
     assert result.exit_code == 0, result.output
     mirror = remote.mirror_of(storage.ObjectPath.parse(url))
     assert sorted(p.name for p in (mirror / "predictions.parquet").iterdir()) == ["shards.json"]
     run = Run.open(remote.fetch(url, tmp_path / "fetched"))
     pd.testing.assert_frame_equal(readers.read_checks(run), frame)
-    assert readers.read_checks_report(run)["contamination"] == found["contamination"]
+    section = readers.read_checks_report(run)["contamination"]
+    assert section == {**found["contamination"], "train_path": train_url}
     assert readers.read_predictions(run)["example_id"].tolist() == \
         readers.read_predictions(Run.open(generation[0] / "run"))["example_id"].tolist()
 

@@ -2,8 +2,8 @@
 their Parquet copy), check, tokenize and predict them on Ray Data actors (a real local Ray, `ray.init(num_cpus=2)`)
 and write the shards; the run has the in-process run's sentences, spans, metrics and span vectors, and a bad cell
 in a later block the in-process one-line error. With `--train` the workers read the training file in blocks too (a
-JSONL file through its copy, a Parquet file as it is): the same `seen_in_train` marks, the same error for a bad
-cell."""
+JSONL file through its copy; a Parquet file as it is, on S3: tests/test_ray_cluster.py): the same `seen_in_train`
+marks, the same error for a bad cell."""
 
 from __future__ import annotations
 
@@ -40,8 +40,10 @@ def _as_text_with_spans(path, out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", ["tokens.jsonl", "spans.parquet"])
-def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch, form):
+def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch):
+    """A JSONL file of words and tags through the CLI (`run --engine ray` takes a token classifier; `--train` is the
+    data checks' option, which a token run then skips), on two actors. A Parquet file of raw text and spans (the
+    words and tags made on the workers) is tests/test_ray_cluster.py's, on S3."""
     from erroranalysis.engines import blocks
     from erroranalysis.stages import tokens as tokens_stage
 
@@ -49,9 +51,6 @@ def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch, fo
     model = build_tiny_token_classifier(tmp_path / "model")
     data = write_sentences(tmp_path / "eval.jsonl", n=40)
     train = write_sentences(tmp_path / "train.jsonl", n=30, seed=1)
-    if form == "spans.parquet":  # raw text: the words and tags made on the workers
-        data = _as_text_with_spans(data, tmp_path / "eval.parquet")
-        train = _as_text_with_spans(train, tmp_path / "train.parquet")
     opts, tokens = DataOptions(id_column="id"), TokenParams(device="cpu", batch_size=8)
     here = run_token_classification(model, data, tmp_path / "local", data_opts=opts, token_opts=tokens, after=AFTER,
                                     train=train)
@@ -67,21 +66,14 @@ def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch, fo
         return after_predictions(*args, engine=engine, **kwargs)
 
     monkeypatch.setattr(tokens_stage, "after_predictions", after)
-    # 2 actors, 2 blocks each: 10 sentences a block, batched by length within each block; the JSONL file's run
-    # through the CLI (`run --engine ray` takes a token classifier; `--train` is the data checks' option, which a
-    # token run then skips), the Parquet file's through the API
-    if form == "tokens.jsonl":
-        out = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(data), "--id-column", "id",
-                                       "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-actors", "2",
-                                       "--ray-blocks-per-actor", "2", "--device", "cpu", "--batch-size", "8",
-                                       "--train", str(train), "--no-slices", "--no-cluster", "--json"])
-        assert out.exit_code == 0, out.output
-        there = Run.open(tmp_path / "ray")
-        assert there.task == "token-classification"
-    else:
-        there = run_token_classification(model, data, tmp_path / "ray", data_opts=opts, token_opts=tokens,
-                                         after=AFTER, train=train,
-                                         engine=Engine(engine="ray", concurrency=2, blocks_per_actor=2))
+    # 2 actors, 2 blocks each: 10 sentences a block, batched by length within each block
+    out = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(data), "--id-column", "id",
+                                   "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-actors", "2",
+                                   "--ray-blocks-per-actor", "2", "--device", "cpu", "--batch-size", "8",
+                                   "--train", str(train), "--no-slices", "--no-cluster", "--json"])
+    assert out.exit_code == 0, out.output
+    there = Run.open(tmp_path / "ray")
+    assert there.task == "token-classification"
     assert there.state("infer")["params"]["engine"] == "ray" and there.state("infer")["read_by"] == "workers"
     assert [e.engine for e in engines] == ["ray"]
     assert there.manifest["data"] == here.manifest["data"] and there.manifest["tokens"] == here.manifest["tokens"]

@@ -154,21 +154,18 @@ class Text(Rule):
 
 @dataclass(frozen=True)
 class File(Rule):
-    """A path to a file or folder (given as str or Path; stored as str). Existence is the stage's to check, with
-    the file named in its message."""
+    """A path to a file or folder, or an object-storage URL (given as str or Path; stored as str). Existence is the
+    stage's to check, with the file named in its message. The command line takes it as a string: a Path would
+    fold `s3://b/x` into `s3:/b/x`."""
 
     def ok(self, value) -> bool:
         return isinstance(value, (str, Path)) and bool(str(value).strip())
 
-    def describe(self) -> str:
-        return "a file path"
-
     def coerce(self, value):
         return str(value) if isinstance(value, Path) else value
 
-    @property
-    def cli(self):
-        return Path
+    def describe(self) -> str:
+        return "a file path"
 
 
 @dataclass(frozen=True)

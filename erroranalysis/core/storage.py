@@ -264,6 +264,12 @@ def s3_options() -> dict:
     return options
 
 
+def record_name(source) -> str:
+    """How a record (a manifest, a report) names a source: a local path absolute, a URL as given (it holds no
+    secret), an in-memory table by its name."""
+    return str(source.resolve()) if isinstance(source, Path) else str(source)
+
+
 def as_location(value):
     """A URL as an ObjectPath, anything else unchanged."""
     if isinstance(value, str) and is_url(value):

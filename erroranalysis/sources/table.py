@@ -90,8 +90,7 @@ class EvalSet:
 
     def describe(self) -> dict:
         """The manifest's `data` entry (the path absolute, a URL as given: it holds no secret; a table by name)."""
-        path = str(self.path.resolve()) if isinstance(self.path, Path) else str(self.path)
-        return {"path": path, "sha256": self.sha256, "rows": len(self), "format": self.format,
+        return {"path": storage.record_name(self.path), "sha256": self.sha256, "rows": len(self), "format": self.format,
                 "columns": self.columns, "metadata_columns": self.metadata_columns, "max_chars": self.max_chars,
                 "n_cut": int(self.frame["_cut"].sum()), **({"set_aside": self.notes} if self.notes else {})}
 

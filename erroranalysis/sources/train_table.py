@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from erroranalysis.core.errors import DataError, preview
-from erroranalysis.sources.table import load_eval_set, read_table
+from erroranalysis.sources.table import as_source, load_eval_set, read_table
 
 
 def read_train_set(path: str | Path, *, text_column: str = "text", label_column: str = "label",
                     id_column: str | None = None, encoding: str = "utf-8", split: str | None = None, read=None):
     """A training file in any eval-set format. A file without the expected columns is a one-line DataError
     naming the file and every missing column. `read(path, (frame, format))`: the rows read as another task reads
-    its gold (the checks' `train_gold.TrainGold.read`), instead of one class label per row (`read_train_rows`)."""
-    path = Path(path)
+    its gold (the checks' `train_gold.TrainGold.read`), instead of one class label per row (`read_train_rows`). A URL
+    (s3://, gs://, az://) is read from object storage."""
+    path = as_source(path)
     if read is not None:
         return read_train_rows(path, read_table(path, encoding=encoding, split=split), read, text_column=text_column,
                                label_column=label_column, id_column=id_column)

@@ -26,7 +26,8 @@ class CheckParams(Params):
     neighbour vote by the rule `embedder_choice.plan`; the train file is read with the eval set's column names unless `train_*_column`
     say otherwise."""
 
-    train: str | None = param(None, File(), "Training data (.jsonl, .csv, .parquet or a save_to_disk folder): adds "
+    train: str | None = param(None, File(), "Training data (.jsonl, .csv, .parquet or a save_to_disk folder; a "
+                              "file may be an s3://, gs:// or az:// URL): adds "
                               "train/eval leakage and distribution shift; on a generation run, SFT rows (messages, "
                               "prompt/completion or text) and n-gram contamination, near-duplicate training prompts "
                               "and lengths.", none="no leakage or shift checks")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from erroranalysis.core import shards
+from erroranalysis.core import shards, storage
 from erroranalysis.datachecks import blockwise as bw
 from erroranalysis.datachecks import train_blocks as tb
 from erroranalysis.engines import blocks as eb
@@ -108,7 +108,7 @@ def source(run, params, train_set, scratch, engine) -> Source:
                               "label": frame["label"].astype(str)})
         shards.write(scratch, "train.parquet", lambda p: table.to_parquet(p, index=False), digest=False)
         rows = scratch / "train.parquet"
-        return Source(str(rows), str(train_set.path), str(Path(train_set.path).resolve()), None, False,
+        return Source(str(rows), str(train_set.path), storage.record_name(train_set.path), None, False,
                       len(train_set), gold)
     opts = train_options(run, params)
     path = as_source(params.train)
@@ -130,7 +130,7 @@ def source(run, params, train_set, scratch, engine) -> Source:
         read_train_rows(path, (_no_rows(names), blocks.format_of(path)), reader, **columns)
     if file.metadata.num_rows == 0:
         read_train_set(path, **columns, read=reader)  # in-process's one-line error (no rows to read)
-    return Source(str(rows), str(path), str(Path(path).resolve()), opts, blocks.is_copy(file.schema_arrow),
+    return Source(str(rows), str(path), storage.record_name(path), opts, blocks.is_copy(file.schema_arrow),
                   file.metadata.num_rows, gold)
 
 

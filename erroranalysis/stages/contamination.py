@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis import rundir
+from erroranalysis.core import storage
 from erroranalysis.rundir import readers
 
 LENGTH_SAMPLE = 100_000  # training prompts whose lengths are measured, at most
@@ -37,9 +38,9 @@ class TrainTexts:
 def read_train_texts(params) -> TrainTexts:
     """The training file of `params` (CheckParams) as SFT texts; ids from `train_id_column` or the 0-based row."""
     from erroranalysis.datachecks.train_texts import sft_texts
-    from erroranalysis.sources.table import read_table
+    from erroranalysis.sources.table import as_source, read_table
 
-    path = Path(params.train)
+    path = as_source(params.train)  # a URL: read from object storage
     raw, _ = read_table(path, encoding=params.encoding, split=params.split)
     frame = sft_texts(raw, str(path), params.train_text_column)
     return TrainTexts(path, frame, train_ids(raw, path, params.train_id_column))
@@ -77,7 +78,7 @@ def contamination_checks(run: "rundir.Run", train: TrainTexts, params, say: Call
     loss = preds["reference_loss"].to_numpy(dtype=np.float64) if "reference_loss" in preds else None
     score = preds["score"].to_numpy(dtype=np.float64) if "score" in preds else None
     section, columns = report.contamination_section(
-        fields, preds["example_id"].to_numpy(dtype=object), train.ids, len(preds), str(train.path.resolve()),
+        fields, preds["example_id"].to_numpy(dtype=object), train.ids, len(preds), storage.record_name(train.path),
         len(train), preds["correct"].to_numpy(dtype=bool), loss, score)
     section["ngram"] = params.ngram
     say(f"near-duplicate training prompts (MinHash LSH, Jaccard >= {params.train_near_threshold})")

@@ -37,10 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis import rundir
-from erroranalysis.core import shards
+from erroranalysis.core import shards, storage
 from erroranalysis.datachecks import contamination_blocks as cb
 from erroranalysis.engines import blocks as eb
 from erroranalysis.rundir import readers
+from erroranalysis.sources.table import as_source
 from erroranalysis.stages import contamination_lengths, contamination_near
 from erroranalysis.stages.contamination import LENGTH_SAMPLE
 from erroranalysis.stages.contamination_lengths import added, histograms, write_sample
@@ -55,7 +56,7 @@ def workers_read(params) -> bool:
     folder)."""
     from erroranalysis.stages.inputs import workers_read as readable
 
-    return readable(Path(params.train))
+    return readable(as_source(params.train))
 
 
 class Prepared:
@@ -78,7 +79,7 @@ def prepare(run, params, engine, reporter) -> Prepared:
     """Steps 1 to 5 of the module's docstring; the caller closes the result when the stage is over."""
     from erroranalysis.stages.inputs import stage_scratch
 
-    train, path = Path(params.train), readers.shared_path(run, rundir.PREDICTIONS)  # URL: workers read it there
+    train, path = as_source(params.train), readers.shared_path(run, rundir.PREDICTIONS)  # URL: workers read it there
     rpb = eb.ROWS_PER_BLOCK  # read at call time: tests make blocks small
     blocks = eb.plan(path, rpb)
     cleanup = contextlib.ExitStack()
@@ -101,7 +102,8 @@ def prepare(run, params, engine, reporter) -> Prepared:
                               columns=ctx.pop("read"), kwargs={
                                   **ctx, "fields": [f for f in ("prompt", "reference") if present[f]],
                                   "id_column": params.train_id_column, "train_starts": job["train_starts"]})
-        section = _section([p for _, p in parts], eb.n_rows(blocks), str(train.resolve()), eb.n_rows(train_blocks))
+        named = storage.record_name(train)
+        section = _section([p for _, p in parts], eb.n_rows(blocks), named, eb.n_rows(train_blocks))
         section["ngram"] = params.ngram
         *_, section["lengths"] = eb.call_each(_one, engine, [
             *({"step": "verify", "start": s, "threshold": params.train_near_threshold, **job}
@@ -110,7 +112,7 @@ def prepare(run, params, engine, reporter) -> Prepared:
         section["near_duplicates"] = eb.call_each(_one, engine, [{
             "step": "near", "n_train": eb.n_rows(train_blocks), "threshold": params.train_near_threshold,
             "num_perm": params.minhash_perm, **job}])[0]
-        return Prepared(scratch, section, str(train.resolve()), cleanup)
+        return Prepared(scratch, section, named, cleanup)
     except BaseException:
         cleanup.close()
         raise
@@ -152,7 +154,7 @@ def _scan_eval(path, engine, ctx: dict, n_parts: int, model) -> tuple[dict, dict
     return present, lengths
 
 
-def _rows(train: Path, params, engine, scratch):
+def _rows(train, params, engine, scratch):
     """The Parquet file the blocks of the training file are read from: the file itself, or a JSONL or CSV file's
     (a save_to_disk folder split's) copy (`_copy`, made by one worker under Ray) in the stage's scratch, which goes
     with it."""
@@ -182,10 +184,11 @@ def _copy(source: str, target: str, encoding: str, split: str | None = None) -> 
     from erroranalysis.sources.blocks import COPY, COPY_ROW_GROUP, to_parquet
     from erroranalysis.sources.table import read_table
 
-    if Path(source).is_dir():
+    path = as_source(source)  # a URL: read from object storage (a prefix is refused there in one line)
+    if isinstance(path, Path) and path.is_dir():
         return to_parquet(source, target, split=split)
 
-    frame, _ = read_table(Path(source), encoding=encoding)
+    frame, _ = read_table(path, encoding=encoding)
     pickled = []
     for name in frame.columns:
         try:

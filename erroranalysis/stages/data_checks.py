@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from erroranalysis import rundir
-from erroranalysis.core import schemas
+from erroranalysis.core import schemas, storage
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.engines.blocks import call_on_worker
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
@@ -72,7 +72,7 @@ def checks_run(run_dir: str | Path, params: CheckParams = CheckParams(), *, embe
     n_rows = len(preds) + (len(train_set) if train_set is not None else 0)
     vectors = _Vectors.custom(embed) if embed is not None else _Vectors.of(run, params.embedder, engine, n_rows)
     trained = train_set if train_set is not None else sft_train
-    record = {**params.record(), "train": str(Path(trained.path).resolve()) if trained is not None else None,
+    record = {**params.record(), "train": storage.record_name(trained.path) if trained is not None else None,
               "embedder": vectors.source, "vectors": vectors.plan.record(),
               "shift": params.shift and train_set is not None}
     if vectors.plan.note:
