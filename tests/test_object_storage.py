@@ -382,7 +382,7 @@ def test_a_generation_a_killed_run_left_is_swept_by_the_next_run_there_the_commi
     killed = writer("killed")
     killed.send_signal(signal.SIGKILL)
     killed.wait()
-    planted = (files.scratch_stem("gen-") + "20260101T000000-aa",  # a live process's (this one's)
+    planted = (files.scratch_stem(remote.GENERATION) + "20260101T000000-aa",  # a live process's (this one's)
                "gen-otherhost-1-20260101T000000-bb", "20260101T000000-cc")  # another host's; an older name
     for name in planted:
         shards.write_file(shards.location(url) / "objects" / name / "x", lambda p: p.write_bytes(b"x"))
@@ -428,5 +428,30 @@ def test_a_training_file_on_s3_is_read_from_there_by_the_command_line(s3, tiny_c
         assert frame["in_train"].sum() == (12 if run_path == tmp_path / "run" else 25)  # what was planted
         section = "leakage" if run_path == tmp_path / "run" else "contamination"
         assert {**report[section], "train_path": None} == {**report_s3[section], "train_path": None}
-        assert report_s3[section]["train_path"] == url
+        assert (report[section]["train_path"], report_s3[section]["train_path"]) == (str(local.resolve()), url)
 
+
+
+def test_doctor_reads_its_prompts_and_training_file_on_s3(s3, tmp_path):  # noqa: F811
+    """`doctor --task generation --data s3://... --train s3://...`: the memorization step, the generation run and
+    the contamination check all read the files from the bucket (the memorization step once folded the URL into
+    `s3:/...`); doctor.json names the training file as given."""
+    from test_cli_run import invoke
+    from test_generation import build_tiny_causal_lm
+    from test_overfit_lm import sft_rows
+
+    model = build_tiny_causal_lm(tmp_path / "lm")
+    sft = upload(write_jsonl(tmp_path / "sft.jsonl", sft_rows()), f"s3://evals/{tmp_path.name}/sft.jsonl")
+    prompts = upload(write_jsonl(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": f"Say {i}.",
+                                                              "reference": "fox"} for i in range(4)]),
+                     f"s3://evals/{tmp_path.name}/prompts.jsonl")
+    out = invoke("doctor", "--task", "generation", "--model", model, "--data", prompts, "--id-column", "id",
+                 "--train", sft, "--out", tmp_path / "doc", "--n", "8", "--steps", "2", "--no-control", "--device",
+                 "cpu", "--max-new-tokens", "4", "--output-checks", "exact", "--check-embedder", "none", "--json")
+    assert out.exit_code == 0, out.output
+    keys = [s["key"] for s in json.loads(out.stdout)["sections"]]
+    assert keys[0] == "memorize" and "labels" in keys
+    from erroranalysis.rundir import Run
+
+    assert Run.open(tmp_path / "doc").state("doctor")["params"]["train"] == sft
+    assert Run.open(tmp_path / "doc").manifest["data"]["path"] == prompts

@@ -225,6 +225,7 @@ def test_a_run_published_to_s3_has_its_shards_written_there_by_the_workers(clust
 
     fetched = Run.open(remote.fetch(url, tmp_path / "fetched"))
     assert all(list((fetched.path / name).glob("part-*")) for name in sharded)
+    assert len(list((fetched.path / "probs.npy").glob("part-*.npy"))) == 480 // cluster.block_rows(480, 2, 4096)
     a, b = local.predictions(), fetched.predictions()
     assert a.columns.tolist() == b.columns.tolist()
     for column in ("example_id", "text", "label", "pred", "correct", "n_tokens", "truncated", "source", "stars"):
@@ -288,8 +289,7 @@ def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monke
     """A token classifier's eval set and training file on object storage, the run published there: the workers read
     both in blocks (the driver reads neither whole) and write predictions, spans and hidden states straight to the
     bucket; fetched, the in-process run."""
-    from test_token_ray import _as_text_with_spans
-    from token_fixtures import build_tiny_token_classifier, write_sentences
+    from token_fixtures import as_text_with_spans, build_tiny_token_classifier, write_sentences
 
     from erroranalysis.core.storage import ObjectPath
     from erroranalysis.engines import blocks
@@ -298,8 +298,8 @@ def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monke
 
     monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 16)
     model = build_tiny_token_classifier(tmp_path / "model")
-    data = _as_text_with_spans(write_sentences(tmp_path / "eval.jsonl", n=40), tmp_path / "eval.parquet")
-    train = _as_text_with_spans(write_sentences(tmp_path / "train.jsonl", n=30, seed=1), tmp_path / "train.parquet")
+    data = as_text_with_spans(write_sentences(tmp_path / "eval.jsonl", n=40), tmp_path / "eval.parquet")
+    train = as_text_with_spans(write_sentences(tmp_path / "train.jsonl", n=30, seed=1), tmp_path / "train.parquet")
     urls = {name: upload(path, f"s3://evals/{tmp_path.name}/{path.name}") for name, path in
             (("data", data), ("train", train))}
     opts, tokens = DataOptions(id_column="id"), TokenParams(device="cpu", batch_size=8)
@@ -325,6 +325,7 @@ def test_a_token_run_reads_and_writes_s3_on_the_workers(cluster, tmp_path, monke
     assert a["pred_tags"].map(list).tolist() == b["pred_tags"].map(list).tolist()
     assert a["correct"].tolist() == b["correct"].tolist() and (~a["correct"]).any()
     np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a["confidence"], b["confidence"], rtol=1e-4, atol=1e-5)
     sa, sb = readers.read_spans(here), readers.read_spans(there)
     pd.testing.assert_frame_equal(sa.drop(columns=["loss", "confidence"]), sb.drop(columns=["loss", "confidence"]))
     assert set(sb["seen_in_train"]) == {"seen", "unseen"}  # the training surfaces arrived, and not all match

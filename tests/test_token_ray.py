@@ -25,20 +25,6 @@ from erroranalysis.stages import AfterParams, TokenParams, run_token_classificat
 AFTER = AfterParams(checks=None, slices=None, cluster=None)
 
 
-def _as_text_with_spans(path, out):
-    """The sentences of JSONL file `path` as a Parquet file of texts with character spans."""
-    from erroranalysis.metrics import tokens as tm
-
-    rows = []
-    for r in pd.read_json(path, lines=True).to_dict("records"):
-        starts = np.cumsum([0] + [len(w) + 1 for w in r["tokens"]])
-        spans = [{"start": int(starts[s]), "end": int(starts[e] - 1), "label": t}
-                 for s, e, t in tm.spans_of(r["tags"], "IOB2")]
-        rows.append({"id": r["id"], "text": " ".join(r["tokens"]), "spans": spans, "source": r["source"]})
-    pd.DataFrame(rows).to_parquet(out, index=False)
-    return out
-
-
 @pytest.mark.slow
 def test_ray_gives_the_in_process_token_run(local_ray, tmp_path, monkeypatch):
     """A JSONL file of words and tags through the CLI (`run --engine ray` takes a token classifier; `--train` is the

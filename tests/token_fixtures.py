@@ -53,6 +53,23 @@ def write_sentences(path: Path, n: int = 30, seed: int = 0, rows: list[dict] | N
     return path
 
 
+def as_text_with_spans(path: Path, out: Path) -> Path:
+    """The sentences of JSONL file `path` as a Parquet file of texts with character spans."""
+    import numpy as np
+    import pandas as pd
+
+    from erroranalysis.metrics import tokens as tm
+
+    rows = []
+    for r in pd.read_json(path, lines=True).to_dict("records"):
+        starts = np.cumsum([0] + [len(w) + 1 for w in r["tokens"]])
+        spans = [{"start": int(starts[s]), "end": int(starts[e] - 1), "label": t}
+                 for s, e, t in tm.spans_of(r["tags"], "IOB2")]
+        rows.append({"id": r["id"], "text": " ".join(r["tokens"]), "spans": spans, "source": r["source"]})
+    pd.DataFrame(rows).to_parquet(out, index=False)
+    return out
+
+
 def planted_sentence(rng: random.Random, i: int, flown_from_as: str = "LOC") -> dict:
     """Three contexts: 'X arrived in <place>' (LOC), 'X flew from <place>' (LOC, or `flown_from_as` in the
     training data: the planted error) and 'X works for <org>' (ORG)."""

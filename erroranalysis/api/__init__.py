@@ -24,7 +24,7 @@ from erroranalysis.api.results import Comparison, Metrics, Run, tracker_params
 from erroranalysis.core.errors import speaks_python
 from erroranalysis.infer.generation import GenerationParams
 from erroranalysis.sources.generations import SourceParams
-from erroranalysis.sources.table import DataOptions, InMemory
+from erroranalysis.sources.table import DataOptions, InMemory, as_source
 from erroranalysis.stages import (
     AfterParams,
     CheckParams,
@@ -187,11 +187,12 @@ def _data_options(given: DataOptions | None, text: str, label: str, id: str | No
 
 
 def _source(data):
-    """What the stages read: a path as it is; a DataFrame, a `datasets.Dataset` or a list of dicts in memory."""
+    """What the stages read: a path as it is, a URL (s3://, gs://, az://) as an object-storage location; a DataFrame,
+    a `datasets.Dataset` or a list of dicts in memory."""
     import pandas as pd
 
     if isinstance(data, (str, Path)):
-        return Path(data)
+        return as_source(data)
     if isinstance(data, pd.DataFrame):
         return InMemory(data)
     if hasattr(data, "to_pandas") and hasattr(data, "column_names"):  # a datasets.Dataset

@@ -28,7 +28,6 @@ import copy
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -91,11 +90,11 @@ def overfit_lm_check(model, data, params: OverfitParams = OverfitParams(), *, da
     rows of `data` and report whether it memorizes their answers (see the module's docstring)."""
     from erroranalysis.checklist.overfit_diagnosis import diagnose_lm
     from erroranalysis.infer.causal_lm import CausalLM, load_causal_lm
-    from erroranalysis.sources.table import read_table
+    from erroranalysis.sources.table import as_source, read_table
 
     encoding = getattr(data_opts, "encoding", "utf-8") if data_opts is not None else "utf-8"
     split = getattr(data_opts, "split", None) if data_opts is not None else None
-    raw, _ = read_table(Path(data), encoding=encoding, split=split)  # a bad file fails before the model loads
+    raw, _ = read_table(as_source(data), encoding=encoding, split=split)  # a bad file fails before the model loads
     lm = model if isinstance(model, CausalLM) else load_causal_lm(model, device=params.device, precision="fp32",
                                                                  trust_remote_code=params.trust_remote_code)
     max_length = min(params.max_length or DEFAULT_MAX_LENGTH["generation"], lm.context_length)

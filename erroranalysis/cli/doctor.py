@@ -33,8 +33,8 @@ CLUSTER = replace(groups.CLUSTER, on=False, switch_help="Also cluster the failur
 def doctor(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors); "
                                         "with --task generation a causal LM folder or a .gguf file.")],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder "
-                                       "(--task generation: the prompt set).")],
+    data: Annotated[str, typer.Option("--data", "-d", help="Eval set: .jsonl, .csv, .parquet or a save_to_disk folder "
+                                      "(--task generation: the prompt set); or an s3://, gs://, az:// URL of a file.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write (default: "
                                                 "runs/<checkpoint name>-doctor).")] = None,
     log: Annotated[Optional[Path], typer.Option("--log", help="Training log: trainer_state.json, TensorBoard "

@@ -141,9 +141,15 @@ def left_by_dead(names: list[str], prefix: str) -> list[str]:
 
 
 def _host() -> str:
+    """This machine's name and its PID namespace (`name.<inode>`): containers that share a host name (host
+    networking) have PID namespaces of their own, where another's live pid may be no process at all."""
     import socket
 
-    return socket.gethostname().replace("-", "_")
+    name = socket.gethostname().replace("-", "_")
+    try:
+        return f"{name}.{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # no /proc (macOS): one namespace
+        return name
 
 
 def _alive(pid: int) -> bool:

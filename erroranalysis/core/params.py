@@ -167,6 +167,9 @@ class File(Rule):
     def describe(self) -> str:
         return "a file path"
 
+    def metavar(self) -> str:
+        return "FILE|URL"
+
 
 @dataclass(frozen=True)
 class Strings(Rule):

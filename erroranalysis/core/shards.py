@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from erroranalysis.core import files, storage
-from erroranalysis.core.errors import RunError
+from erroranalysis.core.errors import RunError, UserError
 
 POINTER = "shards.json"
 DIGEST = ".digest"
@@ -270,18 +270,28 @@ def remove(folder) -> None:
             pass
 
 
+def left_by_dead(prefix, name: str) -> list[str]:
+    """The folders `<name><host>-<pid>-*` directly under `prefix` (a URL) that this host's processes that are gone
+    left there (`files.left_by_dead`); none when the listing fails (a sweep is best effort)."""
+    import pyarrow.fs as pafs
+
+    base = location(prefix)
+    fs, key = base.filesystem()
+    try:
+        with storage.errors(base):
+            found = fs.get_file_info(pafs.FileSelector(key, allow_not_found=True))
+    except (OSError, UserError):
+        return []
+    return files.left_by_dead([i.base_name for i in found if i.type == pafs.FileType.Directory], name)
+
+
 @contextlib.contextmanager
 def scratch(prefix, name: str):
     """A fresh prefix `<prefix>/scratch/<name><host>-<pid>-<token>` on object storage for what a command's workers
     write and other workers read back (so no node need share a disk with another), deleted when the block ends.
     Those a killed process of this host left are swept first, as `files.new_scratch` does on a disk."""
-    import pyarrow.fs as pafs
-
     base = location(prefix) / "scratch"
-    fs, key = base.filesystem()
-    with storage.errors(base):
-        found = fs.get_file_info(pafs.FileSelector(key, allow_not_found=True))
-    for old in files.left_by_dead([i.base_name for i in found if i.type == pafs.FileType.Directory], name):
+    for old in left_by_dead(base, name):
         remove(base / old)
     folder = base / f"{files.scratch_stem(name)}{secrets.token_hex(4)}"
     try:

@@ -267,6 +267,8 @@ def s3_options() -> dict:
 def record_name(source) -> str:
     """How a record (a manifest, a report) names a source: a local path absolute, a URL as given (it holds no
     secret), an in-memory table by its name."""
+    if isinstance(source, str) and not is_url(source):
+        source = Path(source)
     return str(source.resolve()) if isinstance(source, Path) else str(source)
 
 

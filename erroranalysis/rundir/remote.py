@@ -91,18 +91,18 @@ def new_generation() -> str:
     return f"{files.scratch_stem(GENERATION)}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
+def committed_generation(manifest: dict | None) -> str | None:
+    """The generation a committed manifest names (None: no manifest, or one that names no objects)."""
+    return ((manifest or {}).get(OBJECTS) or {}).get("generation")
+
+
 def _sweep_generations(url: storage.ObjectPath) -> None:
     """Delete the generations this host's dead processes left at `url` that its manifest does not name (a run killed
     before its commit: its workers' shards). The manifest is read after the owners were found dead: a generation
     committed before its process died is named by it, or by none once a later commit superseded (and deleted) it."""
-    import pyarrow.fs as pafs
-
-    fs, base = url.filesystem()
-    with storage.errors(url):
-        found = fs.get_file_info(pafs.FileSelector(f"{base}/{OBJECTS}", allow_not_found=True))
-    dead = files.left_by_dead([i.base_name for i in found if i.type == pafs.FileType.Directory], GENERATION)
+    dead = shards.left_by_dead(url / OBJECTS, GENERATION)
     if dead:
-        named = ((remote_manifest(url) or {}).get(OBJECTS) or {}).get("generation")
+        named = committed_generation(remote_manifest(url))
         for generation in dead:
             if generation != named:
                 _delete_generation(url, generation)
@@ -133,7 +133,7 @@ def publish(local: Path, url: storage.ObjectPath, previous: dict | None = None, 
         manifest[OBJECTS] = {"generation": generation, "files": named}
         with fs.open_output_stream(f"{base}/{MANIFEST}") as dst:  # the commit point
             dst.write(json.dumps(manifest, indent=2).encode())
-    old = ((previous or {}).get(OBJECTS) or {}).get("generation")
+    old = committed_generation(previous)
     if old and old != generation:
         _delete_generation(url, old)
     return manifest

@@ -63,15 +63,11 @@ def open_run(url: storage.ObjectPath, key: str, mirror: Path) -> Path:
     manifest = remote.remote_manifest(run_url)
     if manifest is None:
         raise RunError(f"{run_url}: no run here (no {MANIFEST}); pick a run on the Runs page.")
-    if _generation(manifest) is None:
+    if remote.committed_generation(manifest) is None:
         raise RunError(f"{run_url / MANIFEST}: names no objects; publish the run again.")
-    if _generation(_local_manifest(local)) != _generation(manifest):
+    if remote.committed_generation(_local_manifest(local)) != remote.committed_generation(manifest):
         remote.fetch(run_url, local)
     return local
-
-
-def _generation(manifest: dict | None) -> str | None:
-    return ((manifest or {}).get(remote.OBJECTS) or {}).get("generation")
 
 
 def _local_manifest(local: Path) -> dict | None:

@@ -86,7 +86,7 @@ class Source:
 
     rows: str
     path: str
-    resolved: str
+    named: str  # how checks.json and the stage record name it (`storage.record_name`)
     opts: object
     copy: bool
     n: int
@@ -268,7 +268,7 @@ def prepare(run, params, train: dict, scratch, n_eval: int, n_buckets: int, embe
     domain = near and params.shift and train["domain"]
     src = source(run, params, train["set"], scratch, engine)
     chosen = samples(src, n_eval, params, near, domain)
-    record["train"] = src.resolved
+    record["train"] = src.named
     record["leakage_sample"] = {"eval": record["sample"], "train": {
         "rows": int(len(chosen["near"])), "of": src.n, "seed": params.seed}} if near else None
     if near and (record["sample"]["rows"] < n_eval or len(chosen["near"]) < src.n):

@@ -33,6 +33,7 @@ from erroranalysis.core import schemas, storage
 from erroranalysis.datachecks import report as checks_report
 from erroranalysis.engines.blocks import call_on_worker
 from erroranalysis.rundir import CHECKS, CHECKS_JSON, readers
+from erroranalysis.stages import inputs
 from erroranalysis.stages.check_parts import CheckParams, checkpoint_embed, load_train, no_leakage
 from erroranalysis.stages.train_gold import TrainGold
 
@@ -96,7 +97,7 @@ def _checks_on_ray(run, params: CheckParams, embed, engine, reporter, train_set=
     from erroranalysis.engines.blocks import n_rows, plan
     from erroranalysis.stages.data_checks_ray import Embedding, checks_ray
 
-    n = n_rows(plan(readers.shared_path(run, rundir.PREDICTIONS)))
+    n = n_rows(plan(inputs.for_workers(run, rundir.PREDICTIONS, engine)))  # a local run: every node sees it
     # a generation run's training file is SFT rows: contamination (`contamination_ray`), not leakage and shift
     contaminated = run.task == "generation" and train_set is None and params.train is not None
     trained = (train_set is not None or params.train is not None) and not contaminated

@@ -21,6 +21,7 @@ from erroranalysis import rundir
 from erroranalysis.checklist import doctor_report as report
 from erroranalysis.checklist.doctor_report import DoctorResult, Section, render_markdown
 from erroranalysis.checklist.memorize import OverfitParams
+from erroranalysis.core import storage
 from erroranalysis.rundir import readers
 
 REPORT_MD, REPORT_JSON = rundir.DOCTOR_MD, rundir.DOCTOR_JSON
@@ -90,7 +91,7 @@ def run_doctor(model: str | Path, data: str | Path, out: str | Path, *, log: str
         texts = run.predictions(columns=["example_id", "text"]).set_index("example_id")["text"]
         sections.append(report.labels_section(readers.read_checks_report(run), texts, run.file(rundir.CHECKS)))
         result = _write_report(run, sections, model, Path(data), {
-            "train": str(train_set.path) if train_set is not None else None,
+            "train": storage.record_name(train_set.path) if train_set is not None else None,
             "log": training_log.path if training_log is not None else None,
             "overfit": overfit.record() if overfit is not None else None, "cluster": cluster is not None,
             "seed": seed})
@@ -153,7 +154,8 @@ def run_doctor_generation(model: str | Path, data: str | Path, out: str | Path, 
     checks_run(run.path, check)
     sections.append(doctor_llm.data_section(readers.read_checks_report(run), check.train))
     result = _write_report(run, sections, model, Path(data), {
-        "task": "generation", "train": check.train, "log": training_log.path if training_log is not None else None,
+        "task": "generation", "train": storage.record_name(check.train) if check.train is not None else None,
+        "log": training_log.path if training_log is not None else None,
         "overfit": overfit.record() if overfit is not None else None, "seed": seed})
     result.run, result.report = run.path, run.file(REPORT_MD)
     return result

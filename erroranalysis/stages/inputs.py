@@ -8,6 +8,9 @@ its split's record batches streamed (`--split` chosen as in-process). The copy l
 (on the filesystem the workers share with the driver; for a run going to object storage, under the run's objects
 there) and goes when the command ends; one left by a command killed with SIGKILL is removed by the next
 (`core.files.scratch_folder`, `core.shards.scratch`).
+
+A run's own artifacts are read by the workers where `for_workers` says: a run on object storage at its shards' URL,
+a local run in its folder, which every node must see (checked first).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def workers_read(data) -> bool:
     return not isinstance(data, InMemory) and (blocks.readable(data) or blocks.convertible(data))
 
 
-def for_workers(run, name: str, engine, required: bool = True):
+def for_workers(run, name: str, engine):
     """Where `engine`'s workers read the run's artifact `name` (`readers.shared_path`: a run on object storage, its
     shards' URL). A local run's folder is first checked to be seen by every node (`engines.shared_disk`), so that a
     stage run alone (`metrics RUN --engine ray`) on a disk some node lacks fails in one line before any work, not on
@@ -35,8 +38,8 @@ def for_workers(run, name: str, engine, required: bool = True):
     from erroranalysis.engines.shared_disk import check_shared
     from erroranalysis.rundir import readers
 
-    path = readers.shared_path(run, name, required)
-    if path is not None and not storage.is_url(path):
+    path = readers.shared_path(run, name)
+    if not storage.is_url(path):
         check_shared(run.path, engine)
     return path
 
