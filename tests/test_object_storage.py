@@ -432,13 +432,16 @@ def test_a_training_file_on_s3_is_read_from_there_by_the_command_line(s3, tiny_c
 
 
 
-def test_doctor_reads_its_prompts_and_training_file_on_s3(s3, tmp_path):  # noqa: F811
+def test_doctor_overfit_and_sft_check_read_their_files_on_s3(s3, tmp_path):  # noqa: F811
     """`doctor --task generation --data s3://... --train s3://...`: the memorization step, the generation run and
     the contamination check all read the files from the bucket (the memorization step once folded the URL into
-    `s3:/...`); doctor.json names the training file as given."""
+    `s3:/...`), and the run names them as given; `overfit --task generation` and `sft-check` take `--data s3://...`
+    (their `--data` was a path on the command line)."""
     from test_cli_run import invoke
     from test_generation import build_tiny_causal_lm
     from test_overfit_lm import sft_rows
+
+    from erroranalysis.rundir import Run
 
     model = build_tiny_causal_lm(tmp_path / "lm")
     sft = upload(write_jsonl(tmp_path / "sft.jsonl", sft_rows()), f"s3://evals/{tmp_path.name}/sft.jsonl")
@@ -451,7 +454,16 @@ def test_doctor_reads_its_prompts_and_training_file_on_s3(s3, tmp_path):  # noqa
     assert out.exit_code == 0, out.output
     keys = [s["key"] for s in json.loads(out.stdout)["sections"]]
     assert keys[0] == "memorize" and "labels" in keys
-    from erroranalysis.rundir import Run
-
     assert Run.open(tmp_path / "doc").state("doctor")["params"]["train"] == sft
     assert Run.open(tmp_path / "doc").manifest["data"]["path"] == prompts
+
+    overfit = invoke("overfit", "--task", "generation", "--model", model, "--data", sft, "--n", "8", "--steps", "2",
+                     "--no-control", "--device", "cpu", "--json")
+    assert overfit.exit_code == 0, overfit.output
+    assert json.loads(overfit.stdout)["n"] == 8
+    checked = invoke("sft-check", "--model", model, "--data", sft, "--out", tmp_path / "sft", "--json")
+    assert checked.exit_code == 0, checked.output
+    from erroranalysis.core.files import digest
+
+    data = Run.open(tmp_path / "sft").manifest["data"]
+    assert (data["path"], data["sha256"]) == (sft, digest(tmp_path / "sft.jsonl")["sha256"])

@@ -32,9 +32,10 @@ DATA = options.Group("data_options", groups.DATA.params, exclude=("id_column",),
 def overfit(
     model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder (config.json + model.safetensors); "
                                         "with --task generation also a .gguf file.")],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Examples: .jsonl, .csv, .parquet or a save_to_disk folder "
-                                       "(--task generation: SFT rows, messages or prompt/completion, optionally "
-                                       "input_ids/labels as your pipeline tokenized them).")],
+    data: Annotated[str, typer.Option("--data", "-d", help="Examples: .jsonl, .csv, .parquet or a save_to_disk folder "
+                                      "(--task generation: SFT rows, messages or prompt/completion, optionally "
+                                      "input_ids/labels as your pipeline tokenized them); or an s3://, gs://, az:// "
+                                      "URL of a file.")],
     task: Annotated[str, typer.Option("--task", help="classification (a checkpoint with a classification head, "
                                       "examples with a label column) or generation (a causal LM folder or .gguf "
                                       "file, SFT rows, loss on the answer only).")] = "classification",

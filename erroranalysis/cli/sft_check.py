@@ -26,8 +26,9 @@ def register(app: typer.Typer) -> None:
 @options.takes(SFT)
 def sft_check(
     model: Annotated[Path, typer.Option("--model", "-m", help="Tokenizer or checkpoint folder, or a .gguf file.")],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Training rows: .jsonl, .csv, .parquet or a "
-                                                            "save_to_disk folder (messages, prompt/completion or text).")],
+    data: Annotated[str, typer.Option("--data", "-d", help="Training rows: .jsonl, .csv, .parquet or a "
+                                                           "save_to_disk folder (messages, prompt/completion or text); "
+                                                           "or an s3://, gs://, az:// URL of a file.")],
     out: common.OutDir,
     show: Annotated[int, typer.Option("--show", min=0, max=1000, help="Print this many rows with their trained "
                                                                       "tokens highlighted, rows with findings first.")] = 0,

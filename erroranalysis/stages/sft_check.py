@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from erroranalysis import rundir, sft
-from erroranalysis.core import files
+from erroranalysis.core import storage
 from erroranalysis.rundir import Run, create_run
 from erroranalysis.sft import SftParams, SftResult
 
@@ -35,7 +35,7 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
     result = sft.check(rows, tokens, params, tokenized=tokenized,
                        progress=lambda done, total: say("checking rows", done, total))
     manifest = {"task": "sft", "labels": [], "model": {"path": str(model), "tokenizer": tokens.describe()},
-                "data": {"path": str(data), "sha256": _sha(data), "rows": len(rows), "format": rows.format,
+                "data": {"path": storage.record_name(data), "sha256": _sha(data), "rows": len(rows), "format": rows.format,
                          "tokenized": params.tokenized}}
     with create_run(out, overwrite=overwrite, **manifest) as run:
         with run.stage("sft_check", params.record()) as staging:
@@ -47,11 +47,12 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
 
 
 def _sha(data) -> str | None:
-    from erroranalysis.sources.table import InMemory
+    from erroranalysis.sources.table import InMemory, as_source
 
     if isinstance(data, InMemory):
         return data.sha256()
-    return files.digest(data)["sha256"] if Path(data).is_file() else None
+    source = as_source(data)
+    return storage.digest(source)["sha256"] if source.is_file() else None
 
 
 def read_sft_run(path: str | Path):
