@@ -431,7 +431,6 @@ def test_a_training_file_on_s3_is_read_from_there_by_the_command_line(s3, tiny_c
         assert (report[section]["train_path"], report_s3[section]["train_path"]) == (str(local.resolve()), url)
 
 
-
 def test_doctor_overfit_and_sft_check_read_their_files_on_s3(s3, tmp_path):  # noqa: F811
     """`doctor --task generation --data s3://... --train s3://...`: the memorization step, the generation run and
     the contamination check all read the files from the bucket (the memorization step once folded the URL into
@@ -441,6 +440,7 @@ def test_doctor_overfit_and_sft_check_read_their_files_on_s3(s3, tmp_path):  # n
     from test_generation import build_tiny_causal_lm
     from test_overfit_lm import sft_rows
 
+    from erroranalysis.core.files import digest
     from erroranalysis.rundir import Run
 
     model = build_tiny_causal_lm(tmp_path / "lm")
@@ -463,7 +463,5 @@ def test_doctor_overfit_and_sft_check_read_their_files_on_s3(s3, tmp_path):  # n
     assert json.loads(overfit.stdout)["n"] == 8
     checked = invoke("sft-check", "--model", model, "--data", sft, "--out", tmp_path / "sft", "--json")
     assert checked.exit_code == 0, checked.output
-    from erroranalysis.core.files import digest
-
     data = Run.open(tmp_path / "sft").manifest["data"]
     assert (data["path"], data["sha256"]) == (sft, digest(tmp_path / "sft.jsonl")["sha256"])
