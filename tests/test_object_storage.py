@@ -356,7 +356,7 @@ with create_run(sys.argv[1], overwrite=True, task="classification", labels=["a",
 """
 
 
-def test_a_generation_a_killed_run_left_is_swept_by_the_next_run_there_the_committed_one_kept(s3, tmp_path):  # noqa: F811
+def test_a_killed_run_s_generation_is_swept_by_the_next_run_the_committed_one_kept(s3, tmp_path):  # noqa: F811
     """A run at a URL killed before its commit leaves its generation (the shards its workers wrote) named by no
     manifest. The next run written there from this host deletes it; the committed generation (its process gone
     too), a live process's and another host's are kept, and the committed run still reads."""
@@ -465,3 +465,16 @@ def test_doctor_overfit_and_sft_check_read_their_files_on_s3(s3, tmp_path):  # n
     assert checked.exit_code == 0, checked.output
     data = Run.open(tmp_path / "sft").manifest["data"]
     assert (data["path"], data["sha256"]) == (sft, digest(tmp_path / "sft.jsonl")["sha256"])
+
+
+def test_an_openai_batch_output_and_its_requests_on_s3_give_the_local_run(s3, tmp_path):  # noqa: F811
+    """`analyze --task generation -p s3://.../batch_output.jsonl --requests s3://.../batch_input.jsonl`: both read
+    from the bucket (`--requests` was opened as a local path), the run that of the same files on disk."""
+    from test_generation_sources import analyzed, batch_files
+
+    requests, outputs = batch_files(tmp_path)
+    urls = [upload(path, f"s3://evals/{tmp_path.name}/{path.name}") for path in (requests, outputs)]
+    local, there = analyzed(tmp_path, outputs, "--requests", requests), analyzed(
+        tmp_path, urls[1], "--requests", urls[0], name="s3")
+    pd.testing.assert_frame_equal(local[1], there[1])
+    assert there[0].manifest["data"]["path"] == urls[1] and there[0].manifest["data"]["source_format"] == "openai-batch"

@@ -20,7 +20,7 @@ import pandas as pd
 
 from erroranalysis.core.errors import DataError, where
 from erroranalysis.sources import completions
-from erroranalysis.sources.table import jsonl_records
+from erroranalysis.sources.table import as_source, jsonl_records
 
 NAME = "openai-batch"
 SHOWN_ERRORS = 3
@@ -38,7 +38,7 @@ def read(path: Path, params, *, encoding: str = "utf-8", split=None) -> pd.DataF
     if params.requests is None:
         raise DataError(f"{path}: an OpenAI Batch output file holds the answers but not the prompts; pass the "
                         "input file too: --requests batch_input.jsonl.")
-    requests = _requests(Path(params.requests), encoding)
+    requests = _requests(as_source(params.requests), encoding)  # a URL: read from object storage
     rows, excluded, answered = [], [], set()
     for number, record in jsonl_records(path, encoding):
         custom_id = record.get("custom_id")
@@ -61,7 +61,7 @@ def read(path: Path, params, *, encoding: str = "utf-8", split=None) -> pd.DataF
     return frame
 
 
-def _requests(path: Path, encoding: str) -> dict[str, dict]:
+def _requests(path, encoding: str) -> dict[str, dict]:
     """custom_id -> the row parts a request gives: the prompt or messages, the budget, body.metadata."""
     if not path.exists():
         raise DataError(f"{path}: no such file; --requests names the Batch input file (the requests).")
