@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from erroranalysis.core import files, shards
-from erroranalysis.engines import sinks
 
 ROWS_PER_BLOCK = files.ROW_GROUP  # a block is a row group of the run's own Parquet files
-SHARD = sinks.SHARD.replace("{suffix}", ".parquet")  # a Parquet shard: `part-<first row>.parquet`
+SHARD = shards.SHARD.replace("{suffix}", ".parquet")  # a Parquet shard: `part-<first row>.parquet`
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from erroranalysis.core import files, shards
-from erroranalysis.core.shards import SHARD  # noqa: F401  (the engines' name for it)
+from erroranalysis.core.shards import SHARD
 
 
 class FileSink:

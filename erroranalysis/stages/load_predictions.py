@@ -254,8 +254,8 @@ def _write_block(table, block, *, source, opts: DataOptions, required, sha256: s
 
     from erroranalysis.core import files, shards
     from erroranalysis.core.errors import UserError
+    from erroranalysis.core.shards import SHARD
     from erroranalysis.engines.blocks import write_shard
-    from erroranalysis.engines.sinks import SHARD
     from erroranalysis.sources import blocks
 
     try:

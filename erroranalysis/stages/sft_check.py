@@ -35,8 +35,8 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
     result = sft.check(rows, tokens, params, tokenized=tokenized,
                        progress=lambda done, total: say("checking rows", done, total))
     manifest = {"task": "sft", "labels": [], "model": {"path": str(model), "tokenizer": tokens.describe()},
-                "data": {"path": storage.record_name(data), "sha256": _sha(data), "rows": len(rows), "format": rows.format,
-                         "tokenized": params.tokenized}}
+                "data": {"path": storage.record_name(data), "sha256": _sha(data), "rows": len(rows),
+                         "format": rows.format, "tokenized": params.tokenized}}
     with create_run(out, overwrite=overwrite, **manifest) as run:
         with run.stage("sft_check", params.record()) as staging:
             staging.write_parquet(rundir.SFT_FINDINGS, result.findings)
@@ -47,12 +47,12 @@ def sft_check(model: str | Path, data: str | Path, out: str | Path, params: SftP
 
 
 def _sha(data) -> str | None:
-    from erroranalysis.sources.table import InMemory, as_source
+    """The sha256 of `data` (`as_source`'s: a table in memory, a local file or an object; None for a folder)."""
+    from erroranalysis.sources.table import InMemory
 
     if isinstance(data, InMemory):
         return data.sha256()
-    source = as_source(data)
-    return storage.digest(source)["sha256"] if source.is_file() else None
+    return storage.digest(data)["sha256"] if data.is_file() else None
 
 
 def read_sft_run(path: str | Path):

@@ -236,7 +236,7 @@ def token_block(clf, start: int, rows: int, *, source, rows_path, data_opts: Dat
     """On a Ray worker: rows start..start+rows read, checked, tokenized and predicted as in-process, their rows of
     the three artifacts written as shards `part-<start>` (`tokens_ray.write_table`); their counts back."""
     from erroranalysis.core import files, shards
-    from erroranalysis.engines.sinks import SHARD
+    from erroranalysis.core.shards import SHARD
     from erroranalysis.infer.tokens import predict
     from erroranalysis.sources import blocks
     from erroranalysis.sources.table import as_source

@@ -25,8 +25,8 @@ from typing import Callable
 from erroranalysis import rundir
 from erroranalysis.core import files, shards
 from erroranalysis.core.errors import DataError
+from erroranalysis.core.shards import SHARD
 from erroranalysis.engines import Engine, EngineError
-from erroranalysis.engines.sinks import SHARD
 from erroranalysis.sources import blocks
 from erroranalysis.sources.table import DataOptions, as_source
 from erroranalysis.sources.tokens import Sentences, block_sentences, gold_surfaces, read_sentences, sentences_of
